@@ -1,0 +1,1 @@
+"""gatekit's bundled driver plugins (installed as the import package `gatekit_drivers`)."""

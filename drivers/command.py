@@ -1,0 +1,262 @@
+"""The command driver: runs any trainer binary per the trainer contract.
+
+argv is a list and never passes through a shell; each placeholder fills exactly one argument.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import tomllib
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+from gatekit.driver import ENV_ARM, ENV_RESULT, ENV_RUN, ENV_RUN_DIR, ArmInput, RunRequest
+from gatekit.errors import ConfigError
+from gatekit.records import CheckResult, RunOutcome
+
+PLACEHOLDERS = ("arm_config", "python", "arm", "run", "run_dir", "result")
+_PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
+KILL_GRACE_S = 5.0
+MAX_RESULT_BYTES = 64 << 20  # a result file is a few KB; anything this large is not one
+
+
+class CommandDriver:
+    """Starts `argv` with the contract's env vars and reads metrics from the result file or regexes."""
+
+    name = "command"
+
+    def __init__(self, argv: Sequence[str], *, cwd: Path, metrics: Mapping[str, re.Pattern[str]],
+                 env: Mapping[str, str], source: Path) -> None:
+        self.argv = tuple(argv)
+        self.cwd = cwd
+        self.metrics = dict(metrics)
+        self.env = dict(env)
+        self.source = source
+
+    @classmethod
+    def from_options(cls, options: Mapping[str, Any], *, source: Path, base_dir: Path) -> CommandDriver:
+        known = {"argv", "metrics", "cwd", "env"}
+        for key in options:
+            if key not in known:
+                raise ConfigError(f"{source}: driver.{key}: unknown key for the command driver "
+                                  f"(known: {', '.join(sorted(known))}, timeout_s, hash, busy_pattern)")
+        argv = options.get("argv")
+        if not isinstance(argv, list) or not argv or not all(isinstance(a, str) for a in argv):
+            raise ConfigError(f"{source}: driver.argv: must be a non-empty list of strings")
+        for arg in argv:
+            for name in _PLACEHOLDER.findall(arg):
+                if name not in PLACEHOLDERS:
+                    raise ConfigError(f"{source}: driver.argv: unknown placeholder '{{{name}}}' in {arg!r} "
+                                      f"(known: {', '.join('{' + p + '}' for p in PLACEHOLDERS)})")
+        metrics = options.get("metrics", {})
+        if not isinstance(metrics, dict):
+            raise ConfigError(f"{source}: driver.metrics: must be a table of metric = 'regex'")
+        compiled = {}
+        for metric, pattern in metrics.items():
+            key = f"driver.metrics.{metric}"
+            if not isinstance(pattern, str):
+                raise ConfigError(f"{source}: {key}: must be a regex string")
+            try:
+                compiled[metric] = re.compile(pattern)
+            except re.error as exc:
+                raise ConfigError(f"{source}: {key}: invalid regex: {exc}") from None
+            if compiled[metric].groups < 1:
+                raise ConfigError(f"{source}: {key}: the regex needs a capture group around the number")
+        env = options.get("env", {})
+        if not isinstance(env, dict) or not all(isinstance(v, str) for v in env.values()):
+            raise ConfigError(f"{source}: driver.env: must be a table of string values")
+        cwd = options.get("cwd", ".")
+        if not isinstance(cwd, str):
+            raise ConfigError(f"{source}: driver.cwd: must be a path string")
+        return cls(argv, cwd=(base_dir / cwd).resolve(), metrics=compiled, env=env, source=source)
+
+    # -- argv -------------------------------------------------------------------------------------
+
+    def command_for(self, arm: ArmInput, *, run: str = "", run_dir: Path | None = None,
+                    result: Path | None = None) -> list[str]:
+        """argv with placeholders filled; each placeholder stays inside its own argument."""
+        values = {"python": sys.executable, "arm": arm.name, "run": run,
+                  "run_dir": str(run_dir or ""), "result": str(result or ""),
+                  "arm_config": str(arm.config) if arm.config else None}
+
+        def fill(match: re.Match[str]) -> str:
+            value = values[match.group(1)]
+            if value is None:
+                raise ConfigError(f"{self.source}: arms.{arm.name}.config: driver.argv uses "
+                                  "{arm_config} but this arm has no config file")
+            return value
+
+        return [_PLACEHOLDER.sub(fill, arg) for arg in self.argv] + list(arm.args)
+
+    def _resolve_program(self, program: str) -> str | None:
+        if os.sep in program:
+            path = Path(program) if Path(program).is_absolute() else self.cwd / program
+            return str(path) if path.is_file() and os.access(path, os.X_OK) else None
+        return shutil.which(program)
+
+    # -- preflight --------------------------------------------------------------------------------
+
+    def preflight(self, arms: Sequence[ArmInput]) -> list[CheckResult]:
+        checks = []
+        if not self.cwd.is_dir():
+            checks.append(CheckResult("driver cwd", False, f"{self.cwd} is not a directory"))
+        for arm in arms:
+            try:
+                argv = self.command_for(arm)
+            except ConfigError as exc:
+                checks.append(CheckResult(f"argv for {arm.name}", False, str(exc)))
+                continue
+            resolved = self._resolve_program(argv[0])
+            checks.append(CheckResult(
+                f"argv[0] for {arm.name}", resolved is not None,
+                resolved or f"{argv[0]!r} is not an executable file or on PATH (driver.argv in {self.source})"))
+        return checks
+
+    # -- run --------------------------------------------------------------------------------------
+
+    def run(self, request: RunRequest) -> RunOutcome:
+        argv = self.command_for(request.arm, run=request.label, run_dir=request.run_dir,
+                                result=request.result_path)
+        env = {**os.environ, **self.env, **request.arm.env,
+               ENV_ARM: request.arm.name, ENV_RUN: request.label,
+               ENV_RUN_DIR: str(request.run_dir), ENV_RESULT: str(request.result_path)}
+        timed_out = False
+        with request.stdout_path.open("wb") as out, request.stderr_path.open("wb") as err:
+            started = time.perf_counter()
+            try:
+                # A new session makes the trainer a process-group leader, so a timeout or an
+                # interrupt can stop it together with every process it spawned.
+                proc = subprocess.Popen(argv, cwd=self.cwd, env=env, stdin=subprocess.DEVNULL,
+                                        stdout=out, stderr=err, start_new_session=True)
+            except OSError as exc:
+                return RunOutcome(exit_code=None, process_wallclock_s=0.0,
+                                  error=f"cannot start {argv[0]!r}: {exc.strerror or exc}")
+            try:
+                exit_code: int | None = proc.wait(timeout=request.timeout_s)
+            except subprocess.TimeoutExpired:
+                timed_out = True
+                exit_code = None
+            finally:
+                wallclock = time.perf_counter() - started
+                _stop_group(proc)
+        if timed_out:
+            return RunOutcome(exit_code=None, process_wallclock_s=wallclock, timed_out=True,
+                              error=f"timed out after {request.timeout_s:g} s; process group killed")
+        metrics, config, trace, problem = read_result(request.result_path)
+        metrics = {**self._regex_metrics(request), **metrics}
+        error = problem
+        if exit_code != 0:
+            error = f"exit code {exit_code}" + (f" ({_signal_name(exit_code)})" if exit_code and exit_code < 0 else "")
+        return RunOutcome(exit_code=exit_code, process_wallclock_s=wallclock, metrics=metrics,
+                          config=config, trace=trace, error=error)
+
+    def _regex_metrics(self, request: RunRequest) -> dict[str, float]:
+        found: dict[str, float] = {}
+        if not self.metrics:
+            return found
+        texts = [_read_text(request.stdout_path), _read_text(request.stderr_path)]
+        for metric, pattern in self.metrics.items():
+            for text in texts:
+                match = pattern.search(text)
+                if match:
+                    value = _number(match.group(1))
+                    if value is not None:
+                        found[metric] = value
+                    break
+        return found
+
+
+def _signal_group(pgid: int, sig: int) -> bool:
+    """Send `sig` to the group; False once no process of it is left."""
+    try:
+        os.killpg(pgid, sig)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def _stop_group(proc: subprocess.Popen[bytes]) -> None:
+    """SIGTERM the trainer's whole process group, SIGKILL whatever outlives a grace period.
+
+    Also runs after a normal exit, so grandchildren a trainer left behind cannot load the next run.
+    """
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        if not _signal_group(proc.pid, sig):
+            break
+        deadline = time.monotonic() + KILL_GRACE_S
+        while time.monotonic() < deadline:
+            proc.poll()  # reap the leader so its zombie does not keep the group alive
+            if not _signal_group(proc.pid, 0):
+                break
+            time.sleep(0.02)
+        else:
+            continue
+        break
+    proc.wait()
+
+
+def _signal_name(code: int) -> str:
+    try:
+        return signal.Signals(-code).name
+    except ValueError:
+        return f"signal {-code}"
+
+
+def _read_text(path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8", errors="replace")
+    except FileNotFoundError:
+        return ""
+
+
+def _number(value: Any) -> float | None:
+    """A finite number, or None for strings, booleans, NaN and infinities."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, str):
+        try:
+            value = float(value)
+        except ValueError:
+            return None
+    if isinstance(value, (int, float)) and math.isfinite(value):
+        return float(value)
+    return None
+
+
+def read_result(path: Path) -> tuple[dict[str, float], dict[str, Any], dict[str, Any], str]:
+    """Parse a trainer's result file (JSON or TOML): metrics, config, trace and a problem ('' if none)."""
+    if not path.exists():
+        return {}, {}, {}, ""
+    if path.stat().st_size > MAX_RESULT_BYTES:
+        return {}, {}, {}, f"result file {path} is larger than {MAX_RESULT_BYTES >> 20} MiB"
+    raw = path.read_bytes()
+    try:
+        text = raw.decode("utf-8")
+        data = json.loads(text) if text.lstrip().startswith("{") else tomllib.loads(text)
+    except (UnicodeDecodeError, json.JSONDecodeError, tomllib.TOMLDecodeError) as exc:
+        return {}, {}, {}, f"result file {path} is neither JSON nor TOML: {exc}"
+    if not isinstance(data, dict):
+        return {}, {}, {}, f"result file {path}: top level must be a table/object"
+    metrics_raw = data.get("metrics", {})
+    metrics: dict[str, float] = {}
+    dropped = []
+    if isinstance(metrics_raw, dict):
+        for key, value in metrics_raw.items():
+            number = _number(value)
+            if number is None:
+                dropped.append(str(key))
+            else:
+                metrics[str(key)] = number
+    config = data.get("config", {}) if isinstance(data.get("config", {}), dict) else {}
+    trace = data.get("trace", {}) if isinstance(data.get("trace", {}), dict) else {}
+    if dropped:  # kept visible: a metric the trainer meant to report but gatekit cannot use
+        trace = {**trace, "gatekit_dropped_metrics": dropped}
+    return metrics, config, trace, ""

@@ -1,0 +1,299 @@
+"""The gate file: frozen config records, TOML loading and validation with precise errors.
+
+Every error names the file and the dotted key, so a mistyped path is caught before any GPU time.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Mapping
+
+from gatekit.errors import ConfigError
+
+ORDERS = ("abab", "abba", "random")
+DIRECTIONS = ("lower", "higher")
+LOAD_STATS = ("max", "mean")
+SIGMA_REFS = ("arm", "leave_one_out")
+ALWAYS_MEASURED = "process_wallclock_s"
+
+
+@dataclass(frozen=True, slots=True)
+class ThresholdSpec:
+    """threshold_pct = max(sigma_k * sigma_off_pct, floor_pct)."""
+
+    sigma_k: float = 2.0
+    floor_pct: float = 1.0
+
+
+@dataclass(frozen=True, slots=True)
+class GuardSpec:
+    """A quality guard: on may not be worse than off by more than max_drop (absolute units)."""
+
+    metric: str
+    direction: str = "higher"
+    max_drop: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class RulesSpec:
+    """Preregistered contamination rules: (i) load evidence AND (ii) deviation beyond sigma_k."""
+
+    load_stat: str = "max"
+    load_limit: float = 6.0
+    load_rel_median: float = 1.5
+    sigma_k: float = 3.0
+    sigma_ref: str = "arm"
+    max_retries: int = 1
+    require_window_samples: bool = True
+    sample_interval_s: float = 1.0
+
+
+@dataclass(frozen=True, slots=True)
+class DriverSpec:
+    """Which driver runs the trainer; generic keys here, the rest is the plugin's `options`."""
+
+    name: str = "command"
+    timeout_s: float = 600.0
+    hash: tuple[Path, ...] = ()
+    busy_pattern: str = ""
+    options: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class ArmSpec:
+    """One arm: its config file (substituted for {arm_config}), extra args and env."""
+
+    name: str
+    config: Path | None = None
+    args: tuple[str, ...] = ()
+    env: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class GateSpec:
+    """The [gate] table."""
+
+    id: str
+    title: str = ""
+    n: int = 3
+    order: str = "abab"
+    seed: int = 0
+    primary: str = "train_elapsed_s"
+    direction: str = "lower"
+    expect_diff: tuple[str, ...] = ()
+    out: Path = Path("findings")
+    runs: Path = Path("runs")
+
+
+@dataclass(frozen=True, slots=True)
+class GateConfig:
+    """A whole gate file, paths resolved relative to the file."""
+
+    path: Path
+    gate: GateSpec
+    threshold: ThresholdSpec
+    guards: tuple[GuardSpec, ...]
+    rules: RulesSpec
+    driver: DriverSpec
+    arms: Mapping[str, ArmSpec]
+
+    @property
+    def base_dir(self) -> Path:
+        return self.path.parent
+
+    def arm(self, name_or_path: str) -> ArmSpec:
+        """An arm by name, or an ad-hoc arm from a path to an arm config file."""
+        if name_or_path in self.arms:
+            return self.arms[name_or_path]
+        candidate = Path(name_or_path)
+        if candidate.suffix == ".toml" and candidate.is_file():
+            return ArmSpec(name=candidate.stem, config=candidate.resolve())
+        known = ", ".join(self.arms) or "none"
+        raise ConfigError(
+            f"{self.path}: arms: no arm named '{name_or_path}' (the gate file defines: {known}); "
+            "pass an arm name or a path to an existing arm .toml file"
+        )
+
+    def with_overrides(self, *, n: int | None = None, order: str | None = None, seed: int | None = None,
+                       out: Path | None = None, runs: Path | None = None) -> GateConfig:
+        """Command-line overrides, validated like the file's own values."""
+        gate = self.gate
+        if n is not None:
+            _check(n >= 1, self.path, "--n", f"must be at least 1, got {n}")
+            gate = replace(gate, n=n)
+        if order is not None:
+            _check(order in ORDERS, self.path, "--order", f"must be one of {', '.join(ORDERS)}")
+            gate = replace(gate, order=order)
+        if seed is not None:
+            gate = replace(gate, seed=seed)
+        if out is not None:
+            gate = replace(gate, out=out.resolve())
+        if runs is not None:
+            gate = replace(gate, runs=runs.resolve())
+        return replace(self, gate=gate)
+
+
+def _check(condition: bool, path: Path, key: str, problem: str) -> None:
+    if not condition:
+        raise ConfigError(f"{path}: {key}: {problem}")
+
+
+class _Table:
+    """Reads typed keys from one TOML table and rejects the keys nobody read."""
+
+    def __init__(self, path: Path, prefix: str, data: Any) -> None:
+        _check(isinstance(data, dict), path, prefix, "must be a table")
+        self.path, self.prefix, self.data = path, prefix, dict(data)
+
+    def key(self, name: str) -> str:
+        return f"{self.prefix}.{name}" if self.prefix else name
+
+    def take(self, name: str, kind: type | tuple[type, ...], default: Any = ..., choices: tuple = ()) -> Any:
+        if name not in self.data:
+            _check(default is not ..., self.path, self.key(name), "is required")
+            return default
+        value = self.data.pop(name)
+        kinds = kind if isinstance(kind, tuple) else (kind,)
+        # TOML integers are fine where floats are expected; booleans are never numbers.
+        if float in kinds and isinstance(value, int) and not isinstance(value, bool):
+            value = float(value)
+        ok = isinstance(value, kinds) and not (isinstance(value, bool) and bool not in kinds)
+        names = " or ".join(k.__name__.replace("str", "string").replace("float", "number") for k in kinds)
+        _check(ok, self.path, self.key(name), f"must be a {names}, got {value!r}")
+        if choices:
+            _check(value in choices, self.path, self.key(name),
+                   f"must be one of {', '.join(map(str, choices))}, got {value!r}")
+        return value
+
+    def take_str_list(self, name: str, default: tuple[str, ...] = ()) -> tuple[str, ...]:
+        value = self.take(name, list, list(default))
+        _check(all(isinstance(v, str) for v in value), self.path, self.key(name), "must be a list of strings")
+        return tuple(value)
+
+    def take_positive(self, name: str, default: float, *, allow_zero: bool = False) -> float:
+        value = self.take(name, float, default)
+        ok = value >= 0 if allow_zero else value > 0
+        _check(ok, self.path, self.key(name), f"must be {'non-negative' if allow_zero else 'positive'}, got {value}")
+        return value
+
+    def done(self) -> None:
+        for unknown in self.data:
+            raise ConfigError(f"{self.path}: {self.key(unknown)}: unknown key (check its spelling against the docs)")
+
+
+def _resolve(base: Path, value: str) -> Path:
+    path = Path(value).expanduser()
+    return path if path.is_absolute() else (base / path).resolve()
+
+
+def load_toml(path: Path) -> dict[str, Any]:
+    """Parse a TOML file, turning every failure into one ConfigError line."""
+    try:
+        with path.open("rb") as handle:
+            return tomllib.load(handle)
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: file not found") from None
+    except IsADirectoryError:
+        raise ConfigError(f"{path}: is a directory, expected a TOML file") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: malformed TOML: {exc}") from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"{path}: not UTF-8 text") from None
+
+
+def load_gate(path: Path | str) -> GateConfig:
+    """Load and validate a gate file; paths inside it resolve relative to the file."""
+    path = Path(path).resolve()
+    data = load_toml(path)
+    base = path.parent
+    root = _Table(path, "", data)
+
+    gate_t = _Table(path, "gate", root.take("gate", dict))
+    gate = GateSpec(
+        id=gate_t.take("id", str),
+        title=gate_t.take("title", str, ""),
+        n=gate_t.take("n", int, 3),
+        order=gate_t.take("order", str, "abab", ORDERS),
+        seed=gate_t.take("seed", int, 0),
+        primary=gate_t.take("primary", str, "train_elapsed_s"),
+        direction=gate_t.take("direction", str, "lower", DIRECTIONS),
+        expect_diff=gate_t.take_str_list("expect_diff"),
+        out=_resolve(base, gate_t.take("out", str, "findings")),
+        runs=_resolve(base, gate_t.take("runs", str, "runs")),
+    )
+    gate_t.done()
+    _check(gate.n >= 1, path, "gate.n", f"must be at least 1, got {gate.n}")
+    _check(bool(gate.id.strip()) and "/" not in gate.id, path, "gate.id", "must be a non-empty name without '/'")
+
+    threshold_t = _Table(path, "threshold", root.take("threshold", dict, {}))
+    threshold = ThresholdSpec(
+        sigma_k=threshold_t.take_positive("sigma_k", 2.0, allow_zero=True),
+        floor_pct=threshold_t.take_positive("floor_pct", 1.0, allow_zero=True),
+    )
+    threshold_t.done()
+
+    guards = []
+    raw_guards = root.take("guards", list, [])
+    for index, raw in enumerate(raw_guards):
+        guard_t = _Table(path, f"guards[{index}]", raw)
+        guards.append(GuardSpec(
+            metric=guard_t.take("metric", str),
+            direction=guard_t.take("direction", str, "higher", DIRECTIONS),
+            max_drop=guard_t.take_positive("max_drop", 0.0, allow_zero=True),
+        ))
+        guard_t.done()
+
+    rules_t = _Table(path, "rules", root.take("rules", dict, {}))
+    rules = RulesSpec(
+        load_stat=rules_t.take("load_stat", str, "max", LOAD_STATS),
+        load_limit=rules_t.take_positive("load_limit", 6.0),
+        load_rel_median=rules_t.take_positive("load_rel_median", 1.5),
+        sigma_k=rules_t.take_positive("sigma_k", 3.0),
+        sigma_ref=rules_t.take("sigma_ref", str, "arm", SIGMA_REFS),
+        max_retries=rules_t.take("max_retries", int, 1),
+        require_window_samples=rules_t.take("require_window_samples", bool, True),
+        sample_interval_s=rules_t.take_positive("sample_interval_s", 1.0),
+    )
+    rules_t.done()
+    _check(rules.max_retries >= 0, path, "rules.max_retries", "must be 0 or more")
+
+    driver_t = _Table(path, "driver", root.take("driver", dict))
+    driver = DriverSpec(
+        name=driver_t.take("name", str, "command"),
+        timeout_s=driver_t.take_positive("timeout_s", 600.0),
+        hash=tuple(_resolve(base, p) for p in driver_t.take_str_list("hash")),
+        busy_pattern=driver_t.take("busy_pattern", str, ""),
+        options=driver_t.data,  # the plugin validates its own keys
+    )
+
+    arms_t = _Table(path, "arms", root.take("arms", dict))
+    arms: dict[str, ArmSpec] = {}
+    for name in list(arms_t.data):
+        arm_t = _Table(path, f"arms.{name}", arms_t.data.pop(name))
+        config = arm_t.take("config", str, "")
+        env = arm_t.take("env", dict, {})
+        _check(all(isinstance(v, str) for v in env.values()), path, f"arms.{name}.env", "values must be strings")
+        arms[name] = ArmSpec(
+            name=name,
+            config=_resolve(base, config) if config else None,
+            args=arm_t.take_str_list("args"),
+            env=env,
+        )
+        arm_t.done()
+    _check(len(arms) >= 2, path, "arms", "needs at least two arms (e.g. [arms.off] and [arms.on])")
+    root.done()
+
+    primary_needed = {gate.primary} - {ALWAYS_MEASURED}
+    _check(not ({g.metric for g in guards} & primary_needed), path, "guards",
+           f"the primary metric '{gate.primary}' cannot also be a guard")
+    return GateConfig(path=path, gate=gate, threshold=threshold, guards=tuple(guards), rules=rules,
+                      driver=driver, arms=arms)
+
+
+def read_arm_config(arm: ArmSpec) -> dict[str, Any] | None:
+    """Parse an arm's config file to prove it is valid TOML; None when the arm has none."""
+    if arm.config is None:
+        return None
+    return load_toml(arm.config)

@@ -1,0 +1,41 @@
+"""The one user-facing error family. Anything else that escapes is a bug and shows a traceback."""
+
+from __future__ import annotations
+
+
+class GatekitError(Exception):
+    """An error a user can act on; its message names the file, the key and what to do."""
+
+    exit_code = 2
+
+
+class ConfigError(GatekitError):
+    """A gate file, arm config or option is wrong; nothing ran."""
+
+
+class PreflightError(GatekitError):
+    """A preflight check failed; nothing ran."""
+
+
+class DriverError(GatekitError):
+    """A driver plugin is missing, malformed, or could not start the trainer."""
+
+
+class SeriesError(GatekitError):
+    """A series directory cannot be used (locked, finished, tampered with)."""
+
+
+class ProvenanceError(GatekitError):
+    """An artifact changed during a series: the series is invalid."""
+
+    exit_code = 3
+
+
+class FindingError(GatekitError):
+    """A finding file cannot be read (unknown schema, malformed)."""
+
+
+class SeriesInterrupted(GatekitError):
+    """The series was interrupted by a signal; it can be resumed."""
+
+    exit_code = 130

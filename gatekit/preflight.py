@@ -1,0 +1,114 @@
+"""Preflight: everything that can be checked before any GPU time is spent."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from pathlib import Path
+from typing import Sequence
+
+import psutil
+
+from gatekit.config import ArmSpec, GateConfig, load_toml
+from gatekit.driver import ArmInput, Driver
+from gatekit.errors import ConfigError
+from gatekit.records import CheckResult
+
+
+def arm_input(arm: ArmSpec) -> ArmInput:
+    return ArmInput(name=arm.name, config=arm.config, args=arm.args, env=dict(arm.env))
+
+
+def check_arm_config(arm: ArmSpec) -> CheckResult:
+    """The arm's config exists and, for TOML/JSON, parses."""
+    name = f"arm config {arm.name}"
+    if arm.config is None:
+        return CheckResult(name, True, "none (the arm passes args/env only)")
+    if not arm.config.is_file():
+        return CheckResult(name, False, f"{arm.config}: file not found (arms.{arm.name}.config)")
+    try:
+        if arm.config.suffix == ".toml":
+            load_toml(arm.config)
+        elif arm.config.suffix == ".json":
+            json.loads(arm.config.read_text(encoding="utf-8"))
+    except ConfigError as exc:
+        return CheckResult(name, False, str(exc))
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        return CheckResult(name, False, f"{arm.config}: malformed JSON: {exc}")
+    return CheckResult(name, True, str(arm.config))
+
+
+def check_artifacts(paths: Sequence[Path]) -> list[CheckResult]:
+    return [CheckResult(f"artifact {path.name}", path.is_file(),
+                        str(path) if path.is_file() else f"{path}: not found (driver.hash)") for path in paths]
+
+
+def _own_lineage() -> set[int]:
+    """This process and its ancestors: the shell that started `gate` may mention the trainer's name."""
+    pids = set()
+    process: psutil.Process | None = psutil.Process()
+    while process is not None:
+        pids.add(process.pid)
+        try:
+            process = process.parent()
+        except psutil.Error:
+            break
+    return pids
+
+
+def busy_processes(pattern: str) -> list[str]:
+    """Running processes whose command line matches `pattern` (a regex), excluding gate's own lineage."""
+    regex = re.compile(pattern)
+    mine = _own_lineage()
+    found = []
+    for process in psutil.process_iter(["pid", "cmdline"]):
+        cmdline = process.info.get("cmdline") or []
+        if process.info["pid"] in mine or not cmdline:
+            continue
+        text = " ".join(cmdline)
+        if regex.search(text):
+            found.append(f"pid {process.info['pid']}: {text[:120]}")
+    return found
+
+
+def check_busy(config: GateConfig) -> CheckResult:
+    pattern = config.driver.busy_pattern
+    if not pattern:
+        return CheckResult("no trainer already running", True, "no driver.busy_pattern set; not checked")
+    try:
+        busy = busy_processes(pattern)
+    except re.error as exc:
+        return CheckResult("no trainer already running", False,
+                           f"{config.path}: driver.busy_pattern: invalid regex: {exc}")
+    if busy:
+        return CheckResult("no trainer already running", False,
+                           f"{len(busy)} process(es) match busy_pattern {pattern!r}: {'; '.join(busy[:3])}")
+    return CheckResult("no trainer already running", True, f"nothing matches {pattern!r}")
+
+
+def check_power() -> CheckResult:
+    battery = psutil.sensors_battery() if hasattr(psutil, "sensors_battery") else None
+    if battery is None:
+        return CheckResult("AC power", True, "no battery")
+    if battery.power_plugged:
+        return CheckResult("AC power", True, f"plugged in, battery {battery.percent:.0f} %")
+    return CheckResult("AC power", False, f"on battery ({battery.percent:.0f} %): plug in before a series")
+
+
+def check_load(config: GateConfig, load1: float | None = None) -> CheckResult:
+    load1 = os.getloadavg()[0] if load1 is None else load1
+    limit = config.rules.load_limit
+    ok = load1 <= limit
+    return CheckResult("load calm", ok, f"load1 {load1:.2f} {'≤' if ok else '>'} rules.load_limit {limit:g}"
+                       + ("" if ok else "; wait for the machine to calm down"))
+
+
+def run_checks(config: GateConfig, arms: Sequence[ArmSpec], driver: Driver) -> list[CheckResult]:
+    """All preflight checks, in the order a person would fix them."""
+    checks = [CheckResult("gate file", True, str(config.path))]
+    checks += [check_arm_config(arm) for arm in arms]
+    checks += check_artifacts(config.driver.hash)
+    checks += driver.preflight([arm_input(arm) for arm in arms])
+    checks += [check_busy(config), check_power(), check_load(config)]
+    return checks

@@ -1,0 +1,152 @@
+"""The predecision file: every decision rule, written and hashed before the first run.
+
+It states each ambiguity up front (e.g. which window statistic is the load evidence), so nobody has to
+guess after the fact. Analysis reads the rules back from this file, never from a gate file edited later.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping
+
+import tomlkit
+
+from gatekit import PREDECISION_SCHEMA, __version__, stats
+from gatekit.config import GateConfig, GuardSpec, RulesSpec, ThresholdSpec
+from gatekit.errors import SeriesError
+from gatekit.provenance import sha256_bytes, sha256_file
+from gatekit.schedule import Slot
+from gatekit.storage import atomic_write_bytes
+
+PREDECISION_FILE = "predecision.toml"
+
+
+@dataclass(frozen=True, slots=True)
+class DecisionSpec:
+    """What the analysis needs, exactly as preregistered."""
+
+    gate_id: str
+    title: str
+    off_arm: str
+    on_arm: str
+    n: int
+    order: str
+    seed: int
+    primary: str
+    direction: str
+    expect_diff: tuple[str, ...]
+    threshold: ThresholdSpec
+    guards: tuple[GuardSpec, ...]
+    rules: RulesSpec
+    policy: str = "classic"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "gate_id": self.gate_id, "title": self.title, "off_arm": self.off_arm, "on_arm": self.on_arm,
+            "n": self.n, "order": self.order, "seed": self.seed, "primary": self.primary,
+            "direction": self.direction, "expect_diff": list(self.expect_diff), "policy": self.policy,
+            "threshold": dataclasses.asdict(self.threshold),
+            "guards": [dataclasses.asdict(g) for g in self.guards],
+            "rules": dataclasses.asdict(self.rules),
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> DecisionSpec:
+        return cls(
+            gate_id=data["gate_id"], title=data["title"], off_arm=data["off_arm"], on_arm=data["on_arm"],
+            n=data["n"], order=data["order"], seed=data["seed"], primary=data["primary"],
+            direction=data["direction"], expect_diff=tuple(data["expect_diff"]), policy=data["policy"],
+            threshold=ThresholdSpec(**data["threshold"]),
+            guards=tuple(GuardSpec(**g) for g in data["guards"]),
+            rules=RulesSpec(**data["rules"]),
+        )
+
+    @classmethod
+    def from_gate(cls, config: GateConfig, off_arm: str, on_arm: str) -> DecisionSpec:
+        g = config.gate
+        return cls(g.id, g.title, off_arm, on_arm, g.n, g.order, g.seed, g.primary, g.direction,
+                   g.expect_diff, config.threshold, config.guards, config.rules)
+
+
+def stated_rules(spec: DecisionSpec) -> list[str]:
+    """The rules in words, each ambiguity resolved before any data exists."""
+    r, t = spec.rules, spec.threshold
+    better = "lower" if spec.direction == "lower" else "higher"
+    lines = [
+        f"Primary metric: {spec.primary}, {better} is better; arms: off = {spec.off_arm}, on = {spec.on_arm}.",
+        f"Order: {spec.order}, {spec.n} runs per arm, seed {spec.seed}.",
+        "Delta = (mean_on - mean_off) / mean_off over used runs, arithmetic means.",
+        f"Threshold = max({t.sigma_k:g} x sigma_off, {t.floor_pct:g} %), sigma_off = sample SD (ddof=1) "
+        "of the used off runs relative to their mean.",
+        f"Adopt iff Delta clears the threshold in the {better} direction AND every guard holds; "
+        "beyond it the other way is a regression.",
+        f"Load evidence (i) uses the run window's {r.load_stat} of load1 (samples at window open, every "
+        f"{r.sample_interval_s:g} s, and at close): evidence if > {r.load_limit:g} or > "
+        f"{r.load_rel_median:g} x the median of that statistic over all runs of the series.",
+        f"Deviation (ii): |x - arm mean| > {r.sigma_k:g} sigma, sigma from "
+        + ("the same arm's used runs (classic)." if r.sigma_ref == "arm"
+           else "the arm's other runs (leave-one-out), mean also without the run."),
+        "A run is contaminated only if (i) AND (ii); (ii) alone never triggers a retry.",
+        f"A contaminated or failed pair is re-run at the end of the series, at most {r.max_retries} "
+        "time(s) per pair; no retry chains; discarded runs stay in the record.",
+        "A failed run (non-zero exit, timeout, missing primary metric) is never used as a number.",
+        "Pair consistency counts rounds where on is better than off; ties count as not better.",
+    ]
+    if r.sigma_ref == "arm":
+        z = stats.max_attainable_z(spec.n)
+        if z < r.sigma_k:
+            lines.append(f"Known: at n={spec.n} no run can exceed {z:.3f} sigma of its own arm (Samuelson), "
+                         f"so rule (ii) at {r.sigma_k:g} sigma cannot fire.")
+    if r.require_window_samples:
+        lines.append("A run without in-window load samples is not used.")
+    for g in spec.guards:
+        lines.append(f"Guard {g.metric}: on - off must be "
+                     + (f">= -{g.max_drop:g}" if g.direction == "higher" else f"<= +{g.max_drop:g}")
+                     + " on the arm means.")
+    return lines
+
+
+def predecision_document(spec: DecisionSpec, *, series_id: str, created: str, gate_path: Path,
+                         gate_sha256: str, schedule: list[Slot], arm_configs: Mapping[str, Path | None],
+                         artifacts: Mapping[str, str], driver: Mapping[str, Any]) -> str:
+    doc = tomlkit.document()
+    doc.add(tomlkit.comment("Written before the first run; its sha256 is in the journal and the finding."))
+    doc["schema"] = PREDECISION_SCHEMA
+    doc["series_id"] = series_id
+    doc["created"] = created
+    doc["gatekit_version"] = __version__
+    doc["gate_file"] = {"path": str(gate_path), "sha256": gate_sha256}
+    doc["decision"] = spec.to_dict()
+    doc["schedule"] = [s.label for s in schedule]
+    doc["stated_rules"] = stated_rules(spec)
+    doc["arm_configs"] = {arm: {"path": str(p), "sha256": sha256_file(p)} if p else {"path": ""}
+                          for arm, p in arm_configs.items()}
+    doc["artifacts"] = dict(artifacts)
+    doc["driver"] = dict(driver)
+    return tomlkit.dumps(doc)
+
+
+def write_predecision(series_dir: Path, text: str) -> str:
+    """Write the predecision file atomically and return its sha256."""
+    data = text.encode("utf-8")
+    atomic_write_bytes(series_dir / PREDECISION_FILE, data)
+    return sha256_bytes(data)
+
+
+def read_predecision(series_dir: Path, expected_sha256: str) -> dict[str, Any]:
+    """Read the predecision file back after verifying it is byte-for-byte what was registered."""
+    path = series_dir / PREDECISION_FILE
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        raise SeriesError(f"{path}: missing; the series cannot be analysed without its predecision") from None
+    actual = sha256_bytes(data)
+    if actual != expected_sha256:
+        raise SeriesError(f"{path}: sha256 {actual} does not match the registered {expected_sha256}; "
+                          "the rules were changed after the series started")
+    document = tomlkit.parse(data.decode("utf-8")).unwrap()
+    if document.get("schema") != PREDECISION_SCHEMA:
+        raise SeriesError(f"{path}: schema {document.get('schema')!r} is not {PREDECISION_SCHEMA!r}")
+    return document

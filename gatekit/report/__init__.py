@@ -1,0 +1,1 @@
+"""Renderers of findings: pure functions from a Finding to text."""

@@ -1,0 +1,60 @@
+"""The one-screen terminal summary of a finding."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from gatekit.finding import Finding
+
+
+def _num(value: Any, digits: int = 4) -> str:
+    if value is None or (isinstance(value, float) and not math.isfinite(value)):
+        return "—"
+    return f"{value:.{digits}f}" if isinstance(value, float) else str(value)
+
+
+def render_table(header: list[str], rows: list[list[str]], right: set[int]) -> list[str]:
+    widths = [max(len(str(cell)) for cell in column) for column in zip(header, *rows)]
+
+    def line(cells: list[str]) -> str:
+        return "  ".join(str(c).rjust(w) if i in right else str(c).ljust(w)
+                         for i, (c, w) in enumerate(zip(cells, widths))).rstrip()
+
+    return [line(header), line(["-" * w for w in widths]), *[line(r) for r in rows]]
+
+
+def summary(finding: Finding, paths: tuple[str, ...] = ()) -> str:
+    data = finding.data
+    gate, s, verdict = data["gate"], data["stats"], data["verdict"]
+    primary = gate["primary"]
+    guard_names = list(data["guards"])
+    header = ["#", "arm", "run", primary, *guard_names, "load1 mean/max", "used"]
+    rows = []
+    for run in data["runs"]:
+        value = run.get("process_wallclock_s") if primary == "process_wallclock_s" else run["metrics"].get(primary)
+        window = run["window"]
+        rows.append([str(run["order"]), run["arm"], run["label"], _num(value),
+                     *[_num(run["metrics"].get(g)) for g in guard_names],
+                     f"{_num(window.get('load1_mean'), 2)} / {_num(window.get('load1_max'), 2)}",
+                     "yes" if run["used"] else f"no ({run['reason']})"])
+    right = {0, 3, *range(4, 4 + len(guard_names)), 4 + len(guard_names)}
+    lines = [f"gate {gate['id']}: {gate['arms']['on']} vs {gate['arms']['off']} "
+             f"({gate['order']}, n={gate['n']}, {primary}, {gate['direction']} is better)", ""]
+    lines += render_table(header, rows, right)
+    lines += ["",
+              f"mean off {_num(s.get('mean_off'))}  mean on {_num(s.get('mean_on'))}  "
+              f"σ_off {_num(s.get('sigma_off_pct'))} %  σ_on {_num(s.get('sigma_on_pct'))} %",
+              f"Δ {_num(s.get('delta_pct'))} %   threshold {_num(s.get('threshold_pct'))} % "
+              f"({gate['threshold']['rule']})   pairs consistent {s['pairs_consistent']}"]
+    for name, guard in data["guards"].items():
+        lines.append(f"guard {name}: Δ {_num(guard.get('delta'))} (limit {guard['limit']:+g}) "
+                     f"{'pass' if guard['pass'] else 'FAIL'}")
+    for row in data["sensitivity"][1:]:
+        lines.append(f"sensitivity: {row['variant']}: Δ {_num(row.get('delta_pct'))} % → {row['decision']}")
+    lines += ["", f"VERDICT: {verdict['decision'].upper()}"]
+    lines += [f"  - {reason}" for reason in verdict.get("reasons", [])]
+    lines += [f"  ! {warning}" for warning in verdict.get("warnings", [])]
+    if paths:
+        lines += ["", "finding: " + ", ".join(paths)]
+    return "\n".join(lines)

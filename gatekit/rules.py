@@ -1,0 +1,163 @@
+"""Preregistered contamination rules and exclusion sensitivity: pure, table in, table out.
+
+The run table has one row per executed run with columns
+`order, arm, label, pair, value, failed, error, samples, load1_mean, load1_max`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Mapping, Sequence
+
+import pandas as pd
+
+from gatekit import stats
+from gatekit.config import RulesSpec
+
+RUN_COLUMNS = ("order", "arm", "label", "pair", "value", "failed", "error", "samples", "load1_mean", "load1_max")
+
+
+def load_evidence(table: pd.DataFrame, rules: RulesSpec) -> pd.Series:
+    """Rule (i): the window statistic exceeds load_limit or load_rel_median × the series median."""
+    stat = table[f"load1_{rules.load_stat}"].astype(float)
+    series_median = stat.dropna().median()
+    over_limit = stat > rules.load_limit
+    over_median = stat > rules.load_rel_median * series_median if not math.isnan(series_median) else False
+    return (over_limit | over_median).fillna(False).astype(bool)
+
+
+def deviation_z(table: pd.DataFrame, in_play: pd.Series, sigma_ref: str) -> pd.Series:
+    """Rule (ii)'s |x − arm mean| / σ for in-play runs, σ from the arm (classic) or leave-one-out."""
+    score = stats.z_scores if sigma_ref == "arm" else stats.leave_one_out_z_scores
+    z = pd.Series(0.0, index=table.index)
+    for _, rows in table[in_play].groupby("arm", sort=False):
+        z.loc[rows.index] = score(rows["value"].astype(float).tolist())
+    return z
+
+
+def classify(table: pd.DataFrame, rules: RulesSpec, replaced: Mapping[int, str]) -> pd.DataFrame:
+    """Mark each run used or not, and why.
+
+    `replaced` maps a round to the reason its pair was re-run; those runs stay in the record, unused.
+    A failed run, or a run with load evidence AND |z| > sigma_k, takes its whole pair out.
+    """
+    out = table.copy()
+    out["replaced"] = out["pair"].isin(list(replaced))
+    out["missing_window"] = (out["samples"] == 0) & rules.require_window_samples
+    in_play = ~out["replaced"] & ~out["failed"]
+    out["load_evidence"] = load_evidence(out, rules)
+    out["z"] = deviation_z(out, in_play, rules.sigma_ref)
+    out["deviant"] = out["z"] > rules.sigma_k
+    out["contaminated"] = in_play & out["load_evidence"] & out["deviant"]
+
+    bad_rounds = set(out.loc[out["failed"] | out["contaminated"], "pair"]) - set(replaced)
+    reasons = []
+    for row in out.itertuples():
+        if row.replaced:
+            reasons.append(replaced[row.pair])
+        elif row.failed:
+            reasons.append(f"failed: {row.error}")
+        elif row.contaminated:
+            stat = getattr(row, f"load1_{rules.load_stat}")
+            reasons.append(f"contaminated: load1 {rules.load_stat} {stat:.2f} and {row.z:.2f}σ > {rules.sigma_k:g}σ")
+        elif row.pair in bad_rounds:
+            reasons.append("pair partner failed or contaminated")
+        elif row.missing_window:
+            reasons.append("no in-window load samples")
+        else:
+            reasons.append("")
+    out["reason"] = reasons
+    out["used"] = ~out["replaced"] & ~out["pair"].isin(bad_rounds) & ~out["missing_window"]
+    return out
+
+
+def rounds_needing_retry(classified: pd.DataFrame, replaced: Mapping[int, str]) -> dict[int, str]:
+    """Rounds whose pair must be re-run (a failed or contaminated run), with the reason."""
+    problems = classified[~classified["replaced"] & (classified["failed"] | classified["contaminated"])]
+    needed: dict[int, str] = {}
+    for row in problems.itertuples():
+        if row.pair in replaced or row.pair in needed:
+            continue
+        why = "failed" if row.failed else "contaminated"
+        needed[int(row.pair)] = f"{why} ({row.label}); pair re-run"
+    return needed
+
+
+def lineage_root(round_: int, retry_of: Mapping[int, int]) -> int:
+    """The original round a retry descends from (retries of retries never happen, but follow the chain)."""
+    while round_ in retry_of:
+        round_ = retry_of[round_]
+    return round_
+
+
+@dataclass(frozen=True, slots=True)
+class SensitivityRow:
+    variant: str
+    dropped: tuple[str, ...]
+    delta_pct: float
+    threshold_pct: float
+    decision: str
+
+    def to_dict(self) -> dict[str, object]:
+        return {"variant": self.variant, "dropped": list(self.dropped), "delta_pct": self.delta_pct,
+                "threshold_pct": self.threshold_pct, "decision": self.decision}
+
+
+def point_decision(delta: float, threshold: float, direction: str) -> str:
+    """adopted / regression / rejected from Δ and the threshold alone (no guards)."""
+    if math.isnan(delta):
+        return "invalid"
+    improvement = -delta if direction == "lower" else delta
+    if improvement >= threshold:
+        return "adopted"
+    if improvement <= -threshold:
+        return "regression"
+    return "rejected"
+
+
+def _delta_and_threshold(used: pd.DataFrame, off_arm: str, on_arm: str, sigma_k: float,
+                         floor_pct: float) -> tuple[float, float]:
+    off = used.loc[used["arm"] == off_arm, "value"].astype(float).tolist()
+    on = used.loc[used["arm"] == on_arm, "value"].astype(float).tolist()
+    if not off or not on:
+        return math.nan, math.nan
+    delta = stats.delta_pct(stats.mean(off), stats.mean(on))
+    return delta, stats.threshold_pct(stats.relative_sd_pct(off), sigma_k, floor_pct)
+
+
+def exclusion_sensitivity(used: pd.DataFrame, off_arm: str, on_arm: str, *, sigma_k: float, floor_pct: float,
+                          direction: str, load_stat: str) -> list[SensitivityRow]:
+    """The verdict with all used runs, without the most deviant run and its pair, and without the
+    highest-load run and its pair (the seed's §6 check that one point does not flip the decision)."""
+    variants: list[tuple[str, tuple[str, ...]]] = [("all used runs", ())]
+    if len(used) >= 3:
+        z = pd.Series(0.0, index=used.index)
+        for _, rows in used.groupby("arm", sort=False):
+            z.loc[rows.index] = stats.z_scores(rows["value"].astype(float).tolist())
+        suspects = [(used.loc[z.idxmax()], f"most deviant run, {z.max():.2f}σ")]
+        load = used[f"load1_{load_stat}"].astype(float)
+        if load.notna().any():
+            suspects.append((used.loc[load.idxmax()], f"highest load1 {load_stat}, {load.max():.2f}"))
+        for row, why in suspects:
+            pair_labels = tuple(used.loc[used["pair"] == row["pair"], "label"])
+            for variant in ((f"drop {row['label']} ({why})", (row["label"],)),
+                            (f"drop pair r{row['pair']} ({why})", pair_labels)):
+                if variant[1] not in [v[1] for v in variants]:
+                    variants.append(variant)
+    rows = []
+    for name, dropped in variants:
+        kept = used[~used["label"].isin(dropped)]
+        delta, threshold = _delta_and_threshold(kept, off_arm, on_arm, sigma_k, floor_pct)
+        rows.append(SensitivityRow(name, dropped, delta, threshold, point_decision(delta, threshold, direction)))
+    return rows
+
+
+def run_table(rows: Sequence[Mapping[str, object]]) -> pd.DataFrame:
+    """Build the run table with the expected columns and dtypes from plain rows."""
+    table = pd.DataFrame(list(rows), columns=list(RUN_COLUMNS))
+    table["failed"] = table["failed"].astype(bool)
+    table["samples"] = table["samples"].fillna(0).astype(int)
+    for column in ("value", "load1_mean", "load1_max"):
+        table[column] = pd.to_numeric(table[column], errors="coerce").astype(float)
+    return table

@@ -1,0 +1,434 @@
+"""Executes a series: preflight, preregistration, interleaved runs, retries, journal, resume.
+
+Every finished run is journaled (fsynced) before the next one starts, so a crash loses at most the run
+in flight, and `resume` re-runs only that one.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import fcntl
+import json
+import os
+import shutil
+import signal
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterator, Mapping, Sequence
+
+from gatekit import __version__, rules
+from gatekit.config import ArmSpec, GateConfig, load_gate
+from gatekit.driver import Driver, RunRequest, make_driver
+from gatekit.errors import PreflightError, ProvenanceError, SeriesError, SeriesInterrupted
+from gatekit.finding import Finding, SeriesEvidence, analyze, records_table, write_finding
+from gatekit.preflight import arm_input, run_checks
+from gatekit.prereg import (PREDECISION_FILE, DecisionSpec, predecision_document, read_predecision,
+                            write_predecision)
+from gatekit.provenance import (changed_artifacts, git_diff_stat, git_root, git_state, hash_artifacts,
+                                host_fingerprint, sha256_file, software_versions)
+from gatekit.records import CheckResult, RunRecord, WindowSummary
+from gatekit.sampler import LoadReader, WindowSampler, read_system_load, samples_csv
+from gatekit.schedule import Slot, plan, retry_slots
+from gatekit.storage import Journal, atomic_write_text
+
+JOURNAL_FILE = "journal.jsonl"
+DONE_FILE = "DONE"
+LOCK_FILE = ".gatekit.lock"
+RESULT_FILE = "result"
+
+Report = Callable[[str], None]
+
+
+@dataclass(frozen=True, slots=True)
+class SeriesResult:
+    series_dir: Path
+    finding: Finding
+    finding_paths: tuple[Path, ...]
+
+
+@dataclass(slots=True)
+class _State:
+    """What the journal says so far (rebuilt from it on resume and for offline analysis)."""
+
+    start: Mapping[str, Any]
+    records: dict[str, RunRecord] = field(default_factory=dict)
+    retries: list[Mapping[str, Any]] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+    end: Mapping[str, Any] | None = None
+
+
+def read_state(series_dir: Path) -> _State:
+    """Replay the journal; the latest run_end of a label wins (a label only re-runs after a cut-off)."""
+    state: _State | None = None
+    for event in Journal(series_dir / JOURNAL_FILE).events():
+        kind = event.get("event")
+        if kind == "series_start":
+            state = _State(start=event)
+        elif state is None:
+            raise SeriesError(f"{series_dir / JOURNAL_FILE}: does not begin with series_start")
+        elif kind == "run_end":
+            record = RunRecord.from_dict(event["record"])
+            state.records[record.label] = record
+        elif kind == "retry":
+            state.retries.append(event)
+        elif kind == "invalid":
+            state.problems.append(event["reason"])
+        elif kind == "series_end":
+            state.end = event
+    if state is None:
+        raise SeriesError(f"{series_dir / JOURNAL_FILE}: empty journal; the series never started")
+    return state
+
+
+def _now() -> dt.datetime:
+    return dt.datetime.now().astimezone()
+
+
+@contextmanager
+def runs_lock(runs_dir: Path) -> Iterator[None]:
+    """One series at a time per runs folder: two interleaved series would contaminate each other."""
+    runs_dir.mkdir(parents=True, exist_ok=True)
+    path = runs_dir / LOCK_FILE
+    handle = path.open("a+")
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        handle.seek(0)
+        holder = handle.read().strip() or "unknown"
+        handle.close()
+        raise SeriesError(f"{runs_dir}: another series is running here ({holder}); wait for it or use "
+                          "another `runs` folder") from None
+    handle.seek(0)
+    handle.truncate()
+    handle.write(f"pid {os.getpid()}")
+    handle.flush()
+    try:
+        yield
+    finally:
+        handle.close()
+
+
+@contextmanager
+def _interrupt_on_sigterm() -> Iterator[None]:
+    """Turn SIGTERM into KeyboardInterrupt so a stopped series is cleaned up and journaled like Ctrl-C."""
+    def raise_interrupt(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    try:
+        previous = signal.signal(signal.SIGTERM, raise_interrupt)
+    except ValueError:  # not the main thread: leave signals alone
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+class SeriesRunner:
+    """Runs one gate series. `load_reader_for(label)` lets tests inject the load a run window sees."""
+
+    def __init__(self, config: GateConfig, off: ArmSpec, on: ArmSpec, *, driver: Driver | None = None,
+                 report: Report = lambda text: None,
+                 load_reader_for: Callable[[str], LoadReader] | None = None) -> None:
+        self.config = config
+        self.off, self.on = off, on
+        self.driver = driver or make_driver(config.driver.name, config.driver.options, source=config.path,
+                                            base_dir=config.base_dir)
+        self.report = report
+        self.load_reader_for = load_reader_for or (lambda label: read_system_load)
+        self.spec = DecisionSpec.from_gate(config, off.name, on.name)
+
+    # -- entry points ----------------------------------------------------------------------------
+
+    def preflight(self) -> list[CheckResult]:
+        return run_checks(self.config, [self.off, self.on], self.driver)
+
+    def start(self) -> SeriesResult:
+        """Preflight, preregister, and run a new series."""
+        failed = [c for c in self.preflight() if not c.ok]
+        if failed:
+            raise PreflightError("preflight failed, nothing ran: " + "; ".join(f"{c.name}: {c.detail}" for c in failed))
+        runs_dir = self.config.gate.runs
+        with runs_lock(runs_dir):
+            started = _now()
+            series_id = f"{self.config.gate.id}-{started:%Y%m%d-%H%M%S}"
+            series_dir = runs_dir / series_id
+            suffix = 1
+            while series_dir.exists():
+                suffix += 1
+                series_dir = runs_dir / f"{series_id}-{suffix}"
+            series_dir.mkdir(parents=True)
+            schedule = plan(self.off.name, self.on.name, self.config.gate.n, self.config.gate.order,
+                            self.config.gate.seed)
+            journal = Journal(series_dir / JOURNAL_FILE)
+            self._preregister(series_dir, series_dir.name, started, schedule, journal)
+            return self._execute(series_dir, journal)
+
+    def resume(self, series_dir: Path) -> SeriesResult:
+        """Continue an interrupted series without redoing finished runs."""
+        if (series_dir / DONE_FILE).exists():
+            raise SeriesError(f"{series_dir}: this series is finished (DONE exists); start a new one")
+        state = read_state(series_dir)
+        start = state.start
+        verify_unchanged(series_dir, start, self.config)
+        with runs_lock(series_dir.parent):
+            self.report(f"resuming {series_dir.name}: {len(state.records)} run(s) already done")
+            return self._execute(series_dir, Journal(series_dir / JOURNAL_FILE))
+
+    # -- steps -----------------------------------------------------------------------------------
+
+    def _preregister(self, series_dir: Path, series_id: str, started: dt.datetime, schedule: list[Slot],
+                     journal: Journal) -> None:
+        config = self.config
+        artifacts = hash_artifacts(config.driver.hash)
+        driver_info = {"name": config.driver.name, "timeout_s": config.driver.timeout_s,
+                       "hash": [str(p) for p in config.driver.hash], "busy_pattern": config.driver.busy_pattern,
+                       **{k: v for k, v in config.driver.options.items() if k != "env"}}
+        text = predecision_document(
+            self.spec, series_id=series_id, created=started.isoformat(timespec="seconds"),
+            gate_path=config.path, gate_sha256=sha256_file(config.path), schedule=schedule,
+            arm_configs={self.off.name: self.off.config, self.on.name: self.on.config},
+            artifacts=artifacts, driver=driver_info)
+        predecision_sha = write_predecision(series_dir, text)
+        out_dir = config.gate.out
+        finding_id = _free_finding_id(out_dir, f"{config.gate.id}-{started:%Y-%m-%d}")
+        git_dir = config.base_dir
+        journal.append(
+            "series_start", series_id=series_id, finding_id=finding_id, date=f"{started:%Y-%m-%d}",
+            started=started.isoformat(timespec="seconds"), gate_path=str(config.path),
+            gate_sha256=sha256_file(config.path), predecision_sha256=predecision_sha,
+            off_arm=self.off.name, on_arm=self.on.name, out_dir=str(out_dir),
+            schedule=[s.to_dict() for s in schedule],
+            arms={a.name: {"config": str(a.config) if a.config else "", "args": list(a.args), "env": dict(a.env)}
+                  for a in (self.off, self.on)},
+            provenance_start={"artifacts": artifacts, "git": git_state(git_dir).to_dict(),
+                              "host": host_fingerprint(), "software": software_versions()},
+        )
+        self.report(f"preregistered {series_dir / PREDECISION_FILE} (sha256 {predecision_sha[:12]}…)")
+
+    def _execute(self, series_dir: Path, journal: Journal) -> SeriesResult:
+        state = read_state(series_dir)
+        slots = [Slot.from_dict(s) for s in state.start["schedule"]]
+        slots += [s for r in state.retries for s in
+                  retry_slots(self.off.name, self.on.name, r["round"], r["replaces"])]
+        start_artifacts = state.start["provenance_start"]["artifacts"]
+        series_began = time.monotonic()
+        durations: list[float] = []
+        with _interrupt_on_sigterm():
+            while True:
+                pending = [s for s in slots if s.label not in state.records]
+                for slot in pending:
+                    total = len(slots)
+                    index = slots.index(slot) + 1
+                    eta = (sum(durations) / len(durations)) * (total - index + 1) if durations else None
+                    self.report(f"[{index}/{total}] {slot.label} starting; elapsed "
+                                f"{time.monotonic() - series_began:.0f} s"
+                                + (f", about {eta:.0f} s left" if eta is not None else ""))
+                    before = hash_artifacts(self.config.driver.hash)
+                    changed = changed_artifacts(start_artifacts, before)
+                    if changed:
+                        return self._abort(series_dir, journal, state, changed)
+                    began = time.monotonic()
+                    record = self._run_slot(series_dir, journal, slot, order=len(state.records) + 1)
+                    durations.append(time.monotonic() - began)
+                    after = hash_artifacts(self.config.driver.hash)
+                    changed = changed_artifacts(start_artifacts, after)
+                    if changed:
+                        record = RunRecord.from_dict({**record.to_dict(), "artifacts_ok": False})
+                    journal.append("run_end", record=record.to_dict())
+                    state.records[record.label] = record
+                    self.report(_run_line(record, self.spec.primary))
+                    if changed:
+                        return self._abort(series_dir, journal, state, changed)
+                new = self._plan_retries(state)
+                if not new:
+                    break
+                for retry in new:
+                    journal.append("retry", **retry)
+                    state.retries.append(retry)
+                    slots += retry_slots(self.off.name, self.on.name, retry["round"], retry["replaces"])
+                    self.report(f"retrying pair r{retry['replaces']} as r{retry['round']}: {retry['reason']}")
+        return self._finish(series_dir, journal, state)
+
+    def _plan_retries(self, state: _State) -> list[dict[str, Any]]:
+        """Pairs with a failed or contaminated run get a re-run pair, at most max_retries per original pair."""
+        replaced = {r["replaces"]: r["reason"] for r in state.retries}
+        retry_of = {r["round"]: r["replaces"] for r in state.retries}
+        table = rules.classify(records_table(list(state.records.values()), self.spec.primary),
+                               self.spec.rules, replaced)
+        next_round = max(r.pair for r in state.records.values()) + 1
+        retries = []
+        for round_, reason in sorted(rules.rounds_needing_retry(table, replaced).items()):
+            root = rules.lineage_root(round_, retry_of)
+            used = sum(1 for r in state.retries if rules.lineage_root(r["replaces"], retry_of) == root)
+            if used >= self.spec.rules.max_retries:
+                continue
+            retries.append({"round": next_round, "replaces": round_,
+                            "reason": f"pair r{round_} {reason} as r{next_round}"})
+            next_round += 1
+        return retries
+
+    def _run_slot(self, series_dir: Path, journal: Journal, slot: Slot, *, order: int) -> RunRecord:
+        run_dir = series_dir / slot.label
+        if run_dir.exists():  # cut off mid-way earlier: keep its files, run it again
+            attempt = 1
+            while (series_dir / f"{slot.label}.cut-{attempt}").exists():
+                attempt += 1
+            run_dir.rename(series_dir / f"{slot.label}.cut-{attempt}")
+        run_dir.mkdir()
+        arm = self.off if slot.arm == self.off.name else self.on
+        request = RunRequest(arm=arm_input(arm), label=slot.label, run_dir=run_dir,
+                             result_path=run_dir / RESULT_FILE, timeout_s=self.config.driver.timeout_s,
+                             stdout_path=run_dir / "stdout.log", stderr_path=run_dir / "stderr.log")
+        started_at = _now().isoformat(timespec="seconds")
+        journal.append("run_start", label=slot.label, order=order, started_at=started_at)
+        sampler = WindowSampler(self.config.rules.sample_interval_s, read=self.load_reader_for(slot.label))
+        try:
+            with sampler:
+                outcome = self.driver.run(request)
+        except KeyboardInterrupt:
+            journal.append("interrupted", label=slot.label)
+            atomic_write_text(run_dir / "samples.csv", samples_csv(sampler.samples))
+            raise SeriesInterrupted(f"interrupted during {slot.label}; resume with: gate run --resume "
+                                    f"{series_dir}") from None
+        atomic_write_text(run_dir / "samples.csv", samples_csv(sampler.samples))
+        record = RunRecord(order=order, arm=slot.arm, label=slot.label, pair=slot.round, outcome=outcome,
+                           window=WindowSummary.of(sampler.samples), retry_of=slot.retry_of,
+                           started_at=started_at)
+        atomic_write_text(run_dir / "record.json", json.dumps(record.to_dict(), indent=2, allow_nan=False))
+        return record
+
+    def _abort(self, series_dir: Path, journal: Journal, state: _State, changed: list[str]) -> SeriesResult:
+        for message in changed:
+            journal.append("invalid", reason=message)
+            state.problems.append(message)
+            self.report(f"INVALID: {message}")
+        return self._finish(series_dir, journal, state)
+
+    def _finish(self, series_dir: Path, journal: Journal, state: _State) -> SeriesResult:
+        start = state.start
+        git_dir = self.config.base_dir
+        end_git = git_state(git_dir).to_dict()
+        provenance_end = {"artifacts": hash_artifacts(self.config.driver.hash), "git": end_git}
+        journal.append("series_end", provenance_end=provenance_end,
+                       finished=_now().isoformat(timespec="seconds"))
+        # Analyse from the journal on disk, exactly as `gate analyze` will, so both always agree.
+        finding = analyze(evidence_from_state(series_dir, read_state(series_dir)))
+        paths = write_finding(finding, Path(start["out_dir"]))
+        atomic_write_text(series_dir / DONE_FILE, f"{finding.decision}\n{paths[0]}\n")
+        return SeriesResult(series_dir, finding, paths)
+
+
+def _run_line(record: RunRecord, primary: str) -> str:
+    if record.failed:
+        return f"      {record.label} FAILED: {record.outcome.error} (see {record.label}/stderr.log)"
+    value = record.outcome.metrics.get(primary, record.outcome.process_wallclock_s)
+    return (f"      {record.label} {primary} = {value:.4f}, wallclock {record.outcome.process_wallclock_s:.2f} s, "
+            f"load1 mean {record.window.load1_mean or 0:.2f} over {record.window.samples} samples")
+
+
+def _free_finding_id(out_dir: Path, base: str) -> str:
+    candidate, k = base, 1
+    while (out_dir / f"{candidate}.toml").exists():
+        k += 1
+        candidate = f"{base}-{k}"
+    return candidate
+
+
+def verify_unchanged(series_dir: Path, start: Mapping[str, Any], config: GateConfig) -> dict[str, Any]:
+    """Refuse to continue or analyse a series whose predecision, gate file or arm configs changed."""
+    predecision = read_predecision(series_dir, start["predecision_sha256"])
+    gate_path = Path(start["gate_path"])
+    if gate_path != config.path:
+        raise SeriesError(f"{series_dir}: was started with gate file {gate_path}, not {config.path}")
+    current = sha256_file(config.path)
+    if current != start["gate_sha256"]:
+        raise SeriesError(f"{config.path}: changed since the series started (sha256 {start['gate_sha256']} -> "
+                          f"{current}); restore it or start a new series")
+    for arm, info in predecision["arm_configs"].items():
+        path = info.get("path")
+        if path:
+            now = sha256_file(Path(path)) if Path(path).is_file() else "missing"
+            if now != info["sha256"]:
+                raise SeriesError(f"{path}: arm config of '{arm}' changed since the series started (sha256 "
+                                  f"{info['sha256']} -> {now}); restore it or start a new series")
+    return predecision
+
+
+def evidence_from_state(series_dir: Path, state: _State) -> SeriesEvidence:
+    """Everything analysis needs, from the journal and the verified predecision file alone."""
+    start = state.start
+    predecision = read_predecision(series_dir, start["predecision_sha256"])
+    spec = DecisionSpec.from_dict(predecision["decision"])
+    base = git_root(Path(start["gate_path"]).parent) or Path(start["gate_path"]).parent
+    provenance: dict[str, Any] = {
+        "artifacts": {"start": _relative_keys(start["provenance_start"]["artifacts"], base)},
+        "git": {"start": start["provenance_start"]["git"]},
+        "host": start["provenance_start"]["host"],
+        "software": start["provenance_start"]["software"],
+    }
+    warnings: list[str] = []
+    problems = list(state.problems)
+    if state.end is not None:
+        end = state.end["provenance_end"]
+        provenance["artifacts"]["end"] = _relative_keys(end["artifacts"], base)
+        provenance["git"]["end"] = end["git"]
+        problems += [m for m in changed_artifacts(start["provenance_start"]["artifacts"], end["artifacts"])
+                     if m not in problems]
+        rev_start, rev_end = start["provenance_start"]["git"].get("rev"), end["git"].get("rev")
+        if rev_start and rev_end and rev_start != rev_end:
+            diff = git_diff_stat(Path(start["gate_path"]).parent, rev_start, rev_end)
+            provenance["git"]["moved"] = True
+            provenance["git"]["diff_stat"] = diff
+            warnings.append(f"git HEAD moved during the series ({rev_start[:12]} -> {rev_end[:12]}); "
+                            f"files touched: {diff.strip().splitlines()[-1] if diff.strip() else 'unknown'}")
+    replaced = {r["replaces"]: r["reason"] for r in state.retries}
+    records = tuple(sorted(state.records.values(), key=lambda r: r.order))
+    config_paths = [_display(Path(a["config"]), base) for a in start["arms"].values() if a["config"]]
+    return SeriesEvidence(
+        series_id=start["series_id"], finding_id=start["finding_id"], spec=spec, records=records,
+        replaced=replaced, date=start["date"],
+        predecision_path=_display(series_dir / PREDECISION_FILE, base),
+        predecision_sha256=start["predecision_sha256"], provenance=provenance,
+        invalid_reasons=tuple(problems), warnings=tuple(warnings), config_paths=tuple(config_paths),
+        related_runs=tuple(_display(series_dir / r.label, base) for r in records),
+    )
+
+
+def _display(path: Path, base: Path) -> str:
+    """Paths in findings are relative to the repository (or gate folder), so they read the same anywhere."""
+    try:
+        return str(path.resolve().relative_to(base.resolve()))
+    except ValueError:
+        return str(path)
+
+
+def _relative_keys(hashes: Mapping[str, str], base: Path) -> dict[str, str]:
+    return {_display(Path(p), base): h for p, h in hashes.items()}
+
+
+def analyze_series(series_dir: Path) -> Finding:
+    """Recompute a series' finding offline, after verifying its predecision hash."""
+    return analyze(evidence_from_state(series_dir, read_state(series_dir)))
+
+
+def load_series_gate(series_dir: Path, gate_path: Path | None) -> GateConfig:
+    """The gate file a series was started with (or the one given, which must be the same file)."""
+    start = read_state(series_dir).start
+    return load_gate(gate_path or Path(start["gate_path"]))
+
+
+def arms_of_series(series_dir: Path, config: GateConfig) -> tuple[ArmSpec, ArmSpec]:
+    start = read_state(series_dir).start
+    arms = []
+    for name in (start["off_arm"], start["on_arm"]):
+        if name in config.arms:
+            arms.append(config.arms[name])
+        else:
+            info = start["arms"][name]
+            arms.append(ArmSpec(name=name, config=Path(info["config"]) if info["config"] else None,
+                                args=tuple(info["args"]), env=info["env"]))
+    return arms[0], arms[1]

@@ -1,0 +1,78 @@
+"""The only places that touch disk for records: atomic writes and the fsynced append-only journal."""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any, Iterator, Mapping
+
+from gatekit.errors import GatekitError, SeriesError
+
+
+def atomic_write_bytes(path: Path, data: bytes) -> None:
+    """Write to a temp file in the same folder, fsync, rename: readers see the old or the new file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    _fsync_dir(path.parent)
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def _fsync_dir(folder: Path) -> None:
+    # The rename itself is durable only once the directory entry is flushed.
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_output(path: Path, text: str, what: str) -> None:
+    """Atomically write a user-facing output file, turning an OS failure into a clear error."""
+    try:
+        atomic_write_text(path, text)
+    except OSError as exc:
+        raise GatekitError(f"{path}: cannot write the {what}: {exc.strerror or exc}") from None
+
+
+class Journal:
+    """`journal.jsonl`: one JSON event a line, flushed and fsynced before the call returns."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def append(self, event: str, **fields: Any) -> None:
+        line = json.dumps({"event": event, **fields}, sort_keys=True, allow_nan=False)
+        with self.path.open("a", encoding="utf-8") as handle:
+            handle.write(line + "\n")
+            handle.flush()
+            os.fsync(handle.fileno())
+
+    def events(self) -> Iterator[Mapping[str, Any]]:
+        """Every complete event; a torn last line (killed mid-write) is ignored, anything else is an error."""
+        try:
+            lines = self.path.read_text(encoding="utf-8").split("\n")
+        except FileNotFoundError:
+            raise SeriesError(f"{self.path}: no journal here; is this a series directory?") from None
+        for number, line in enumerate(lines, 1):
+            if not line.strip():
+                continue
+            try:
+                yield json.loads(line)
+            except json.JSONDecodeError:
+                if number == len(lines):  # the last line lacks its newline: a write was cut off
+                    return
+                raise SeriesError(f"{self.path}: line {number} is not a JSON event; the journal is damaged") from None
