@@ -25,14 +25,19 @@ steady-state loop counts toward ``train_elapsed_s`` / ``ms_per_iter``.
 synthetic samples / all pixels), evaluated after the timed loop.
 
 BLAS threads: when run as a script, OpenBLAS/OMP/MKL are pinned to ONE thread
-(unless the caller already set the variables). Measured on the 2-core noisy
-dev box with the demo config (image-fit, batch 256, hidden 128, 4 layers,
-float32), both arms, 4 alternating runs each: 1 thread gave a train loop of
-1.64-1.84 s, 2 threads 1.82-2.37 s -- slower and with ~3x the spread, because
-these matmuls are too small to amortise the thread hand-off and the second
-core is shared with whatever else the box is doing. Variance is what decides
-a gate, so one thread it is. Importing the module does not touch the
-environment.
+unless the caller already set the variables (importing the module leaves the
+environment alone). Measured on the 2-core KVM dev box, 4 alternating runs
+per setting, train-loop seconds:
+  demo config (image-fit, batch 32, hidden 64, 8 layers):
+    1 thread  host 2.69-2.83, resident 1.87-1.94
+    2 threads host 2.67-2.88, resident 1.83-1.95   (no difference: 32x64
+    matmuls are below OpenBLAS's threading threshold)
+  mnist-mlp, batch 64: 1 thread 1.50-1.53, 2 threads 1.42-1.47
+  image-fit, batch 512, hidden 256: 1 thread 5.54-5.83 (CV 2.6 %),
+    2 threads 3.87-4.27 (CV 4.1 %)
+Two threads only pay off for big matmuls and then with ~1.6x the run-to-run
+spread, because the second core is shared with the gate and whatever else
+runs on the box. A gate decides on spread, so the default is one thread.
 """
 
 from __future__ import annotations
@@ -385,6 +390,7 @@ def mse(pred: np.ndarray, target: np.ndarray) -> tuple[float, np.ndarray]:
 
 
 def percentile(xs: np.ndarray, q: float) -> float:
+    """q-th percentile as a plain float (JSON-serialisable)."""
     return float(np.percentile(xs, q))
 
 
@@ -434,6 +440,7 @@ def train(cfg: dict[str, Any]) -> dict[str, Any]:
     final_loss, _ = loss_fn(pred, ys)
     metrics: dict[str, Any] = {"train_elapsed_s": elapsed, "final_loss": final_loss}
     if cfg["problem"] == "image-fit":
+        # PSNR of the displayable image: clip to [0, 1] as a viewer would, in float64.
         err = np.clip(pred.astype(np.float64), 0.0, 1.0) - ys.astype(np.float64)
         metrics["psnr_db"] = float(10.0 * math.log10(1.0 / max(np.mean(err * err), 1e-12)))
     metrics["step_ms_median"] = percentile(ms, 50)

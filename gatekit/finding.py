@@ -39,7 +39,7 @@ class SeriesEvidence:
     finding_id: str
     spec: DecisionSpec
     records: tuple[RunRecord, ...]
-    replaced: Mapping[int, str] = field(default_factory=dict)
+    replaced: Mapping[int, rules.Replacement] = field(default_factory=dict)
     date: str = ""
     predecision_path: str = ""
     predecision_sha256: str = ""

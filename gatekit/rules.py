@@ -36,10 +36,34 @@ def deviation_z(table: pd.DataFrame, in_play: pd.Series, sigma_ref: str) -> pd.S
     return z
 
 
-def classify(table: pd.DataFrame, rules: RulesSpec, replaced: Mapping[int, str]) -> pd.DataFrame:
+@dataclass(frozen=True, slots=True)
+class Replacement:
+    """Why a round's pair was re-run: the reason, and each flagged run's finding at that moment."""
+
+    reason: str
+    flagged: Mapping[str, Mapping[str, object]]  # label -> {contaminated, z, detail}
+
+    def to_dict(self) -> dict[str, object]:
+        return {"reason": self.reason, "flagged": {k: dict(v) for k, v in self.flagged.items()}}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, object]) -> Replacement:
+        return cls(str(data["reason"]), dict(data.get("flagged", {})))  # type: ignore[arg-type]
+
+
+def _problem(row: object, rules: RulesSpec) -> str:
+    if row.failed:  # type: ignore[attr-defined]
+        return f"failed: {row.error}"  # type: ignore[attr-defined]
+    stat = getattr(row, f"load1_{rules.load_stat}")
+    return (f"contaminated: load1 {rules.load_stat} {stat:.2f} and "
+            f"{row.z:.2f}σ > {rules.sigma_k:g}σ")  # type: ignore[attr-defined]
+
+
+def classify(table: pd.DataFrame, rules: RulesSpec, replaced: Mapping[int, Replacement]) -> pd.DataFrame:
     """Mark each run used or not, and why.
 
-    `replaced` maps a round to the reason its pair was re-run; those runs stay in the record, unused.
+    `replaced` maps a round to why its pair was re-run; those runs stay in the record, unused, with the
+    contamination finding they had when the retry was decided.
     A failed run, or a run with load evidence AND |z| > sigma_k, takes its whole pair out.
     """
     out = table.copy()
@@ -50,17 +74,22 @@ def classify(table: pd.DataFrame, rules: RulesSpec, replaced: Mapping[int, str])
     out["z"] = deviation_z(out, in_play, rules.sigma_ref)
     out["deviant"] = out["z"] > rules.sigma_k
     out["contaminated"] = in_play & out["load_evidence"] & out["deviant"]
+    for index, row in out[out["replaced"]].iterrows():
+        flagged = replaced[row["pair"]].flagged.get(row["label"])
+        if flagged:
+            out.loc[index, "z"] = float(flagged.get("z", 0.0))  # type: ignore[arg-type]
+            out.loc[index, "contaminated"] = bool(flagged.get("contaminated", False))
+    out["deviant"] = out["z"] > rules.sigma_k
 
     bad_rounds = set(out.loc[out["failed"] | out["contaminated"], "pair"]) - set(replaced)
     reasons = []
     for row in out.itertuples():
         if row.replaced:
-            reasons.append(replaced[row.pair])
-        elif row.failed:
-            reasons.append(f"failed: {row.error}")
-        elif row.contaminated:
-            stat = getattr(row, f"load1_{rules.load_stat}")
-            reasons.append(f"contaminated: load1 {rules.load_stat} {stat:.2f} and {row.z:.2f}σ > {rules.sigma_k:g}σ")
+            flagged = replaced[row.pair].flagged.get(row.label)
+            detail = str(flagged["detail"]) if flagged else "pair partner failed or contaminated"
+            reasons.append(f"{detail}; {replaced[row.pair].reason}")
+        elif row.failed or row.contaminated:
+            reasons.append(_problem(row, rules))
         elif row.pair in bad_rounds:
             reasons.append("pair partner failed or contaminated")
         elif row.missing_window:
@@ -72,15 +101,13 @@ def classify(table: pd.DataFrame, rules: RulesSpec, replaced: Mapping[int, str])
     return out
 
 
-def rounds_needing_retry(classified: pd.DataFrame, replaced: Mapping[int, str]) -> dict[int, str]:
-    """Rounds whose pair must be re-run (a failed or contaminated run), with the reason."""
+def rounds_needing_retry(classified: pd.DataFrame, rules: RulesSpec) -> dict[int, dict[str, Mapping[str, object]]]:
+    """Rounds whose pair must be re-run (a failed or contaminated run), with what flagged each run."""
     problems = classified[~classified["replaced"] & (classified["failed"] | classified["contaminated"])]
-    needed: dict[int, str] = {}
+    needed: dict[int, dict[str, Mapping[str, object]]] = {}
     for row in problems.itertuples():
-        if row.pair in replaced or row.pair in needed:
-            continue
-        why = "failed" if row.failed else "contaminated"
-        needed[int(row.pair)] = f"{why} ({row.label}); pair re-run"
+        needed.setdefault(int(row.pair), {})[row.label] = {
+            "contaminated": bool(row.contaminated), "z": float(row.z), "detail": _problem(row, rules)}
     return needed
 
 

@@ -82,6 +82,11 @@ def read_state(series_dir: Path) -> _State:
     return state
 
 
+def replacements(retries: Sequence[Mapping[str, Any]]) -> dict[int, rules.Replacement]:
+    """Journaled retry events as {replaced round: Replacement}."""
+    return {r["replaces"]: rules.Replacement.from_dict(r) for r in retries}
+
+
 def _now() -> dt.datetime:
     return dt.datetime.now().astimezone()
 
@@ -250,24 +255,25 @@ class SeriesRunner:
                     journal.append("retry", **retry)
                     state.retries.append(retry)
                     slots += retry_slots(self.off.name, self.on.name, retry["round"], retry["replaces"])
-                    self.report(f"retrying pair r{retry['replaces']} as r{retry['round']}: {retry['reason']}")
+                    why = "; ".join(f"{label} {info['detail']}" for label, info in retry["flagged"].items())
+                    self.report(f"retrying pair r{retry['replaces']} as r{retry['round']}: {why}")
         return self._finish(series_dir, journal, state)
 
     def _plan_retries(self, state: _State) -> list[dict[str, Any]]:
         """Pairs with a failed or contaminated run get a re-run pair, at most max_retries per original pair."""
-        replaced = {r["replaces"]: r["reason"] for r in state.retries}
+        replaced = replacements(state.retries)
         retry_of = {r["round"]: r["replaces"] for r in state.retries}
         table = rules.classify(records_table(list(state.records.values()), self.spec.primary),
                                self.spec.rules, replaced)
         next_round = max(r.pair for r in state.records.values()) + 1
         retries = []
-        for round_, reason in sorted(rules.rounds_needing_retry(table, replaced).items()):
+        for round_, flagged in sorted(rules.rounds_needing_retry(table, self.spec.rules).items()):
             root = rules.lineage_root(round_, retry_of)
             used = sum(1 for r in state.retries if rules.lineage_root(r["replaces"], retry_of) == root)
             if used >= self.spec.rules.max_retries:
                 continue
-            retries.append({"round": next_round, "replaces": round_,
-                            "reason": f"pair r{round_} {reason} as r{next_round}"})
+            retries.append({"round": next_round, "replaces": round_, "flagged": flagged,
+                            "reason": f"pair re-run as r{next_round}"})
             next_round += 1
         return retries
 
@@ -385,7 +391,7 @@ def evidence_from_state(series_dir: Path, state: _State) -> SeriesEvidence:
             provenance["git"]["diff_stat"] = diff
             warnings.append(f"git HEAD moved during the series ({rev_start[:12]} -> {rev_end[:12]}); "
                             f"files touched: {diff.strip().splitlines()[-1] if diff.strip() else 'unknown'}")
-    replaced = {r["replaces"]: r["reason"] for r in state.retries}
+    replaced = replacements(state.retries)
     records = tuple(sorted(state.records.values(), key=lambda r: r.order))
     config_paths = [_display(Path(a["config"]), base) for a in start["arms"].values() if a["config"]]
     return SeriesEvidence(

@@ -1,0 +1,117 @@
+"""Bad input: exit 2, one line naming the file and the key, and no trainer started."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from gatekit.config import load_gate
+from gatekit.errors import ConfigError
+from tests.conftest import gate_cli
+
+
+def one_error_line(stderr: str) -> str:
+    lines = [line for line in stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, stderr
+    assert lines[0].startswith("gate: error: ")
+    return lines[0]
+
+
+@pytest.mark.parametrize("command", ["run", "check"])
+def test_missing_arm_config_exits_2_before_any_trainer(gate_dir, command: str) -> None:
+    g = gate_dir()
+    (g.root / "on.toml").unlink()
+    done = gate_cli(command, "off", "on", cwd=g.root)
+    assert done.returncode == 2
+    if command == "check":
+        assert "FAIL  arm config on" in done.stdout and "on.toml: file not found" in done.stdout
+    else:
+        line = one_error_line(done.stderr)
+        assert "on.toml: file not found (arms.on.config)" in line
+    assert g.order() == [] and g.series_dirs() == []
+
+
+def test_malformed_gate_toml_names_file_and_line(gate_dir) -> None:
+    g = gate_dir()
+    g.gate.write_text(g.gate.read_text().replace('n = 3', 'n = = 3'))
+    done = gate_cli("run", "off", "on", cwd=g.root)
+    assert done.returncode == 2
+    line = one_error_line(done.stderr)
+    assert str(g.gate) in line and "malformed TOML" in line and "line" in line
+    assert g.order() == []
+
+
+def test_unknown_key_is_named(gate_dir) -> None:
+    g = gate_dir()
+    g.gate.write_text(g.gate.read_text().replace("[rules]", "[rules]\nload_stats = \"max\""))
+    done = gate_cli("run", "off", "on", cwd=g.root)
+    assert done.returncode == 2
+    line = one_error_line(done.stderr)
+    assert f"{g.gate}: rules.load_stats: unknown key" in line
+    assert g.order() == []
+
+
+def test_malformed_arm_config_fails_preflight(gate_dir) -> None:
+    g = gate_dir()
+    (g.root / "off.toml").write_text("flags = {optimizer = \n")
+    done = gate_cli("run", "off", "on", cwd=g.root)
+    assert done.returncode == 2
+    line = one_error_line(done.stderr)
+    assert "off.toml: malformed TOML" in line
+    assert g.order() == []
+
+
+def test_unknown_arm_name_lists_the_known_ones(gate_dir) -> None:
+    g = gate_dir()
+    done = gate_cli("run", "off", "of", cwd=g.root)
+    assert done.returncode == 2
+    assert "no arm named 'of' (the gate file defines: off, on)" in one_error_line(done.stderr)
+
+
+def test_missing_gate_file(tmp_path: Path) -> None:
+    done = gate_cli("check", cwd=tmp_path)
+    assert done.returncode == 2
+    assert f"{tmp_path / 'gate.toml'}: file not found" in one_error_line(done.stderr)
+
+
+def test_unknown_driver_lists_installed(gate_dir) -> None:
+    g = gate_dir(driver={"name": "nope"})
+    done = gate_cli("check", cwd=g.root)
+    assert done.returncode == 2
+    assert "driver.name: no driver named 'nope' is installed (installed: command" in one_error_line(done.stderr)
+
+
+@pytest.mark.parametrize("section, key, value, problem", [
+    ("gate", "order", "zigzag", "must be one of abab, abba, random"),
+    ("gate", "n", 0, "must be at least 1"),
+    ("gate", "direction", "up", "must be one of lower, higher"),
+    ("rules", "load_stat", "median", "must be one of max, mean"),
+    ("rules", "sigma_ref", "pooled", "must be one of arm, leave_one_out"),
+    ("rules", "sample_interval_s", -1.0, "must be positive"),
+    ("threshold", "floor_pct", "1%", "must be a number"),
+    ("rules", "require_window_samples", 1, "must be a bool"),
+])
+def test_bad_values_name_the_key(gate_dir, section: str, key: str, value: object, problem: str) -> None:
+    g = gate_dir(**{section: {key: value}})
+    with pytest.raises(ConfigError) as caught:
+        load_gate(g.gate)
+    assert f"{g.gate}: {section}.{key}: {problem}" in str(caught.value)
+
+
+def test_unknown_placeholder_and_driver_key(gate_dir) -> None:
+    g = gate_dir(driver={"argv": ["{python}", "fake_trainer.py", "{arm_cfg}"]})
+    done = gate_cli("check", cwd=g.root)
+    assert done.returncode == 2 and "unknown placeholder '{arm_cfg}'" in one_error_line(done.stderr)
+    g = gate_dir(driver={"argvs": ["x"]})
+    done = gate_cli("check", cwd=g.root)
+    assert done.returncode == 2 and "driver.argvs: unknown key" in one_error_line(done.stderr)
+
+
+def test_paths_resolve_relative_to_the_gate_file(gate_dir, tmp_path: Path) -> None:
+    g = gate_dir()
+    config = load_gate(g.gate)
+    assert config.arms["off"].config == g.root / "off.toml"
+    assert config.driver.hash == (g.root / "fake_trainer.py",)
+    done = gate_cli("check", "--gate", str(g.gate), cwd=tmp_path)  # run from elsewhere
+    assert done.returncode == 0, done.stdout + done.stderr

@@ -1,0 +1,63 @@
+"""The seed finding's §6 gate, recomputed by `gate analyze` from a CSV.
+
+The seed's table prints runs to 3 decimals but its means (124.5549 / 122.7680) and Δ (−1.4347 %) come
+from the unrounded values. `seed_s6.csv` holds values that round to the printed runs AND reproduce the
+printed means, so it stands for the real series; `seed_s6_rounded.csv` is the printed table itself.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.conftest import FIXTURES, gate_cli
+
+
+def analyze(csv_name: str) -> dict:
+    done = gate_cli("analyze", str(FIXTURES / csv_name), "--gate", str(FIXTURES / "seed_gate.toml"), "--json",
+                    cwd=FIXTURES)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+def test_seed_section_6_is_adopted_with_the_published_numbers() -> None:
+    finding = analyze("seed_s6.csv")
+    s = finding["stats"]
+    assert round(s["delta_pct"], 4) == -1.4347
+    assert round(s["sigma_off_pct"], 4) == 0.4541
+    assert round(s["sigma_on_pct"], 4) == 0.8637
+    assert round(s["mean_off"], 4) == 124.5549  # the seed prints 124.5549 and 122.7680
+    assert round(s["mean_on"], 4) == 122.7680
+    assert s["threshold_pct"] == 1.0
+    assert s["pairs_consistent"] == "3/3"
+    assert round(finding["guards"]["psnr_db"]["delta"], 3) == 0.053
+    assert finding["guards"]["psnr_db"]["pass"] is True
+    assert finding["verdict"]["decision"] == "adopted"
+
+
+def test_seed_rounded_table_gives_the_hand_computed_delta() -> None:
+    s = analyze("seed_s6_rounded.csv")["stats"]
+    assert s["delta_pct"] == pytest.approx(-1.43498, abs=1e-5)  # see tests/test_stats.py for the arithmetic
+
+
+def test_seed_exclusion_sensitivity_matches_the_seed_callout() -> None:
+    rows = {tuple(r["dropped"]): r for r in analyze("seed_s6.csv")["sensitivity"]}
+    # seed §6: off-r1 dropped → Δ −1.221 %; pair r1 dropped → Δ −1.712 %; both still pass 1.0 %
+    assert round(rows[("off-r1",)]["delta_pct"], 3) == -1.221
+    assert round(rows[("off-r1", "on-r1")]["delta_pct"], 3) == -1.712
+    assert all(r["decision"] == "adopted" for r in rows.values())
+
+
+def test_seed_rule_ii_cannot_fire_and_says_so() -> None:
+    finding = analyze("seed_s6.csv")
+    assert finding["rules"]["max_attainable_z"] == pytest.approx(1.1547, abs=1e-4)
+    assert finding["rules"]["rule_ii_reachable"] is False
+    assert any("rule (ii) cannot fire" in w for w in finding["verdict"]["warnings"])
+    # the seed's own numbers: off-r1 0.95σ, on-r1 1.15σ; no run is contaminated
+    z = {r["label"]: r["z"] for r in finding["runs"]}
+    assert round(z["off-r1"], 2) == 0.95 and round(z["on-r1"], 2) == 1.15
+    assert not any(r["contaminated"] for r in finding["runs"])
+    # load evidence (i) by window mean: off-r1 3.99 > 1.5 × median 1.575
+    evidence = {r["label"] for r in finding["runs"] if r["load_evidence"]}
+    assert evidence == {"off-r1", "on-r2"}
