@@ -217,7 +217,7 @@ def analyze(evidence: SeriesEvidence) -> Finding:
     delta = stats.delta_pct(mean_off, mean_on) if off and on else math.nan
     threshold = stats.threshold_pct(sigma_off_pct, spec.threshold.sigma_k, spec.threshold.floor_pct)
     pairs = []
-    for pair, rows in used.groupby("pair"):
+    for _, rows in used.groupby("pair"):
         values = dict(zip(rows["arm"], rows["value"]))
         if off_arm in values and on_arm in values:
             pairs.append((values[off_arm], values[on_arm]))

@@ -10,7 +10,6 @@ import datetime as dt
 import fcntl
 import json
 import os
-import shutil
 import signal
 import time
 from contextlib import contextmanager
@@ -18,10 +17,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
-from gatekit import __version__, rules
+from gatekit import rules
 from gatekit.config import ArmSpec, GateConfig, load_gate
 from gatekit.driver import Driver, RunRequest, make_driver
-from gatekit.errors import PreflightError, ProvenanceError, SeriesError, SeriesInterrupted
+from gatekit.errors import PreflightError, SeriesError, SeriesInterrupted
 from gatekit.finding import Finding, SeriesEvidence, analyze, records_table, write_finding
 from gatekit.preflight import arm_input, run_checks
 from gatekit.prereg import (PREDECISION_FILE, DecisionSpec, predecision_document, read_predecision,
@@ -219,44 +218,51 @@ class SeriesRunner:
         slots = [Slot.from_dict(s) for s in state.start["schedule"]]
         slots += [s for r in state.retries for s in
                   retry_slots(self.off.name, self.on.name, r["round"], r["replaces"])]
+        with _interrupt_on_sigterm():
+            try:
+                return self._run_pending(series_dir, journal, state, slots)
+            except KeyboardInterrupt:  # between runs (a run in flight raises SeriesInterrupted itself)
+                journal.append("interrupted", label="")
+                raise SeriesInterrupted(f"interrupted; resume with: gate run --resume {series_dir}") from None
+
+    def _run_pending(self, series_dir: Path, journal: Journal, state: _State, slots: list[Slot]) -> SeriesResult:
         start_artifacts = state.start["provenance_start"]["artifacts"]
         series_began = time.monotonic()
         durations: list[float] = []
-        with _interrupt_on_sigterm():
-            while True:
-                pending = [s for s in slots if s.label not in state.records]
-                for slot in pending:
-                    total = len(slots)
-                    index = slots.index(slot) + 1
-                    eta = (sum(durations) / len(durations)) * (total - index + 1) if durations else None
-                    self.report(f"[{index}/{total}] {slot.label} starting; elapsed "
-                                f"{time.monotonic() - series_began:.0f} s"
-                                + (f", about {eta:.0f} s left" if eta is not None else ""))
-                    before = hash_artifacts(self.config.driver.hash)
-                    changed = changed_artifacts(start_artifacts, before)
-                    if changed:
-                        return self._abort(series_dir, journal, state, changed)
-                    began = time.monotonic()
-                    record = self._run_slot(series_dir, journal, slot, order=len(state.records) + 1)
-                    durations.append(time.monotonic() - began)
-                    after = hash_artifacts(self.config.driver.hash)
-                    changed = changed_artifacts(start_artifacts, after)
-                    if changed:
-                        record = RunRecord.from_dict({**record.to_dict(), "artifacts_ok": False})
-                    journal.append("run_end", record=record.to_dict())
-                    state.records[record.label] = record
-                    self.report(_run_line(record, self.spec.primary))
-                    if changed:
-                        return self._abort(series_dir, journal, state, changed)
-                new = self._plan_retries(state)
-                if not new:
-                    break
-                for retry in new:
-                    journal.append("retry", **retry)
-                    state.retries.append(retry)
-                    slots += retry_slots(self.off.name, self.on.name, retry["round"], retry["replaces"])
-                    why = "; ".join(f"{label} {info['detail']}" for label, info in retry["flagged"].items())
-                    self.report(f"retrying pair r{retry['replaces']} as r{retry['round']}: {why}")
+        while True:
+            pending = [s for s in slots if s.label not in state.records]
+            for slot in pending:
+                total = len(slots)
+                index = slots.index(slot) + 1
+                eta = (sum(durations) / len(durations)) * (total - index + 1) if durations else None
+                self.report(f"[{index}/{total}] {slot.label} starting; elapsed "
+                            f"{time.monotonic() - series_began:.0f} s"
+                            + (f", about {eta:.0f} s left" if eta is not None else ""))
+                before = hash_artifacts(self.config.driver.hash)
+                changed = changed_artifacts(start_artifacts, before)
+                if changed:
+                    return self._abort(series_dir, journal, state, changed)
+                began = time.monotonic()
+                record = self._run_slot(series_dir, journal, slot, order=len(state.records) + 1)
+                durations.append(time.monotonic() - began)
+                after = hash_artifacts(self.config.driver.hash)
+                changed = changed_artifacts(start_artifacts, after)
+                if changed:
+                    record = RunRecord.from_dict({**record.to_dict(), "artifacts_ok": False})
+                journal.append("run_end", record=record.to_dict())
+                state.records[record.label] = record
+                self.report(_run_line(record, self.spec.primary))
+                if changed:
+                    return self._abort(series_dir, journal, state, changed)
+            new = self._plan_retries(state)
+            if not new:
+                break
+            for retry in new:
+                journal.append("retry", **retry)
+                state.retries.append(retry)
+                slots += retry_slots(self.off.name, self.on.name, retry["round"], retry["replaces"])
+                why = "; ".join(f"{label} {info['detail']}" for label, info in retry["flagged"].items())
+                self.report(f"retrying pair r{retry['replaces']} as r{retry['round']}: {why}")
         return self._finish(series_dir, journal, state)
 
     def _plan_retries(self, state: _State) -> list[dict[str, Any]]:

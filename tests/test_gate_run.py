@@ -310,3 +310,31 @@ def test_busy_pattern_blocks_the_series(gate_dir) -> None:
         blocker.wait()
     assert done.returncode == 2 and "busy_pattern" in done.stderr
     assert g.order() == []
+
+
+def test_git_head_move_is_a_warning_with_the_files_it_touched(gate_dir) -> None:
+    g = gate_dir(off={"elapsed": OFF_TIMES, "commit": {"label": "off-r2", "file": "docs/notes.md"}},
+                 on={"elapsed": ON_FAST})
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@example.invalid"]
+    subprocess.run(["git", "init", "-q"], cwd=g.root, check=True)
+    (g.root / ".gitignore").write_text("runs/\nfindings/\norder.log\n")
+    subprocess.run([*git, "add", "."], cwd=g.root, check=True)
+    subprocess.run([*git, "commit", "-qm", "start"], cwd=g.root, check=True)
+    done = gate_cli("run", "off", "on", cwd=g.root)
+    assert done.returncode == 0, done.stderr
+    finding = g.finding()
+    git_info = finding["provenance"]["git"]
+    assert git_info["start"]["rev"] != git_info["end"]["rev"] and git_info["moved"] is True
+    assert "docs/notes.md" in git_info["diff_stat"]
+    assert any("git HEAD moved during the series" in w for w in finding["verdict"]["warnings"])
+    assert finding["verdict"]["decision"] == "adopted"  # a warning, not an error
+    assert finding["meta"]["commit"] == git_info["start"]["rev"]
+    assert finding["meta"]["config_paths"] == ["off.toml", "on.toml"]  # relative to the repository
+
+
+def test_run_json_is_the_finding_document(gate_dir) -> None:
+    g = gate_dir(off={"elapsed": OFF_TIMES}, on={"elapsed": ON_FAST})
+    done = gate_cli("run", "off", "on", "--json", cwd=g.root)
+    assert done.returncode == 0
+    assert done.stdout == g.findings()[0].read_text()
+    assert "VERDICT: ADOPTED" in done.stderr  # the summary moves to stderr
