@@ -1,0 +1,81 @@
+"""Record real NVML readings as JSON, so the CUDA backend can be tested where no GPU exists.
+
+Usage: python -m gatekit_drivers.backends.record_nvml --samples 5 --interval 0.2 > nvml.json
+Each sample holds what the cuda backend reads in a run window; `static` holds what goes into provenance.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from typing import Any
+
+
+def _safe(call: Any, *args: Any) -> Any:
+    import pynvml
+
+    try:
+        value = call(*args)
+    except pynvml.NVMLError as exc:
+        return {"nvml_error": str(exc)}
+    if isinstance(value, bytes):
+        return value.decode()
+    return value
+
+
+def static_info(pynvml: Any, handle: Any) -> dict[str, Any]:
+    return {
+        "name": _safe(pynvml.nvmlDeviceGetName, handle),
+        "uuid": _safe(pynvml.nvmlDeviceGetUUID, handle),
+        "driver_version": _safe(pynvml.nvmlSystemGetDriverVersion),
+        "cuda_driver_version": _safe(pynvml.nvmlSystemGetCudaDriverVersion_v2),
+        "nvml_version": _safe(pynvml.nvmlSystemGetNVMLVersion),
+        "memory_total_bytes": _safe(lambda h: pynvml.nvmlDeviceGetMemoryInfo(h).total, handle),
+        "power_limit_mw": _safe(pynvml.nvmlDeviceGetEnforcedPowerLimit, handle),
+        "max_sm_clock_mhz": _safe(pynvml.nvmlDeviceGetMaxClockInfo, handle, pynvml.NVML_CLOCK_SM),
+    }
+
+
+def sample(pynvml: Any, handle: Any) -> dict[str, Any]:
+    util = _safe(pynvml.nvmlDeviceGetUtilizationRates, handle)
+    mem = _safe(pynvml.nvmlDeviceGetMemoryInfo, handle)
+    procs = _safe(pynvml.nvmlDeviceGetComputeRunningProcesses, handle)
+    return {
+        "gpu_util_pct": util.gpu if hasattr(util, "gpu") else util,
+        "mem_util_pct": util.memory if hasattr(util, "memory") else util,
+        "mem_used_bytes": mem.used if hasattr(mem, "used") else mem,
+        "sm_clock_mhz": _safe(pynvml.nvmlDeviceGetClockInfo, handle, pynvml.NVML_CLOCK_SM),
+        "temperature_c": _safe(pynvml.nvmlDeviceGetTemperature, handle, pynvml.NVML_TEMPERATURE_GPU),
+        "power_mw": _safe(pynvml.nvmlDeviceGetPowerUsage, handle),
+        "throttle_reasons": _safe(pynvml.nvmlDeviceGetCurrentClocksEventReasons, handle),
+        "compute_processes": [{"pid": p.pid, "used_gpu_memory": p.usedGpuMemory} for p in procs]
+        if isinstance(procs, list) else procs,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--samples", type=int, default=5)
+    parser.add_argument("--interval", type=float, default=0.2)
+    args = parser.parse_args(argv)
+    import pynvml
+
+    pynvml.nvmlInit()
+    try:
+        handle = pynvml.nvmlDeviceGetHandleByIndex(0)
+        record = {"device_count": pynvml.nvmlDeviceGetCount(), "static": static_info(pynvml, handle),
+                  "samples": []}
+        for _ in range(args.samples):
+            record["samples"].append({"t": time.monotonic(), **sample(pynvml, handle)})
+            time.sleep(args.interval)
+    finally:
+        pynvml.nvmlShutdown()
+    json.dump(record, sys.stdout, indent=1, default=str)
+    print()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
