@@ -4,13 +4,15 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 GATE := $(VENV)/bin/gate
 STAMP := $(VENV)/.installed-stamp
+# The torch extra is tested with a pinned CPU build (a CUDA build is several GB; GPU tests skip without one).
+TORCH_PIN ?= torch==2.13.0
 DEMO_DIR ?= demo-out
 
 .PHONY: setup test demo bench clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[test]'
+	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[test,torch]' '$(TORCH_PIN)'
 	touch $(STAMP)
 
 setup: $(STAMP)

@@ -1,0 +1,527 @@
+"""gatekit's reference resident trainer in PyTorch (CUDA, Metal/MPS, CPU), run by a gate like any trainer.
+
+In the spirit of a device-resident parameter store: with `optimizer = "resident"` parameters and both Adam
+moments stay in device memory and a fused Adam updates them there; only the loss is read back, every
+`readback_every` steps. `optimizer = "host"` does the same Adam arithmetic on the host in numpy with a
+round trip per step (gradients downloaded, parameters uploaded) — the host path resident code replaces.
+`capture = "graph"` captures the whole forward + backward + Adam step in one CUDA graph (capturable
+Adam) and replays it. A requested path that is unavailable (no CUDA graphs on mps/cpu, no CUDA at all)
+fails with a clear message, or — with `on_unavailable = "fallback"` — runs what is possible and SAYS so in
+the effective config (`capture = "off"`, `fallback = "..."`), so a gate's effective-config check refuses
+a silent fallback instead of reporting it as a speed-up.
+
+Run: python -m gatekit_drivers.torch_trainer --config configs/torch/resident.toml
+Trainer contract: GATEKIT_RESULT (JSON) gets metrics, the effective config, is_resident, the path taken
+and trace.ms_per_iter; stdout gets `train elapsed: X s`, `final loss: X`, `psnr: X dB`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+import time
+import tomllib
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+PROBLEMS = ("mnist-mlp", "image-fit")
+OPTIMIZERS = ("host", "resident")
+CAPTURES = ("off", "graph")
+PRECISIONS = ("fp32", "tf32", "bf16", "fp16")
+DEVICES = ("cuda", "mps", "cpu")
+ON_UNAVAILABLE = ("fail", "fallback")
+LR_SCHEDULES = ("constant", "cosine")
+BETA1, BETA2, EPS = 0.9, 0.999, 1e-8
+
+
+class TrainerConfigError(Exception):
+    """A bad config or an unavailable path: one line, exit 2."""
+
+
+@dataclass(frozen=True)
+class TrainerConfig:
+    problem: str = "mnist-mlp"
+    optimizer: str = "resident"
+    capture: str = "off"
+    readback_every: int = 1
+    precision: str = "fp32"
+    device: str = "cuda"
+    steps: int = 2000
+    warmup_steps: int = 50
+    seed: int = 0
+    lr: float = 1e-3
+    lr_schedule: str = "constant"  # constant | cosine (decays to 0 over warmup_steps + steps)
+    batch: int = 64
+    hidden: int = 128
+    layers: int = 3  # image-fit hidden layers
+    width: int = 256  # image-fit hidden width
+    fourier_features: int = 128
+    fourier_scale: float = 10.0
+    image_size: int = 256
+    dataset_batches: int = 64  # mnist-mlp: distinct synthetic batches cycled through
+    on_unavailable: str = "fail"
+
+    @classmethod
+    def from_mapping(cls, data: dict[str, Any], source: str) -> TrainerConfig:
+        known = {f.name: f for f in fields(cls)}
+        values: dict[str, Any] = {}
+        for key, value in data.items():
+            if key not in known:
+                raise TrainerConfigError(f"{source}: key '{key}': unknown key (known: {', '.join(known)})")
+            default = known[key].default
+            if isinstance(default, bool) or type(value) is not type(default):
+                if isinstance(default, float) and isinstance(value, int) and not isinstance(value, bool):
+                    value = float(value)
+                else:
+                    raise TrainerConfigError(f"{source}: key '{key}': must be {type(default).__name__}, "
+                                             f"got {value!r}")
+            values[key] = value
+        config = cls(**values)
+        choices = {"problem": PROBLEMS, "optimizer": OPTIMIZERS, "capture": CAPTURES, "precision": PRECISIONS,
+                   "device": DEVICES, "on_unavailable": ON_UNAVAILABLE, "lr_schedule": LR_SCHEDULES}
+        for key, allowed in choices.items():
+            if getattr(config, key) not in allowed:
+                raise TrainerConfigError(f"{source}: key '{key}': must be one of {', '.join(allowed)}, "
+                                         f"got {getattr(config, key)!r}")
+        for key in ("readback_every", "steps", "batch", "hidden", "layers", "width", "image_size",
+                    "dataset_batches", "fourier_features"):
+            if getattr(config, key) < 1:
+                raise TrainerConfigError(f"{source}: key '{key}': must be at least 1")
+        if config.warmup_steps < 0:
+            raise TrainerConfigError(f"{source}: key 'warmup_steps': must be 0 or more")
+        return config
+
+
+# -- problems ---------------------------------------------------------------------------------------
+
+def load_photo(size: int) -> np.ndarray:
+    """A real photograph shipped with matplotlib (Grace Hopper), as float32 RGB in [0, 1], size × size."""
+    from matplotlib import cbook
+    from PIL import Image
+
+    with cbook.get_sample_data("grace_hopper.jpg") as handle:
+        image = Image.open(handle).convert("RGB")
+        side = min(image.size)
+        left, top = (image.size[0] - side) // 2, (image.size[1] - side) // 2
+        image = image.crop((left, top, left + side, top + side)).resize((size, size), Image.Resampling.LANCZOS)
+        return np.asarray(image, dtype=np.float32) / 255.0
+
+
+def init_mlp(sizes: list[int], generator: torch.Generator) -> list[torch.Tensor]:
+    """He-uniform weights and zero biases, as [W0, b0, W1, b1, ...] (W: out × in)."""
+    params = []
+    for fan_in, fan_out in zip(sizes[:-1], sizes[1:]):
+        bound = math.sqrt(6.0 / fan_in)
+        params.append((torch.rand(fan_out, fan_in, generator=generator) * 2 - 1) * bound)
+        params.append(torch.zeros(fan_out))
+    return params
+
+
+def mlp_forward(params: list[torch.Tensor], x: torch.Tensor) -> torch.Tensor:
+    for i in range(0, len(params) - 2, 2):
+        x = F.relu(F.linear(x, params[i], params[i + 1]))
+    return F.linear(x, params[-2], params[-1])
+
+
+class Problem:
+    """Parameters, data and loss of one problem, all on the device."""
+
+    def __init__(self, config: TrainerConfig, device: torch.device) -> None:
+        self.config = config
+        self.device = device
+        generator = torch.Generator().manual_seed(config.seed)
+        if config.problem == "mnist-mlp":
+            sizes = [784, config.hidden, 10]
+            # deterministic synthetic MNIST-shaped data: class centroids plus noise, so the loss can fall
+            count = config.dataset_batches * config.batch
+            centroids = torch.rand(10, 784, generator=generator)
+            labels = torch.randint(0, 10, (count,), generator=generator)
+            inputs = centroids[labels] + 0.5 * torch.randn(count, 784, generator=generator)
+            self.inputs = inputs.reshape(config.dataset_batches, config.batch, 784).to(device)
+            self.targets = labels.reshape(config.dataset_batches, config.batch).to(device)
+            self.image = None
+        else:
+            sizes = [2 * config.fourier_features] + [config.width] * config.layers + [3]
+            photo = load_photo(config.image_size)
+            axis = torch.linspace(0, 1, config.image_size)
+            yy, xx = torch.meshgrid(axis, axis, indexing="ij")
+            coords = torch.stack([xx, yy], dim=-1).reshape(-1, 2)
+            basis = torch.randn(2, config.fourier_features, generator=generator) * config.fourier_scale
+            projected = 2 * math.pi * coords @ basis
+            features = torch.cat([torch.sin(projected), torch.cos(projected)], dim=-1)
+            # One full-image batch. The Fourier features are constant data: under autocast they are cast to
+            # the compute dtype once here instead of in every step's first linear layer.
+            feature_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(config.precision, torch.float32)
+            self.inputs = features.unsqueeze(0).to(device=device, dtype=feature_dtype)
+            self.image = torch.from_numpy(photo).reshape(-1, 3)
+            self.targets = self.image.unsqueeze(0).to(device)
+        self.params = [p.to(device).requires_grad_(True) for p in init_mlp(sizes, generator)]
+
+    @property
+    def batches(self) -> int:
+        return self.inputs.shape[0]
+
+    def loss(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        out = mlp_forward(self.params, x)
+        if self.config.problem == "mnist-mlp":
+            return F.cross_entropy(out.float(), y)
+        return F.mse_loss(out.float(), y)
+
+    @torch.no_grad()
+    def evaluate(self) -> tuple[float, float | None]:
+        """A validation (forward-only) pass over the whole data: loss and, for image-fit, PSNR in dB."""
+        losses = [float(self.loss(self.inputs[k].float(), self.targets[k])) for k in range(self.batches)]
+        psnr = None
+        if self.image is not None:
+            prediction = mlp_forward(self.params, self.inputs[0].float()).float().clamp(0, 1).cpu()
+            mse = float(torch.mean((prediction - self.image) ** 2))
+            psnr = 10 * math.log10(1.0 / mse) if mse > 0 else math.inf
+        return sum(losses) / len(losses), psnr
+
+
+# -- optimizers -------------------------------------------------------------------------------------
+
+class HostAdam:
+    """Adam on the host in numpy: gradients downloaded, moments kept on the host, parameters uploaded.
+
+    Same formula as torch.optim.Adam (bias-corrected, eps added after the bias-corrected sqrt).
+    """
+
+    def __init__(self, params: list[torch.Tensor], lr: float) -> None:
+        self.params, self.lr = params, lr
+        self.exp_avg = [np.zeros(tuple(p.shape), dtype=np.float32) for p in params]
+        self.exp_avg_sq = [np.zeros(tuple(p.shape), dtype=np.float32) for p in params]
+        self.step_count = 0
+
+    def zero_grad(self) -> None:
+        for p in self.params:
+            p.grad = None
+
+    @torch.no_grad()
+    def step(self) -> None:
+        self.step_count += 1
+        bias1 = 1 - BETA1 ** self.step_count
+        bias2_sqrt = math.sqrt(1 - BETA2 ** self.step_count)
+        step_size = np.float32(self.lr / bias1)  # self.lr is set by the schedule before each step
+        for p, m, v in zip(self.params, self.exp_avg, self.exp_avg_sq):
+            grad = p.grad.detach().to("cpu").numpy()  # download
+            m += np.float32(1 - BETA1) * (grad - m)  # lerp, as torch does
+            v *= np.float32(BETA2)
+            v += np.float32(1 - BETA2) * grad * grad
+            denom = np.sqrt(v) / np.float32(bias2_sqrt) + np.float32(EPS)
+            updated = p.detach().to("cpu").numpy() - step_size * (m / denom)
+            p.copy_(torch.from_numpy(updated))  # upload
+
+    def state(self) -> dict[str, Any]:
+        return {"step": self.step_count, "exp_avg": [m.copy() for m in self.exp_avg],
+                "exp_avg_sq": [v.copy() for v in self.exp_avg_sq]}
+
+    def load(self, state: dict[str, Any]) -> None:
+        self.step_count = int(state["step"])
+        self.exp_avg = [np.array(m, dtype=np.float32) for m in state["exp_avg"]]
+        self.exp_avg_sq = [np.array(v, dtype=np.float32) for v in state["exp_avg_sq"]]
+
+
+def make_resident_adam(params: list[torch.Tensor], lr: float | torch.Tensor, *,
+                       capturable: bool) -> tuple[Any, str]:
+    """A fused Adam where the device supports it (one kernel over all tensors), else foreach.
+
+    A captured graph replays with the lr it was captured with unless lr is a device tensor, so the
+    graph path passes one and the schedule writes into it between replays.
+    """
+    try:
+        return torch.optim.Adam(params, lr=lr, betas=(BETA1, BETA2), eps=EPS, fused=True,
+                                capturable=capturable), "fused"
+    except (RuntimeError, ValueError):
+        return torch.optim.Adam(params, lr=lr, betas=(BETA1, BETA2), eps=EPS, foreach=True,
+                                capturable=capturable), "foreach"
+
+
+def scheduled_lr(config: TrainerConfig, step_index: int) -> float:
+    """The learning rate for a step: constant, or a cosine decay to 0 over warmup_steps + steps."""
+    if config.lr_schedule == "constant":
+        return config.lr
+    progress = min(step_index / max(config.warmup_steps + config.steps, 1), 1.0)
+    return config.lr * 0.5 * (1.0 + math.cos(math.pi * progress))
+
+
+# -- the trainer ------------------------------------------------------------------------------------
+
+def resolve_path(config: TrainerConfig) -> tuple[TrainerConfig, list[str]]:
+    """The path that can actually run here; unavailable parts fail or fall back, and say so."""
+    notes: list[str] = []
+    device = config.device
+    if device == "cuda" and not torch.cuda.is_available():
+        notes.append("cuda requested but torch.cuda.is_available() is False")
+        device = "mps" if torch.backends.mps.is_available() else "cpu"
+    if device == "mps" and not torch.backends.mps.is_available():
+        notes.append("mps requested but torch.backends.mps.is_available() is False")
+        device = "cpu"
+    capture = config.capture
+    if capture == "graph" and device != "cuda":
+        notes.append(f"capture = graph needs CUDA graphs, unavailable on {device}")
+        capture = "off"
+    if capture == "graph" and config.optimizer == "host":
+        notes.append("capture = graph cannot hold a host optimizer round trip")
+        capture = "off"
+    if config.precision == "fp16" and capture == "graph":
+        notes.append("fp16 needs GradScaler's host-side inf check, which a CUDA graph cannot capture")
+        capture = "off"
+    if notes and config.on_unavailable == "fail":
+        raise TrainerConfigError("requested path unavailable: " + "; ".join(notes)
+                                 + " (set on_unavailable = \"fallback\" to run what is possible, reported in "
+                                 "the effective config)")
+    return TrainerConfig(**{**asdict(config), "device": device, "capture": capture}), notes
+
+
+class Trainer:
+    def __init__(self, config: TrainerConfig) -> None:
+        self.config = config
+        self.device = torch.device(config.device)
+        torch.manual_seed(config.seed)
+        if self.device.type == "cuda":
+            torch.backends.cuda.matmul.allow_tf32 = config.precision == "tf32"
+            torch.backends.cudnn.allow_tf32 = config.precision == "tf32"
+        torch.set_float32_matmul_precision("high" if config.precision == "tf32" else "highest")
+        self.problem = Problem(config, self.device)
+        self.step_index = 0
+        self.graph: Any = None
+        self.adam_impl = "numpy"
+        if config.optimizer == "host":
+            self.optimizer: Any = HostAdam(self.problem.params, config.lr)
+        else:
+            graph = config.capture == "graph"
+            lr: float | torch.Tensor = torch.tensor(config.lr, device=self.device) if graph else config.lr
+            self.optimizer, self.adam_impl = make_resident_adam(self.problem.params, lr, capturable=graph)
+        self.scaler = torch.amp.GradScaler(self.device.type) if config.precision == "fp16" else None
+        self.autocast_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(config.precision)
+        self.static_x = self.problem.inputs[0].clone()
+        self.static_y = self.problem.targets[0].clone()
+        self.static_loss: torch.Tensor | None = None
+
+    @property
+    def is_resident(self) -> bool:
+        return self.config.optimizer == "resident"
+
+    def _forward_backward(self) -> torch.Tensor:
+        if self.autocast_dtype is not None:
+            with torch.autocast(self.device.type, dtype=self.autocast_dtype):
+                loss = self.problem.loss(self.static_x, self.static_y)
+        else:
+            loss = self.problem.loss(self.static_x, self.static_y)
+        (self.scaler.scale(loss) if self.scaler else loss).backward()
+        return loss
+
+    def _eager_step(self) -> torch.Tensor:
+        self.optimizer.zero_grad()
+        loss = self._forward_backward()
+        if self.scaler is not None:
+            self.scaler.step(self.optimizer)
+            self.scaler.update()
+        else:
+            self.optimizer.step()
+        return loss.detach()
+
+    def _set_lr(self) -> None:
+        if self.config.lr_schedule == "constant":
+            return
+        lr = scheduled_lr(self.config, self.step_index)
+        if isinstance(self.optimizer, HostAdam):
+            self.optimizer.lr = lr
+        else:
+            for group in self.optimizer.param_groups:
+                if isinstance(group["lr"], torch.Tensor):
+                    group["lr"].fill_(lr)
+                else:
+                    group["lr"] = lr
+
+    def _load_batch(self) -> None:
+        self._set_lr()
+        k = self.step_index % self.problem.batches
+        if self.problem.batches > 1:
+            self.static_x.copy_(self.problem.inputs[k], non_blocking=True)
+            self.static_y.copy_(self.problem.targets[k], non_blocking=True)
+
+    def _capture(self) -> None:
+        """Warm up on a side stream, then capture forward + backward + capturable Adam in one graph."""
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            for _ in range(3):
+                self._load_batch()
+                self._eager_step()
+                self.step_index += 1
+        torch.cuda.current_stream().wait_stream(side)
+        self.graph = torch.cuda.CUDAGraph()
+        self.optimizer.zero_grad(set_to_none=True)
+        with torch.cuda.graph(self.graph):
+            self.static_loss = self._forward_backward().detach()
+            self.optimizer.step()
+
+    def prepare(self) -> None:
+        """Capture the CUDA graph (its warm-up steps are real training steps) before anything is timed."""
+        if self.config.capture == "graph" and self.graph is None:
+            self._capture()
+
+    def step(self) -> torch.Tensor:
+        """One training step; returns the loss as a device tensor (no readback here)."""
+        self.prepare()
+        self._load_batch()
+        if self.config.capture == "graph":
+            self.graph.replay()
+            loss = self.static_loss
+        else:
+            loss = self._eager_step()
+        self.step_index += 1
+        return loss  # type: ignore[return-value]
+
+    def synchronize(self) -> None:
+        if self.device.type == "cuda":
+            torch.cuda.synchronize()
+        elif self.device.type == "mps":
+            torch.mps.synchronize()
+
+    def train(self, steps: int) -> tuple[float, list[float], float]:
+        """Run `steps` steps; returns (elapsed_s, per-step ms, last loss read back).
+
+        Elapsed is device-synchronized at both ends. Per-step times come from CUDA events on cuda (device
+        time between step boundaries), from the host clock with a sync per step elsewhere.
+        """
+        readback = self.config.readback_every
+        last_loss = math.nan
+        use_events = self.device.type == "cuda"
+        events = [torch.cuda.Event(enable_timing=True) for _ in range(steps + 1)] if use_events else []
+        host_ms: list[float] = []
+        self.synchronize()
+        started = time.perf_counter()
+        if use_events:
+            events[0].record()
+        for i in range(steps):
+            step_began = time.perf_counter()
+            loss = self.step()
+            if (i + 1) % readback == 0 or i == steps - 1:
+                last_loss = float(loss)  # the only readback: one scalar
+            if use_events:
+                events[i + 1].record()
+            else:
+                self.synchronize()
+                host_ms.append((time.perf_counter() - step_began) * 1e3)
+        self.synchronize()
+        elapsed = time.perf_counter() - started
+        if use_events:
+            host_ms = [events[i].elapsed_time(events[i + 1]) for i in range(steps)]
+        return elapsed, host_ms, last_loss
+
+    def state_dict(self) -> dict[str, Any]:
+        """Parameters, Adam moments and step count: what a resume must restore bit-exactly."""
+        params = [p.detach().cpu().clone() for p in self.problem.params]
+        if isinstance(self.optimizer, HostAdam):
+            optimizer = self.optimizer.state()
+        else:
+            optimizer = self.optimizer.state_dict()
+        return {"step_index": self.step_index, "params": params, "optimizer": optimizer}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        with torch.no_grad():
+            for p, saved in zip(self.problem.params, state["params"]):
+                p.copy_(saved.to(self.device))
+        if isinstance(self.optimizer, HostAdam):
+            self.optimizer.load(state["optimizer"])
+        else:
+            self.optimizer.load_state_dict(state["optimizer"])
+        self.step_index = int(state["step_index"])
+
+    def adam_steps(self) -> int:
+        if isinstance(self.optimizer, HostAdam):
+            return self.optimizer.step_count
+        steps = [s["step"] for s in self.optimizer.state.values() if "step" in s]
+        return int(float(steps[0])) if steps else 0
+
+
+def percentile(values: list[float], q: float) -> float:
+    return float(np.percentile(np.asarray(values), q)) if values else math.nan
+
+
+def run(config: TrainerConfig) -> dict[str, Any]:
+    """Warm up (untimed, includes graph capture), train `steps` timed steps, evaluate; the result document."""
+    effective, notes = resolve_path(config)
+    trainer = Trainer(effective)
+    trainer.prepare()
+    if effective.warmup_steps:
+        trainer.train(effective.warmup_steps)
+    elapsed, step_ms, last_loss = trainer.train(effective.steps)
+    final_loss, psnr = trainer.problem.evaluate()
+    metrics: dict[str, Any] = {
+        "train_elapsed_s": elapsed, "final_loss": final_loss, "last_train_loss": last_loss,
+        "step_ms_median": percentile(step_ms, 50), "step_ms_p10": percentile(step_ms, 10),
+        "step_ms_p90": percentile(step_ms, 90), "us_per_step": 1e6 * elapsed / effective.steps,
+    }
+    if psnr is not None:
+        metrics["psnr_db"] = psnr
+    echoed = asdict(effective)
+    echoed["is_resident"] = trainer.is_resident
+    if notes:
+        echoed["fallback"] = "; ".join(notes)
+    path = {
+        "device": str(trainer.device), "device_name": device_name(trainer.device),
+        "optimizer": f"{trainer.adam_impl} adam on {'device' if trainer.is_resident else 'host (numpy)'}",
+        "capture": effective.capture, "precision": effective.precision, "torch": torch.__version__,
+        "requested": asdict(config),
+    }
+    return {"metrics": metrics, "config": echoed, "is_resident": trainer.is_resident, "path": path,
+            "trace": {"ms_per_iter": [round(ms, 5) for ms in step_ms]}}
+
+
+def device_name(device: torch.device) -> str:
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    return device.type
+
+
+def write_result(path: Path, document: dict[str, Any]) -> None:
+    temporary = path.with_name(f".{path.name}.tmp")
+    temporary.write_text(json.dumps(document, allow_nan=False, default=str))
+    os.replace(temporary, path)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="gatekit reference resident trainer (PyTorch)")
+    parser.add_argument("--config", required=True, type=Path)
+    args = parser.parse_args(argv)
+    try:
+        with args.config.open("rb") as handle:
+            raw = tomllib.load(handle)
+        config = TrainerConfig.from_mapping(raw, str(args.config))
+        print(f"torch_trainer: {json.dumps(asdict(config))}", file=sys.stderr, flush=True)
+        document = run(config)
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        print(f"torch_trainer: {args.config}: {exc}", file=sys.stderr)
+        return 2
+    except TrainerConfigError as exc:
+        print(f"torch_trainer: {exc}", file=sys.stderr)
+        return 2
+    result = os.environ.get("GATEKIT_RESULT")
+    if result:
+        write_result(Path(result), document)
+    metrics = document["metrics"]
+    print(f"path: {document['path']['optimizer']}, capture {document['path']['capture']}, "
+          f"{document['path']['precision']} on {document['path']['device_name']}")
+    print(f"train elapsed: {metrics['train_elapsed_s']:.6f}s")
+    print(f"step: median {metrics['step_ms_median'] * 1e3:.1f} us, p10 {metrics['step_ms_p10'] * 1e3:.1f} us, "
+          f"p90 {metrics['step_ms_p90'] * 1e3:.1f} us")
+    print(f"final loss: {metrics['final_loss']:.6g}")
+    if "psnr_db" in metrics:
+        print(f"psnr: {metrics['psnr_db']:.4f} dB")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
