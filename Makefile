@@ -3,29 +3,35 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 GATE := $(VENV)/bin/gate
-STAMP := $(VENV)/.installed-stamp
+CORE_STAMP := $(VENV)/.core-stamp
+TEST_STAMP := $(VENV)/.test-stamp
 # The torch extra is tested with a pinned CPU build (a CUDA build is several GB; GPU tests skip without one).
 TORCH_PIN ?= torch==2.13.0
 DEMO_DIR ?= demo-out
 
 .PHONY: setup test demo bench clean
 
-$(STAMP): pyproject.toml
+# The demo needs only the core; the tests also install the test and torch extras.
+$(CORE_STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --disable-pip-version-check -e .
+	touch $(CORE_STAMP)
+
+$(TEST_STAMP): pyproject.toml $(CORE_STAMP)
 	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[test,torch]' '$(TORCH_PIN)'
-	touch $(STAMP)
+	touch $(TEST_STAMP)
 
-setup: $(STAMP)
+setup: $(TEST_STAMP)
 
-test: setup
+test: $(TEST_STAMP)
 	$(PY) -m pytest -q
 
 # A real gate on the bundled numpy reference trainer: host-style Adam (off) vs a resident flat buffer (on).
-demo: setup
+demo: $(CORE_STAMP)
 	$(GATE) check off on --gate configs/demo/gate.toml
 	$(GATE) run off on --gate configs/demo/gate.toml --out $(DEMO_DIR)/findings --runs $(DEMO_DIR)/runs
 
-bench: setup
+bench: $(TEST_STAMP)
 	$(PY) benchmarks/run.py --write docs/benchmarks.md
 
 clean:
