@@ -144,7 +144,8 @@ def records_table(records: Sequence[RunRecord], primary: str) -> pd.DataFrame:
             error = "hashed artifact changed during the run"
         rows.append({"order": record.order, "arm": record.arm, "label": record.label, "pair": record.pair,
                      "value": value, "failed": bool(error), "error": error, "samples": record.window.samples,
-                     "load1_mean": record.window.load1_mean, "load1_max": record.window.load1_max})
+                     "load1_mean": record.window.load1_mean, "load1_max": record.window.load1_max,
+                     "backend_evidence": "; ".join(record.window.evidence)})
     return rules.run_table(rows)
 
 
