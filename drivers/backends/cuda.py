@@ -140,17 +140,23 @@ def process_owner(pid: int, gate_pid: int) -> str:
         return "ancestry not readable"
 
 
-def split_processes(processes: Any, gate_pid: int) -> tuple[int, list[str]]:
-    """(number of own compute processes, one line per other one) from a recorded process list."""
+def split_processes(processes: Any, gate_pid: int, known_own: set[int] | None = None) -> tuple[int, list[str]]:
+    """(number of own compute processes, one line per other one) from a recorded process list.
+
+    `known_own` remembers pids already seen as the gate's own: a trainer that exits between NVML's list
+    and the ancestry check is still the trainer, not a process "not visible here".
+    """
     if not isinstance(processes, list):
         return 0, []
+    known_own = set() if known_own is None else known_own
     own, others = 0, []
     for entry in processes:
         pid = entry.get("pid") if isinstance(entry, dict) else None
         if not isinstance(pid, int):
             continue
-        owner = process_owner(pid, gate_pid)
+        owner = "own" if pid in known_own else process_owner(pid, gate_pid)
         if owner == "own":
+            known_own.add(pid)
             own += 1
             continue
         used = number(entry.get("used_gpu_memory"))
@@ -159,10 +165,10 @@ def split_processes(processes: Any, gate_pid: int) -> tuple[int, list[str]]:
     return own, others
 
 
-def telemetry(reading: Mapping[str, Any], gate_pid: int) -> dict[str, Telemetry]:
+def telemetry(reading: Mapping[str, Any], gate_pid: int, known_own: set[int] | None = None) -> dict[str, Telemetry]:
     """One NVML reading as samples.csv columns."""
     mem_used, power, mask = (number(reading.get(k)) for k in ("mem_used_bytes", "power_mw", "throttle_reasons"))
-    own, others = split_processes(reading.get("compute_processes"), gate_pid)
+    own, others = split_processes(reading.get("compute_processes"), gate_pid, known_own)
     return {
         "gpu_util_pct": number(reading.get("gpu_util_pct")),
         "gpu_mem_util_pct": number(reading.get("mem_util_pct")),
@@ -196,6 +202,7 @@ class CudaBackend:
         self.throttle_evidence = throttle_evidence
         self.reader: NvmlReader = reader if reader is not None else LiveNvml(device)
         self.gate_pid = os.getpid() if gate_pid is None else gate_pid
+        self._own_pids: set[int] = set()
 
     @classmethod
     def detect(cls) -> CheckResult:
@@ -265,7 +272,7 @@ class CudaBackend:
     # -- in-window telemetry ------------------------------------------------------------------------
 
     def sample(self) -> dict[str, Telemetry]:
-        return telemetry(self.reader.sample(), self.gate_pid)
+        return telemetry(self.reader.sample(), self.gate_pid, self._own_pids)
 
     def summarize(self, samples: Sequence[TelemetrySample]) -> dict[str, Telemetry | bool]:
         util, clock = _numbers(samples, "gpu_util_pct"), _numbers(samples, "gpu_sm_clock_mhz")
