@@ -11,7 +11,8 @@ import click
 from gatekit import __version__
 from gatekit.config import ORDERS, GateConfig, load_gate
 from gatekit.csvinput import evidence_from_csv
-from gatekit.driver import BACKEND_GROUP, DRIVER_GROUP, installed_backends, installed_drivers, load_backend, make_backend, make_driver
+from gatekit.driver import (BACKEND_GROUP, DRIVER_GROUP, installed_backends, installed_drivers, load_backend,
+                            make_backend, make_driver)
 from gatekit.errors import ConfigError, DriverError, GatekitError
 from gatekit.finding import Finding, analyze
 from gatekit.preflight import run_checks

@@ -160,7 +160,7 @@ def installed_backends() -> dict[str, str]:
     return {ep.name: ep.value for ep in entry_points(group=BACKEND_GROUP)}
 
 
-def load_backend(name: str, *, source: Path, key: str = "backend.name") -> type:
+def load_backend(name: str, *, source: Path, key: str = "backend.name") -> type[Backend]:
     """The backend class registered as `name`, checked when loaded (not when first called)."""
     matches = [ep for ep in entry_points(group=BACKEND_GROUP) if ep.name == name]
     if not matches:
@@ -221,5 +221,6 @@ def make_backend(name: str, options: Mapping[str, Mapping[str, Any]], *, source:
         detail = "auto-detected: " + "; ".join(f"{c.name}: {c.detail}" for c in tried)
     else:
         chosen, detail = name, "named in the gate file"
-    backend = validated.get(chosen) or load_backend(chosen, source=source).from_options({}, source=source)
+    backend = validated[chosen] if chosen in validated else load_backend(chosen, source=source).from_options(
+        {}, source=source)
     return ChosenBackend(backend=backend, requested=name, detail=detail, options=dict(options.get(chosen, {})))

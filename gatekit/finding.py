@@ -367,6 +367,9 @@ def narrative(data: Mapping[str, Any]) -> list[dict[str, Any]]:
          "rows": [[r["variant"], _fmt(r.get("delta_pct")), _fmt(r.get("threshold_pct")), r["decision"]]
                   for r in data["sensitivity"]]},
     ]
+    evidence = [f"{run['label']}: {line}" for run in data["runs"] for line in run["window"].get("evidence", [])]
+    if evidence:
+        sections += [{"type": "heading", "text": "Backend evidence (rule i)"}, {"type": "list", "items": evidence}]
     if verdict.get("warnings"):
         sections += [{"type": "heading", "text": "Warnings"}, {"type": "list", "items": list(verdict["warnings"])}]
     return sections

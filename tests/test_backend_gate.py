@@ -21,6 +21,7 @@ from gatekit import rules
 from gatekit.config import RulesSpec, load_gate
 from gatekit.driver import ChosenBackend
 from gatekit.errors import PreflightError, SeriesError
+from gatekit.report.terminal import summary
 from gatekit.series import DONE_FILE, SeriesRunner, analyze_series
 from gatekit_drivers.backends.cuda import CudaBackend
 from tests.conftest import gate_cli
@@ -201,6 +202,10 @@ def test_another_gpu_process_in_a_window_is_load_evidence_and_a_deviant_run_is_r
     predecision = tomllib.loads((result.series_dir / "predecision.toml").read_text())
     assert predecision["backend"]["name"] == "cuda" and predecision["backend"]["requested"] == "cuda"
     assert any("ancestors do not include the gate process" in line for line in predecision["stated_rules"])
+    sections = result.finding.data["sections"]
+    heading = next(i for i, sec in enumerate(sections) if sec.get("text") == "Backend evidence (rule i)")
+    assert sections[heading + 1]["items"] == [f"off-r2: {evidence}"]
+    assert f"evidence off-r2: {evidence}" in summary(result.finding).splitlines()
     # the journal alone reproduces the finding
     assert analyze_series(result.series_dir).data == result.finding.data
 
