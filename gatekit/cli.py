@@ -11,8 +11,9 @@ import click
 from gatekit import __version__
 from gatekit.config import ORDERS, GateConfig, load_gate
 from gatekit.csvinput import evidence_from_csv
-from gatekit.driver import installed_drivers, make_driver
-from gatekit.errors import ConfigError, GatekitError
+from gatekit.driver import (BACKEND_GROUP, DRIVER_GROUP, installed_backends, installed_drivers, load_backend,
+                            make_backend, make_driver)
+from gatekit.errors import ConfigError, DriverError, GatekitError
 from gatekit.finding import Finding, analyze
 from gatekit.preflight import run_checks
 from gatekit.report.terminal import summary
@@ -85,7 +86,8 @@ def check(off: str | None, on: str | None, gate_path: Path) -> None:
         arms = _two_arms(config, off, on)
         driver = make_driver(config.driver.name, config.driver.options, source=config.path,
                              base_dir=config.base_dir)
-        checks = run_checks(config, arms, driver)
+        backend = make_backend(config.backend.name, config.backend.options, source=config.path)
+        checks = run_checks(config, arms, driver, backend)
         for item in checks:
             click.echo(f"{'ok  ' if item.ok else 'FAIL'}  {item.name}: {item.detail}")
         return all(item.ok for item in checks)
@@ -180,9 +182,27 @@ def analyze_cmd(source: Path, gate_path: Path | None, off_name: str | None, on_n
 
 @main.command()
 def drivers() -> None:
-    """List the installed driver plugins (entry point group gatekit.drivers)."""
-    for name, target in sorted(installed_drivers().items()):
-        click.echo(f"{name}\t{target}")
+    """List the installed driver plugins (gatekit.drivers) and backend plugins (gatekit.backends).
+
+    Each backend line says whether it can watch this machine; `[backend] name = "auto"` picks the first
+    usable one of cuda, metal, cpu.
+    """
+    def work() -> list[str]:
+        lines = [f"# drivers ({DRIVER_GROUP})"]
+        lines += [f"{name}\t{target}" for name, target in sorted(installed_drivers().items())]
+        lines.append(f"# backends ({BACKEND_GROUP})")
+        for name, target in sorted(installed_backends().items()):
+            try:
+                found = load_backend(name, source=Path("gate drivers")).detect()
+            except DriverError as exc:  # a broken plugin is listed as such, the others still are
+                lines.append(f"{name}\t{target}\tbroken: {exc}")
+                continue
+            lines.append(f"{name}\t{target}\t{'available' if found.ok else 'not available'}: "
+                         f"{found.detail.removeprefix('not available: ')}")
+        return lines
+
+    for line in _call(work):
+        click.echo(line)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -62,6 +62,14 @@ class DriverSpec:
 
 
 @dataclass(frozen=True, slots=True)
+class BackendSpec:
+    """Which backend watches the machine ("auto" detects it); `options` holds each [backend.<name>] table."""
+
+    name: str = "auto"
+    options: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
 class ArmSpec:
     """One arm: its config file (substituted for {arm_config}), extra args and env."""
 
@@ -98,6 +106,7 @@ class GateConfig:
     rules: RulesSpec
     driver: DriverSpec
     arms: Mapping[str, ArmSpec]
+    backend: BackendSpec = field(default_factory=BackendSpec)
 
     @property
     def base_dir(self) -> Path:
@@ -268,6 +277,15 @@ def load_gate(path: Path | str) -> GateConfig:
         options=driver_t.data,  # the plugin validates its own keys
     )
 
+    backend_t = _Table(path, "backend", root.take("backend", dict, {}))
+    backend_name = backend_t.take("name", str, "auto")
+    _check(bool(backend_name.strip()), path, "backend.name", "must name a backend or be \"auto\"")
+    for key, value in backend_t.data.items():
+        # Plugin options live in [backend.<name>] tables, validated by that plugin when it loads.
+        _check(isinstance(value, dict), path, f"backend.{key}",
+               "unknown key (backend options go in a [backend.<name>] table, e.g. [backend.cuda])")
+    backend = BackendSpec(name=backend_name, options=dict(backend_t.data))
+
     arms_t = _Table(path, "arms", root.take("arms", dict))
     arms: dict[str, ArmSpec] = {}
     for name in list(arms_t.data):
@@ -289,7 +307,7 @@ def load_gate(path: Path | str) -> GateConfig:
     _check(not ({g.metric for g in guards} & primary_needed), path, "guards",
            f"the primary metric '{gate.primary}' cannot also be a guard")
     return GateConfig(path=path, gate=gate, threshold=threshold, guards=tuple(guards), rules=rules,
-                      driver=driver, arms=arms)
+                      driver=driver, arms=arms, backend=backend)
 
 
 def read_arm_config(arm: ArmSpec) -> dict[str, Any] | None:

@@ -1,7 +1,9 @@
-"""The Driver protocol and the entry-point registry (group `gatekit.drivers`).
+"""The Driver and Backend protocols and their entry-point registries (`gatekit.drivers`, `gatekit.backends`).
 
-A driver starts one trainer run and reports a RunOutcome. Plugins import only this module,
-`gatekit.records` and `gatekit.errors`; built-ins register through entry points like third-party ones.
+A driver starts one trainer run and reports a RunOutcome. A backend watches the machine the trainer runs
+on (GPU, Mac, CPU): preflight, provenance, telemetry in every run window, and contamination evidence.
+Plugins import only this module, `gatekit.records` and `gatekit.errors`; built-ins register through entry
+points like third-party ones.
 """
 
 from __future__ import annotations
@@ -93,3 +95,132 @@ def load_driver_class(name: str, *, source: Path) -> type:
 def make_driver(name: str, options: Mapping[str, Any], *, source: Path, base_dir: Path) -> Driver:
     cls = load_driver_class(name, source=source)
     return cls.from_options(options, source=source, base_dir=base_dir)
+
+
+# -- backends ----------------------------------------------------------------------------------------
+
+# One telemetry value: a number, a short text, or None when the machine does not report it.
+Telemetry = float | int | str | None
+TelemetrySample = Mapping[str, Telemetry]
+# Auto-detection tries these installed backends in this order; the first that detects its machine wins.
+AUTO = "auto"
+AUTO_ORDER = ("cuda", "metal", "cpu")
+
+
+@runtime_checkable
+class Backend(Protocol):
+    """Watches the machine a trainer runs on. Built from the gate file's [backend.<name>] options."""
+
+    name: str
+
+    @classmethod
+    def detect(cls) -> CheckResult:
+        """Whether this machine has what the backend needs (ok), and what it found or lacks (detail).
+
+        Must be cheap and never raise; auto-detection calls it on every installed backend.
+        """
+        ...
+
+    @classmethod
+    def from_options(cls, options: Mapping[str, Any], *, source: Path) -> Backend:
+        """Validate the plugin's own [backend.<name>] keys; raise ConfigError naming `source` and the key."""
+        ...
+
+    def preflight(self) -> list[CheckResult]:
+        """Checks before any run (e.g. no other process on the GPU, AC power, thermal state)."""
+        ...
+
+    def provenance(self) -> dict[str, Any]:
+        """What the series ran on (GPU name, driver and CUDA versions; chip; CPU model)."""
+        ...
+
+    def sample(self) -> dict[str, Telemetry]:
+        """Telemetry at one instant, merged into each sampler row (samples.csv columns)."""
+        ...
+
+    def summarize(self, samples: Sequence[TelemetrySample]) -> dict[str, Telemetry | bool]:
+        """A few window statistics of this backend's samples (e.g. gpu_util_mean, sm_clock_min_mhz)."""
+        ...
+
+    def window_evidence(self, samples: Sequence[TelemetrySample]) -> list[str]:
+        """Contamination evidence in one run window, one line each (e.g. another process on the GPU)."""
+        ...
+
+    def evidence_rules(self) -> list[str]:
+        """What counts as evidence, in words, for the predecision file (written before the first run)."""
+        ...
+
+
+_BACKEND_REQUIRED = ("detect", "from_options", "preflight", "provenance", "sample", "summarize",
+                     "window_evidence", "evidence_rules")
+
+
+def installed_backends() -> dict[str, str]:
+    """{name: 'module:object'} of every registered backend, loaded or not."""
+    return {ep.name: ep.value for ep in entry_points(group=BACKEND_GROUP)}
+
+
+def load_backend(name: str, *, source: Path, key: str = "backend.name") -> type[Backend]:
+    """The backend class registered as `name`, checked when loaded (not when first called)."""
+    matches = [ep for ep in entry_points(group=BACKEND_GROUP) if ep.name == name]
+    if not matches:
+        known = ", ".join(sorted(installed_backends())) or "none"
+        raise ConfigError(f"{source}: {key}: no backend named '{name}' is installed (installed: {known})")
+    entry = matches[0]
+    try:
+        cls = entry.load()
+    except (ImportError, AttributeError) as exc:
+        raise DriverError(f"backend plugin '{name}' ({entry.value}) cannot be loaded: {exc}") from None
+    missing = [attr for attr in _BACKEND_REQUIRED if not callable(getattr(cls, attr, None))]
+    if not isinstance(getattr(cls, "name", None), str):
+        missing.insert(0, "name")
+    if missing:
+        raise DriverError(f"backend plugin '{name}' ({entry.value}) lacks {', '.join(missing)}; "
+                          f"a backend must implement name, {', '.join(_BACKEND_REQUIRED)}")
+    return cls
+
+
+def detect_backend(*, source: Path) -> tuple[str, list[CheckResult]]:
+    """The backend `auto` picks on this machine, and what each candidate found on the way."""
+    installed = installed_backends()
+    tried = []
+    for name in AUTO_ORDER:
+        if name not in installed:
+            continue
+        found = load_backend(name, source=source).detect()
+        tried.append(found)
+        if found.ok:
+            return name, tried
+    known = ", ".join(sorted(installed)) or "none"
+    raise ConfigError(f"{source}: backend.name: 'auto' found no usable backend among {', '.join(AUTO_ORDER)} "
+                      f"(installed: {known}); name one in [backend]")
+
+
+@dataclass(frozen=True, slots=True)
+class ChosenBackend:
+    """The backend a gate uses: its instance, the name the gate file asked for, and why it was chosen."""
+
+    backend: Backend
+    requested: str
+    detail: str
+    options: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def name(self) -> str:
+        return self.backend.name
+
+
+def make_backend(name: str, options: Mapping[str, Mapping[str, Any]], *, source: Path) -> ChosenBackend:
+    """Resolve `auto`, validate every [backend.<name>] table (each by its own plugin), build the backend."""
+    validated: dict[str, Backend] = {}
+    for table, values in options.items():
+        cls = load_backend(table, source=source, key=f"backend.{table}")
+        validated[table] = cls.from_options(values, source=source)
+    if name == AUTO:
+        chosen, tried = detect_backend(source=source)
+        detail = "auto-detected: " + "; ".join(f"{c.name}: {c.detail}" for c in tried)
+    else:
+        chosen, detail = name, "named in the gate file"
+    backend = validated[chosen] if chosen in validated else load_backend(chosen, source=source).from_options(
+        {}, source=source)
+    return ChosenBackend(backend=backend, requested=name, detail=detail, options=dict(options.get(chosen, {})))

@@ -144,7 +144,8 @@ def records_table(records: Sequence[RunRecord], primary: str) -> pd.DataFrame:
             error = "hashed artifact changed during the run"
         rows.append({"order": record.order, "arm": record.arm, "label": record.label, "pair": record.pair,
                      "value": value, "failed": bool(error), "error": error, "samples": record.window.samples,
-                     "load1_mean": record.window.load1_mean, "load1_max": record.window.load1_max})
+                     "load1_mean": record.window.load1_mean, "load1_max": record.window.load1_max,
+                     "backend_evidence": "; ".join(record.window.evidence)})
     return rules.run_table(rows)
 
 
@@ -366,6 +367,9 @@ def narrative(data: Mapping[str, Any]) -> list[dict[str, Any]]:
          "rows": [[r["variant"], _fmt(r.get("delta_pct")), _fmt(r.get("threshold_pct")), r["decision"]]
                   for r in data["sensitivity"]]},
     ]
+    evidence = [f"{run['label']}: {line}" for run in data["runs"] for line in run["window"].get("evidence", [])]
+    if evidence:
+        sections += [{"type": "heading", "text": "Backend evidence (rule i)"}, {"type": "list", "items": evidence}]
     if verdict.get("warnings"):
         sections += [{"type": "heading", "text": "Warnings"}, {"type": "list", "items": list(verdict["warnings"])}]
     return sections

@@ -11,7 +11,7 @@ from typing import Sequence
 import psutil
 
 from gatekit.config import ArmSpec, GateConfig, load_toml
-from gatekit.driver import ArmInput, Driver
+from gatekit.driver import ArmInput, ChosenBackend, Driver
 from gatekit.errors import ConfigError
 from gatekit.records import CheckResult
 
@@ -104,11 +104,15 @@ def check_load(config: GateConfig, load1: float | None = None) -> CheckResult:
                        + ("" if ok else "; wait for the machine to calm down"))
 
 
-def run_checks(config: GateConfig, arms: Sequence[ArmSpec], driver: Driver) -> list[CheckResult]:
+def run_checks(config: GateConfig, arms: Sequence[ArmSpec], driver: Driver,
+               backend: ChosenBackend | None = None) -> list[CheckResult]:
     """All preflight checks, in the order a person would fix them."""
     checks = [CheckResult("gate file", True, str(config.path))]
     checks += [check_arm_config(arm) for arm in arms]
     checks += check_artifacts(config.driver.hash)
     checks += driver.preflight([arm_input(arm) for arm in arms])
     checks += [check_busy(config), check_power(), check_load(config)]
+    if backend is not None:
+        checks.append(CheckResult("backend", True, f"{backend.name} ({backend.detail})"))
+        checks += backend.backend.preflight()
     return checks

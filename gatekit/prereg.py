@@ -110,7 +110,10 @@ def stated_rules(spec: DecisionSpec) -> list[str]:
 
 def predecision_document(spec: DecisionSpec, *, series_id: str, created: str, gate_path: Path,
                          gate_sha256: str, schedule: list[Slot], arm_configs: Mapping[str, Path | None],
-                         artifacts: Mapping[str, str], driver: Mapping[str, Any]) -> str:
+                         artifacts: Mapping[str, str], driver: Mapping[str, Any],
+                         backend: Mapping[str, Any] | None = None) -> str:
+    """The predecision file's text. `backend` (name, requested, options, evidence_rules) freezes which
+    backend watches the runs and what of its telemetry counts as evidence (i)."""
     doc = tomlkit.document()
     doc.add(tomlkit.comment("Written before the first run; its sha256 is in the journal and the finding."))
     doc["schema"] = PREDECISION_SCHEMA
@@ -120,11 +123,17 @@ def predecision_document(spec: DecisionSpec, *, series_id: str, created: str, ga
     doc["gate_file"] = {"path": str(gate_path), "sha256": gate_sha256}
     doc["decision"] = spec.to_dict()
     doc["schedule"] = [s.label for s in schedule]
-    doc["stated_rules"] = stated_rules(spec)
+    rules_in_words = stated_rules(spec)
+    if backend is not None:
+        rules_in_words += [f"Evidence (i) also includes: {line}"
+                           for line in backend.get("evidence_rules", [])]
+    doc["stated_rules"] = rules_in_words
     doc["arm_configs"] = {arm: {"path": str(p), "sha256": sha256_file(p)} if p else {"path": ""}
                           for arm, p in arm_configs.items()}
     doc["artifacts"] = dict(artifacts)
     doc["driver"] = dict(driver)
+    if backend is not None:
+        doc["backend"] = dict(backend)
     return tomlkit.dumps(doc)
 
 

@@ -14,7 +14,7 @@ from typing import Mapping, Sequence
 
 from gatekit.records import Record
 
-SOFTWARE = ("gatekit", "click", "pandas", "scipy", "psutil", "tomlkit", "matplotlib", "numpy")
+SOFTWARE = ("gatekit", "click", "pandas", "scipy", "psutil", "tomlkit", "matplotlib", "numpy", "nvidia-ml-py")
 
 
 def sha256_file(path: Path, chunk_bytes: int = 1 << 20) -> str:

@@ -54,21 +54,31 @@ class LoadSample(Record):
     mem_pct: float | None = None
     on_ac: bool | None = None  # None: the machine has no battery
     phase: str = "tick"  # open | tick | close
+    extra: Mapping[str, float | int | str | None] = field(default_factory=dict)  # backend telemetry
 
 
 @dataclass(frozen=True, slots=True)
 class WindowSummary(Record):
-    """What the sampler saw during one run window."""
+    """What the sampler saw during one run window.
+
+    `evidence` holds the backend's contamination evidence (e.g. another process on the GPU) and
+    `telemetry` a few backend statistics of the window; both are left out of `to_dict` when empty, so a
+    window without a backend reads exactly as before.
+    """
 
     samples: int
     load1_mean: float | None
     load1_max: float | None
     on_ac: bool | None = None
+    evidence: tuple[str, ...] = ()
+    telemetry: Mapping[str, float | int | str | bool | None] = field(default_factory=dict)
 
     @classmethod
-    def of(cls, samples: tuple[LoadSample, ...] | list[LoadSample]) -> WindowSummary:
+    def of(cls, samples: tuple[LoadSample, ...] | list[LoadSample], *, evidence: tuple[str, ...] = (),
+           telemetry: Mapping[str, float | int | str | bool | None] | None = None) -> WindowSummary:
         if not samples:
-            return cls(samples=0, load1_mean=None, load1_max=None)
+            return cls(samples=0, load1_mean=None, load1_max=None, evidence=evidence,
+                       telemetry=dict(telemetry or {}))
         loads = [s.load1 for s in samples]
         ac = [s.on_ac for s in samples if s.on_ac is not None]
         return cls(
@@ -76,7 +86,16 @@ class WindowSummary(Record):
             load1_mean=sum(loads) / len(loads),
             load1_max=max(loads),
             on_ac=all(ac) if ac else None,
+            evidence=evidence,
+            telemetry=dict(telemetry or {}),
         )
+
+    def to_dict(self) -> dict[str, Any]:
+        data = Record.to_dict(self)
+        for key in ("evidence", "telemetry"):
+            if not data[key]:
+                del data[key]
+        return data
 
 
 @dataclass(frozen=True, slots=True)

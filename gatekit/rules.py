@@ -1,7 +1,8 @@
 """Preregistered contamination rules and exclusion sensitivity: pure, table in, table out.
 
 The run table has one row per executed run with columns
-`order, arm, label, pair, value, failed, error, samples, load1_mean, load1_max`.
+`order, arm, label, pair, value, failed, error, samples, load1_mean, load1_max, backend_evidence`
+(`backend_evidence`: the backend's evidence lines for the window joined with "; ", empty when none).
 """
 
 from __future__ import annotations
@@ -15,16 +16,29 @@ import pandas as pd
 from gatekit import stats
 from gatekit.config import RulesSpec
 
-RUN_COLUMNS = ("order", "arm", "label", "pair", "value", "failed", "error", "samples", "load1_mean", "load1_max")
+RUN_COLUMNS = ("order", "arm", "label", "pair", "value", "failed", "error", "samples", "load1_mean", "load1_max",
+               "backend_evidence")
 
 
-def load_evidence(table: pd.DataFrame, rules: RulesSpec) -> pd.Series:
-    """Rule (i): the window statistic exceeds load_limit or load_rel_median × the series median."""
+def load_over_limit(table: pd.DataFrame, rules: RulesSpec) -> pd.Series:
+    """The classic rule (i): the window statistic exceeds load_limit or load_rel_median × the series median."""
     stat = table[f"load1_{rules.load_stat}"].astype(float)
     series_median = stat.dropna().median()
     over_limit = stat > rules.load_limit
     over_median = stat > rules.load_rel_median * series_median if not math.isnan(series_median) else False
     return (over_limit | over_median).fillna(False).astype(bool)
+
+
+def backend_evidence(table: pd.DataFrame) -> pd.Series:
+    """Whether the backend found evidence in the window (e.g. another process on the GPU)."""
+    if "backend_evidence" not in table:
+        return pd.Series(False, index=table.index)
+    return table["backend_evidence"].fillna("").astype(str).str.len() > 0
+
+
+def load_evidence(table: pd.DataFrame, rules: RulesSpec) -> pd.Series:
+    """Rule (i): load evidence (the classic rule) OR the backend's evidence for the window."""
+    return load_over_limit(table, rules) | backend_evidence(table)
 
 
 def deviation_z(table: pd.DataFrame, in_play: pd.Series, sigma_ref: str) -> pd.Series:
@@ -55,8 +69,12 @@ def _problem(row: object, rules: RulesSpec) -> str:
     if row.failed:  # type: ignore[attr-defined]
         return f"failed: {row.error}"  # type: ignore[attr-defined]
     stat = getattr(row, f"load1_{rules.load_stat}")
-    return (f"contaminated: load1 {rules.load_stat} {stat:.2f} and "
-            f"{row.z:.2f}σ > {rules.sigma_k:g}σ")  # type: ignore[attr-defined]
+    found = getattr(row, "backend_evidence", "") or ""
+    if found and not row.load_over:  # type: ignore[attr-defined]
+        evidence = found
+    else:  # the classic wording, with the backend's evidence after it when there is some
+        evidence = f"load1 {rules.load_stat} {stat:.2f}" + (f"; {found}" if found else "")
+    return f"contaminated: {evidence} and {row.z:.2f}σ > {rules.sigma_k:g}σ"  # type: ignore[attr-defined]
 
 
 def classify(table: pd.DataFrame, rules: RulesSpec, replaced: Mapping[int, Replacement]) -> pd.DataFrame:
@@ -70,6 +88,10 @@ def classify(table: pd.DataFrame, rules: RulesSpec, replaced: Mapping[int, Repla
     out["replaced"] = out["pair"].isin(list(replaced))
     out["missing_window"] = (out["samples"] == 0) & rules.require_window_samples
     in_play = ~out["replaced"] & ~out["failed"]
+    if "backend_evidence" not in out:
+        out["backend_evidence"] = ""
+    out["backend_evidence"] = out["backend_evidence"].fillna("").astype(str)
+    out["load_over"] = load_over_limit(out, rules)
     out["load_evidence"] = load_evidence(out, rules)
     out["z"] = deviation_z(out, in_play, rules.sigma_ref)
     out["deviant"] = out["z"] > rules.sigma_k
@@ -187,4 +209,5 @@ def run_table(rows: Sequence[Mapping[str, object]]) -> pd.DataFrame:
     table["samples"] = table["samples"].fillna(0).astype(int)
     for column in ("value", "load1_mean", "load1_max"):
         table[column] = pd.to_numeric(table[column], errors="coerce").astype(float)
+    table["backend_evidence"] = table["backend_evidence"].fillna("").astype(str)
     return table

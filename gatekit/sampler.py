@@ -1,7 +1,8 @@
 """The in-window sampler: a thread that records load (and more) for the whole run window.
 
 A run with no in-window samples cannot be audited, so the window is sampled when it opens, every
-`interval_s`, and when it closes. The reader and the clock are injectable for deterministic tests.
+`interval_s`, and when it closes. Each sample also carries the backend's telemetry (GPU, Mac, CPU) when a
+backend is given. The reader, the telemetry and the clock are injectable for deterministic tests.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import psutil
 from gatekit.records import LoadSample
 
 LoadReader = Callable[[], Mapping[str, float | bool | None]]
+TelemetryReader = Callable[[], Mapping[str, float | int | str | None]]
 SAMPLE_FIELDS = ("t_s", "phase", "load1", "load5", "load15", "cpu_pct", "mem_pct", "on_ac")
 
 
@@ -39,10 +41,11 @@ class WindowSampler:
     """Context manager: samples at open, every interval, and at close."""
 
     def __init__(self, interval_s: float, read: LoadReader = read_system_load,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, telemetry: TelemetryReader | None = None) -> None:
         self.interval_s = interval_s
         self.read = read
         self.clock = clock
+        self.telemetry = telemetry
         self._samples: list[LoadSample] = []
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="gatekit-sampler", daemon=True)
@@ -59,6 +62,7 @@ class WindowSampler:
             mem_pct=reading.get("mem_pct"),  # type: ignore[arg-type]
             on_ac=reading.get("on_ac"),  # type: ignore[arg-type]
             phase=phase,
+            extra=dict(self.telemetry()) if self.telemetry is not None else {},
         ))
 
     def _loop(self) -> None:
@@ -82,11 +86,15 @@ class WindowSampler:
 
 
 def samples_csv(samples: tuple[LoadSample, ...]) -> str:
-    """samples.csv content: one row per sample, empty cells for what the machine does not report."""
+    """samples.csv content: one row per sample, empty cells for what the machine does not report.
+
+    The backend's telemetry columns follow the core ones, in the order they first appear.
+    """
+    extra_fields = list(dict.fromkeys(key for sample in samples for key in sample.extra))
     buffer = io.StringIO()
-    writer = csv.DictWriter(buffer, fieldnames=SAMPLE_FIELDS, lineterminator="\n")
+    writer = csv.DictWriter(buffer, fieldnames=[*SAMPLE_FIELDS, *extra_fields], lineterminator="\n")
     writer.writeheader()
     for sample in samples:
-        row = sample.to_dict()
-        writer.writerow({k: "" if row[k] is None else row[k] for k in SAMPLE_FIELDS})
+        row = {**sample.extra, **{k: v for k, v in sample.to_dict().items() if k in SAMPLE_FIELDS}}
+        writer.writerow({k: "" if row.get(k) is None else row[k] for k in (*SAMPLE_FIELDS, *extra_fields)})
     return buffer.getvalue()

@@ -19,7 +19,7 @@ from typing import Any, Callable, Iterator, Mapping, Sequence
 
 from gatekit import rules
 from gatekit.config import ArmSpec, GateConfig, load_gate
-from gatekit.driver import Driver, RunRequest, make_driver
+from gatekit.driver import ChosenBackend, Driver, RunRequest, make_backend, make_driver
 from gatekit.errors import PreflightError, SeriesError, SeriesInterrupted
 from gatekit.finding import Finding, SeriesEvidence, analyze, records_table, write_finding
 from gatekit.preflight import arm_input, run_checks
@@ -132,15 +132,17 @@ def _interrupt_on_sigterm() -> Iterator[None]:
 
 
 class SeriesRunner:
-    """Runs one gate series. `load_reader_for(label)` lets tests inject the load a run window sees."""
+    """Runs one gate series. `load_reader_for(label)` lets tests inject the load a run window sees;
+    `backend` lets them inject a backend (e.g. one replaying recorded GPU telemetry)."""
 
     def __init__(self, config: GateConfig, off: ArmSpec, on: ArmSpec, *, driver: Driver | None = None,
-                 report: Report = lambda text: None,
+                 backend: ChosenBackend | None = None, report: Report = lambda text: None,
                  load_reader_for: Callable[[str], LoadReader] | None = None) -> None:
         self.config = config
         self.off, self.on = off, on
         self.driver = driver or make_driver(config.driver.name, config.driver.options, source=config.path,
                                             base_dir=config.base_dir)
+        self.backend = backend or make_backend(config.backend.name, config.backend.options, source=config.path)
         self.report = report
         self.load_reader_for = load_reader_for or (lambda label: read_system_load)
         self.spec = DecisionSpec.from_gate(config, off.name, on.name)
@@ -148,7 +150,7 @@ class SeriesRunner:
     # -- entry points ----------------------------------------------------------------------------
 
     def preflight(self) -> list[CheckResult]:
-        return run_checks(self.config, [self.off, self.on], self.driver)
+        return run_checks(self.config, [self.off, self.on], self.driver, self.backend)
 
     def start(self) -> SeriesResult:
         """Preflight, preregister, and run a new series."""
@@ -177,7 +179,11 @@ class SeriesRunner:
             raise SeriesError(f"{series_dir}: this series is finished (DONE exists); start a new one")
         state = read_state(series_dir)
         start = state.start
-        verify_unchanged(series_dir, start, self.config)
+        predecision = verify_unchanged(series_dir, start, self.config)
+        registered = predecision.get("backend", {}).get("name")
+        if registered and registered != self.backend.name:
+            raise SeriesError(f"{series_dir}: was registered with the {registered} backend, but this machine "
+                              f"gives {self.backend.name} ({self.backend.detail}); resume it where it started")
         with runs_lock(series_dir.parent):
             self.report(f"resuming {series_dir.name}: {len(state.records)} run(s) already done")
             return self._execute(series_dir, Journal(series_dir / JOURNAL_FILE))
@@ -195,7 +201,7 @@ class SeriesRunner:
             self.spec, series_id=series_id, created=started.isoformat(timespec="seconds"),
             gate_path=config.path, gate_sha256=sha256_file(config.path), schedule=schedule,
             arm_configs={self.off.name: self.off.config, self.on.name: self.on.config},
-            artifacts=artifacts, driver=driver_info)
+            artifacts=artifacts, driver=driver_info, backend=self._backend_registration())
         predecision_sha = write_predecision(series_dir, text)
         out_dir = config.gate.out
         finding_id = _free_finding_id(out_dir, f"{config.gate.id}-{started:%Y-%m-%d}")
@@ -209,9 +215,15 @@ class SeriesRunner:
             arms={a.name: {"config": str(a.config) if a.config else "", "args": list(a.args), "env": dict(a.env)}
                   for a in (self.off, self.on)},
             provenance_start={"artifacts": artifacts, "git": git_state(git_dir).to_dict(),
-                              "host": host_fingerprint(), "software": software_versions()},
+                              "host": host_fingerprint(), "software": software_versions(),
+                              "backend": {"name": self.backend.name, **self.backend.backend.provenance()}},
         )
         self.report(f"preregistered {series_dir / PREDECISION_FILE} (sha256 {predecision_sha[:12]}…)")
+
+    def _backend_registration(self) -> dict[str, Any]:
+        """The backend as preregistered: its name, what the gate file asked for, options, evidence rules."""
+        return {"name": self.backend.name, "requested": self.backend.requested, "chosen": self.backend.detail,
+                "options": dict(self.backend.options), "evidence_rules": self.backend.backend.evidence_rules()}
 
     def _execute(self, series_dir: Path, journal: Journal) -> SeriesResult:
         state = read_state(series_dir)
@@ -297,7 +309,9 @@ class SeriesRunner:
                              stdout_path=run_dir / "stdout.log", stderr_path=run_dir / "stderr.log")
         started_at = _now().isoformat(timespec="seconds")
         journal.append("run_start", label=slot.label, order=order, started_at=started_at)
-        sampler = WindowSampler(self.config.rules.sample_interval_s, read=self.load_reader_for(slot.label))
+        backend = self.backend.backend
+        sampler = WindowSampler(self.config.rules.sample_interval_s, read=self.load_reader_for(slot.label),
+                                telemetry=backend.sample)
         try:
             with sampler:
                 outcome = self.driver.run(request)
@@ -307,9 +321,11 @@ class SeriesRunner:
             raise SeriesInterrupted(f"interrupted during {slot.label}; resume with: gate run --resume "
                                     f"{series_dir}") from None
         atomic_write_text(run_dir / "samples.csv", samples_csv(sampler.samples))
+        telemetry = [s.extra for s in sampler.samples]
+        window = WindowSummary.of(sampler.samples, evidence=tuple(backend.window_evidence(telemetry)),
+                                  telemetry=backend.summarize(telemetry))
         record = RunRecord(order=order, arm=slot.arm, label=slot.label, pair=slot.round, outcome=outcome,
-                           window=WindowSummary.of(sampler.samples), retry_of=slot.retry_of,
-                           started_at=started_at)
+                           window=window, retry_of=slot.retry_of, started_at=started_at)
         atomic_write_text(run_dir / "record.json", json.dumps(record.to_dict(), indent=2, allow_nan=False))
         return record
 
@@ -339,7 +355,8 @@ def _run_line(record: RunRecord, primary: str) -> str:
         return f"      {record.label} FAILED: {record.outcome.error} (see {record.label}/stderr.log)"
     value = record.outcome.metrics.get(primary, record.outcome.process_wallclock_s)
     return (f"      {record.label} {primary} = {value:.4f}, wallclock {record.outcome.process_wallclock_s:.2f} s, "
-            f"load1 mean {record.window.load1_mean or 0:.2f} over {record.window.samples} samples")
+            f"load1 mean {record.window.load1_mean or 0:.2f} over {record.window.samples} samples"
+            + "".join(f"; evidence: {line}" for line in record.window.evidence))
 
 
 def _free_finding_id(out_dir: Path, base: str) -> str:
@@ -382,6 +399,8 @@ def evidence_from_state(series_dir: Path, state: _State) -> SeriesEvidence:
         "host": start["provenance_start"]["host"],
         "software": start["provenance_start"]["software"],
     }
+    if "backend" in start["provenance_start"]:
+        provenance["backend"] = start["provenance_start"]["backend"]
     warnings: list[str] = []
     problems = list(state.problems)
     if state.end is not None:

@@ -70,7 +70,7 @@ def make_gate(root: Path, *, off: dict[str, Any] | None = None, on: dict[str, An
     shutil.copy(FIXTURES / "fake_trainer.py", root / "fake_trainer.py")
     gate = {k: (dict(v) if isinstance(v, dict) else list(v)) for k, v in GATE_TEMPLATE.items()}
     for name, values in sections.items():
-        gate[name] = {**gate[name], **values} if isinstance(gate[name], dict) else values
+        gate[name] = {**gate[name], **values} if isinstance(gate.get(name), dict) else values
     write_toml(root / "gate.toml", gate)
     log = str(root / "order.log")
     write_toml(root / "off.toml", {"flags": {"optimizer": "host", "steps": 10}, "log": log, "sleep_s": 0.02, "default_psnr": 30.0,

@@ -42,6 +42,7 @@ def summary(finding: Finding, paths: tuple[str, ...] = ()) -> str:
     lines = [f"gate {gate['id']}: {gate['arms']['on']} vs {gate['arms']['off']} "
              f"({gate['order']}, n={gate['n']}, {primary}, {gate['direction']} is better)", ""]
     lines += render_table(header, rows, right)
+    lines += [f"evidence {run['label']}: {line}" for run in data["runs"] for line in run["window"].get("evidence", [])]
     lines += ["",
               f"mean off {_num(s.get('mean_off'))}  mean on {_num(s.get('mean_on'))}  "
               f"σ_off {_num(s.get('sigma_off_pct'))} %  σ_on {_num(s.get('sigma_on_pct'))} %",

@@ -1,0 +1,1 @@
+"""Backend plugins (entry point group `gatekit.backends`): cpu, cuda, metal."""

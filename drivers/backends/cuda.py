@@ -1,0 +1,326 @@
+"""The cuda backend: NVML telemetry in every run window, through `nvidia-ml-py` (`pip install 'gatekit[cuda]'`).
+
+Each sample reads GPU utilisation, memory, SM clock, temperature, power, clock-event (throttle) reasons and
+the compute processes on the GPU. A compute process that is not the trainer — its ancestors do not include
+the gate process, which starts every trainer as a child — is contamination evidence beside load, and
+preflight refuses to start while one is there. GPU name, driver and CUDA driver versions go into provenance.
+
+NVML is read through `NvmlReader`, whose readings have exactly the format `record_nvml.py` writes; the live
+reader calls the recorder's own functions, so a recording of a real GPU replays through the same code.
+`pynvml` is imported lazily: the core never needs it, and without it the backend says so cleanly.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+from typing import Any, Mapping, Protocol, Sequence
+
+import psutil
+
+from gatekit.driver import Telemetry, TelemetrySample
+from gatekit.errors import ConfigError, DriverError
+from gatekit.records import CheckResult
+from gatekit_drivers.backends._options import take_options
+
+GIB = float(1 << 30)
+MIB = float(1 << 20)
+
+# NVML clock-event ("throttle") reason bits, nvml.h nvmlClocksEventReasons / nvmlClocksThrottleReasons.
+CLOCK_EVENT_REASONS = {
+    0x1: "gpu_idle",
+    0x2: "applications_clocks_setting",
+    0x4: "sw_power_cap",
+    0x8: "hw_slowdown",
+    0x10: "sync_boost",
+    0x20: "sw_thermal_slowdown",
+    0x40: "hw_thermal_slowdown",
+    0x80: "hw_power_brake_slowdown",
+    0x100: "display_clock_setting",
+}
+# Reasons that mean the GPU ran slower than it could for a cause outside the trainer (heat, power brake).
+# sw_power_cap and gpu_idle are routine under load and between kernels, so they are reported, not evidence.
+SLOWDOWN_MASK = 0x8 | 0x20 | 0x40 | 0x80
+INSTALL_HINT = "pip install 'gatekit[cuda]'"
+
+
+class NvmlReader(Protocol):
+    """Reads one GPU; `static()` and `sample()` return what `record_nvml.py` records."""
+
+    def static(self) -> dict[str, Any]: ...
+
+    def sample(self) -> dict[str, Any]: ...
+
+
+class NvmlUnavailable(DriverError):
+    """NVML cannot be used here (nvidia-ml-py missing, no driver, no such GPU)."""
+
+
+class LiveNvml:
+    """The real reader: pynvml, initialised on first use, for GPU `index`."""
+
+    def __init__(self, index: int) -> None:
+        self.index = index
+        self._pynvml: Any = None
+        self._handle: Any = None
+
+    def _open(self) -> tuple[Any, Any]:
+        if self._handle is None:
+            pynvml = _import_pynvml()
+            try:
+                pynvml.nvmlInit()
+                count = pynvml.nvmlDeviceGetCount()
+                if self.index >= count:
+                    raise NvmlUnavailable(f"not available: GPU {self.index} does not exist (NVML sees {count})")
+                self._handle = pynvml.nvmlDeviceGetHandleByIndex(self.index)
+            except pynvml.NVMLError as exc:
+                raise NvmlUnavailable(f"not available: NVML cannot start ({exc})") from None
+            self._pynvml = pynvml
+        return self._pynvml, self._handle
+
+    def static(self) -> dict[str, Any]:
+        from gatekit_drivers.backends.record_nvml import static_info
+
+        pynvml, handle = self._open()
+        return {"device_count": pynvml.nvmlDeviceGetCount(), **static_info(pynvml, handle)}
+
+    def sample(self) -> dict[str, Any]:
+        from gatekit_drivers.backends.record_nvml import sample
+
+        pynvml, handle = self._open()
+        return sample(pynvml, handle)
+
+
+def _import_pynvml() -> Any:
+    try:
+        import pynvml
+    except ImportError:
+        raise NvmlUnavailable(f"not available: nvidia-ml-py not installed ({INSTALL_HINT})") from None
+    return pynvml
+
+
+# -- readings -> telemetry -------------------------------------------------------------------------
+
+def number(value: Any) -> float | None:
+    """A reading as a number; None for an NVML error ({"nvml_error": ...}), None or anything else."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return float(value)
+
+
+def reason_names(mask: int) -> list[str]:
+    names = [name for bit, name in CLOCK_EVENT_REASONS.items() if mask & bit]
+    unknown = mask & ~sum(CLOCK_EVENT_REASONS)
+    return names + ([f"0x{unknown:x}"] if unknown else [])
+
+
+def cuda_version(code: Any) -> str | None:
+    """NVML's CUDA driver version code (e.g. 12080) as "12.8"."""
+    if isinstance(code, bool) or not isinstance(code, int):
+        return None
+    return f"{code // 1000}.{code % 1000 // 10}"
+
+
+def process_owner(pid: int, gate_pid: int) -> str:
+    """'own' when `pid` is the gate or descends from it (the trainer and its children), else why not.
+
+    NVML reports pids of the host's PID namespace; inside a container psutil may not see them, so a pid
+    psutil cannot find is someone else's as far as this gate can tell ("not visible here").
+    """
+    try:
+        process = psutil.Process(pid)
+        if pid == gate_pid or gate_pid in {parent.pid for parent in process.parents()}:
+            return "own"
+        return process.name() or "?"
+    except psutil.NoSuchProcess:
+        return "not visible here"
+    except psutil.AccessDenied:
+        return "ancestry not readable"
+
+
+def split_processes(processes: Any, gate_pid: int, known_own: set[int] | None = None) -> tuple[int, list[str]]:
+    """(number of own compute processes, one line per other one) from a recorded process list.
+
+    `known_own` remembers pids already seen as the gate's own: a trainer that exits between NVML's list
+    and the ancestry check is still the trainer, not a process "not visible here".
+    """
+    if not isinstance(processes, list):
+        return 0, []
+    known_own = set() if known_own is None else known_own
+    own, others = 0, []
+    for entry in processes:
+        pid = entry.get("pid") if isinstance(entry, dict) else None
+        if not isinstance(pid, int):
+            continue
+        owner = "own" if pid in known_own else process_owner(pid, gate_pid)
+        if owner == "own":
+            known_own.add(pid)
+            own += 1
+            continue
+        used = number(entry.get("used_gpu_memory"))
+        memory = f"{used / GIB:.2f} GiB" if used is not None else "memory n/a"
+        others.append(f"pid {pid} ({owner}) using {memory}")
+    return own, others
+
+
+def telemetry(reading: Mapping[str, Any], gate_pid: int, known_own: set[int] | None = None) -> dict[str, Telemetry]:
+    """One NVML reading as samples.csv columns."""
+    mem_used, power, mask = (number(reading.get(k)) for k in ("mem_used_bytes", "power_mw", "throttle_reasons"))
+    own, others = split_processes(reading.get("compute_processes"), gate_pid, known_own)
+    return {
+        "gpu_util_pct": number(reading.get("gpu_util_pct")),
+        "gpu_mem_util_pct": number(reading.get("mem_util_pct")),
+        "gpu_mem_used_mib": None if mem_used is None else round(mem_used / MIB, 1),
+        "gpu_sm_clock_mhz": number(reading.get("sm_clock_mhz")),
+        "gpu_temperature_c": number(reading.get("temperature_c")),
+        "gpu_power_w": None if power is None else power / 1000.0,
+        "gpu_clock_event_reasons": None if mask is None else int(mask),
+        "gpu_throttle": None if mask is None else "+".join(reason_names(int(mask))),
+        "gpu_own_processes": own,
+        "gpu_other_processes": "; ".join(others),
+    }
+
+
+def _numbers(samples: Sequence[TelemetrySample], key: str) -> list[float]:
+    return [float(v) for s in samples if isinstance(v := s.get(key), (int, float)) and not isinstance(v, bool)]
+
+
+_PID = re.compile(r"^pid (\d+) ")
+
+
+class CudaBackend:
+    """NVML telemetry, foreign GPU processes and hardware slowdowns as evidence, GPU provenance."""
+
+    name = "cuda"
+    OPTIONS: Mapping[str, tuple[type, Any]] = {"device": (int, 0), "throttle_evidence": (bool, True)}
+
+    def __init__(self, *, device: int = 0, throttle_evidence: bool = True, reader: NvmlReader | None = None,
+                 gate_pid: int | None = None) -> None:
+        self.device = device
+        self.throttle_evidence = throttle_evidence
+        self.reader: NvmlReader = reader if reader is not None else LiveNvml(device)
+        self.gate_pid = os.getpid() if gate_pid is None else gate_pid
+        self._own_pids: set[int] = set()
+
+    @classmethod
+    def detect(cls) -> CheckResult:
+        try:
+            pynvml = _import_pynvml()
+        except NvmlUnavailable as exc:
+            return CheckResult(cls.name, False, str(exc))
+        try:
+            pynvml.nvmlInit()
+        except pynvml.NVMLError as exc:
+            return CheckResult(cls.name, False, f"not available: NVML cannot start ({exc})")
+        try:
+            count = pynvml.nvmlDeviceGetCount()
+            if count < 1:
+                return CheckResult(cls.name, False, "not available: NVML sees no GPU")
+            name = pynvml.nvmlDeviceGetName(pynvml.nvmlDeviceGetHandleByIndex(0))
+        except pynvml.NVMLError as exc:
+            return CheckResult(cls.name, False, f"not available: NVML cannot read GPU 0 ({exc})")
+        finally:
+            pynvml.nvmlShutdown()
+        name = name.decode() if isinstance(name, bytes) else name
+        return CheckResult(cls.name, True, f"{count} GPU(s), GPU 0: {name}")
+
+    @classmethod
+    def from_options(cls, options: Mapping[str, Any], *, source: Path) -> CudaBackend:
+        values = take_options(options, cls.OPTIONS, source=source, backend=cls.name)
+        if values["device"] < 0:
+            raise ConfigError(f"{source}: backend.cuda.device: must be a GPU index (0 or more), "
+                              f"got {values['device']}")
+        return cls(**values)
+
+    # -- preflight and provenance -------------------------------------------------------------------
+
+    def preflight(self) -> list[CheckResult]:
+        try:
+            static = self.reader.static()
+            reading = self.reader.sample()
+        except NvmlUnavailable as exc:
+            return [CheckResult(f"GPU {self.device} (NVML)", False, str(exc))]
+        checks = [CheckResult(f"GPU {self.device} (NVML)", True,
+                              f"{static.get('name')}, driver {static.get('driver_version')}, CUDA "
+                              f"{cuda_version(static.get('cuda_driver_version'))}")]
+        _, others = split_processes(reading.get("compute_processes"), self.gate_pid)
+        checks.append(CheckResult(
+            f"no other process on GPU {self.device}", not others,
+            f"{len(others)} compute process(es) already use it: {'; '.join(others[:3])}; wait for them or "
+            "stop them before a series" if others else "no compute process on it"))
+        return checks
+
+    def provenance(self) -> dict[str, Any]:
+        static = self.reader.static()
+        memory, power = number(static.get("memory_total_bytes")), number(static.get("power_limit_mw"))
+        try:
+            bindings: str | None = version("nvidia-ml-py")
+        except PackageNotFoundError:
+            bindings = None
+        return {
+            "gpu_index": self.device, "device_count": static.get("device_count"), "gpu": static.get("name"),
+            "uuid": static.get("uuid"), "driver_version": static.get("driver_version"),
+            "cuda_driver_version": cuda_version(static.get("cuda_driver_version")),
+            "nvml_version": static.get("nvml_version"),
+            "memory_total_gib": None if memory is None else round(memory / GIB, 2),
+            "power_limit_w": None if power is None else power / 1000.0,
+            "max_sm_clock_mhz": number(static.get("max_sm_clock_mhz")), "nvidia_ml_py": bindings,
+        }
+
+    # -- in-window telemetry ------------------------------------------------------------------------
+
+    def sample(self) -> dict[str, Telemetry]:
+        return telemetry(self.reader.sample(), self.gate_pid, self._own_pids)
+
+    def summarize(self, samples: Sequence[TelemetrySample]) -> dict[str, Telemetry | bool]:
+        util, clock = _numbers(samples, "gpu_util_pct"), _numbers(samples, "gpu_sm_clock_mhz")
+        temp, power = _numbers(samples, "gpu_temperature_c"), _numbers(samples, "gpu_power_w")
+        memory = _numbers(samples, "gpu_mem_used_mib")
+        masks = [int(m) for m in _numbers(samples, "gpu_clock_event_reasons")]
+        seen = 0
+        for mask in masks:
+            seen |= mask
+        others = {m.group(1) for s in samples for line in str(s.get("gpu_other_processes") or "").split("; ")
+                  if (m := _PID.match(line))}
+        return {
+            "gpu_util_mean": sum(util) / len(util) if util else None,
+            "gpu_mem_used_max_mib": max(memory) if memory else None,
+            "sm_clock_min_mhz": min(clock) if clock else None,
+            "temperature_max_c": max(temp) if temp else None,
+            "power_max_w": max(power) if power else None,
+            "throttled": bool(seen & SLOWDOWN_MASK) if masks else None,
+            "clock_event_reasons": "+".join(reason_names(seen)) if masks else None,
+            "other_gpu_processes": len(others),
+        }
+
+    def window_evidence(self, samples: Sequence[TelemetrySample]) -> list[str]:
+        evidence = []
+        first_seen: dict[str, str] = {}
+        count: dict[str, int] = {}
+        for s in samples:
+            for line in filter(None, str(s.get("gpu_other_processes") or "").split("; ")):
+                key = (m.group(1) if (m := _PID.match(line)) else line)
+                first_seen.setdefault(key, line)
+                count[key] = count.get(key, 0) + 1
+        for key, line in first_seen.items():
+            evidence.append(f"other GPU process {line} (in {count[key]} of {len(samples)} samples)")
+        if self.throttle_evidence:
+            slowed = [int(m) for m in _numbers(samples, "gpu_clock_event_reasons") if int(m) & SLOWDOWN_MASK]
+            if slowed:
+                union = 0
+                for mask in slowed:
+                    union |= mask & SLOWDOWN_MASK
+                evidence.append(f"GPU {self.device} clocks slowed by {'+'.join(reason_names(union))} "
+                                f"(in {len(slowed)} of {len(samples)} samples)")
+        return evidence
+
+    def evidence_rules(self) -> list[str]:
+        rules = [f"cuda backend (GPU {self.device}): a compute process on the GPU whose ancestors do not include "
+                 "the gate process (or that this gate cannot see) in any sample of the window is evidence (i)."]
+        if self.throttle_evidence:
+            rules.append("cuda backend: an NVML clock-event reason hw_slowdown, sw_thermal_slowdown, "
+                         "hw_thermal_slowdown or hw_power_brake_slowdown in any sample is evidence (i); "
+                         "sw_power_cap and gpu_idle are recorded, not evidence.")
+        return rules

@@ -1,0 +1,370 @@
+"""The backend plugins: cpu for real, cuda from recorded real NVML output, metal from recorded real macOS output.
+
+cuda: there is no GPU here. Its telemetry comes from recordings made on an NVIDIA H200 with record_nvml.py
+(tests/fixtures/nvml), replayed by tests/nvml_replay.py; the compute-process lists are replaced by pids of
+real processes of this machine. metal: there is no Mac here. Its commands' outputs come from real Macs,
+quoted from public pages listed in tests/fixtures/metal/SOURCES.md, fed through the injectable runner.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Iterator
+
+import psutil
+import pytest
+
+from gatekit.driver import (AUTO_ORDER, Backend, installed_backends, load_backend, make_backend)
+from gatekit.errors import ConfigError
+from gatekit.records import LoadSample, RunOutcome, RunRecord, WindowSummary
+from gatekit.sampler import WindowSampler, samples_csv
+from gatekit_drivers.backends.cpu import CpuBackend, cpu_model
+from gatekit_drivers.backends.cuda import CudaBackend, cuda_version, reason_names, telemetry
+from gatekit_drivers.backends.metal import (PMSET_BATT, PMSET_THERM, SYSCTL_CHIP, CommandOutput, MetalBackend,
+                                            parse_pmset_batt, parse_pmset_therm)
+from tests.nvml_replay import ReplayNvml, recorded_process_memory
+
+METAL = Path(__file__).parent / "fixtures" / "metal"
+SOURCE = Path("gate.toml")
+
+
+# -- registry ----------------------------------------------------------------------------------------
+
+def test_builtin_backends_register_through_entry_points() -> None:
+    installed = installed_backends()
+    assert installed["cpu"] == "gatekit_drivers.backends.cpu:CpuBackend"
+    assert installed["cuda"] == "gatekit_drivers.backends.cuda:CudaBackend"
+    assert installed["metal"] == "gatekit_drivers.backends.metal:MetalBackend"
+    for name in ("cpu", "cuda", "metal"):
+        cls = load_backend(name, source=SOURCE)
+        assert cls.name == name
+        assert isinstance(cls.from_options({}, source=SOURCE), Backend)
+
+
+def test_unknown_backend_lists_the_installed_ones() -> None:
+    with pytest.raises(ConfigError, match=r"gate.toml: backend.name: no backend named 'rocm' is installed "
+                                          r"\(installed: cpu, cuda, metal"):
+        make_backend("rocm", {}, source=SOURCE)
+
+
+def test_auto_picks_the_first_backend_that_detects_its_machine() -> None:
+    expected = next(name for name in AUTO_ORDER if load_backend(name, source=SOURCE).detect().ok)
+    chosen = make_backend("auto", {}, source=SOURCE)
+    assert chosen.name == expected and chosen.requested == "auto"
+    assert chosen.detail.startswith("auto-detected: ")
+    named = make_backend("cpu", {"cpu": {"temperature_evidence": False}}, source=SOURCE)
+    assert named.name == "cpu" and named.backend.temperature_evidence is False  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("options, message", [
+    ({"cuda": {"devise": 1}}, "backend.cuda.devise: unknown key for the cuda backend (known: device, "
+                              "throttle_evidence)"),
+    ({"cuda": {"device": True}}, "backend.cuda.device: must be an integer, got True"),
+    ({"cuda": {"device": -1}}, "backend.cuda.device: must be a GPU index (0 or more), got -1"),
+    ({"metal": {"require_ac": "yes"}}, "backend.metal.require_ac: must be true or false, got 'yes'"),
+    ({"cpu": {"sensors": []}}, "backend.cpu.sensors: unknown key for the cpu backend"),
+    ({"cdua": {}}, "backend.cdua: no backend named 'cdua' is installed"),
+])
+def test_plugin_options_are_validated_by_the_plugin(options: dict, message: str) -> None:
+    # every [backend.<name>] table is checked, also those of backends `auto` does not pick
+    with pytest.raises(ConfigError) as caught:
+        make_backend("auto", options, source=SOURCE)
+    assert f"gate.toml: {message}" in str(caught.value)
+
+
+# -- cpu, for real ----------------------------------------------------------------------------------
+
+def test_cpu_backend_reads_this_machine() -> None:
+    backend = CpuBackend()
+    sample = backend.sample()
+    assert set(sample) == {"cpu_freq_mhz", "cpu_core_pct_max", "cpu_temp_c", "cpu_temp_high"}
+    freq = psutil.cpu_freq()
+    if freq is not None and freq.current:
+        assert sample["cpu_freq_mhz"] == pytest.approx(freq.current, rel=0.5)
+    else:
+        assert sample["cpu_freq_mhz"] is None
+    assert isinstance(sample["cpu_core_pct_max"], float) and 0.0 <= sample["cpu_core_pct_max"] <= 100.0
+    provenance = backend.provenance()
+    assert provenance["cpu_logical"] == psutil.cpu_count() and provenance["cpu_model"] == cpu_model()
+    if Path("/proc/cpuinfo").exists():
+        names = [line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                 if line.startswith("model name")]
+        assert provenance["cpu_model"] == names[0]
+    (governor,) = backend.preflight()
+    assert governor.ok and governor.name == "cpu frequency governor"
+    readable = list(Path("/sys/devices/system/cpu").glob("cpu[0-9]*/cpufreq/scaling_governor"))
+    if readable:
+        assert readable[0].read_text().strip() in governor.detail
+    else:
+        assert "not readable" in governor.detail
+
+
+def test_cpu_window_summary_and_temperature_evidence() -> None:
+    backend = CpuBackend()
+    real = [backend.sample() for _ in range(3)]
+    summary = backend.summarize(real)
+    freqs = [s["cpu_freq_mhz"] for s in real if s["cpu_freq_mhz"] is not None]
+    assert summary["cpu_freq_min_mhz"] == (min(freqs) if freqs else None)
+    assert bool(backend.window_evidence(real)) == any(s["cpu_temp_high"] for s in real)
+    hot = [*real, {**real[0], "cpu_temp_high": "k10temp Tctl 96 °C ≥ high 95 °C"}]
+    assert backend.window_evidence(hot) == [
+        "CPU temperature at its high mark in 1 of 4 samples (k10temp Tctl 96 °C ≥ high 95 °C)"]
+    assert CpuBackend(temperature_evidence=False).window_evidence(hot) == []
+
+
+# -- cuda, from recorded real NVML output ------------------------------------------------------------
+
+@pytest.fixture
+def foreign_pid() -> Iterator[int]:
+    """A real process outside the gate's process tree: started by a helper that exits at once, so it is
+    re-parented away from this (gate) process."""
+    helper = subprocess.run(
+        [sys.executable, "-c", "import subprocess, sys; p = subprocess.Popen([sys.executable, '-c', "
+         "'import time; time.sleep(120)'], start_new_session=True, stdin=subprocess.DEVNULL, "
+         "stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL); print(p.pid)"],
+        capture_output=True, text=True, check=True)
+    pid = int(helper.stdout)
+    assert os.getpid() not in {p.pid for p in psutil.Process(pid).parents()}
+    yield pid
+    psutil.Process(pid).kill()
+
+
+@pytest.fixture
+def own_child() -> Iterator[subprocess.Popen[bytes]]:
+    """A real child of this process, standing in for the trainer."""
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+    yield child
+    child.kill()
+    child.wait()
+
+
+def _missing_pid() -> int:
+    limit = int(Path("/proc/sys/kernel/pid_max").read_text()) if Path("/proc/sys/kernel/pid_max").exists() else 99999
+    return limit + 1  # no process can have it
+
+
+def test_cuda_provenance_and_preflight_from_the_h200_recording() -> None:
+    backend = CudaBackend(reader=ReplayNvml("h200_idle.json"))
+    provenance = backend.provenance()
+    assert provenance["gpu"] == "NVIDIA H200" and provenance["driver_version"] == "580.159.04"
+    assert provenance["cuda_driver_version"] == "13.0" and provenance["nvml_version"] == "13.580.159.04"
+    assert provenance["memory_total_gib"] == pytest.approx(150754820096 / 2**30, abs=0.01)
+    assert provenance["power_limit_w"] == 700.0 and provenance["max_sm_clock_mhz"] == 1980.0
+    gpu, free = backend.preflight()
+    assert gpu.ok and gpu.detail == "NVIDIA H200, driver 580.159.04, CUDA 13.0"
+    assert free.ok and free.detail == "no compute process on it"
+    assert cuda_version(12080) == "12.8"
+
+
+def test_cuda_preflight_refuses_while_another_process_uses_the_gpu(foreign_pid: int) -> None:
+    memory = recorded_process_memory()
+    reader = ReplayNvml("h200_busy.json", processes=lambda: [{"pid": foreign_pid, "used_gpu_memory": memory}])
+    _, free = CudaBackend(reader=reader).preflight()
+    assert not free.ok
+    assert f"pid {foreign_pid} (python" in free.detail and "using 0.82 GiB" in free.detail
+    assert "wait for them or stop them" in free.detail
+
+
+def test_cuda_telemetry_replays_the_recorded_values(own_child: subprocess.Popen[bytes], foreign_pid: int) -> None:
+    memory = recorded_process_memory()
+    missing = _missing_pid()
+    processes = [{"pid": own_child.pid, "used_gpu_memory": memory},
+                 {"pid": foreign_pid, "used_gpu_memory": memory},
+                 {"pid": missing, "used_gpu_memory": None}]
+    reader = ReplayNvml("h200_busy.json", processes=lambda: processes)
+    backend = CudaBackend(reader=reader)
+    samples = [backend.sample() for _ in reader.recorded]
+    first = samples[0]
+    assert first["gpu_util_pct"] == 100.0 and first["gpu_sm_clock_mhz"] == 1980.0
+    assert first["gpu_temperature_c"] == 51.0 and first["gpu_power_w"] == pytest.approx(292.772)
+    assert first["gpu_mem_used_mib"] == pytest.approx(1532887040 / 2**20, abs=0.1)
+    assert first["gpu_clock_event_reasons"] == 0 and first["gpu_throttle"] == ""
+    assert first["gpu_own_processes"] == 1  # the child is the trainer's stand-in: not "other"
+    foreign_name = psutil.Process(foreign_pid).name()
+    assert first["gpu_other_processes"] == (f"pid {foreign_pid} ({foreign_name}) using 0.82 GiB; "
+                                            f"pid {missing} (not visible here) using memory n/a")
+    summary = backend.summarize(samples)
+    assert summary == {"gpu_util_mean": 100.0, "gpu_mem_used_max_mib": first["gpu_mem_used_mib"],
+                       "sm_clock_min_mhz": 1980.0, "temperature_max_c": 56.0, "power_max_w": 675.013,
+                       "throttled": False, "clock_event_reasons": "", "other_gpu_processes": 2}
+    evidence = backend.window_evidence(samples)
+    assert evidence[0] == f"other GPU process pid {foreign_pid} ({foreign_name}) using 0.82 GiB (in 6 of 6 samples)"
+    assert evidence[1] == f"other GPU process pid {missing} (not visible here) using memory n/a (in 6 of 6 samples)"
+    assert len(evidence) == 2
+
+
+def test_cuda_idle_recording_is_no_evidence() -> None:
+    reader = ReplayNvml("h200_idle.json")
+    backend = CudaBackend(reader=reader)
+    samples = [backend.sample() for _ in reader.recorded]
+    assert [s["gpu_throttle"] for s in samples] == ["gpu_idle"] * 3  # recorded reason 0x1
+    assert backend.window_evidence(samples) == []
+    assert backend.summarize(samples)["throttled"] is False
+    assert backend.summarize(samples)["sm_clock_min_mhz"] == 345.0
+
+
+def test_cuda_hardware_slowdown_is_evidence_unless_switched_off() -> None:
+    # No recording of a throttled H200 exists: these are the recorded busy readings with the clock-event
+    # reason set to hw_thermal_slowdown | sw_power_cap (0x40 | 0x4, nvml.h); everything else as recorded.
+    reader = ReplayNvml("h200_busy.json", processes=list)
+    readings = [{**reader.sample(), "throttle_reasons": 0x44 if k in (2, 3) else 0x4} for k in range(6)]
+    samples = [telemetry(r, os.getpid()) for r in readings]
+    assert samples[2]["gpu_throttle"] == "sw_power_cap+hw_thermal_slowdown"
+    assert CudaBackend(reader=reader).window_evidence(samples) == [
+        "GPU 0 clocks slowed by hw_thermal_slowdown (in 2 of 6 samples)"]
+    assert CudaBackend(reader=reader, throttle_evidence=False).window_evidence(samples) == []
+    assert CudaBackend(reader=reader).summarize(samples)["throttled"] is True
+    assert reason_names(0x1 | 0x200) == ["gpu_idle", "0x200"]  # a reason newer than this table stays visible
+
+
+def test_nvml_errors_in_a_recording_become_empty_cells() -> None:
+    # record_nvml.py writes {"nvml_error": "..."} for a reading NVML refuses (e.g. power on some boards)
+    reading = {**ReplayNvml("h200_idle.json").sample(), "power_mw": {"nvml_error": "Not Supported"},
+               "compute_processes": {"nvml_error": "Not Supported"}}
+    row = telemetry(reading, os.getpid())
+    assert row["gpu_power_w"] is None and row["gpu_other_processes"] == "" and row["gpu_util_pct"] == 0.0
+
+
+@pytest.mark.skipif(importlib.util.find_spec("pynvml") is not None, reason="nvidia-ml-py is installed here")
+def test_cuda_without_nvidia_ml_py_says_so_cleanly() -> None:
+    found = CudaBackend.detect()
+    assert not found.ok and found.detail == "not available: nvidia-ml-py not installed (pip install 'gatekit[cuda]')"
+    (check,) = CudaBackend().preflight()  # the live reader
+    assert not check.ok and "nvidia-ml-py not installed" in check.detail
+
+
+def test_core_and_the_cuda_plugin_never_import_pynvml_eagerly(tmp_path: Path) -> None:
+    # a pynvml that refuses to be imported: importing gatekit and the cuda plugin must not touch it
+    (tmp_path / "pynvml.py").write_text("raise SystemExit('pynvml was imported')\n")
+    code = ("import gatekit.cli, gatekit.series, gatekit.sampler, gatekit.preflight\n"
+            "import gatekit_drivers.backends.cuda as cuda\n"
+            "from pathlib import Path\n"
+            "backend = cuda.CudaBackend.from_options({'device': 0}, source=Path('g.toml'))\n"
+            "print('clean', backend.name)\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": str(tmp_path)})
+    assert done.returncode == 0 and done.stdout.strip() == "clean cuda", done.stderr
+    done = subprocess.run([sys.executable, "-c", "import gatekit_drivers.backends.cuda as c; print(c.CudaBackend.detect())"],
+                          capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(tmp_path)})
+    assert "pynvml was imported" in done.stderr  # detect() is where it is imported, lazily
+
+
+# -- metal, from recorded real macOS output ----------------------------------------------------------
+
+def _fixture(name: str) -> str:
+    return (METAL / name).read_text()
+
+
+def test_pmset_batt_recordings() -> None:
+    charging = parse_pmset_batt(_fixture("pmset_batt_ac_charging.txt"))
+    assert (charging.source, charging.on_ac, charging.battery_pct, charging.battery_state) == (
+        "AC Power", True, 91, "charging")
+    attached = parse_pmset_batt(_fixture("pmset_batt_ac_not_charging.txt"))
+    assert (attached.on_ac, attached.battery_pct, attached.battery_state) == (True, 88, "AC attached")
+    battery = parse_pmset_batt(_fixture("pmset_batt_on_battery.txt"))
+    assert (battery.source, battery.on_ac, battery.battery_pct, battery.battery_state) == (
+        "Battery Power", False, 95, "discharging")
+    desktop = parse_pmset_batt(_fixture("pmset_batt_desktop.txt"))
+    assert (desktop.on_ac, desktop.battery_pct) == (True, None)
+    assert parse_pmset_batt("").on_ac is None
+
+
+def test_pmset_therm_recordings() -> None:
+    nominal = parse_pmset_therm(_fixture("pmset_therm_m1_pro_nominal.txt"))
+    assert nominal.state == "nominal"
+    assert (nominal.thermal_warning_level, nominal.performance_warning_level, nominal.cpu_speed_limit_pct) == (
+        0, 0, None)
+    throttled = parse_pmset_therm(_fixture("pmset_therm_intel_throttled.txt"))
+    assert throttled.state == "throttled" and throttled.detail == "CPU_Speed_Limit 35 %"
+    assert (throttled.cpu_speed_limit_pct, throttled.cpu_scheduler_limit_pct) == (35, 100)
+    # pmset prints the limits block with tabs; the recording shows spaces: both read the same
+    tabbed = _fixture("pmset_therm_intel_throttled.txt").replace("    CPU", "\tCPU").replace("     =", " \t=")
+    assert parse_pmset_therm(tabbed) == throttled
+    assert parse_pmset_therm("").state == "unknown"
+
+
+class RecordedMac:
+    """A command runner answering with recorded outputs of real Macs (tests/fixtures/metal)."""
+
+    def __init__(self, batt: str, therm: str, chip: str = "sysctl_brand_apple_m1_pro.txt") -> None:
+        self.outputs = {PMSET_BATT: _fixture(batt), PMSET_THERM: _fixture(therm), SYSCTL_CHIP: _fixture(chip)}
+        self.calls: list[tuple[str, ...]] = []
+
+    def __call__(self, argv: tuple[str, ...] | list[str]) -> CommandOutput:
+        self.calls.append(tuple(argv))
+        text = self.outputs.get(tuple(argv))
+        return CommandOutput(0, text) if text is not None else CommandOutput(127, "", f"{argv[0]}: not found")
+
+
+def test_metal_preflight_on_a_cool_mac_on_ac_power() -> None:
+    run = RecordedMac("pmset_batt_ac_charging.txt", "pmset_therm_m1_pro_nominal.txt")
+    power, thermal = MetalBackend(run=run).preflight()
+    assert power.ok and power.detail == "drawing from AC Power, battery 91 % charging"
+    assert thermal.ok and thermal.detail.startswith("nominal")
+    assert run.calls == [PMSET_BATT, PMSET_THERM]
+    assert MetalBackend(run=run).provenance()["chip"] == "Apple M1 Pro"
+    intel = RecordedMac("pmset_batt_desktop.txt", "pmset_therm_m1_pro_nominal.txt", "sysctl_brand_intel_i7_3820qm.txt")
+    assert MetalBackend(run=intel).provenance()["chip"] == "Intel(R) Core(TM) i7-3820QM CPU @ 2.70GHz"
+
+
+def test_metal_preflight_refuses_battery_power_and_a_throttled_cpu() -> None:
+    power, thermal = MetalBackend(run=RecordedMac("pmset_batt_on_battery.txt", "pmset_therm_intel_throttled.txt")
+                                  ).preflight()
+    assert not power.ok and "drawing from Battery Power, battery 95 % discharging; plug in" in power.detail
+    assert not thermal.ok and thermal.detail == "throttled: CPU_Speed_Limit 35 %; let the Mac cool down"
+    power, _ = MetalBackend(require_ac=False, run=RecordedMac("pmset_batt_on_battery.txt",
+                                                              "pmset_therm_m1_pro_nominal.txt")).preflight()
+    assert power.ok
+    missing = MetalBackend(run=lambda argv: CommandOutput(127, "", "pmset: command not found")).preflight()
+    assert [c.ok for c in missing] == [False, False]
+
+
+def test_metal_window_telemetry_and_evidence() -> None:
+    cool = MetalBackend(run=RecordedMac("pmset_batt_ac_charging.txt", "pmset_therm_m1_pro_nominal.txt"))
+    hot = MetalBackend(run=RecordedMac("pmset_batt_on_battery.txt", "pmset_therm_intel_throttled.txt"))
+    window = [cool.sample(), hot.sample(), cool.sample()]
+    assert window[0] == {"mac_power_source": "AC Power", "mac_battery_pct": 91, "mac_thermal_state": "nominal",
+                         "mac_cpu_speed_limit_pct": None}
+    assert window[1]["mac_cpu_speed_limit_pct"] == 35
+    assert cool.window_evidence(window) == ["drawing from Battery Power (in 1 of 3 samples)",
+                                            "thermal state throttled (in 1 of 3 samples)"]
+    assert cool.window_evidence([window[0], window[2]]) == []
+    assert MetalBackend(require_ac=False).window_evidence(window) == ["thermal state throttled (in 1 of 3 samples)"]
+    assert cool.summarize(window) == {"on_ac_all": False, "thermal_worst": "throttled",
+                                      "cpu_speed_limit_min_pct": 35.0, "battery_min_pct": 91.0}
+
+
+@pytest.mark.skipif(sys.platform == "darwin", reason="this is a Mac")
+def test_metal_is_not_detected_off_macos() -> None:
+    found = MetalBackend.detect()
+    assert not found.ok and found.detail.startswith("not available: not macOS")
+
+
+# -- sampler and records ---------------------------------------------------------------------------
+
+def test_sampler_merges_backend_telemetry_into_every_row() -> None:
+    reader = ReplayNvml("h200_idle.json", processes=list)
+    backend = CudaBackend(reader=reader)
+    with WindowSampler(0.01, read=lambda: {"load1": 1.0}, telemetry=backend.sample) as sampler:
+        pass
+    samples = sampler.samples
+    assert [s.phase for s in samples][0] == "open" and samples[-1].phase == "close"
+    assert all(s.extra["gpu_sm_clock_mhz"] == 345.0 for s in samples)
+    header, first = samples_csv(samples).splitlines()[:2]
+    assert header.startswith("t_s,phase,load1,load5,load15,cpu_pct,mem_pct,on_ac,gpu_util_pct,")
+    assert "gpu_other_processes" in header and first.split(",")[header.split(",").index("gpu_throttle")] == "gpu_idle"
+
+
+def test_window_without_backend_reads_as_before_and_round_trips() -> None:
+    plain = WindowSummary.of([LoadSample(0.0, 1.0, 1.0, 1.0)])
+    assert plain.to_dict() == {"samples": 1, "load1_mean": 1.0, "load1_max": 1.0, "on_ac": None}
+    rich = WindowSummary.of([LoadSample(0.0, 1.0, 1.0, 1.0)], evidence=("other GPU process pid 7",),
+                            telemetry={"gpu_util_mean": 99.0})
+    record = RunRecord(order=1, arm="off", label="off-r1", pair=1, outcome=RunOutcome(0, 1.0), window=rich)
+    again = RunRecord.from_dict(record.to_dict())
+    assert again.window.evidence == ("other GPU process pid 7",) and again.window.telemetry == {"gpu_util_mean": 99.0}
+    assert again == record
