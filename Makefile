@@ -22,6 +22,7 @@ test: setup
 demo: setup
 	$(GATE) check off on --gate configs/demo/gate.toml
 	$(GATE) run off on --gate configs/demo/gate.toml --out $(DEMO_DIR)/findings --runs $(DEMO_DIR)/runs
+	$(GATE) report "$$(ls -t $(DEMO_DIR)/findings/*.json | head -n 1)" --html $(DEMO_DIR)/report
 
 bench: setup
 	$(PY) benchmarks/run.py --write docs/benchmarks.md
