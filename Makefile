@@ -6,7 +6,7 @@ GATE := $(VENV)/bin/gate
 STAMP := $(VENV)/.installed-stamp
 DEMO_DIR ?= demo-out
 
-.PHONY: setup test demo bench clean
+.PHONY: setup browser test demo bench clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -15,7 +15,11 @@ $(STAMP): pyproject.toml
 
 setup: $(STAMP)
 
-test: setup
+# The browser test drives Debian's chromium; installed here when missing (root + apt-get), never downloaded.
+browser:
+	sh tests/browser/ensure-chromium.sh
+
+test: setup browser
 	$(PY) -m pytest -q
 
 # A real gate on the bundled numpy reference trainer: host-style Adam (off) vs a resident flat buffer (on).
@@ -28,4 +32,4 @@ bench: setup
 	$(PY) benchmarks/run.py --write docs/benchmarks.md
 
 clean:
-	rm -rf $(VENV) $(DEMO_DIR) .pytest_cache
+	rm -rf $(VENV) $(DEMO_DIR) .pytest_cache test-artifacts

@@ -39,9 +39,13 @@ class FigureImage:
     height: int
 
 
-def literal(text: object) -> str:
-    """Text matplotlib draws as written: `$` escaped so it never switches to mathtext."""
-    return str(text).replace("$", r"\$")
+def literal(text: object, keep: int = 60) -> str:
+    """Text matplotlib draws as written (`$` escaped, so never mathtext), cut to `keep` characters so a
+    long label cannot squeeze the axes away."""
+    text = str(text)
+    if len(text) > keep:
+        text = text[:keep - 1] + "…"
+    return text.replace("$", r"\$")
 
 
 def _new(height_in: float) -> Figure:

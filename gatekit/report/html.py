@@ -59,11 +59,11 @@ margin:1rem 0}
 table{border-collapse:collapse;width:100%;font-size:.9rem}
 th,td{padding:.4rem .6rem;border-bottom:1px solid var(--line);vertical-align:top;text-align:left;
 white-space:nowrap}
-td.long{white-space:normal;min-width:14rem}
 th{background:var(--soft);font-weight:600;white-space:nowrap}
 tr:last-child td{border-bottom:0}
 td.r,th.r{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}
 td.c,th.c{text-align:center}
+td.long{white-space:normal;min-width:14rem;overflow-wrap:anywhere}
 tr.unused td{color:var(--muted);background:#fafafa}
 tr.fail td{background:var(--danger-bg)}
 dl.kv{margin:.5rem 0 1rem;border:1px solid var(--line);border-radius:6px}
@@ -254,14 +254,14 @@ def index_html(entries: Sequence[Mapping[str, Any]], *, title: str = "Findings",
         guard_key = "" if e["guard_value"] is None else repr(float(e["guard_value"]))
         rows.append(
             f'<tr><td data-key="{esc(e["date"])}" class="date">{esc(e["date"])}</td>'
-            f'<td data-key="{esc(e["title"])}"><a href="{esc(e["href"])}">{esc(e["title"])}</a><br>'
+            f'<td class="long" data-key="{esc(e["title"])}"><a href="{esc(e["href"])}">{esc(e["title"])}</a><br>'
             f'<small>{esc(e["id"])}</small></td>'
             f'<td data-key="{esc(e["decision"])}"><span class="badge badge-{_variant(e["variant"])}">'
             f'{esc(e["decision"].replace("_", " "))}</span></td>'
             f'<td class="r" data-key="{esc(delta_key)}">{esc(e["delta_text"])}</td>'
-            f'<td class="r" data-key="{esc(guard_key)}">{esc(e["guard_text"])}</td>'
-            f'<td data-key="{esc(" ".join(e["tags"]))}">{tags}</td>'
-            f'<td data-key="">{related}</td></tr>')
+            f'<td{_cell_class("right", e["guard_text"])} data-key="{esc(guard_key)}">{esc(e["guard_text"])}</td>'
+            f'<td class="long" data-key="{esc(" ".join(e["tags"]))}">{tags}</td>'
+            f'<td class="long" data-key="">{related}</td></tr>')
     head = ('<tr><th data-sort="text" aria-sort="descending"><button type="button">date</button></th>'
             '<th data-sort="text"><button type="button">finding</button></th>'
             '<th data-sort="text"><button type="button">verdict</button></th>'

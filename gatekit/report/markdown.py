@@ -12,7 +12,7 @@ from typing import Any, Mapping
 
 from gatekit.report.page import Page
 
-_SPECIAL = re.compile(r"([\\`*_\[\]{}#+!|~])")
+_SPECIAL = re.compile(r"([\\`*_\[\]|~])")
 _CODE = re.compile(r"(`[^`]+`)")
 
 

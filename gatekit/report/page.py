@@ -176,6 +176,29 @@ def _describe(value: Any) -> str:
     return str(value)
 
 
+def config_block(data: Mapping[str, Any]) -> Block | None:
+    """The effective config each arm's trainer echoed (its first used run), differing keys marked."""
+    gate = data["gate"]
+    arms = (str(gate["arms"]["off"]), str(gate["arms"]["on"]))
+    configs: list[Mapping[str, Any]] = []
+    for arm in arms:
+        runs = [r for r in data["runs"] if r["arm"] == arm and isinstance(r.get("config"), Mapping) and r["config"]]
+        used = [r for r in runs if r["used"]] or runs
+        configs.append(used[0]["config"] if used else {})
+    if not any(configs):
+        return None
+    declared = {str(k) for k in gate.get("expect_diff", [])}
+    rows, classes = [], []
+    for key in sorted({str(k) for c in configs for k in c}):
+        values = [_describe(c[key]) if key in c else "—" for c in configs]
+        differs = values[0] != values[1]
+        note = ("differs, as declared" if differs and key in declared else "DIFFERS, not declared" if differs
+                else "declared but equal" if key in declared else "")
+        rows.append([key, *values, note])
+        classes.append("fail" if note in ("DIFFERS, not declared", "declared but equal") else "")
+    return _table(["key", *arms, "expect_diff"], ["left", "left", "left", "left"], rows, classes)
+
+
 def rules_block(data: Mapping[str, Any]) -> Block | None:
     rules = data.get("rules")
     if not isinstance(rules, Mapping) or not rules:
@@ -257,6 +280,9 @@ def build_page(data: Mapping[str, Any], figures: Mapping[str, FigureImage], run_
         label = ("Left out: " + " and ".join(missing)) if missing else "Notes"
         blocks.append({"type": "callout", "label": label, "variant": "note", "text": "", "items": notes,
                        "plain": True})
+    config = config_block(data)
+    if config:
+        blocks += [_heading("Effective config (echoed by the trainer)"), config]
     rules = rules_block(data)
     if rules:
         blocks += [_heading("Preregistered rules"), rules]
