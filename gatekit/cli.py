@@ -228,18 +228,18 @@ def drivers() -> None:
 # The report modules draw with matplotlib; they are imported where used, so `gate run` starts fast.
 
 runs_root_option = click.option(
-    "--runs-root", type=click.Path(path_type=Path, file_okay=False),
-    help="Folder the findings' run paths (meta.related_runs) are relative to; default: the current folder, "
-         "then the folders above each finding.")
+    "--runs-root", "runs_roots", type=click.Path(path_type=Path, file_okay=False), multiple=True,
+    help="Folder the findings' run paths (meta.related_runs) are relative to (repeatable); default: the "
+         "current folder, then the folders above each finding.")
 
 
-def _prepare(paths: list[Path], runs_root: Path | None):  # type: ignore[no-untyped-def]
+def _prepare(paths: list[Path], runs_roots: tuple[Path, ...]):  # type: ignore[no-untyped-def]
     from gatekit.findingset import load_many
     from gatekit.report.rundata import load_run_files
     from gatekit.report.site import prepare
 
     loaded = load_many(paths)
-    items = [(f.data, load_run_files(f.data, f.path, runs_root, Path.cwd()), f.path.name if f.path else "")
+    items = [(f.data, load_run_files(f.data, f.path, runs_roots, Path.cwd()), f.path.name if f.path else "")
              for f in loaded]
     return loaded, prepare(items)
 
@@ -252,7 +252,7 @@ def _prepare(paths: list[Path], runs_root: Path | None):  # type: ignore[no-unty
               help="Write the findings as one Markdown FILE, figures in <FILE stem>-figures/ beside it.")
 @runs_root_option
 @ci_output_options
-def report_cmd(findings: tuple[Path, ...], html_dir: Path | None, md_file: Path | None, runs_root: Path | None,
+def report_cmd(findings: tuple[Path, ...], html_dir: Path | None, md_file: Path | None, runs_roots: tuple[Path, ...],
                summary_md: Path | None, junit: Path | None, exports: tuple[tuple[str, Path], ...]) -> None:
     """Render finding files (.json or .toml) as HTML pages and/or Markdown, and CI outputs."""
     if not (html_dir or md_file or summary_md or junit or exports):
@@ -261,7 +261,7 @@ def report_cmd(findings: tuple[Path, ...], html_dir: Path | None, md_file: Path 
     def work() -> list[Path]:
         from gatekit.report.site import markdown_files, report_files, write_files
 
-        loaded, prepared = _prepare(list(findings), runs_root)
+        loaded, prepared = _prepare(list(findings), runs_roots)
         written: list[Path] = []
         if html_dir is not None:
             files = report_files(prepared)
@@ -284,7 +284,7 @@ def report_cmd(findings: tuple[Path, ...], html_dir: Path | None, md_file: Path 
 @click.option("-o", "--out", "site_dir", type=click.Path(path_type=Path, file_okay=False), required=True,
               help="The site folder: index.html and one folder per finding.")
 @runs_root_option
-def site_cmd(findings_dir: Path, site_dir: Path, runs_root: Path | None) -> None:
+def site_cmd(findings_dir: Path, site_dir: Path, runs_roots: tuple[Path, ...]) -> None:
     """Render every finding of FINDINGS_DIR and an index (date, title, verdict, Δ, guard Δ, tags)."""
     def work() -> Path:
         from gatekit.findingset import finding_files
@@ -293,7 +293,7 @@ def site_cmd(findings_dir: Path, site_dir: Path, runs_root: Path | None) -> None
         files = finding_files(findings_dir)
         if not files:
             raise GatekitError(f"{findings_dir}: no findings here (*.json or *.toml)")
-        _, prepared = _prepare(files, runs_root)
+        _, prepared = _prepare(files, runs_roots)
         write_files(site_dir, report_files(prepared, with_index=True))
         return site_dir / "index.html"
 

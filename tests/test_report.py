@@ -187,6 +187,14 @@ def test_report_from_the_finding_alone_says_what_is_left_out(real_gate: Path, tm
                     cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     assert (tmp_path / "again" / finding.stem / "load.png").exists()
+    # an artifact that kept <series>/<label> but not the folders above it still matches (repeatable option)
+    (series,) = [p for p in (real_gate / "runs").iterdir() if p.is_dir()]
+    shutil.copytree(series, tmp_path / "artifact" / series.name)
+    (tmp_path / "elsewhere").mkdir()
+    done = gate_cli("report", str(alone), "--html", str(tmp_path / "third"), "--runs-root", str(tmp_path / "elsewhere"),
+                    "--runs-root", str(tmp_path / "artifact"), cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "third" / finding.stem / "ms_per_iter.png").exists() and not done.stderr
 
 
 def test_bad_finding_is_one_line_naming_file_and_key(tmp_path: Path) -> None:

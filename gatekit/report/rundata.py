@@ -1,9 +1,11 @@
 """The run folders behind a finding: each window's load samples and each run's ms_per_iter trace.
 
 A finding names its run folders in `meta.related_runs`, relative to the repository (or gate folder) it
-was made in. They are looked up, in this order, under `--runs-root` when given, else under the current
-folder and then each folder above the finding file. A finding copied away from its runs still renders:
-what cannot be found is left out and said so (`RunFiles.notes`), never guessed.
+was made in. They are looked up under each `--runs-root` when given, else under the current folder and
+then each folder above the finding file; first the whole path, then the path without its leading folders
+one at a time, down to `<series>/<label>` (so a CI artifact that kept `runs/<series>/...` but not the
+folders above it still matches). A finding copied away from its runs still renders: what cannot be found
+is left out and said so (`RunFiles.notes`), never guessed.
 """
 
 from __future__ import annotations
@@ -51,10 +53,10 @@ class RunFiles:
 NO_RUNS = RunFiles(notes=("rendered from the finding alone: no run folders were looked up",))
 
 
-def candidate_roots(finding_path: Path | None, runs_root: Path | None, cwd: Path) -> list[Path]:
+def candidate_roots(finding_path: Path | None, runs_roots: Sequence[Path], cwd: Path) -> list[Path]:
     """Where relative run folders are looked up (see the module docstring)."""
-    if runs_root is not None:
-        return [runs_root]
+    if runs_roots:
+        return list(runs_roots)
     roots = [cwd]
     if finding_path is not None:
         roots += [finding_path.resolve().parent, *finding_path.resolve().parent.parents]
@@ -69,9 +71,12 @@ def _find(relative: str, roots: Sequence[Path]) -> Path | None:
     path = Path(relative)
     if path.is_absolute():
         return path if path.is_dir() else None
-    for root in roots:
-        if (root / path).is_dir():
-            return root / path
+    parts = path.parts
+    for start in range(max(1, len(parts) - 1)):  # the whole path first; never less than <series>/<label>
+        suffix = Path(*parts[start:])
+        for root in roots:
+            if (root / suffix).is_dir():
+                return root / suffix
     return None
 
 
@@ -120,7 +125,7 @@ def _read(path: Path) -> bytes | None:
         return None
 
 
-def load_run_files(data: Mapping[str, Any], finding_path: Path | None, runs_root: Path | None,
+def load_run_files(data: Mapping[str, Any], finding_path: Path | None, runs_roots: Sequence[Path],
                    cwd: Path) -> RunFiles:
     """Read each related run folder's samples.csv and result trace (all I/O of the report lives here)."""
     related = [str(r) for r in data.get("meta", {}).get("related_runs", []) if isinstance(r, str)]
@@ -129,8 +134,9 @@ def load_run_files(data: Mapping[str, Any], finding_path: Path | None, runs_root
     if not folders:
         return RunFiles(notes=("the finding names no run folders (meta.related_runs); load timelines and "
                                "ms_per_iter traces are left out",))
-    roots = candidate_roots(finding_path, runs_root, cwd)
-    where = f"under {runs_root}" if runs_root else "under the current folder or the folders above the finding"
+    roots = candidate_roots(finding_path, runs_roots, cwd)
+    where = (f"under {', '.join(str(r) for r in runs_roots)}" if runs_roots
+             else "under the current folder or the folders above the finding")
     traces: dict[str, RunTrace] = {}
     notes: list[str] = []
     missing: list[str] = []
