@@ -80,3 +80,18 @@ def hostile_data() -> dict[str, Any]:
         {"type": f"unknown{PAYLOAD}", "text": PAYLOAD},
     ]
     return data
+
+
+# Narrative sections shaped like the decoded seed finding's (its §1, §2, §6 and §7), shortened.
+SEED_SECTIONS = [
+    {"type": "lead", "text": "`p3-s4-host-shadow` §7 の follow-up — `[backend] ssim_reduce` flag に **3 variant** を追加した。"},
+    {"type": "heading", "text": "1. `read_mean_ssim` の呼び出し経路と消費箇所の分類"},
+    {"type": "table", "columns": ["呼び出し元", "経路", "消費先"], "align": ["left", "left", "left"],
+     "rows": [["`train_loop.rs` L266", "`wait(B_it)` 直後に同期呼び出し", "`total_loss` → `history.push`"]]},
+    {"type": "kv", "items": [{"key": "`loss_history`", "value": "**唯一の実質的な消費者はさらに 2 段先**"}]},
+    {"type": "callout", "label": "判定 — wallclock / PSNR guard とも pass、3/3 pair 一貫", "variant": "success",
+     "text": "Δ **-1.4347%** (閾値 max(2σ_off,1%)=1.0%)、PSNR +0.053dB"},
+    {"type": "callout", "label": "host 仕事の削減量と wallclock 回収量は 1:1 でない", "variant": "info",
+     "text": "変換効率 ~13%"},
+    {"type": "list", "items": ["`splat-metal/src/kernels/ssim.rs`: `pso_sum_reduce` PSO", "**gate 対象外**のまま"]},
+]

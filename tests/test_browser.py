@@ -14,7 +14,7 @@ from typing import Any, Iterator
 import pytest
 
 from tests.conftest import FIXTURES, gate_cli, make_gate
-from tests.findings_kit import hostile_data, variant, write_json
+from tests.findings_kit import SEED_SECTIONS, hostile_data, variant, write_json
 
 ROOT = Path(__file__).resolve().parents[1]
 CHROMIUM = Path(os.environ.get("GATEKIT_CHROMIUM", "/usr/bin/chromium"))
@@ -45,7 +45,9 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
     assert done.returncode == 0, done.stderr
     write_json(findings / "older.json", variant("older-2026-11-01", "2026-11-01", delta_pct=3.1,
                                                 decision="regression", related=["newer-2026-11-02"]))
-    write_json(findings / "newer.json", variant("newer-2026-11-02", "2026-11-02", related=["older-2026-11-01"]))
+    newer = variant("newer-2026-11-02", "2026-11-02", related=["older-2026-11-01"])
+    newer["sections"] += SEED_SECTIONS
+    write_json(findings / "newer.json", newer)
     write_json(findings / "hostile.json", hostile_data())
     done = gate_cli("site", "findings", "-o", str(root / "out"), cwd=g.root)
     assert done.returncode == 0, done.stderr

@@ -18,7 +18,7 @@ from gatekit.finding import Finding
 from gatekit.report.rundata import NO_RUNS, RunFiles, RunTrace, parse_result_trace, parse_samples
 from gatekit.report.site import markdown_files, prepare, report_files
 from tests.conftest import gate_cli
-from tests.findings_kit import GOLDEN, PAYLOAD, golden_data, hostile_data, variant, write_json
+from tests.findings_kit import GOLDEN, SEED_SECTIONS, golden_data, hostile_data, variant, write_json
 
 GENERATOR = "gatekit (golden)"
 
@@ -81,6 +81,29 @@ def _elements(text: str) -> _Elements:
     parser = _Elements()
     parser.feed(text)
     return parser
+
+
+def test_narrative_sections_render_like_the_seed_finding() -> None:
+    data = golden_data()
+    data["sections"] = data["sections"] + SEED_SECTIONS  # the generated ones stay, people's are appended
+    data["meta"]["related_findings"] = ["p3-c2-bubble-attribution"]
+    (prepared,) = prepare([(data, NO_RUNS, "seed.json")])
+    page = report_files([prepared])[f"{prepared.folder}/index.html"].decode()
+    narrative = page.split("<h2>Narrative</h2>", 1)[1]
+    # the finding's lead opens the page; people's sections follow under Narrative, generated ones are not repeated
+    assert page.index('<p class="lead">') < page.index("Verdict: ADOPTED") < page.index("<h2>Narrative</h2>")
+    assert "<h2>1. <code>read_mean_ssim</code> の呼び出し経路と消費箇所の分類</h2>" in narrative
+    assert "<th>呼び出し元</th>" in narrative and "<td><code>train_loop.rs</code> L266</td>" in narrative
+    assert "<dt><code>loss_history</code></dt><dd><strong>唯一の実質的な消費者はさらに 2 段先</strong></dd>" in narrative
+    assert 'class="callout callout-success"' in narrative and "Δ <strong>-1.4347%</strong>" in narrative
+    assert 'class="callout callout-info"' in narrative
+    assert "<li><strong>gate 対象外</strong>のまま</li>" in narrative
+    assert narrative.count("Runs (execution order)") == 0 and page.count("Exclusion sensitivity") == 1
+    assert "p3-c2-bubble-attribution <small>(not in this set of reports)</small>" in page
+    md = markdown_files([prepared], "seed.md")["seed.md"].decode()
+    assert "## 1. `read_mean_ssim` の呼び出し経路と消費箇所の分類" in md
+    assert "| `train_loop.rs` L266 | `wait(B_it)` 直後に同期呼び出し | `total_loss` → `history.push` |" in md
+    assert "> **判定 — wallclock / PSNR guard とも pass、3/3 pair 一貫**" in md
 
 
 def test_every_trainer_supplied_string_is_escaped_in_html() -> None:

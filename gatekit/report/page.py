@@ -280,6 +280,8 @@ def build_page(data: Mapping[str, Any], figures: Mapping[str, FigureImage], run_
         label = ("Left out: " + " and ".join(missing)) if missing else "Notes"
         blocks.append({"type": "callout", "label": label, "variant": "note", "text": "", "items": notes,
                        "plain": True})
+    if narrative:
+        blocks += [_heading("Narrative"), *narrative]
     config = config_block(data)
     if config:
         blocks += [_heading("Effective config (echoed by the trainer)"), config]
@@ -287,8 +289,6 @@ def build_page(data: Mapping[str, Any], figures: Mapping[str, FigureImage], run_
     if rules:
         blocks += [_heading("Preregistered rules"), rules]
     blocks += [_heading("Provenance"), *provenance_blocks(data)]
-    if narrative:
-        blocks += [_heading("Narrative"), *narrative]
     related_ids = [str(r) for r in meta.get("related_findings", [])]
     if related_ids:
         links = related or {}
