@@ -13,7 +13,7 @@ import json
 import re
 from typing import Any, Mapping, Sequence
 
-from gatekit.report.page import Block, Page
+from gatekit.report.page import Page
 
 VARIANTS = ("success", "danger", "warning", "info", "note")
 LONG_CELL = 28

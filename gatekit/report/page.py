@@ -203,7 +203,7 @@ def rules_block(data: Mapping[str, Any]) -> Block | None:
     rules = data.get("rules")
     if not isinstance(rules, Mapping) or not rules:
         return None
-    return _kv([(str(k), fmt(v, 4)) for k, v in rules.items()])
+    return _kv([(str(k), f"{v:.6g}" if isinstance(v, float) else fmt(v)) for k, v in rules.items()])
 
 
 def _generated_sections(data: Mapping[str, Any]) -> list[Mapping[str, Any]]:
