@@ -8,9 +8,10 @@ breaks a table. Narrative text keeps its inline `code` and **bold** (code spans 
 from __future__ import annotations
 
 import re
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
-from gatekit.report.page import Page
+if TYPE_CHECKING:  # the page model draws nothing, but keep exports (which use `literal`) free of it
+    from gatekit.report.page import Page
 
 _SPECIAL = re.compile(r"([\\`*_\[\]|~])")
 _CODE = re.compile(r"(`[^`]+`)")

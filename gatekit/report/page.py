@@ -10,13 +10,15 @@ rendered in order under "Narrative".
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from gatekit.finding import narrative
 from gatekit.report.common import (delta_ci, fmt, fmt_signed, guard_metrics, is_number, one_line_why, run_value,
                                    variant_of)
-from gatekit.report.figures import FigureImage
 from gatekit.report.rundata import RunFiles
+
+if TYPE_CHECKING:  # figures import matplotlib; the page only reads their names and sizes
+    from gatekit.report.figures import FigureImage
 
 Block = dict[str, Any]
 _KNOWN_STATS = {"n_off", "n_on", "mean_off", "mean_on", "sigma_off_pct", "sigma_on_pct", "delta_pct",
