@@ -9,7 +9,7 @@ TEST_STAMP := $(VENV)/.test-stamp
 TORCH_PIN ?= torch==2.13.0
 DEMO_DIR ?= demo-out
 
-.PHONY: setup test demo bench clean
+.PHONY: setup browser test demo bench clean
 
 # The demo needs only the core; the tests also install the test and torch extras.
 $(CORE_STAMP): pyproject.toml
@@ -21,18 +21,23 @@ $(TEST_STAMP): pyproject.toml $(CORE_STAMP)
 	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[test,torch]' '$(TORCH_PIN)'
 	touch $(TEST_STAMP)
 
+# The browser test drives Debian's chromium; installed here when missing (root + apt-get), never downloaded.
+browser:
+	sh tests/browser/ensure-chromium.sh
+
 setup: $(TEST_STAMP)
 
-test: $(TEST_STAMP)
+test: $(TEST_STAMP) browser
 	$(PY) -m pytest -q
 
 # A real gate on the bundled numpy reference trainer: host-style Adam (off) vs a resident flat buffer (on).
 demo: $(CORE_STAMP)
 	$(GATE) check off on --gate configs/demo/gate.toml
 	$(GATE) run off on --gate configs/demo/gate.toml --out $(DEMO_DIR)/findings --runs $(DEMO_DIR)/runs
+	$(GATE) report "$$(ls -t $(DEMO_DIR)/findings/*.json | head -n 1)" --html $(DEMO_DIR)/report
 
 bench: $(TEST_STAMP)
 	$(PY) benchmarks/run.py --write docs/benchmarks.md
 
 clean:
-	rm -rf $(VENV) $(DEMO_DIR) .pytest_cache
+	rm -rf $(VENV) $(DEMO_DIR) .pytest_cache test-artifacts

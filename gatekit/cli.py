@@ -14,10 +14,12 @@ from gatekit.csvinput import evidence_from_csv
 from gatekit.driver import (BACKEND_GROUP, DRIVER_GROUP, installed_backends, installed_drivers, load_backend,
                             make_backend, make_driver)
 from gatekit.errors import ConfigError, DriverError, GatekitError
-from gatekit.finding import Finding, analyze
+from gatekit.exports import EXPORT_FORMATS, EXPORTERS, check_export, junit_xml, summary_markdown
+from gatekit.finding import Finding, analyze, write_finding
 from gatekit.preflight import run_checks
 from gatekit.report.terminal import summary
 from gatekit.series import SeriesRunner, analyze_series, arms_of_series, load_series_gate, verify_unchanged, read_state
+from gatekit.storage import write_output
 
 EXIT_FAIL_ON = 1
 EXIT_INVALID = 3
@@ -55,6 +57,30 @@ gate_option = click.option("--gate", "gate_path", type=click.Path(path_type=Path
 def _two_arms(config: GateConfig, off: str | None, on: str | None) -> tuple:
     names = list(config.arms)
     return config.arm(off or names[0]), config.arm(on or names[1])
+
+
+def ci_output_options(command: Callable) -> Callable:
+    """--summary-md, --junit and --export: CI outputs of the finding, written atomically after it."""
+    command = click.option("--export", "exports", type=(click.Choice(EXPORT_FORMATS), click.Path(path_type=Path)),
+                           multiple=True, metavar="FORMAT FILE",
+                           help="Also write FILE in FORMAT: gab-json (github-action-benchmark "
+                                "customSmallerIsBetter) or bmf (Bencher Metric Format). Repeatable.")(command)
+    command = click.option("--junit", "junit", type=click.Path(path_type=Path),
+                           help="Write JUnit XML: one testcase per gate, failed on regression, guard_failed "
+                                "or invalid.")(command)
+    return click.option("--summary-md", "summary_md", type=click.Path(path_type=Path),
+                        help="Write a Markdown summary (for $GITHUB_STEP_SUMMARY or a PR comment).")(command)
+
+
+def _write_ci_outputs(findings: list[Finding], summary_md: Path | None, junit: Path | None,
+                      exports: tuple[tuple[str, Path], ...]) -> None:
+    def work() -> None:
+        outputs = [(summary_md, summary_markdown, "summary"), (junit, junit_xml, "JUnit report")]
+        outputs += [(path, EXPORTERS[name], f"{name} export") for name, path in exports]
+        for path, render, what in outputs:
+            if path is not None:
+                write_output(path, render(findings), what)
+    _call(work)
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
@@ -111,9 +137,11 @@ def check(off: str | None, on: str | None, gate_path: Path) -> None:
               help="Exit 1 on this outcome: regression (regression or guard_failed) or not-adopted.")
 @click.option("--resume", type=click.Path(path_type=Path, file_okay=False),
               help="Continue an interrupted series directory.")
+@ci_output_options
 def run(off: str | None, on: str | None, gate_path: Path, n: int | None, order: str | None, seed: int | None,
         out: Path | None, runs_dir: Path | None, as_json: bool, fail_on: str | None,
-        resume: Path | None) -> None:
+        resume: Path | None, summary_md: Path | None, junit: Path | None,
+        exports: tuple[tuple[str, Path], ...]) -> None:
     """Run the interleaved OFF/ON series, apply the preregistered rules and write the finding."""
     def work():  # type: ignore[no-untyped-def]
         if resume is not None:
@@ -121,17 +149,25 @@ def run(off: str | None, on: str | None, gate_path: Path, n: int | None, order: 
                 raise ConfigError("--resume continues a series exactly as registered; "
                                   "drop OFF/ON, --n, --order, --seed, --out and --runs")
             config = load_series_gate(resume, gate_path if gate_path != Path("gate.toml") else None)
+            _check_exports(exports, config)
             off_arm, on_arm = arms_of_series(resume, config)
             return SeriesRunner(config, off_arm, on_arm, report=_stderr).resume(resume)
         if not off or not on:
             raise ConfigError("name both arms: gate run OFF ON (arm names of the gate file or arm .toml paths)")
         config = load_gate(gate_path).with_overrides(n=n, order=order, seed=seed, out=out, runs=runs_dir)
+        _check_exports(exports, config)
         off_arm, on_arm = _two_arms(config, off, on)
         return SeriesRunner(config, off_arm, on_arm, report=_stderr).start()
 
     result = _call(work)
     _emit(result.finding, as_json, tuple(str(p) for p in result.finding_paths))
+    _write_ci_outputs([result.finding], summary_md, junit, exports)
     _exit_for(result.finding, fail_on)
+
+
+def _check_exports(exports: tuple[tuple[str, Path], ...], config: GateConfig) -> None:
+    for name, _ in exports:
+        check_export(name, config.gate.direction, config.gate.primary, str(config.path))
 
 
 def _emit(finding: Finding, as_json: bool, paths: tuple[str, ...] = ()) -> None:
@@ -157,8 +193,10 @@ def _exit_for(finding: Finding, fail_on: str | None) -> None:
 @click.option("--on", "on_name", help="The on arm's name in a CSV (default: the gate file's second arm).")
 @click.option("--json", "as_json", is_flag=True, help="Print the finding as JSON on stdout.")
 @click.option("--fail-on", type=click.Choice(sorted(FAIL_ON)), help="Exit 1 on this outcome.")
+@ci_output_options
 def analyze_cmd(source: Path, gate_path: Path | None, off_name: str | None, on_name: str | None, as_json: bool,
-                fail_on: str | None) -> None:
+                fail_on: str | None, summary_md: Path | None, junit: Path | None,
+                exports: tuple[tuple[str, Path], ...]) -> None:
     """Recompute stats and verdict offline from a series directory or a CSV.
 
     A series directory is analysed with the rules of its predecision file, after verifying its sha256,
@@ -177,6 +215,7 @@ def analyze_cmd(source: Path, gate_path: Path | None, off_name: str | None, on_n
 
     finding = _call(work)
     _emit(finding, as_json)
+    _write_ci_outputs([finding], summary_md, junit, exports)
     _exit_for(finding, fail_on)
 
 
@@ -203,6 +242,166 @@ def drivers() -> None:
 
     for line in _call(work):
         click.echo(line)
+
+
+# -- reports, the findings site, history and imports ----------------------------------------------------
+# The report modules draw with matplotlib; they are imported where used, so `gate run` starts fast.
+
+runs_root_option = click.option(
+    "--runs-root", "runs_roots", type=click.Path(path_type=Path, file_okay=False), multiple=True,
+    help="Folder the findings' run paths (meta.related_runs) are relative to (repeatable); default: the "
+         "current folder, then the folders above each finding.")
+
+
+def _prepare(paths: list[Path], runs_roots: tuple[Path, ...]):  # type: ignore[no-untyped-def]
+    from gatekit.findingset import load_many
+    from gatekit.report.rundata import load_run_files
+    from gatekit.report.site import prepare
+
+    loaded = load_many(paths)
+    items = [(f.data, load_run_files(f.data, f.path, runs_roots, Path.cwd()), f.path.name if f.path else "")
+             for f in loaded]
+    return loaded, prepare(items)
+
+
+@main.command("report")
+@click.argument("findings", nargs=-1, required=True, type=click.Path(path_type=Path, dir_okay=False))
+@click.option("--html", "html_dir", type=click.Path(path_type=Path, file_okay=False),
+              help="Write one page per finding: DIR/<finding-id>/index.html with its figures beside it.")
+@click.option("--md", "md_file", type=click.Path(path_type=Path, dir_okay=False),
+              help="Write the findings as one Markdown FILE, figures in <FILE stem>-figures/ beside it.")
+@runs_root_option
+@ci_output_options
+def report_cmd(findings: tuple[Path, ...], html_dir: Path | None, md_file: Path | None, runs_roots: tuple[Path, ...],
+               summary_md: Path | None, junit: Path | None, exports: tuple[tuple[str, Path], ...]) -> None:
+    """Render finding files (.json or .toml) as HTML pages and/or Markdown, and CI outputs."""
+    if not (html_dir or md_file or summary_md or junit or exports):
+        raise click.UsageError("say what to write: --html DIR, --md FILE, --summary-md, --junit or --export")
+
+    def work() -> list[Path]:
+        from gatekit.report.site import markdown_files, report_files, write_files
+
+        loaded, prepared = _prepare(list(findings), runs_roots)
+        written: list[Path] = []
+        if html_dir is not None:
+            files = report_files(prepared)
+            written += [p for p in write_files(html_dir, files) if p.name == "index.html"]
+        if md_file is not None:
+            files = markdown_files(prepared, md_file.name)
+            written += [p for p in write_files(md_file.parent, files) if p.suffix == ".md"]
+        for item in prepared:
+            for note in item.run_files.notes:
+                _stderr(f"{item.data['meta']['id']}: {note}")
+        _write_ci_outputs([f.finding for f in loaded], summary_md, junit, exports)
+        return written
+
+    for path in _call(work):
+        click.echo(f"report: {path}")
+
+
+@main.command("site")
+@click.argument("findings_dir", type=click.Path(path_type=Path, file_okay=False))
+@click.option("-o", "--out", "site_dir", type=click.Path(path_type=Path, file_okay=False), required=True,
+              help="The site folder: index.html and one folder per finding.")
+@runs_root_option
+def site_cmd(findings_dir: Path, site_dir: Path, runs_roots: tuple[Path, ...]) -> None:
+    """Render every finding of FINDINGS_DIR and an index (date, title, verdict, Δ, guard Δ, tags)."""
+    def work() -> Path:
+        from gatekit.findingset import finding_files
+        from gatekit.report.site import report_files, write_files
+
+        files = finding_files(findings_dir)
+        if not files:
+            raise GatekitError(f"{findings_dir}: no findings here (*.json or *.toml)")
+        _, prepared = _prepare(files, runs_roots)
+        write_files(site_dir, report_files(prepared, with_index=True))
+        return site_dir / "index.html"
+
+    click.echo(f"site: {_call(work)}")
+
+
+@main.command("history")
+@click.argument("findings_dir", type=click.Path(path_type=Path, file_okay=False))
+@click.option("--metric", required=True,
+              help="A stats key (delta_pct, mean_on, ...), a run metric (train_elapsed_s: the mean of the used "
+                   "runs of --arm) or a dotted path into the finding (guards.psnr_db.delta).")
+@click.option("--arm", "arm_key", type=click.Choice(["on", "off"]), default="on", show_default=True,
+              help="Whose runs a run metric is averaged over.")
+@click.option("--gate-id", help="Only findings of this gate (gate.id).")
+@click.option("--plot", "plot_path", type=click.Path(path_type=Path, dir_okay=False),
+              help="Write the plot (PNG) with the change points marked.")
+@click.option("--json", "as_json", is_flag=True, help="Print the history as JSON on stdout.")
+@click.option("--fail-on", "fail_on", type=click.Choice(["change"]),
+              help="Exit 1 when a change point is found (for CI).")
+@click.option("--recent", type=click.IntRange(min=1),
+              help="With --fail-on change: only change points among the last N findings count.")
+def history_cmd(findings_dir: Path, metric: str, arm_key: str, gate_id: str | None, plot_path: Path | None,
+                as_json: bool, fail_on: str | None, recent: int | None) -> None:
+    """A metric across findings over time, with change points (ruptures PELT; see docs)."""
+    def work():  # type: ignore[no-untyped-def]
+        from gatekit.findingset import load_folder
+        from gatekit.history import build_history, history_json, history_plot, history_table, recent_changes
+
+        history = build_history(load_folder(findings_dir), metric, arm_key=arm_key, gate_id=gate_id)
+        if plot_path is not None:
+            from gatekit.storage import atomic_write_bytes
+            try:
+                atomic_write_bytes(plot_path, history_plot(history))
+            except OSError as exc:
+                raise GatekitError(f"{plot_path}: cannot write the plot: {exc.strerror or exc}") from None
+        text = history_json(history) if as_json else history_table(history) + "\n"
+        return text, recent_changes(history, recent)
+
+    text, changes = _call(work)
+    click.echo(text, nl=False)
+    if fail_on == "change" and changes:
+        _stderr(f"gate history: {len(changes)} change point(s) in {metric}; failing (--fail-on change)")
+        raise SystemExit(EXIT_FAIL_ON)
+
+
+@main.group("import")
+def import_group() -> None:
+    """Turn another tool's results into a finding (stats and verdict computed as for a gate)."""
+
+
+@import_group.command("hyperfine")
+@click.argument("results", type=click.Path(path_type=Path, dir_okay=False))
+@click.option("--off", "off_command", help="The off command: its name or 1-based position (default: the first).")
+@click.option("--on", "on_command", help="The on command: its name or 1-based position (default: the second).")
+@click.option("--id", "gate_id", help="Gate id (default: from the file name); the finding id adds the date.")
+@click.option("--title", help="Finding title.")
+@click.option("--date", help="Finding date, YYYY-MM-DD (default: today).")
+@click.option("--out", type=click.Path(path_type=Path, file_okay=False), default=Path("findings"),
+              show_default=True, help="Folder for the finding.")
+@click.option("--json", "as_json", is_flag=True, help="Print the finding as JSON on stdout.")
+@click.option("--fail-on", type=click.Choice(sorted(FAIL_ON)), help="Exit 1 on this outcome.")
+@ci_output_options
+def import_hyperfine(results: Path, off_command: str | None, on_command: str | None, gate_id: str | None,
+                     title: str | None, date: str | None, out: Path, as_json: bool, fail_on: str | None,
+                     summary_md: Path | None, junit: Path | None, exports: tuple[tuple[str, Path], ...]) -> None:
+    """Turn a hyperfine --export-json file into a finding: arms = two commands, runs = their times."""
+    def work():  # type: ignore[no-untyped-def]
+        from gatekit.importers import evidence_from_hyperfine
+
+        if date is not None and not _is_date(date):
+            raise ConfigError(f"--date {date!r}: expected YYYY-MM-DD")
+        finding = analyze(evidence_from_hyperfine(results, off=off_command, on=on_command, gate_id=gate_id,
+                                                  title=title, date=date))
+        return finding, write_finding(finding, out)
+
+    finding, paths = _call(work)
+    _emit(finding, as_json, tuple(str(p) for p in paths))
+    _write_ci_outputs([finding], summary_md, junit, exports)
+    _exit_for(finding, fail_on)
+
+
+def _is_date(text: str) -> bool:
+    import datetime as dt
+    try:
+        dt.date.fromisoformat(text)
+    except ValueError:
+        return False
+    return len(text) == 10
 
 
 if __name__ == "__main__":  # pragma: no cover

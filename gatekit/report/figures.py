@@ -1,0 +1,221 @@
+"""The report's figures, drawn with matplotlib: pure functions from a finding (and its run traces) to PNG bytes.
+
+No pyplot: each figure is its own `matplotlib.figure.Figure` on an Agg canvas, so rendering keeps no global
+state and needs no display. Trainer-supplied text is drawn literally (`$` would otherwise start mathtext).
+"""
+
+from __future__ import annotations
+
+import io
+from dataclasses import dataclass
+from typing import Any, Mapping, Sequence
+
+import matplotlib
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+
+from gatekit.report.common import delta_ci, is_number, primary_label, run_value, variant_of
+from gatekit.report.rundata import RunFiles
+
+# Okabe–Ito colours: distinguishable with the common colour-vision deficiencies.
+ARM_COLORS = {"off": "#0072B2", "on": "#E69F00"}
+DECISION_COLORS = {"success": "#009E73", "danger": "#D55E00", "warning": "#CC79A7", "info": "#56B4E9"}
+DPI = 150  # 1.5 image pixels per CSS pixel: sharp on high-density screens
+CSS_PX_PER_IN = 100  # the page shows a figure at 100 CSS px per inch (720 px wide)
+WIDTH_IN = 7.2
+STYLE = {"font.size": 10, "axes.labelsize": 10, "xtick.labelsize": 9, "ytick.labelsize": 9,
+         "legend.fontsize": 8.5, "svg.hashsalt": "gatekit"}
+
+
+@dataclass(frozen=True, slots=True)
+class FigureImage:
+    """One figure: its file name beside the page, its caption and alt text, and the PNG."""
+
+    name: str
+    caption: str
+    alt: str
+    png: bytes
+    width: int
+    height: int
+
+
+def literal(text: object, keep: int = 60) -> str:
+    """Text matplotlib draws as written (`$` escaped, so never mathtext), cut to `keep` characters so a
+    long label cannot squeeze the axes away."""
+    text = str(text)
+    if len(text) > keep:
+        text = text[:keep - 1] + "…"
+    return text.replace("$", r"\$")
+
+
+def _new(height_in: float) -> Figure:
+    figure = Figure(figsize=(WIDTH_IN, height_in), dpi=DPI, layout="constrained")
+    FigureCanvasAgg(figure)
+    return figure
+
+
+def _png(figure: Figure) -> tuple[bytes, int, int]:
+    buffer = io.BytesIO()
+    # No Software/Date metadata: the same figure gives the same bytes.
+    figure.savefig(buffer, format="png", dpi=DPI, metadata={"Software": None})
+    width, height = (int(round(v)) for v in figure.get_size_inches() * CSS_PX_PER_IN)
+    return buffer.getvalue(), width, height
+
+
+def _style(ax: Any) -> None:
+    ax.grid(True, color="#e5e7eb", linewidth=0.8)
+    ax.set_axisbelow(True)
+    for side in ("top", "right"):
+        ax.spines[side].set_visible(False)
+
+
+def _arm_color(data: Mapping[str, Any], arm: str) -> str:
+    arms = data["gate"]["arms"]
+    return ARM_COLORS["off"] if arm == arms["off"] else ARM_COLORS["on"]
+
+
+def runs_figure(data: Mapping[str, Any]) -> FigureImage | None:
+    """Per-run primary values in execution order, arm means, and the off mean ± threshold band."""
+    gate, stats = data["gate"], data["stats"]
+    primary = gate["primary"]
+    runs = [r for r in data["runs"] if run_value(r, primary) is not None]
+    if not runs:
+        return None
+    figure = _new(3.6)
+    ax = figure.add_subplot()
+    _style(ax)
+    mean_off, threshold = stats.get("mean_off"), stats.get("threshold_pct")
+    if is_number(mean_off) and is_number(threshold):
+        band = abs(mean_off) * threshold / 100.0
+        ax.axhspan(mean_off - band, mean_off + band, color=ARM_COLORS["off"], alpha=0.10, linewidth=0,
+                   label=f"{literal(gate['arms']['off'])} mean ± threshold ({threshold:.2f} %)")
+    for arm_key in ("off", "on"):
+        arm = gate["arms"][arm_key]
+        mean = stats.get(f"mean_{arm_key}")
+        if is_number(mean):
+            ax.axhline(mean, color=ARM_COLORS[arm_key], linestyle="--", linewidth=1.2,
+                       label=f"{literal(arm)} mean {mean:.4g}")
+        used = [(r["order"], run_value(r, primary)) for r in runs if r["arm"] == arm and r["used"]]
+        unused = [(r["order"], run_value(r, primary)) for r in runs if r["arm"] == arm and not r["used"]]
+        if used:
+            ax.scatter(*zip(*used), s=46, color=ARM_COLORS[arm_key], zorder=3, label=f"{literal(arm)} runs")
+        if unused:
+            ax.scatter(*zip(*unused), s=46, facecolors="white", edgecolors=ARM_COLORS[arm_key], marker="X",
+                       zorder=3, label=f"{literal(arm)} not used")
+    ax.set_xticks([r["order"] for r in runs], [literal(r["label"]) for r in runs],
+                  rotation=30 if len(runs) > 8 else 0)
+    ax.set_xlabel("execution order")
+    ax.set_ylabel(literal(primary_label(data)))
+    ax.legend(loc="best", framealpha=0.9)
+    png, width, height = _png(figure)
+    return FigureImage("runs.png", f"{primary} of every run in execution order, with the arm means and the off "
+                       "mean ± threshold band (hollow X: not used)",
+                       f"Scatter of {primary} per run in execution order for both arms", png, width, height)
+
+
+def delta_figure(data: Mapping[str, Any]) -> FigureImage | None:
+    """Δ of every exclusion-sensitivity variant against its ±threshold band; the CI of Δ when given."""
+    rows = [r for r in data["sensitivity"] if is_number(r.get("delta_pct")) and is_number(r.get("threshold_pct"))]
+    if not rows:
+        return None
+    ci = delta_ci(data["stats"])
+    figure = _new(1.3 + 0.42 * len(rows))
+    ax = figure.add_subplot()
+    _style(ax)
+    positions = list(range(len(rows)))[::-1]
+    for y, row in zip(positions, rows):
+        threshold = row["threshold_pct"]
+        ax.fill_betweenx([y - 0.32, y + 0.32], -threshold, threshold, color="#9ca3af", alpha=0.25, linewidth=0)
+        color = DECISION_COLORS[variant_of(str(row.get("decision", "")))]
+        ax.scatter([row["delta_pct"]], [y], s=60 if y == positions[0] else 36, color=color, zorder=3)
+        ax.annotate(f"{row['delta_pct']:+.2f} %", (row["delta_pct"], y), xytext=(0, 7),
+                    textcoords="offset points", ha="center", fontsize=8.5)
+    if ci is not None:
+        low, high, label = ci
+        ax.errorbar([data["stats"]["delta_pct"]], [positions[0]], xerr=[[data["stats"]["delta_pct"] - low],
+                    [high - data["stats"]["delta_pct"]]], fmt="none", ecolor="#111827", capsize=4, zorder=2,
+                    label=f"{label} of Δ [{low:+.2f}, {high:+.2f}] %")
+        ax.legend(loc="best")
+    ax.axvline(0, color="#374151", linewidth=0.8)
+    ax.set_yticks(positions, [literal(r["variant"]) for r in rows])
+    ax.set_ylim(-0.6, len(rows) - 0.4)
+    ax.set_xlabel(f"Δ {literal(data['gate']['primary'])} (%), grey: ± threshold")
+    png, width, height = _png(figure)
+    return FigureImage("delta.png", "Δ with all used runs and in each exclusion-sensitivity variant, against its "
+                       "± threshold band" + (" (with the CI of Δ)" if ci else ""),
+                       "Delta per sensitivity variant against the threshold band", png, width, height)
+
+
+def _trace_lines(ax: Any, data: Mapping[str, Any], series: Sequence[tuple[str, str, Sequence[Any]]]) -> None:
+    arms_seen: set[str] = set()
+    for label, arm, points in series:
+        color = _arm_color(data, arm)
+        linestyle = "-" if arm == data["gate"]["arms"]["off"] else "--"
+        ax.plot(*points, color=color, linestyle=linestyle, linewidth=1.3, alpha=0.9)
+        xs, ys = points
+        ax.annotate(literal(label), (xs[-1], ys[-1]), xytext=(3, 0), textcoords="offset points", fontsize=8,
+                    color=color, va="center")
+        arms_seen.add(arm)
+    for arm in sorted(arms_seen):
+        ax.plot([], [], color=_arm_color(data, arm), linestyle="-" if arm == data["gate"]["arms"]["off"] else "--",
+                label=literal(arm))
+    ax.legend(loc="best")
+
+
+def load_figure(data: Mapping[str, Any], run_files: RunFiles) -> FigureImage | None:
+    """load1 over each run window, one line per run, with the preregistered load limit when it is near."""
+    arms = {r["label"]: r["arm"] for r in data["runs"]}
+    series = []
+    for run in data["runs"]:
+        trace = run_files.traces.get(run["label"])
+        if trace is not None and trace.load1:
+            xs, ys = zip(*trace.load1)
+            series.append((run["label"], arms[run["label"]], (list(xs), list(ys))))
+    if not series:
+        return None
+    figure = _new(3.4)
+    ax = figure.add_subplot()
+    _style(ax)
+    _trace_lines(ax, data, series)
+    peak = max(max(ys) for _, _, (_, ys) in series)
+    limit = data.get("rules", {}).get("load_limit")
+    if is_number(limit) and peak >= 0.5 * limit:
+        ax.axhline(limit, color="#D55E00", linewidth=1, linestyle=":", label=f"load_limit {limit:g}")
+        ax.legend(loc="best")
+    ax.set_xlabel("seconds since the run window opened")
+    ax.set_ylabel("load1")
+    ax.set_ylim(bottom=0)
+    png, width, height = _png(figure)
+    caption = "load1 sampled during every run window"
+    if is_number(limit) and peak < 0.5 * limit:
+        caption += f" (the preregistered load_limit {limit:g} is far above every sample)"
+    return FigureImage("load.png", caption, "Line chart of load1 over each run window", png, width, height)
+
+
+def ms_per_iter_figure(data: Mapping[str, Any], run_files: RunFiles) -> FigureImage | None:
+    """The trainer's own per-iteration times (`trace.ms_per_iter`), one line per run."""
+    series = []
+    for run in data["runs"]:
+        trace = run_files.traces.get(run["label"])
+        if trace is not None and trace.ms_per_iter:
+            ys = list(trace.ms_per_iter)
+            series.append((run["label"], run["arm"], (list(range(1, len(ys) + 1)), ys)))
+    if not series:
+        return None
+    figure = _new(3.4)
+    ax = figure.add_subplot()
+    _style(ax)
+    _trace_lines(ax, data, series)
+    ax.set_xlabel("iteration")
+    ax.set_ylabel("ms per iteration")
+    png, width, height = _png(figure)
+    return FigureImage("ms_per_iter.png", "ms per iteration as each trainer reported it (trace.ms_per_iter)",
+                       "Line chart of milliseconds per iteration for each run", png, width, height)
+
+
+def report_figures(data: Mapping[str, Any], run_files: RunFiles) -> dict[str, FigureImage]:
+    """Every figure the finding (and the run folders found) can support, keyed by kind."""
+    with matplotlib.rc_context(STYLE):
+        made = {"runs": runs_figure(data), "delta": delta_figure(data), "load": load_figure(data, run_files),
+                "ms_per_iter": ms_per_iter_figure(data, run_files)}
+    return {kind: image for kind, image in made.items() if image is not None}

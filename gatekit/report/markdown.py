@@ -1,0 +1,91 @@
+"""GitHub-flavoured Markdown for report pages: a pure function returning str.
+
+Text from a finding is made literal: characters Markdown would act on are backslash-escaped and `<`, `>`
+and `&` become entities, so a metric called `<script>` or a label with `|` reads as written and never
+breaks a table. Narrative text keeps its inline `code` and **bold** (code spans are literal by nature).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import TYPE_CHECKING, Any, Mapping
+
+if TYPE_CHECKING:  # the page model draws nothing, but keep exports (which use `literal`) free of it
+    from gatekit.report.page import Page
+
+_SPECIAL = re.compile(r"([\\`*_\[\]|~])")
+_CODE = re.compile(r"(`[^`]+`)")
+
+
+def literal(text: Any) -> str:
+    """Plain text that Markdown shows exactly as written (one line)."""
+    text = str(text).replace("\r", " ").replace("\n", " ")
+    text = text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    return _SPECIAL.sub(r"\\\1", text)
+
+
+def narrative(text: Any) -> str:
+    """Narrative text: its `code` spans and **bold** kept, raw HTML neutralised, `|` escaped for tables."""
+    out = []
+    for index, piece in enumerate(_CODE.split(str(text).replace("\r", " ").replace("\n", " "))):
+        if index % 2:
+            out.append(piece.replace("|", "\\|"))
+        else:
+            out.append(piece.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;").replace("|", "\\|"))
+    return "".join(out)
+
+
+def _text(value: Any, plain: bool) -> str:
+    return literal(value) if plain else narrative(value)
+
+
+def render_block(block: Mapping[str, Any]) -> str:
+    kind = block.get("type")
+    plain = bool(block.get("plain"))
+    if kind == "lead":
+        return _text(block.get("text", ""), plain)
+    if kind == "heading":
+        return f"## {_text(block.get('text', ''), plain)}"
+    if kind == "table":
+        columns = [_text(c, plain) or " " for c in block.get("columns", [])]
+        align = list(block.get("align", []))
+        rule = [("---:" if i < len(align) and align[i] == "right" else
+                 ":---:" if i < len(align) and align[i] == "center" else "---") for i in range(len(columns))]
+        lines = ["| " + " | ".join(columns) + " |", "| " + " | ".join(rule) + " |"]
+        for row in block.get("rows", []):
+            cells = [_text(c, plain) for c in row] + [""] * (len(columns) - len(row))
+            lines.append("| " + " | ".join(cells) + " |")
+        return "\n".join(lines)
+    if kind == "kv":
+        return "\n".join(f"- **{_text(i.get('key', ''), plain)}**: {_text(i.get('value', ''), plain)}"
+                         for i in block.get("items", []) if isinstance(i, Mapping))
+    if kind == "callout":
+        lines = []
+        if block.get("label"):
+            lines.append(f"> **{_text(block['label'], plain)}**")
+        if block.get("text"):
+            lines += [">"] if lines else []
+            lines.append(f"> {_text(block['text'], plain)}")
+        lines += [f"> - {_text(item, plain)}" for item in block.get("items", []) or []]
+        return "\n".join(lines)
+    if kind == "list":
+        return "\n".join(f"- {_text(item, plain)}" for item in block.get("items", []))
+    if kind == "figure":
+        return f"![{literal(block.get('alt', ''))}]({block['src']})\n\n*{literal(block.get('caption', ''))}*"
+    if kind == "links":
+        items = []
+        for item in block.get("items", []):
+            text, href = literal(item.get("text", "")), item.get("href", "")
+            items.append(f"- [{text}]({href})" if href else f"- {text} (not in this set of reports)")
+        return "\n".join(items)
+    return f"> Section of unknown type {literal(kind)} (shown in the HTML report only)"
+
+
+def report_markdown(page: Page) -> str:
+    """One finding's report as Markdown; figures are linked by the paths the page blocks carry."""
+    lines = [f"# {literal(page.title)}", "", f"*{literal(page.eyebrow)}*", "", narrative(page.subtitle)]
+    if page.tags:
+        lines += ["", "Tags: " + ", ".join(f"`{t}`" if "`" not in t else literal(t) for t in page.tags)]
+    for block in page.blocks:
+        lines += ["", render_block(block)]
+    return "\n".join(lines).rstrip() + "\n"

@@ -1,0 +1,167 @@
+"""The run folders behind a finding: each window's load samples and each run's ms_per_iter trace.
+
+A finding names its run folders in `meta.related_runs`, relative to the repository (or gate folder) it
+was made in. They are looked up under each `--runs-root` when given, else under the current folder and
+then each folder above the finding file; first the whole path, then the path without its leading folders
+one at a time, down to `<series>/<label>` (so a CI artifact that kept `runs/<series>/...` but not the
+folders above it still matches). A finding copied away from its runs still renders: what cannot be found
+is left out and said so (`RunFiles.notes`), never guessed.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+from gatekit.report.common import is_number
+
+RESULT_FILE = "result"
+SAMPLES_FILE = "samples.csv"
+
+
+@dataclass(frozen=True, slots=True)
+class RunTrace:
+    """What one run's folder holds for the figures."""
+
+    label: str
+    folder: str
+    load1: tuple[tuple[float, float], ...] = ()  # (seconds since the window opened, load1)
+    ms_per_iter: tuple[float, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class RunFiles:
+    """Run traces by label, and notes for the reader about anything that could not be read."""
+
+    traces: Mapping[str, RunTrace] = field(default_factory=dict)
+    notes: tuple[str, ...] = ()
+
+    @property
+    def has_load(self) -> bool:
+        return any(t.load1 for t in self.traces.values())
+
+    @property
+    def has_ms_per_iter(self) -> bool:
+        return any(t.ms_per_iter for t in self.traces.values())
+
+
+NO_RUNS = RunFiles(notes=("rendered from the finding alone: no run folders were looked up",))
+
+
+def candidate_roots(finding_path: Path | None, runs_roots: Sequence[Path], cwd: Path) -> list[Path]:
+    """Where relative run folders are looked up (see the module docstring)."""
+    if runs_roots:
+        return list(runs_roots)
+    roots = [cwd]
+    if finding_path is not None:
+        roots += [finding_path.resolve().parent, *finding_path.resolve().parent.parents]
+    unique: list[Path] = []
+    for root in roots:
+        if root.resolve() not in [u.resolve() for u in unique]:
+            unique.append(root)
+    return unique
+
+
+def _find(relative: str, roots: Sequence[Path]) -> Path | None:
+    path = Path(relative)
+    if path.is_absolute():
+        return path if path.is_dir() else None
+    parts = path.parts
+    for start in range(max(1, len(parts) - 1)):  # the whole path first; never less than <series>/<label>
+        suffix = Path(*parts[start:])
+        for root in roots:
+            if (root / suffix).is_dir():
+                return root / suffix
+    return None
+
+
+def parse_samples(text: str, source: str) -> tuple[tuple[tuple[float, float], ...], str]:
+    """(t_s, load1) pairs of a samples.csv, and a note when the file cannot be used."""
+    reader = csv.DictReader(io.StringIO(text))
+    if not reader.fieldnames or not {"t_s", "load1"} <= set(reader.fieldnames):
+        return (), f"{source}: columns t_s and load1 are missing; its load timeline is left out"
+    points = []
+    for number, row in enumerate(reader, 2):
+        try:
+            points.append((float(row["t_s"]), float(row["load1"])))
+        except (TypeError, ValueError):
+            return (), f"{source}: line {number}: t_s/load1 is not a number; its load timeline is left out"
+    return tuple(points), ""
+
+
+def parse_result_trace(raw: bytes, source: str) -> tuple[tuple[float, ...], str]:
+    """`trace.ms_per_iter` of a result file (JSON or TOML), and a note when present but unusable."""
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return (), f"{source}: not UTF-8 text; its ms_per_iter trace is left out"
+    data: Any
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError:
+        try:
+            data = tomllib.loads(text)
+        except tomllib.TOMLDecodeError:
+            return (), f"{source}: neither JSON nor TOML; its ms_per_iter trace is left out"
+    trace = data.get("trace") if isinstance(data, Mapping) else None
+    if not isinstance(trace, Mapping) or "ms_per_iter" not in trace:
+        return (), ""
+    values = trace["ms_per_iter"]
+    if not isinstance(values, list) or not all(is_number(v) for v in values):
+        return (), f"{source}: key 'trace.ms_per_iter' is not a list of numbers; its trace is left out"
+    return tuple(float(v) for v in values), ""
+
+
+def _read(path: Path) -> bytes | None:
+    """A file's bytes, or None when it is absent or unreadable (the page then says it is left out)."""
+    try:
+        return path.read_bytes()
+    except OSError:
+        return None
+
+
+def load_run_files(data: Mapping[str, Any], finding_path: Path | None, runs_roots: Sequence[Path],
+                   cwd: Path) -> RunFiles:
+    """Read each related run folder's samples.csv and result trace (all I/O of the report lives here)."""
+    related = [str(r) for r in data.get("meta", {}).get("related_runs", []) if isinstance(r, str)]
+    labels = {str(run["label"]) for run in data["runs"]}
+    folders = {Path(r).name: r for r in related if Path(r).name in labels}
+    if not folders:
+        return RunFiles(notes=("the finding names no run folders (meta.related_runs); load timelines and "
+                               "ms_per_iter traces are left out",))
+    roots = candidate_roots(finding_path, runs_roots, cwd)
+    where = (f"under {', '.join(str(r) for r in runs_roots)}" if runs_roots
+             else "under the current folder or the folders above the finding")
+    traces: dict[str, RunTrace] = {}
+    notes: list[str] = []
+    missing: list[str] = []
+    for label, relative in folders.items():
+        folder = _find(relative, roots)
+        if folder is None:
+            missing.append(relative)
+            continue
+        load1: tuple[tuple[float, float], ...] = ()
+        samples = _read(folder / SAMPLES_FILE)
+        if samples is None:
+            notes.append(f"{relative}/{SAMPLES_FILE} is missing or unreadable; its load timeline is left out")
+        else:
+            load1, note = parse_samples(samples.decode("utf-8", errors="replace"), f"{relative}/{SAMPLES_FILE}")
+            if note:
+                notes.append(note)
+        ms: tuple[float, ...] = ()
+        result = _read(folder / RESULT_FILE)
+        if result is not None:
+            ms, note = parse_result_trace(result, f"{relative}/{RESULT_FILE}")
+            if note:
+                notes.append(note)
+        traces[label] = RunTrace(label=label, folder=relative, load1=load1, ms_per_iter=ms)
+    if missing:
+        shown = ", ".join(missing[:2]) + (f" and {len(missing) - 2} more" if len(missing) > 2 else "")
+        notes.insert(0, f"run folder(s) not found {where}: {shown}; their load timelines and ms_per_iter traces "
+                        "are left out (render with --runs-root DIR, DIR being the folder these paths are relative to)")
+    return RunFiles(traces=traces, notes=tuple(notes))

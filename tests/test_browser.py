@@ -1,0 +1,174 @@
+"""The findings site in a real browser: headless Debian Chromium driven by Playwright.
+
+`make test` installs Debian's chromium first when it is missing (tests/browser/ensure-chromium.sh); this
+module skips only when no Chromium could be installed, and says so. Screenshots are kept as test artifacts
+in test-artifacts/ (or $GATEKIT_TEST_ARTIFACTS).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Iterator
+
+import pytest
+
+from tests.conftest import FIXTURES, gate_cli, make_gate
+from tests.findings_kit import SEED_SECTIONS, hostile_data, variant, write_json
+
+ROOT = Path(__file__).resolve().parents[1]
+CHROMIUM = Path(os.environ.get("GATEKIT_CHROMIUM", "/usr/bin/chromium"))
+ARTIFACTS = Path(os.environ.get("GATEKIT_TEST_ARTIFACTS", ROOT / "test-artifacts"))
+LAUNCH_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+               "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+
+if not (CHROMIUM.is_file() and os.access(CHROMIUM, os.X_OK)):
+    pytest.skip(f"no Chromium at {CHROMIUM}: Debian's chromium package is not installed and could not be "
+                "installed here (make test runs tests/browser/ensure-chromium.sh, which needs root and apt-get)",
+                allow_module_level=True)
+sync_api = pytest.importorskip("playwright.sync_api", reason="the playwright package is missing: "
+                               "pip install -e '.[test]' (make test does)")
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A site of four findings: a real gate with its run folders, a hyperfine import, a related pair, and
+    a hostile finding full of markup."""
+    root = tmp_path_factory.mktemp("site")
+    g = make_gate(root / "gate", off={"elapsed": {"off-r1": 10.0, "off-r2": 10.1, "off-r3": 9.9}},
+                  on={"elapsed": {"on-r1": 9.0, "on-r2": 9.1, "on-r3": 8.9}})
+    done = gate_cli("run", "off", "on", cwd=g.root)
+    assert done.returncode == 0, done.stderr
+    findings = g.root / "findings"
+    done = gate_cli("import", "hyperfine", str(FIXTURES / "hyperfine_sleep.json"), "--out", str(findings),
+                    "--date", "2026-11-29", cwd=g.root)
+    assert done.returncode == 0, done.stderr
+    write_json(findings / "older.json", variant("older-2026-11-01", "2026-11-01", delta_pct=3.1,
+                                                decision="regression", related=["newer-2026-11-02"]))
+    newer = variant("newer-2026-11-02", "2026-11-02", related=["older-2026-11-01"])
+    newer["sections"] += SEED_SECTIONS
+    write_json(findings / "newer.json", newer)
+    write_json(findings / "hostile.json", hostile_data())
+    done = gate_cli("site", "findings", "-o", str(root / "out"), cwd=g.root)
+    assert done.returncode == 0, done.stderr
+    return root / "out"
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    with sync_api.sync_playwright() as playwright:
+        chromium = playwright.chromium.launch(executable_path=str(CHROMIUM), args=LAUNCH_ARGS)
+        yield chromium
+        chromium.close()
+
+
+class Visit:
+    """A page opened from disk, recording every request that is not a local file and every error."""
+
+    def __init__(self, browser: Any, width: int = 1200) -> None:
+        self.page = browser.new_page(viewport={"width": width, "height": 900})
+        self.outside: list[str] = []
+        self.errors: list[str] = []
+        self.dialogs: list[str] = []
+        self.page.route("**/*", self._route)
+        self.page.on("pageerror", lambda error: self.errors.append(str(error)))
+        self.page.on("console", lambda msg: self.errors.append(msg.text) if msg.type == "error" else None)
+        self.page.on("dialog", lambda dialog: (self.dialogs.append(dialog.message), dialog.dismiss()))
+
+    def _route(self, route: Any) -> None:
+        if route.request.url.startswith("file://"):
+            route.continue_()
+        else:
+            self.outside.append(route.request.url)
+            route.abort()
+
+    def open(self, path: Path) -> Any:
+        self.page.goto(path.as_uri())
+        self.page.wait_for_load_state("load")
+        return self.page
+
+    def images(self) -> list[dict[str, Any]]:
+        return self.page.eval_on_selector_all(
+            "img", "els => els.map(e => ({src: e.getAttribute('src'), complete: e.complete, width: e.naturalWidth}))")
+
+    def close(self) -> None:
+        assert not self.outside, f"the page reached outside: {self.outside}"
+        assert not self.errors, f"errors in the page: {self.errors}"
+        assert not self.dialogs, f"the page opened dialogs: {self.dialogs}"
+        self.page.close()
+
+
+def test_every_page_shows_its_verdict_and_every_image_loads(site: Path, browser: Any) -> None:
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    pages = sorted(p for p in site.glob("*/index.html"))
+    assert len(pages) == 5
+    expected = {"regression": "Verdict: REGRESSION", "adopted": "Verdict: ADOPTED"}
+    for path in pages:
+        visit = Visit(browser)
+        page = visit.open(path)
+        label = page.text_content(".verdict .callout-label")
+        decision = page.get_attribute(".verdict", "data-decision")
+        assert label == expected[decision], (path, label)
+        assert page.text_content(".verdict p:not(.callout-label)")  # the one-line why
+        images = visit.images()
+        assert len(images) >= 2, path
+        for image in images:
+            assert image["complete"] and image["width"] > 0, (path, image)
+        if path.parent.name.startswith("fixture-"):  # the real gate: its run folders were found
+            assert {i["src"] for i in images} == {"runs.png", "delta.png", "load.png", "ms_per_iter.png"}
+            page.screenshot(path=str(ARTIFACTS / "report-desktop.png"), full_page=True)
+        visit.close()
+
+
+def test_pages_fit_a_phone(site: Path, browser: Any) -> None:
+    (path,) = site.glob("fixture-*/index.html")
+    visit = Visit(browser, width=390)
+    page = visit.open(path)
+    # nothing makes the whole page scroll sideways: wide tables and figures scroll inside their own boxes
+    assert page.evaluate("document.documentElement.scrollWidth <= window.innerWidth + 1")
+    assert page.text_content(".verdict .callout-label") == "Verdict: ADOPTED"
+    for image in visit.images():
+        assert image["complete"] and image["width"] > 0
+    page.screenshot(path=str(ARTIFACTS / "report-phone.png"), full_page=True)
+    visit.close()
+
+
+def test_index_sorts_by_date_and_links_every_page(site: Path, browser: Any) -> None:
+    visit = Visit(browser)
+    page = visit.open(site / "index.html")
+    dates = page.eval_on_selector_all("tbody tr td.date", "els => els.map(e => e.textContent)")
+    assert dates == sorted(dates, reverse=True) and len(dates) == 5
+    page.screenshot(path=str(ARTIFACTS / "site-index.png"), full_page=True)
+    page.click("th:first-child button")
+    ascending = page.eval_on_selector_all("tbody tr td.date", "els => els.map(e => e.textContent)")
+    assert ascending == sorted(dates)
+    assert page.get_attribute("th:first-child", "aria-sort") == "ascending"
+    page.click("th:nth-child(4) button")  # Δ, numerically
+    deltas = page.eval_on_selector_all("tbody tr td:nth-child(4)", "els => els.map(e => e.getAttribute('data-key'))")
+    numbers = [float(d) for d in deltas]
+    assert numbers == sorted(numbers)
+    hrefs = page.eval_on_selector_all("tbody a", "els => els.map(e => e.getAttribute('href'))")
+    for href in hrefs:
+        assert (site / href).is_file(), href
+    # a related finding's link works in the page too
+    page.click("text=Finding newer-2026-11-02")
+    page.wait_for_load_state("load")
+    page.click("text=older-2026-11-01")
+    page.wait_for_load_state("load")
+    assert page.text_content(".verdict .callout-label") == "Verdict: REGRESSION"
+    visit.close()
+
+
+def test_hostile_strings_run_no_script(site: Path, browser: Any) -> None:
+    (path,) = [p for p in site.glob("golden-*/index.html")]
+    for target in (path, site / "index.html"):
+        visit = Visit(browser)
+        page = visit.open(target)
+        page.mouse.move(200, 200)
+        for element in page.query_selector_all("td, dd, h1, h2, li, .callout")[:30]:
+            element.hover()
+        assert page.evaluate("window.__pwned") is None
+        if target == path:
+            assert "<script>window.__pwned = 1</script>" in page.text_content("h1")
+            assert all(i["width"] > 0 for i in visit.images())
+        visit.close()
