@@ -241,6 +241,12 @@ def classic_warnings(diag: Diagnostics, *, order: str, sigma_off_pct: float, sig
             f"σ_on {sigma_on_pct:.4f} % is more than twice σ_off {sigma_off_pct:.4f} %: the classic threshold "
             f"max(k·σ_off, floor) ignores the on arm's noise; the Welch 95 % CI of Δ is "
             f"[{diag.ci_low_pct:+.4f} %, {diag.ci_high_pct:+.4f} %]")
+    if decide(delta_pct, threshold_pct) == "adopted" and math.isfinite(diag.ci_high_pct) \
+            and diag.ci_low_pct <= 0 <= diag.ci_high_pct:
+        warnings.append(
+            f"the classic rule adopts, but the Welch 95 % CI of Δ [{diag.ci_low_pct:+.4f} %, "
+            f"{diag.ci_high_pct:+.4f} %] includes no change (one-sided p {diag.p_one_sided:.4f}); "
+            "the sequential policy would run more rounds before deciding")
     bias, gap = diag.order_bias_pct, diag.order_gap_runs
     if math.isfinite(bias) and math.isfinite(delta_pct) and gap != 0:
         corrected = delta_pct - bias

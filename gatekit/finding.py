@@ -17,7 +17,7 @@ from typing import Any, Mapping, Sequence
 import pandas as pd
 import tomlkit
 
-from gatekit import FINDING_SCHEMA, rules, stats
+from gatekit import FINDING_SCHEMA, diagnostics, rules, stats
 from gatekit.config import ALWAYS_MEASURED
 from gatekit.errors import FindingError
 from gatekit.prereg import DecisionSpec
@@ -241,6 +241,20 @@ def analyze(evidence: SeriesEvidence) -> Finding:
     if flips and not invalid:
         warnings.append("the decision is sensitive to single runs: it changes when you " + "; ".join(flips))
 
+    diag = diagnostics.diagnose(
+        off, on, used.loc[used["arm"] == off_arm, "order"].tolist(), used.loc[used["arm"] == on_arm, "order"].tolist(),
+        direction=spec.direction, pairs_better=stats.pairs_better(pairs, spec.direction), pairs=len(pairs))
+    warnings += diagnostics.classic_warnings(
+        diag, order=spec.order, sigma_off_pct=sigma_off_pct, sigma_on_pct=sigma_on_pct, delta_pct=delta,
+        threshold_pct=threshold, decide=lambda d, t: rules.point_decision(d, t, spec.direction))
+    guard_rows: dict[str, dict[str, Any]] = {}
+    for spec_g, guard in zip(spec.guards, guards):
+        noise = diagnostics.guard_noise(spec_g, _metric_values(used, records, off_arm, spec_g.metric),
+                                        _metric_values(used, records, on_arm, spec_g.metric))
+        guard_rows[guard.metric] = {**guard.to_dict(), **(noise.to_dict() if noise else {})}
+        if noise is not None and noise.within_noise and guard.delta is not None:
+            warnings.append(diagnostics.guard_warning(guard.metric, guard.delta, noise, guard.limit))
+
     verdict = decide(delta_pct=delta, threshold_pct=threshold, direction=spec.direction, primary=spec.primary,
                      guards=guards, invalid_reasons=invalid, warnings=warnings)
     data = {
@@ -263,9 +277,9 @@ def analyze(evidence: SeriesEvidence) -> Finding:
         "stats": {
             "n_off": len(off), "n_on": len(on), "mean_off": mean_off, "mean_on": mean_on,
             "sigma_off_pct": sigma_off_pct, "sigma_on_pct": sigma_on_pct, "delta_pct": delta,
-            "threshold_pct": threshold, "pairs_consistent": consistent,
+            "threshold_pct": threshold, "pairs_consistent": consistent, **diag.to_dict(),
         },
-        "guards": {g.metric: g.to_dict() for g in guards},
+        "guards": guard_rows,
         "sensitivity": [row.to_dict() for row in sensitivity],
         "verdict": verdict.to_dict(),
     }
@@ -366,6 +380,34 @@ def narrative(data: Mapping[str, Any]) -> list[dict[str, Any]]:
          "rows": [[r["variant"], _fmt(r.get("delta_pct")), _fmt(r.get("threshold_pct")), r["decision"]]
                   for r in data["sensitivity"]]},
     ]
+    sections += [{"type": "heading", "text": "Diagnostics"}, {"type": "kv", "items": _diagnostic_items(s)}]
     if verdict.get("warnings"):
         sections += [{"type": "heading", "text": "Warnings"}, {"type": "list", "items": list(verdict["warnings"])}]
     return sections
+
+
+def _signed(value: Any, digits: int = 4, unit: str = " %") -> str:
+    if value is None or (isinstance(value, float) and not math.isfinite(value)):
+        return "—"
+    return f"{value:+.{digits}f}{unit}"
+
+
+def _diagnostic_items(s: Mapping[str, Any]) -> list[dict[str, str]]:
+    """The diagnostics of `stats` as kv items (docs/statistics.md explains each)."""
+    level = f"{100 * s.get('ci_level', diagnostics.CI_LEVEL):g} %"
+    mde = s.get("mde_pct")
+    return [
+        {"key": "Δ as a ratio of geometric means", "value": f"{_signed(s.get('gm_delta_pct'))}, {level} CI "
+         f"[{_signed(s.get('ci_low_pct'))}, {_signed(s.get('ci_high_pct'))}] (Welch on log values, "
+         f"df {_fmt(s.get('welch_df'), 1)})"},
+        {"key": "one-sided p (on better)", "value": _fmt(s.get("p_one_sided"))},
+        {"key": f"minimum detectable effect ({100 * diagnostics.MDE_POWER:g} % power, one-sided α "
+                f"{diagnostics.MDE_ALPHA:g})", "value": f"{_fmt(mde)} %" if mde is not None else "—"},
+        {"key": "Hodges–Lehmann shift (n ≥ 4)", "value": _signed(s.get("hl_shift_pct"))},
+        {"key": "drift per run off / on / pooled", "value": f"{_signed(s.get('drift_off_pct_per_run'))} / "
+         f"{_signed(s.get('drift_on_pct_per_run'))} / {_signed(s.get('drift_pct_per_run'))}"},
+        {"key": "order bias (pooled drift × position gap)", "value": f"{_signed(s.get('order_bias_pct'))} "
+         f"(on runs {_signed(s.get('order_gap_runs'), 2, '')} runs after off)"},
+        {"key": "pairs consistent as a sign test", "value": f"{s['pairs_consistent']}, one-sided p "
+         f"{_fmt(s.get('pairs_sign_p'))}"},
+    ]

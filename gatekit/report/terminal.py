@@ -47,6 +47,10 @@ def summary(finding: Finding, paths: tuple[str, ...] = ()) -> str:
               f"σ_off {_num(s.get('sigma_off_pct'))} %  σ_on {_num(s.get('sigma_on_pct'))} %",
               f"Δ {_num(s.get('delta_pct'))} %   threshold {_num(s.get('threshold_pct'))} % "
               f"({gate['threshold']['rule']})   pairs consistent {s['pairs_consistent']}"]
+    if "gm_delta_pct" in s:
+        lines.append(f"Δ_gm {_num(s.get('gm_delta_pct'))} % (95 % CI {_num(s.get('ci_low_pct'))} … "
+                     f"{_num(s.get('ci_high_pct'))} %)   one-sided p {_num(s.get('p_one_sided'))}   "
+                     f"MDE(80 %) {_num(s.get('mde_pct'))} %   drift {_num(s.get('drift_pct_per_run'))} %/run")
     for name, guard in data["guards"].items():
         lines.append(f"guard {name}: Δ {_num(guard.get('delta'))} (limit {guard['limit']:+g}) "
                      f"{'pass' if guard['pass'] else 'FAIL'}")
