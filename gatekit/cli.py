@@ -9,7 +9,7 @@ from typing import Callable, TypeVar
 import click
 
 from gatekit import __version__
-from gatekit.config import ORDERS, GateConfig, load_gate
+from gatekit.config import ORDERS, POLICIES, GateConfig, load_gate
 from gatekit.csvinput import evidence_from_csv
 from gatekit.driver import installed_drivers, make_driver
 from gatekit.errors import ConfigError, GatekitError
@@ -20,7 +20,8 @@ from gatekit.series import SeriesRunner, analyze_series, arms_of_series, load_se
 
 EXIT_FAIL_ON = 1
 EXIT_INVALID = 3
-FAIL_ON = {"regression": ("regression", "guard_failed"), "not-adopted": ("rejected", "regression", "guard_failed")}
+FAIL_ON = {"regression": ("regression", "guard_failed"),
+           "not-adopted": ("rejected", "regression", "guard_failed", "equivalent", "inconclusive")}
 
 T = TypeVar("T")
 
@@ -100,7 +101,12 @@ def check(off: str | None, on: str | None, gate_path: Path) -> None:
 @gate_option
 @click.option("--n", type=int, help="Runs per arm (overrides gate.n).")
 @click.option("--order", type=click.Choice(ORDERS), help="Run order (overrides gate.order).")
-@click.option("--seed", type=int, help="Seed of the random order (overrides gate.seed).")
+@click.option("--seed", type=int, help="Seed of a random or thue-morse order (overrides gate.seed; default: "
+              "derived from the predecision's sha256).")
+@click.option("--policy", type=click.Choice(POLICIES),
+              help="Decision policy (overrides gate.policy): classic, or sequential (4 then 8 runs per arm).")
+@click.option("--warmup", type=click.IntRange(0, 2),
+              help="Discarded warm-up runs before round 1: 1 the first arm, 2 both (overrides gate.warmup).")
 @click.option("--out", type=click.Path(path_type=Path), help="Folder for the finding (overrides gate.out).")
 @click.option("--runs", "runs_dir", type=click.Path(path_type=Path),
               help="Folder for series directories (overrides gate.runs).")
@@ -110,20 +116,21 @@ def check(off: str | None, on: str | None, gate_path: Path) -> None:
 @click.option("--resume", type=click.Path(path_type=Path, file_okay=False),
               help="Continue an interrupted series directory.")
 def run(off: str | None, on: str | None, gate_path: Path, n: int | None, order: str | None, seed: int | None,
-        out: Path | None, runs_dir: Path | None, as_json: bool, fail_on: str | None,
-        resume: Path | None) -> None:
+        policy: str | None, warmup: int | None, out: Path | None, runs_dir: Path | None, as_json: bool,
+        fail_on: str | None, resume: Path | None) -> None:
     """Run the interleaved OFF/ON series, apply the preregistered rules and write the finding."""
     def work():  # type: ignore[no-untyped-def]
         if resume is not None:
-            if off or on or n or order or seed is not None or out or runs_dir:
+            if off or on or n or order or seed is not None or out or runs_dir or policy or warmup is not None:
                 raise ConfigError("--resume continues a series exactly as registered; "
-                                  "drop OFF/ON, --n, --order, --seed, --out and --runs")
+                                  "drop OFF/ON, --n, --order, --seed, --policy, --warmup, --out and --runs")
             config = load_series_gate(resume, gate_path if gate_path != Path("gate.toml") else None)
             off_arm, on_arm = arms_of_series(resume, config)
             return SeriesRunner(config, off_arm, on_arm, report=_stderr).resume(resume)
         if not off or not on:
             raise ConfigError("name both arms: gate run OFF ON (arm names of the gate file or arm .toml paths)")
-        config = load_gate(gate_path).with_overrides(n=n, order=order, seed=seed, out=out, runs=runs_dir)
+        config = load_gate(gate_path).with_overrides(n=n, order=order, seed=seed, out=out, runs=runs_dir,
+                                                     policy=policy, warmup=warmup)
         off_arm, on_arm = _two_arms(config, off, on)
         return SeriesRunner(config, off_arm, on_arm, report=_stderr).start()
 

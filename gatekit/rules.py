@@ -1,7 +1,7 @@
 """Preregistered contamination rules and exclusion sensitivity: pure, table in, table out.
 
 The run table has one row per executed run with columns
-`order, arm, label, pair, value, failed, error, samples, load1_mean, load1_max`.
+`order, arm, label, pair, value, failed, error, samples, load1_mean, load1_max, on_ac, retry_of`.
 """
 
 from __future__ import annotations
@@ -15,7 +15,8 @@ import pandas as pd
 from gatekit import stats
 from gatekit.config import RulesSpec
 
-RUN_COLUMNS = ("order", "arm", "label", "pair", "value", "failed", "error", "samples", "load1_mean", "load1_max")
+RUN_COLUMNS = ("order", "arm", "label", "pair", "value", "failed", "error", "samples", "load1_mean", "load1_max",
+               "on_ac", "retry_of")
 
 
 def load_evidence(table: pd.DataFrame, rules: RulesSpec) -> pd.Series:
@@ -27,9 +28,15 @@ def load_evidence(table: pd.DataFrame, rules: RulesSpec) -> pd.Series:
     return (over_limit | over_median).fillna(False).astype(bool)
 
 
-def deviation_z(table: pd.DataFrame, in_play: pd.Series, sigma_ref: str) -> pd.Series:
-    """Rule (ii)'s |x − arm mean| / σ for in-play runs, σ from the arm (classic) or leave-one-out."""
-    score = stats.z_scores if sigma_ref == "arm" else stats.leave_one_out_z_scores
+def deviation_z(table: pd.DataFrame, in_play: pd.Series, sigma_ref: str,
+                sigma_history_pct: float = 0.0) -> pd.Series:
+    """Rule (ii)'s |x − arm mean| / σ for in-play runs, σ from the arm (classic), leave-one-out, or history
+    (a calibrated CV, so the rule can fire at n = 3)."""
+    if sigma_ref == "history":
+        def score(values: list[float]) -> list[float]:
+            return stats.history_z_scores(values, sigma_history_pct)
+    else:
+        score = stats.z_scores if sigma_ref == "arm" else stats.leave_one_out_z_scores
     z = pd.Series(0.0, index=table.index)
     for _, rows in table[in_play].groupby("arm", sort=False):
         z.loc[rows.index] = score(rows["value"].astype(float).tolist())
@@ -71,7 +78,7 @@ def classify(table: pd.DataFrame, rules: RulesSpec, replaced: Mapping[int, Repla
     out["missing_window"] = (out["samples"] == 0) & rules.require_window_samples
     in_play = ~out["replaced"] & ~out["failed"]
     out["load_evidence"] = load_evidence(out, rules)
-    out["z"] = deviation_z(out, in_play, rules.sigma_ref)
+    out["z"] = deviation_z(out, in_play, rules.sigma_ref, rules.sigma_history_pct)
     out["deviant"] = out["z"] > rules.sigma_k
     out["contaminated"] = in_play & out["load_evidence"] & out["deviant"]
     for index, row in out[out["replaced"]].iterrows():

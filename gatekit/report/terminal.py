@@ -39,8 +39,10 @@ def summary(finding: Finding, paths: tuple[str, ...] = ()) -> str:
                      f"{_num(window.get('load1_mean'), 2)} / {_num(window.get('load1_max'), 2)}",
                      "yes" if run["used"] else f"no ({run['reason']})"])
     right = {0, 3, *range(4, 4 + len(guard_names)), 4 + len(guard_names)}
+    seq = data.get("sequential")
+    size = f"n={'→'.join(str(n) for n in seq['runs_per_arm'])}, sequential" if seq else f"n={gate['n']}"
     lines = [f"gate {gate['id']}: {gate['arms']['on']} vs {gate['arms']['off']} "
-             f"({gate['order']}, n={gate['n']}, {primary}, {gate['direction']} is better)", ""]
+             f"({gate['order']}, {size}, {primary}, {gate['direction']} is better)", ""]
     lines += render_table(header, rows, right)
     lines += ["",
               f"mean off {_num(s.get('mean_off'))}  mean on {_num(s.get('mean_on'))}  "
@@ -54,6 +56,10 @@ def summary(finding: Finding, paths: tuple[str, ...] = ()) -> str:
     for name, guard in data["guards"].items():
         lines.append(f"guard {name}: Δ {_num(guard.get('delta'))} (limit {guard['limit']:+g}) "
                      f"{'pass' if guard['pass'] else 'FAIL'}")
+    for look in (seq or {}).get("looks", []):
+        lines.append(f"look {look['look']} ({look['n_off']}+{look['n_on']} runs): Δ_gm {_num(look.get('delta_pct'))} % "
+                     f"({100 * look['ci_level']:g} % CI {_num(look.get('ci_low_pct'))} … {_num(look.get('ci_high_pct'))} %), "
+                     f"p(better) {_num(look.get('p_better'))} → {look['decision']}")
     for row in data["sensitivity"][1:]:
         lines.append(f"sensitivity: {row['variant']}: Δ {_num(row.get('delta_pct'))} % → {row['decision']}")
     lines += ["", f"VERDICT: {verdict['decision'].upper()}"]
