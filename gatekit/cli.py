@@ -11,6 +11,7 @@ from typing import Callable, TypeVar
 import click
 
 from gatekit import __version__
+from gatekit.calibrate import run_calibration, summary as calibration_summary
 from gatekit.config import ORDERS, POLICIES, GateConfig, load_gate
 from gatekit.csvinput import evidence_from_csv
 from gatekit.driver import installed_drivers, make_driver
@@ -186,6 +187,34 @@ def analyze_cmd(source: Path, gate_path: Path | None, off_name: str | None, on_n
     finding = _call(work)
     _emit(finding, as_json)
     _exit_for(finding, fail_on)
+
+
+@main.command()
+@click.argument("arm", required=False)
+@gate_option
+@click.option("--n", type=int, default=10, show_default=True, help="A/A runs of the arm.")
+@click.option("--min-effect", "min_effect_pct", type=float,
+              help="The effect (in %) the gate must find; default: the gate's threshold.floor_pct.")
+@click.option("--runs", "runs_dir", type=click.Path(path_type=Path),
+              help="Folder for the calibration and its runs (overrides gate.runs).")
+@click.option("--json", "as_json", is_flag=True, help="Print the calibration as JSON on stdout.")
+def calibrate(arm: str | None, gate_path: Path, n: int, min_effect_pct: float | None, runs_dir: Path | None,
+              as_json: bool) -> None:
+    """A/A runs of one arm (default: the gate's first): CV, warm-up, drift, change point, runs needed.
+
+    Stored as <runs>/calibration.toml, where sigma_ref = "history" finds it.
+    """
+    def work():  # type: ignore[no-untyped-def]
+        config = load_gate(gate_path).with_overrides(runs=runs_dir)
+        chosen = config.arm(arm) if arm else config.arm(next(iter(config.arms)))
+        return run_calibration(config, chosen, n, min_effect_pct=min_effect_pct, report=_stderr)
+
+    calibration = _call(work)
+    if as_json:
+        click.echo(json.dumps(calibration.document, indent=2, ensure_ascii=False, allow_nan=False))
+        _stderr(calibration_summary(calibration))
+    else:
+        click.echo(calibration_summary(calibration))
 
 
 @main.command("simulate")
