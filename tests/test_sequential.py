@@ -14,6 +14,7 @@ from scipy import stats as sps
 from gatekit import sequential as sq
 from gatekit.config import GuardSpec, load_gate
 from gatekit.diagnostics import welch_arrays
+from gatekit.errors import SeriesInterrupted
 from gatekit.schedule import extension, order_seed, plan, thue_morse
 from gatekit.series import SeriesRunner, analyze_series
 from tests.conftest import gate_cli
@@ -260,3 +261,29 @@ def test_warmup_run_is_discarded(gate_dir) -> None:
     assert warm["label"] == "off-r0" and not warm["used"] and warm["warmup"] is True
     assert finding["stats"]["n_off"] == 3 and finding["stats"]["mean_off"] == pytest.approx(10.0)
     assert finding["gate"]["warmup"] == 1 and finding["verdict"]["decision"] == "adopted"
+
+
+def test_a_sequential_series_interrupted_in_stage_two_resumes_exactly(gate_dir) -> None:
+    off = [10.0, 10.3, 9.8, 10.2, 10.1, 10.2, 9.9, 10.3]
+    on = [9.9, 9.6, 10.0, 9.5, 9.7, 9.6, 9.8, 9.6]
+    g = gate_dir(off={"elapsed": times("off", off)}, on={"elapsed": times("on", on)}, rules=SEQ_RULES)
+    config = load_gate(g.gate).with_overrides(policy="sequential", seed=1)
+
+    def stop_at_r6(label: str):
+        def read():
+            if label == "off-r6":
+                raise KeyboardInterrupt  # as if Ctrl-C arrived when off-r6's window opened
+            return {"load1": 0.0, "load5": 0.0, "load15": 0.0}
+        return read
+
+    with pytest.raises(SeriesInterrupted, match="resume with"):
+        SeriesRunner(config, config.arms["off"], config.arms["on"], load_reader_for=stop_at_r6).start()
+    (series,) = g.series_dirs()
+    before = g.order()
+    assert len(before) >= 10 and "off-r6" not in before  # stage 1 and part of stage 2 ran
+    done = gate_cli("run", "--resume", str(series), cwd=g.root)
+    assert done.returncode == 0, done.stderr
+    assert g.order() == [s.label for s in plan("off", "on", 8, "thue-morse", 1)]
+    finding = g.finding()
+    assert [look["decision"] for look in finding["sequential"]["looks"]] == ["continue", "adopted"]
+    assert gate_cli("analyze", str(series), "--json", cwd=g.root).stdout == g.findings()[0].read_text()
