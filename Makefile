@@ -28,3 +28,8 @@ bench: setup
 
 clean:
 	rm -rf $(VENV) $(DEMO_DIR) .pytest_cache
+
+# The simulated tables of docs/statistics.md (a few minutes; fixed seed, so reproducible).
+.PHONY: statistics
+statistics: setup
+	$(PY) benchmarks/statistics.py --write docs/statistics.md

@@ -208,12 +208,14 @@ def bootstrap_codes(off_log: np.ndarray, on_log: np.ndarray, t: Thresholds) -> n
     return np.select([high < 0, low > 0], [sequential.ADOPTED, sequential.REGRESSION], default=sequential.REJECTED)
 
 
-def sequential_codes(off_log: np.ndarray, on_log: np.ndarray, t: Thresholds) -> tuple[np.ndarray, np.ndarray]:
-    """The sequential policy's two looks (sequential.look_codes); returns (codes, runs per arm)."""
+def sequential_codes(off_log: np.ndarray, on_log: np.ndarray, t: Thresholds,
+                     df_mode: str = sequential.DF_MODE) -> tuple[np.ndarray, np.ndarray]:
+    """The sequential policy's two looks (sequential.look_codes); returns (codes, runs per arm).
+    `df_mode` exists to show what the policy's conservative df buys (docs/statistics.md)."""
     first, last = SEQUENTIAL_RUNS
-    look1 = sequential.look_codes(*welch_arrays(off_log[:, :first], on_log[:, :first], sequential.DF_MODE),
+    look1 = sequential.look_codes(*welch_arrays(off_log[:, :first], on_log[:, :first], df_mode),
                                   floor_pct=t.floor_pct, direction="lower", final=False)
-    look2 = sequential.look_codes(*welch_arrays(off_log[:, :last], on_log[:, :last], sequential.DF_MODE),
+    look2 = sequential.look_codes(*welch_arrays(off_log[:, :last], on_log[:, :last], df_mode),
                                   floor_pct=t.floor_pct, direction="lower", final=True)
     decided = look1 != sequential.CONTINUE
     return np.where(decided, look1, look2), np.where(decided, first, last)
