@@ -117,7 +117,10 @@ def telemetry_flags(table: pd.DataFrame, rule_set: RulesSpec, cores: int | None)
     stat = table[f"load1_{rule_set.load_stat}"].astype(float)
     per_core = stat / cores if cores else pd.Series(math.nan, index=table.index)
     loaded = (per_core > rule_set.load_per_core_limit).fillna(False).astype(bool)
-    on_battery = table["on_ac"].map(lambda v: v is False) if "on_ac" in table else pd.Series(False, index=table.index)
+    if "on_ac" in table:  # True / False / None (no battery); pandas may hold numpy booleans
+        on_battery = table["on_ac"].map(lambda v: v is not None and not pd.isna(v) and not bool(v))
+    else:
+        on_battery = pd.Series(False, index=table.index)
     details = []
     for index in table.index:
         parts = []

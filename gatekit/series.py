@@ -19,6 +19,7 @@ from typing import Any, Callable, Iterator, Mapping, Sequence
 
 from gatekit import rules, sequential
 from gatekit.config import ArmSpec, GateConfig, load_gate
+from gatekit.config import SEQUENTIAL_RUNS
 from gatekit.driver import Driver, RunRequest, make_driver
 from gatekit.errors import PreflightError, SeriesError, SeriesInterrupted
 from gatekit.finding import Finding, SeriesEvidence, analyze, records_table, write_finding
@@ -29,7 +30,6 @@ from gatekit.provenance import (changed_artifacts, git_diff_stat, git_root, git_
                                 host_fingerprint, sha256_file, software_versions)
 from gatekit.records import CheckResult, RunRecord, WindowSummary
 from gatekit.sampler import LoadReader, WindowSampler, read_system_load, samples_csv
-from gatekit.config import SEQUENTIAL_RUNS
 from gatekit.schedule import Slot, extension, needs_seed, order_seed, plan, retry_slots
 from gatekit.storage import Journal, atomic_write_text
 

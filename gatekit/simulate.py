@@ -5,8 +5,9 @@ Run times are lognormal: log x = log(1 + effect)·[on] + log(1 + drift)·positio
 which is what a do-nothing change leaves equal. Lower is better. Guards and contamination are not modelled:
 every simulated run is clean and every guard holds, so the rates are those of the primary rule alone.
 
-Each policy is the gate's own rule on arrays: the classic rule is stats.threshold_pct/rules.point_decision,
-the sequential one sequential.look_codes (tests check both against the scalar code run by `gate run`).
+The sequential policy runs sequential.look_codes, the very function behind `gate run`; the classic rule is
+stats.threshold_pct and rules.point_decision restated on arrays. Tests compare both, draw by draw, with the
+scalar code a gate runs.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import numpy as np
 
 from gatekit import sequential
 from gatekit.config import ORDERS, SEQUENTIAL_ORDER, SEQUENTIAL_RUNS
-from gatekit.diagnostics import ci_arrays, p_better_arrays, welch_arrays
+from gatekit.diagnostics import p_better_arrays, welch_arrays
 from gatekit.errors import ConfigError
 from gatekit.schedule import round_orders, thue_morse
 

@@ -287,3 +287,18 @@ def test_a_sequential_series_interrupted_in_stage_two_resumes_exactly(gate_dir) 
     finding = g.finding()
     assert [look["decision"] for look in finding["sequential"]["looks"]] == ["continue", "adopted"]
     assert gate_cli("analyze", str(series), "--json", cwd=g.root).stdout == g.findings()[0].read_text()
+
+
+def test_telemetry_flags_load_per_core_and_battery_never_the_value() -> None:
+    from gatekit.config import RulesSpec
+    from gatekit.rules import run_table
+    rows = [{"order": k, "arm": "off", "label": f"off-r{k}", "pair": k, "value": value, "failed": False,
+             "error": "", "samples": 3, "load1_mean": load, "load1_max": load, "on_ac": ac, "retry_of": None}
+            for k, (value, load, ac) in enumerate([(10.0, 1.0, True), (50.0, 1.0, True), (10.0, 7.0, True),
+                                                   (10.0, 1.0, False)], 1)]
+    flagged, detail = sq.telemetry_flags(run_table(rows), RulesSpec(load_per_core_limit=1.5), cores=4)
+    # an absurd value alone is not flagged; 7.0 / 4 cores = 1.75 > 1.5 is; so is running on battery
+    assert flagged.tolist() == [False, False, True, True]
+    assert detail[2] == "flagged: load1 max per core 1.75 > 1.5" and detail[3] == "flagged: on battery"
+    unknown, _ = sq.telemetry_flags(run_table(rows), RulesSpec(load_per_core_limit=1.5), cores=None)
+    assert unknown.tolist() == [False, False, False, True]  # without a core count only the battery counts
