@@ -74,7 +74,10 @@ class DecisionSpec:
     def from_gate(cls, config: GateConfig, off_arm: str, on_arm: str) -> DecisionSpec:
         """The rules as they will be frozen; a `sigma_ref = "history"` σ is read from the calibration now."""
         g = config.gate
-        return cls(g.id, g.title, off_arm, on_arm, g.n, g.order, g.seed, g.primary, g.direction,
+        # an order that draws nothing keeps the seed 0 it always reported; one that draws and was given
+        # no seed gets it from the predecision's sha256 (seed None here)
+        seed = g.seed if g.seed is not None or g.order in SEEDED_ORDERS else 0
+        return cls(g.id, g.title, off_arm, on_arm, g.n, g.order, seed, g.primary, g.direction,
                    g.expect_diff, config.threshold, config.guards, resolve_history_sigma(config),
                    policy=g.policy, warmup=g.warmup)
 
