@@ -41,3 +41,8 @@ bench: $(TEST_STAMP)
 
 clean:
 	rm -rf $(VENV) $(DEMO_DIR) .pytest_cache test-artifacts
+
+# The simulated tables of docs/statistics.md (a few minutes; fixed seed, so reproducible).
+.PHONY: statistics
+statistics: setup
+	$(PY) benchmarks/statistics.py --write docs/statistics.md

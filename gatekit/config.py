@@ -12,11 +12,17 @@ from typing import Any, Mapping
 
 from gatekit.errors import ConfigError
 
-ORDERS = ("abab", "abba", "random")
+ORDERS = ("abab", "abba", "random", "thue-morse")
+SEEDED_ORDERS = ("random", "thue-morse")  # orders that draw from the seed
+POLICIES = ("classic", "sequential")
+SEQUENTIAL_RUNS = (4, 8)  # runs per arm at the sequential policy's two looks
+SEQUENTIAL_ORDER = "thue-morse"
 DIRECTIONS = ("lower", "higher")
 LOAD_STATS = ("max", "mean")
-SIGMA_REFS = ("arm", "leave_one_out")
+SIGMA_REFS = ("arm", "leave_one_out", "history")
+MAX_WARMUP = 2
 ALWAYS_MEASURED = "process_wallclock_s"
+CALIBRATION_FILE = "calibration.toml"  # in the runs folder: the latest `gate calibrate` of this machine
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,6 +54,8 @@ class RulesSpec:
     max_retries: int = 1
     require_window_samples: bool = True
     sample_interval_s: float = 1.0
+    sigma_history_pct: float = 0.0  # σ for sigma_ref = "history"; 0: from the latest `gate calibrate`
+    load_per_core_limit: float = 1.5  # sequential policy: a run is flagged above this load1 per core
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,12 +95,14 @@ class GateSpec:
     title: str = ""
     n: int = 3
     order: str = "abab"
-    seed: int = 0
+    seed: int | None = None  # None: an order that needs one derives it from the predecision's sha256
     primary: str = "train_elapsed_s"
     direction: str = "lower"
     expect_diff: tuple[str, ...] = ()
     out: Path = Path("findings")
     runs: Path = Path("runs")
+    policy: str = "classic"
+    warmup: int = 0  # discarded warm-up runs before round 1 (1: the first arm, 2: both arms)
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,9 +136,24 @@ class GateConfig:
         )
 
     def with_overrides(self, *, n: int | None = None, order: str | None = None, seed: int | None = None,
-                       out: Path | None = None, runs: Path | None = None) -> GateConfig:
+                       out: Path | None = None, runs: Path | None = None, policy: str | None = None,
+                       warmup: int | None = None) -> GateConfig:
         """Command-line overrides, validated like the file's own values."""
         gate = self.gate
+        if policy is not None:
+            _check(policy in POLICIES, self.path, "--policy", f"must be one of {', '.join(POLICIES)}")
+            if policy == "sequential":
+                _check(n is None and order in (None, SEQUENTIAL_ORDER), self.path, "--policy",
+                       f"sequential runs {SEQUENTIAL_RUNS[0]} then {SEQUENTIAL_RUNS[1]} runs per arm in "
+                       f"{SEQUENTIAL_ORDER} order; drop --n and --order")
+                gate = replace(gate, n=SEQUENTIAL_RUNS[0], order=SEQUENTIAL_ORDER)
+            gate = replace(gate, policy=policy)
+        elif gate.policy == "sequential":
+            _check(n is None and order in (None, SEQUENTIAL_ORDER), self.path, "gate.policy",
+                   "is sequential, which fixes n and order; drop --n and --order")
+        if warmup is not None:
+            _check(0 <= warmup <= MAX_WARMUP, self.path, "--warmup", f"must be 0, 1 or 2, got {warmup}")
+            gate = replace(gate, warmup=warmup)
         if n is not None:
             _check(n >= 1, self.path, "--n", f"must be at least 1, got {n}")
             gate = replace(gate, n=n)
@@ -220,20 +245,31 @@ def load_gate(path: Path | str) -> GateConfig:
     root = _Table(path, "", data)
 
     gate_t = _Table(path, "gate", root.take("gate", dict))
+    explicit = {key for key in ("n", "order") if key in gate_t.data}
     gate = GateSpec(
         id=gate_t.take("id", str),
         title=gate_t.take("title", str, ""),
         n=gate_t.take("n", int, 3),
         order=gate_t.take("order", str, "abab", ORDERS),
-        seed=gate_t.take("seed", int, 0),
+        seed=gate_t.take("seed", int, None),
         primary=gate_t.take("primary", str, "train_elapsed_s"),
         direction=gate_t.take("direction", str, "lower", DIRECTIONS),
         expect_diff=gate_t.take_str_list("expect_diff"),
         out=_resolve(base, gate_t.take("out", str, "findings")),
         runs=_resolve(base, gate_t.take("runs", str, "runs")),
+        policy=gate_t.take("policy", str, "classic", POLICIES),
+        warmup=gate_t.take("warmup", int, 0),
     )
     gate_t.done()
     _check(gate.n >= 1, path, "gate.n", f"must be at least 1, got {gate.n}")
+    _check(0 <= gate.warmup <= MAX_WARMUP, path, "gate.warmup",
+           f"must be 0 (none), 1 (the first arm) or 2 (both arms), got {gate.warmup}")
+    if gate.policy == "sequential":
+        _check("n" not in explicit, path, "gate.n", f"does not apply to policy = \"sequential\" (it runs "
+               f"{SEQUENTIAL_RUNS[0]}, then {SEQUENTIAL_RUNS[1]} runs per arm); remove it")
+        _check(gate.order == SEQUENTIAL_ORDER or "order" not in explicit, path, "gate.order",
+               f"policy = \"sequential\" runs in {SEQUENTIAL_ORDER} order; remove it or set it to {SEQUENTIAL_ORDER}")
+        gate = replace(gate, n=SEQUENTIAL_RUNS[0], order=SEQUENTIAL_ORDER)
     _check(bool(gate.id.strip()) and "/" not in gate.id, path, "gate.id", "must be a non-empty name without '/'")
 
     threshold_t = _Table(path, "threshold", root.take("threshold", dict, {}))
@@ -264,6 +300,8 @@ def load_gate(path: Path | str) -> GateConfig:
         max_retries=rules_t.take("max_retries", int, 1),
         require_window_samples=rules_t.take("require_window_samples", bool, True),
         sample_interval_s=rules_t.take_positive("sample_interval_s", 1.0),
+        sigma_history_pct=rules_t.take_positive("sigma_history_pct", 0.0, allow_zero=True),
+        load_per_core_limit=rules_t.take_positive("load_per_core_limit", 1.5),
     )
     rules_t.done()
     _check(rules.max_retries >= 0, path, "rules.max_retries", "must be 0 or more")
@@ -308,6 +346,29 @@ def load_gate(path: Path | str) -> GateConfig:
            f"the primary metric '{gate.primary}' cannot also be a guard")
     return GateConfig(path=path, gate=gate, threshold=threshold, guards=tuple(guards), rules=rules,
                       driver=driver, arms=arms, backend=backend)
+
+
+def calibration_path(config: GateConfig) -> Path:
+    return config.gate.runs / CALIBRATION_FILE
+
+
+def resolve_history_sigma(config: GateConfig) -> RulesSpec:
+    """The rules with `sigma_history_pct` filled in from the latest calibration when the gate asks for it.
+
+    A gate with `sigma_ref = "history"` and no explicit `sigma_history_pct` needs `gate calibrate` first.
+    """
+    rules = config.rules
+    if rules.sigma_ref != "history" or rules.sigma_history_pct > 0:
+        return rules
+    path = calibration_path(config)
+    if not path.is_file():
+        raise ConfigError(f"{config.path}: rules.sigma_ref: is \"history\" but there is no calibration at {path}; "
+                          "run `gate calibrate ARM --n 10` first, or set rules.sigma_history_pct")
+    data = load_toml(path)
+    cv = data.get("cv_pct")
+    _check(isinstance(cv, (int, float)) and not isinstance(cv, bool) and cv > 0, path, "cv_pct",
+           "must be a positive number; run `gate calibrate` again")
+    return replace(rules, sigma_history_pct=float(cv))
 
 
 def read_arm_config(arm: ArmSpec) -> dict[str, Any] | None:

@@ -7,6 +7,7 @@ Schema history:
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import tomllib
@@ -17,18 +18,19 @@ from typing import Any, Mapping, Sequence
 import pandas as pd
 import tomlkit
 
-from gatekit import FINDING_SCHEMA, rules, stats
+from gatekit import FINDING_SCHEMA, diagnostics, rules, sequential, stats
 from gatekit.config import ALWAYS_MEASURED
 from gatekit.errors import FindingError
 from gatekit.prereg import DecisionSpec
 from gatekit.records import RunRecord
+from gatekit.schedule import WARMUP_ROUND, needs_seed, order_seed
 from gatekit.storage import write_output
 from gatekit.verdict import GuardResult, Verdict, decide, evaluate_guard
 
 SECTIONS = ("meta", "gate", "predecision", "provenance", "rules", "runs", "stats", "guards", "sensitivity",
             "verdict", "sections")
 POLARITY = {"adopted": "positive", "rejected": "neutral", "regression": "negative",
-            "guard_failed": "negative", "invalid": "invalid"}
+            "guard_failed": "negative", "invalid": "invalid", "equivalent": "neutral", "inconclusive": "neutral"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,9 +135,12 @@ def primary_value(record: RunRecord, primary: str) -> float | None:
 
 
 def records_table(records: Sequence[RunRecord], primary: str) -> pd.DataFrame:
-    """The run table rules work on; a run without its primary metric counts as failed."""
+    """The run table rules work on; a run without its primary metric counts as failed. Warm-up runs
+    (round 0) are not in it: they are discarded by preregistration."""
     rows = []
     for record in records:
+        if record.pair == WARMUP_ROUND:
+            continue
         value = primary_value(record, primary)
         error = record.outcome.error
         if not error and value is None:
@@ -145,7 +150,8 @@ def records_table(records: Sequence[RunRecord], primary: str) -> pd.DataFrame:
         rows.append({"order": record.order, "arm": record.arm, "label": record.label, "pair": record.pair,
                      "value": value, "failed": bool(error), "error": error, "samples": record.window.samples,
                      "load1_mean": record.window.load1_mean, "load1_max": record.window.load1_max,
-                     "backend_evidence": "; ".join(record.window.evidence)})
+                     "backend_evidence": "; ".join(record.window.evidence),
+                     "on_ac": record.window.on_ac, "retry_of": record.retry_of})
     return rules.run_table(rows)
 
 
@@ -193,12 +199,19 @@ def analyze(evidence: SeriesEvidence) -> Finding:
     """Compute stats, rules, guards, sensitivity and the verdict: a pure function of the evidence."""
     spec, records = evidence.spec, evidence.records
     off_arm, on_arm = spec.off_arm, spec.on_arm
-    table = rules.classify(records_table(records, spec.primary), spec.rules, evidence.replaced)
+    is_sequential = spec.policy == "sequential"
+    cores = evidence.provenance.get("host", {}).get("cpu_count")
+    if is_sequential:
+        table = sequential.classify(records_table(records, spec.primary), spec.rules, evidence.replaced, cores)
+    else:
+        table = rules.classify(records_table(records, spec.primary), spec.rules, evidence.replaced)
     used = table[table["used"]]
 
     invalid = list(evidence.invalid_reasons)
     warnings = list(evidence.warnings)
-    unresolved = table[~table["replaced"] & (table["failed"] | table["contaminated"])]
+    # the sequential policy turns a run flagged twice into "inconclusive"; a failure stays invalid
+    problem = table["failed"] if is_sequential else table["failed"] | table["contaminated"]
+    unresolved = table[~table["replaced"] & problem]
     for row in unresolved.itertuples():
         invalid.append(f"{row.label} {row.reason} and its pair has no retry left")
     if spec.rules.require_window_samples:
@@ -230,7 +243,9 @@ def analyze(evidence: SeriesEvidence) -> Finding:
         for g in spec.guards]
 
     max_z = stats.max_attainable_z(len(off)) if spec.rules.sigma_ref == "arm" else None
-    if max_z is not None and max_z < spec.rules.sigma_k:
+    if is_sequential and not cores:
+        warnings.append("the host's CPU count is unknown, so load per core cannot flag runs")
+    if max_z is not None and max_z < spec.rules.sigma_k and not is_sequential:
         warnings.append(f"rule (ii) cannot fire: at n={len(off)} no run can be more than {max_z:.3f}σ from "
                         f"its own arm's mean (Samuelson bound (n−1)/√n), below sigma_k = {spec.rules.sigma_k:g}; "
                         "contamination retries are effectively disabled")
@@ -239,18 +254,37 @@ def analyze(evidence: SeriesEvidence) -> Finding:
         used, off_arm, on_arm, sigma_k=spec.threshold.sigma_k, floor_pct=spec.threshold.floor_pct,
         direction=spec.direction, load_stat=spec.rules.load_stat)
     flips = [row.variant for row in sensitivity[1:] if row.decision != sensitivity[0].decision]
-    if flips and not invalid:
+    if flips and not invalid and not is_sequential:
         warnings.append("the decision is sensitive to single runs: it changes when you " + "; ".join(flips))
+
+    diag = diagnostics.diagnose(
+        off, on, used.loc[used["arm"] == off_arm, "order"].tolist(), used.loc[used["arm"] == on_arm, "order"].tolist(),
+        direction=spec.direction, pairs_better=stats.pairs_better(pairs, spec.direction), pairs=len(pairs))
+    warnings += diagnostics.classic_warnings(
+        diag, order=spec.order, sigma_off_pct=sigma_off_pct, sigma_on_pct=sigma_on_pct, delta_pct=delta,
+        threshold_pct=threshold, decide=lambda d, t: rules.point_decision(d, t, spec.direction),
+        policy=spec.policy)
+    guard_rows: dict[str, dict[str, Any]] = {}
+    for spec_g, guard in zip(spec.guards, guards):
+        noise = diagnostics.guard_noise(spec_g, _metric_values(used, records, off_arm, spec_g.metric),
+                                        _metric_values(used, records, on_arm, spec_g.metric))
+        guard_rows[guard.metric] = {**guard.to_dict(), **(noise.to_dict() if noise else {})}
+        if noise is not None and noise.within_noise and guard.delta is not None and not is_sequential:
+            warnings.append(diagnostics.guard_warning(guard.metric, guard.delta, noise, guard.limit))
 
     verdict = decide(delta_pct=delta, threshold_pct=threshold, direction=spec.direction, primary=spec.primary,
                      guards=guards, invalid_reasons=invalid, warnings=warnings)
+    outcome: sequential.SequentialOutcome | None = None
+    if is_sequential:
+        outcome, verdict = _sequential_verdict(table, records, spec, verdict, warnings)
     data = {
         "schema": FINDING_SCHEMA,
         "meta": _meta(evidence, verdict),
         "gate": {
             "id": spec.gate_id, "arms": {"off": off_arm, "on": on_arm}, "n": spec.n, "order": spec.order,
             "seed": spec.seed, "primary": spec.primary, "direction": spec.direction,
-            "expect_diff": list(spec.expect_diff), "policy": spec.policy,
+            "expect_diff": list(spec.expect_diff), "policy": spec.policy, "warmup": spec.warmup,
+            **_seed_info(spec, evidence.predecision_sha256),
             "threshold": {"sigma_k": spec.threshold.sigma_k, "floor_pct": spec.threshold.floor_pct,
                           "rule": f"max({spec.threshold.sigma_k:g}·σ_off, {spec.threshold.floor_pct:g} %)"},
             "guards": [{"metric": g.metric, "direction": g.direction, "max_drop": g.max_drop}
@@ -264,21 +298,59 @@ def analyze(evidence: SeriesEvidence) -> Finding:
         "stats": {
             "n_off": len(off), "n_on": len(on), "mean_off": mean_off, "mean_on": mean_on,
             "sigma_off_pct": sigma_off_pct, "sigma_on_pct": sigma_on_pct, "delta_pct": delta,
-            "threshold_pct": threshold, "pairs_consistent": consistent,
+            "threshold_pct": threshold, "pairs_consistent": consistent, **diag.to_dict(),
         },
-        "guards": {g.metric: g.to_dict() for g in guards},
+        "guards": guard_rows,
         "sensitivity": [row.to_dict() for row in sensitivity],
         "verdict": verdict.to_dict(),
     }
+    if outcome is not None:
+        data["sequential"] = outcome.to_dict(spec.threshold.floor_pct)
     data["sections"] = narrative(data)
     return Finding(plain(data))
+
+
+def _seed_info(spec: DecisionSpec, predecision_sha256: str) -> dict[str, Any]:
+    """The order seed as given, or as derived from the predecision's sha256 (then with its source)."""
+    if spec.seed is not None:
+        return {"seed": spec.seed}
+    if needs_seed(spec.order) and predecision_sha256:
+        return {"seed": order_seed(predecision_sha256), "seed_source": "predecision sha256"}
+    return {}
+
+
+def _sequential_verdict(table: pd.DataFrame, records: Sequence[RunRecord], spec: DecisionSpec,
+                        classic: Verdict, warnings: list[str]) -> tuple[sequential.SequentialOutcome, Verdict]:
+    """The sequential policy decides; the classic verdict is reported beside it as one reason."""
+    by_label = {r.label: r for r in records}
+    guard_values = {g.metric: {label: value for label, value in
+                               ((lbl, _metric_of(by_label[lbl], g.metric)) for lbl in table["label"])
+                               if value is not None} for g in spec.guards}
+    outcome = sequential.decide(table, guard_values, off_arm=spec.off_arm, on_arm=spec.on_arm,
+                                guard_specs=spec.guards, floor_pct=spec.threshold.floor_pct,
+                                direction=spec.direction, primary=spec.primary)
+    all_warnings = (*warnings, *outcome.warnings)
+    if classic.decision == "invalid":  # nothing to extend: the series cannot be trusted
+        return dataclasses.replace(outcome, extend=False), Verdict("invalid", classic.reasons, all_warnings)
+    decision, reasons = outcome.decision, list(outcome.reasons)
+    if decision == "continue":  # look 1 undecided and stage 2 never ran
+        decision = "inconclusive"
+        reasons.append("stage 2 did not run, so look 2 is missing")
+    reasons.append(f"classic rule beside it (decides nothing here): {classic.decision} — "
+                   + (classic.reasons[0] if classic.reasons else ""))
+    return outcome, Verdict(decision, tuple(reasons), all_warnings)
+
+
+def _metric_of(record: RunRecord, metric: str) -> float | None:
+    return record.outcome.process_wallclock_s if metric == ALWAYS_MEASURED else record.outcome.metrics.get(metric)
 
 
 def _rules_dict(spec: DecisionSpec) -> dict[str, Any]:
     r = spec.rules
     return {"load_stat": r.load_stat, "load_limit": r.load_limit, "load_rel_median": r.load_rel_median,
             "sigma_k": r.sigma_k, "sigma_ref": r.sigma_ref, "max_retries": r.max_retries,
-            "require_window_samples": r.require_window_samples, "sample_interval_s": r.sample_interval_s}
+            "require_window_samples": r.require_window_samples, "sample_interval_s": r.sample_interval_s,
+            "sigma_history_pct": r.sigma_history_pct, "load_per_core_limit": r.load_per_core_limit}
 
 
 def _meta(evidence: SeriesEvidence, verdict: Verdict) -> dict[str, Any]:
@@ -308,7 +380,19 @@ def _run_rows(table: pd.DataFrame, records: Sequence[RunRecord]) -> list[dict[st
             "contaminated": bool(row.contaminated), "retry_of": record.retry_of, "used": bool(row.used),
             "reason": row.reason, "started_at": record.started_at, "config": dict(record.outcome.config),
         })
-    return rows
+    warmups = [r for r in records if r.pair == WARMUP_ROUND]
+    for record in warmups:
+        reason = "warm-up run, discarded by preregistration" + (f" (failed: {record.outcome.error})"
+                                                                 if record.failed else "")
+        rows.append({
+            "order": record.order, "arm": record.arm, "label": record.label, "pair": record.pair,
+            "exit_code": record.outcome.exit_code, "timed_out": record.outcome.timed_out,
+            "metrics": dict(record.outcome.metrics), "process_wallclock_s": record.outcome.process_wallclock_s,
+            "window": record.window.to_dict(), "load_evidence": False, "z": 0.0, "contaminated": False,
+            "retry_of": record.retry_of, "used": False, "reason": reason, "started_at": record.started_at,
+            "config": dict(record.outcome.config), "warmup": True,
+        })
+    return sorted(rows, key=lambda row: row["order"]) if warmups else rows
 
 
 def _fmt(value: Any, digits: int = 4) -> str:
@@ -329,6 +413,16 @@ def narrative(data: Mapping[str, Any]) -> list[dict[str, Any]]:
     lead = (f"Interleaved {gate['order']} gate of `{on_arm}` against `{off_arm}`, {gate['n']} runs per arm, "
             f"deciding on {primary} ({gate['direction']} is better). Decision: **{decision}** — "
             f"Δ {_fmt(s.get('delta_pct'))} % against a threshold of {_fmt(s.get('threshold_pct'))} %.")
+    seq = data.get("sequential")
+    if seq:
+        last = seq["looks"][-1] if seq["looks"] else {}
+        lead = (f"Sequential gate of `{on_arm}` against `{off_arm}` in {gate['order']} order, "
+                f"{' then '.join(str(n) for n in seq['runs_per_arm'])} runs per arm, deciding on {primary} "
+                f"({gate['direction']} is better). Decision: **{decision}** at look {last.get('look', '—')} — "
+                f"Δ {_signed(last.get('delta_pct'))} as a ratio of geometric means, "
+                f"{100 * last.get('ci_level', 0):g} % CI [{_signed(last.get('ci_low_pct'))}, "
+                f"{_signed(last.get('ci_high_pct'))}], floor ±{seq['floor_pct']:g} %. The classic Δ "
+                f"{_fmt(s.get('delta_pct'))} % against {_fmt(s.get('threshold_pct'))} % is reported beside it.")
     columns = ["order", "arm", "run", primary, *guard_names, "load1 mean/max", "used"]
     rows = []
     for run in data["runs"]:
@@ -350,7 +444,7 @@ def narrative(data: Mapping[str, Any]) -> list[dict[str, Any]]:
         stat_items.append({"key": f"guard {name}", "value": f"Δ {_fmt(guard.get('delta'))} (limit "
                            f"{guard['limit']:+g}) {'pass' if guard['pass'] else 'FAIL'}"})
     variant = {"adopted": "success", "rejected": "info", "regression": "danger", "guard_failed": "danger",
-               "invalid": "warning"}[decision]
+               "invalid": "warning", "equivalent": "info", "inconclusive": "warning"}[decision]
     sections: list[dict[str, Any]] = [
         {"type": "lead", "text": lead},
         {"type": "heading", "text": "Runs (execution order)"},
@@ -370,6 +464,46 @@ def narrative(data: Mapping[str, Any]) -> list[dict[str, Any]]:
     evidence = [f"{run['label']}: {line}" for run in data["runs"] for line in run["window"].get("evidence", [])]
     if evidence:
         sections += [{"type": "heading", "text": "Backend evidence (rule i)"}, {"type": "list", "items": evidence}]
+    if seq:
+        sections += [
+            {"type": "heading", "text": "Sequential looks"},
+            {"type": "table", "columns": ["look", "runs off+on", "Δ gm %", "CI %", "p on better", "p on worse",
+                                          primary, "guards", "decision"],
+             "align": ["right", "right", "right", "left", "right", "right", "left", "left", "left"],
+             "rows": [[str(look["look"]), f"{look['n_off']}+{look['n_on']}", _signed(look.get("delta_pct"), 4, ""),
+                       f"[{_signed(look.get('ci_low_pct'), 4, '')}, {_signed(look.get('ci_high_pct'), 4, '')}]",
+                       _fmt(look.get("p_better")), _fmt(look.get("p_worse")), look["primary"],
+                       ", ".join(f"{k} {g['status']}" for k, g in look["guards"].items()) or "—",
+                       look["decision"]] for look in seq["looks"]]},
+        ]
+    sections += [{"type": "heading", "text": "Diagnostics"}, {"type": "kv", "items": _diagnostic_items(s)}]
     if verdict.get("warnings"):
         sections += [{"type": "heading", "text": "Warnings"}, {"type": "list", "items": list(verdict["warnings"])}]
     return sections
+
+
+def _signed(value: Any, digits: int = 4, unit: str = " %") -> str:
+    if value is None or (isinstance(value, float) and not math.isfinite(value)):
+        return "—"
+    return f"{value:+.{digits}f}{unit}"
+
+
+def _diagnostic_items(s: Mapping[str, Any]) -> list[dict[str, str]]:
+    """The diagnostics of `stats` as kv items (docs/statistics.md explains each)."""
+    level = f"{100 * s.get('ci_level', diagnostics.CI_LEVEL):g} %"
+    mde = s.get("mde_pct")
+    return [
+        {"key": "Δ as a ratio of geometric means", "value": f"{_signed(s.get('gm_delta_pct'))}, {level} CI "
+         f"[{_signed(s.get('ci_low_pct'))}, {_signed(s.get('ci_high_pct'))}] (Welch on log values, "
+         f"df {_fmt(s.get('welch_df'), 1)})"},
+        {"key": "one-sided p (on better)", "value": _fmt(s.get("p_one_sided"))},
+        {"key": f"minimum detectable effect ({100 * diagnostics.MDE_POWER:g} % power, one-sided α "
+                f"{diagnostics.MDE_ALPHA:g})", "value": f"{_fmt(mde)} %" if mde is not None else "—"},
+        {"key": "Hodges–Lehmann shift (n ≥ 4)", "value": _signed(s.get("hl_shift_pct"))},
+        {"key": "drift per run off / on / pooled", "value": f"{_signed(s.get('drift_off_pct_per_run'))} / "
+         f"{_signed(s.get('drift_on_pct_per_run'))} / {_signed(s.get('drift_pct_per_run'))}"},
+        {"key": "order bias (pooled drift × position gap)", "value": f"{_signed(s.get('order_bias_pct'))} "
+         f"(on runs {_signed(s.get('order_gap_runs'), 2, '')} runs after off)"},
+        {"key": "pairs consistent as a sign test", "value": f"{s['pairs_consistent']}, one-sided p "
+         f"{_fmt(s.get('pairs_sign_p'))}"},
+    ]

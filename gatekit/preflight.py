@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import json
 import os
+import platform
 import re
 from pathlib import Path
 from typing import Sequence
 
 import psutil
 
-from gatekit.config import ArmSpec, GateConfig, load_toml
+from gatekit.config import ArmSpec, GateConfig, calibration_path, load_toml
 from gatekit.driver import ArmInput, ChosenBackend, Driver
 from gatekit.errors import ConfigError
 from gatekit.records import CheckResult
@@ -104,10 +105,30 @@ def check_load(config: GateConfig, load1: float | None = None) -> CheckResult:
                        + ("" if ok else "; wait for the machine to calm down"))
 
 
+def check_history(config: GateConfig) -> list[CheckResult]:
+    """sigma_ref = "history" without an explicit σ needs a calibration of this machine."""
+    rules = config.rules
+    if rules.sigma_ref != "history" or rules.sigma_history_pct > 0:
+        return []
+    path = calibration_path(config)
+    if not path.is_file():
+        return [CheckResult("calibration", False, f"{path}: not found (rules.sigma_ref = \"history\"); run "
+                            "`gate calibrate ARM --n 10` first")]
+    try:
+        host = load_toml(path).get("host", {}).get("hostname")
+    except ConfigError as exc:
+        return [CheckResult("calibration", False, str(exc))]
+    if host != platform.node():
+        return [CheckResult("calibration", False, f"{path} was measured on {host!r}, this is {platform.node()!r}; "
+                            "calibrate this machine")]
+    return [CheckResult("calibration", True, str(path))]
+
+
 def run_checks(config: GateConfig, arms: Sequence[ArmSpec], driver: Driver,
                backend: ChosenBackend | None = None) -> list[CheckResult]:
     """All preflight checks, in the order a person would fix them."""
     checks = [CheckResult("gate file", True, str(config.path))]
+    checks += check_history(config)
     checks += [check_arm_config(arm) for arm in arms]
     checks += check_artifacts(config.driver.hash)
     checks += driver.preflight([arm_input(arm) for arm in arms])

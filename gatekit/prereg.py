@@ -14,7 +14,8 @@ from typing import Any, Mapping
 import tomlkit
 
 from gatekit import PREDECISION_SCHEMA, __version__, stats
-from gatekit.config import GateConfig, GuardSpec, RulesSpec, ThresholdSpec
+from gatekit.config import (SEEDED_ORDERS, SEQUENTIAL_RUNS, GateConfig, GuardSpec, RulesSpec, ThresholdSpec,
+                            resolve_history_sigma)
 from gatekit.errors import SeriesError
 from gatekit.provenance import sha256_bytes, sha256_file
 from gatekit.schedule import Slot
@@ -33,7 +34,7 @@ class DecisionSpec:
     on_arm: str
     n: int
     order: str
-    seed: int
+    seed: int | None
     primary: str
     direction: str
     expect_diff: tuple[str, ...]
@@ -41,23 +42,29 @@ class DecisionSpec:
     guards: tuple[GuardSpec, ...]
     rules: RulesSpec
     policy: str = "classic"
+    warmup: int = 0
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        data = {
             "gate_id": self.gate_id, "title": self.title, "off_arm": self.off_arm, "on_arm": self.on_arm,
             "n": self.n, "order": self.order, "seed": self.seed, "primary": self.primary,
             "direction": self.direction, "expect_diff": list(self.expect_diff), "policy": self.policy,
+            "warmup": self.warmup,
             "threshold": dataclasses.asdict(self.threshold),
             "guards": [dataclasses.asdict(g) for g in self.guards],
             "rules": dataclasses.asdict(self.rules),
         }
+        if self.seed is None:  # TOML has no null: no seed means "derived from this file's sha256"
+            del data["seed"]
+        return data
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> DecisionSpec:
         return cls(
             gate_id=data["gate_id"], title=data["title"], off_arm=data["off_arm"], on_arm=data["on_arm"],
-            n=data["n"], order=data["order"], seed=data["seed"], primary=data["primary"],
+            n=data["n"], order=data["order"], seed=data.get("seed"), primary=data["primary"],
             direction=data["direction"], expect_diff=tuple(data["expect_diff"]), policy=data["policy"],
+            warmup=data.get("warmup", 0),
             threshold=ThresholdSpec(**data["threshold"]),
             guards=tuple(GuardSpec(**g) for g in data["guards"]),
             rules=RulesSpec(**data["rules"]),
@@ -65,18 +72,30 @@ class DecisionSpec:
 
     @classmethod
     def from_gate(cls, config: GateConfig, off_arm: str, on_arm: str) -> DecisionSpec:
+        """The rules as they will be frozen; a `sigma_ref = "history"` σ is read from the calibration now."""
         g = config.gate
-        return cls(g.id, g.title, off_arm, on_arm, g.n, g.order, g.seed, g.primary, g.direction,
-                   g.expect_diff, config.threshold, config.guards, config.rules)
+        # an order that draws nothing keeps the seed 0 it always reported; one that draws and was given
+        # no seed gets it from the predecision's sha256 (seed None here)
+        seed = g.seed if g.seed is not None or g.order in SEEDED_ORDERS else 0
+        return cls(g.id, g.title, off_arm, on_arm, g.n, g.order, seed, g.primary, g.direction,
+                   g.expect_diff, config.threshold, config.guards, resolve_history_sigma(config),
+                   policy=g.policy, warmup=g.warmup)
 
 
 def stated_rules(spec: DecisionSpec) -> list[str]:
     """The rules in words, each ambiguity resolved before any data exists."""
     r, t = spec.rules, spec.threshold
     better = "lower" if spec.direction == "lower" else "higher"
+    if spec.seed is not None:
+        seed = f", seed {spec.seed}"
+    elif spec.order in SEEDED_ORDERS:
+        seed = (", seed = the first 16 hex digits of this file's sha256 read as an integer (so the order is "
+                "drawn only after these rules are fixed)")
+    else:
+        seed = ""
     lines = [
         f"Primary metric: {spec.primary}, {better} is better; arms: off = {spec.off_arm}, on = {spec.on_arm}.",
-        f"Order: {spec.order}, {spec.n} runs per arm, seed {spec.seed}.",
+        f"Order: {spec.order}, {spec.n} runs per arm{seed}.",
         "Delta = (mean_on - mean_off) / mean_off over used runs, arithmetic means.",
         f"Threshold = max({t.sigma_k:g} x sigma_off, {t.floor_pct:g} %), sigma_off = sample SD (ddof=1) "
         "of the used off runs relative to their mean.",
@@ -86,8 +105,10 @@ def stated_rules(spec: DecisionSpec) -> list[str]:
         f"{r.sample_interval_s:g} s, and at close): evidence if > {r.load_limit:g} or > "
         f"{r.load_rel_median:g} x the median of that statistic over all runs of the series.",
         f"Deviation (ii): |x - arm mean| > {r.sigma_k:g} sigma, sigma from "
-        + ("the same arm's used runs (classic)." if r.sigma_ref == "arm"
-           else "the arm's other runs (leave-one-out), mean also without the run."),
+        + {"arm": "the same arm's used runs (classic).",
+           "leave_one_out": "the arm's other runs (leave-one-out), mean also without the run.",
+           "history": f"history: {r.sigma_history_pct:g} % of the mean of the arm's other runs (calibrated "
+                      "before the series, so a run cannot inflate its own sigma)."}[r.sigma_ref],
         "A run is contaminated only if (i) AND (ii); (ii) alone never triggers a retry.",
         f"A contaminated or failed pair is re-run at the end of the series, at most {r.max_retries} "
         "time(s) per pair; no retry chains; discarded runs stay in the record.",
@@ -101,6 +122,11 @@ def stated_rules(spec: DecisionSpec) -> list[str]:
                          f"so rule (ii) at {r.sigma_k:g} sigma cannot fire.")
     if r.require_window_samples:
         lines.append("A run without in-window load samples is not used.")
+    if spec.warmup:
+        lines.append(f"Warm-up: {spec.warmup} run(s) in round 0 (label <arm>-r0) before round 1; discarded, "
+                     "never used as a number or for contamination.")
+    if spec.policy == "sequential":
+        lines += sequential_rules(spec)
     for g in spec.guards:
         lines.append(f"Guard {g.metric}: on - off must be "
                      + (f">= -{g.max_drop:g}" if g.direction == "higher" else f"<= +{g.max_drop:g}")
@@ -108,8 +134,35 @@ def stated_rules(spec: DecisionSpec) -> list[str]:
     return lines
 
 
+def sequential_rules(spec: DecisionSpec) -> list[str]:
+    """The sequential policy in words (docs/statistics.md has the numbers behind each choice)."""
+    from gatekit.sequential import ALPHA, GUARD_LEVEL  # the policy's constants live with the policy
+
+    first, last = SEQUENTIAL_RUNS
+    floor = spec.threshold.floor_pct
+    return [
+        f"Policy sequential: look 1 after {first} runs per arm, look 2 after {last}; stop at the first look "
+        "that decides. The classic Delta and threshold are reported beside it and decide nothing.",
+        f"At each look: Welch t on log values (statistic as Welch 1947, conservative df = min(n_off, n_on) - 1), "
+        f"one-sided alpha {ALPHA:g} per look. Adopted iff p(on better) < {ALPHA:g} AND the ratio of geometric "
+        f"means is at least {floor:g} % better AND every guard passes. Regression iff p(on worse) < {ALPHA:g} "
+        f"AND at least {floor:g} % worse.",
+        f"Equivalent iff the {100 * (1 - 2 * ALPHA):g} % CI of the ratio lies inside +/-{floor:g} %. Rejected iff "
+        f"that CI excludes an improvement of {floor:g} % (stops look 1 too). At look 2 anything else is "
+        "inconclusive.",
+        f"Guards: paired non-inferiority on the rounds' (off, on) pairs: pass iff the one-sided "
+        f"{100 * GUARD_LEVEL:g} % bound of mean(on - off) clears -max_drop (+max_drop for lower-is-better "
+        "guards); fail iff the opposite bound is beyond it; otherwise the guard is inconclusive and an "
+        "adoption waits for look 2, then becomes inconclusive — never a pass.",
+        f"Contamination only from telemetry that does not look at the result: the run window's "
+        f"{spec.rules.load_stat} of load1 per core above {spec.rules.load_per_core_limit:g}, or the machine on "
+        "battery. A flagged run's pair is re-run once at the end of its stage in the mirror order; "
+        f"needing more than {spec.rules.max_retries} re-run(s) for a pair makes the outcome inconclusive.",
+    ]
+
+
 def predecision_document(spec: DecisionSpec, *, series_id: str, created: str, gate_path: Path,
-                         gate_sha256: str, schedule: list[Slot], arm_configs: Mapping[str, Path | None],
+                         gate_sha256: str, schedule: list[Slot] | None, arm_configs: Mapping[str, Path | None],
                          artifacts: Mapping[str, str], driver: Mapping[str, Any],
                          backend: Mapping[str, Any] | None = None) -> str:
     """The predecision file's text. `backend` (name, requested, options, evidence_rules) freezes which
@@ -122,7 +175,11 @@ def predecision_document(spec: DecisionSpec, *, series_id: str, created: str, ga
     doc["gatekit_version"] = __version__
     doc["gate_file"] = {"path": str(gate_path), "sha256": gate_sha256}
     doc["decision"] = spec.to_dict()
-    doc["schedule"] = [s.label for s in schedule]
+    if schedule is not None:
+        doc["schedule"] = [s.label for s in schedule]
+    else:
+        doc["schedule_rule"] = (f"{spec.order} order drawn from seed = int(sha256 of this file)[:16 hex digits]; "
+                                "the schedule is journaled in series_start")
     rules_in_words = stated_rules(spec)
     if backend is not None:
         rules_in_words += [f"Evidence (i) also includes: {line}"

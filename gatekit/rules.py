@@ -1,8 +1,8 @@
 """Preregistered contamination rules and exclusion sensitivity: pure, table in, table out.
 
 The run table has one row per executed run with columns
-`order, arm, label, pair, value, failed, error, samples, load1_mean, load1_max, backend_evidence`
-(`backend_evidence`: the backend's evidence lines for the window joined with "; ", empty when none).
+`order, arm, label, pair, value, failed, error, samples, load1_mean, load1_max, backend_evidence, on_ac,
+retry_of` (`backend_evidence`: the backend's evidence lines for the window joined with "; ", empty when none).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from gatekit import stats
 from gatekit.config import RulesSpec
 
 RUN_COLUMNS = ("order", "arm", "label", "pair", "value", "failed", "error", "samples", "load1_mean", "load1_max",
-               "backend_evidence")
+               "backend_evidence", "on_ac", "retry_of")
 
 
 def load_over_limit(table: pd.DataFrame, rules: RulesSpec) -> pd.Series:
@@ -41,9 +41,15 @@ def load_evidence(table: pd.DataFrame, rules: RulesSpec) -> pd.Series:
     return load_over_limit(table, rules) | backend_evidence(table)
 
 
-def deviation_z(table: pd.DataFrame, in_play: pd.Series, sigma_ref: str) -> pd.Series:
-    """Rule (ii)'s |x − arm mean| / σ for in-play runs, σ from the arm (classic) or leave-one-out."""
-    score = stats.z_scores if sigma_ref == "arm" else stats.leave_one_out_z_scores
+def deviation_z(table: pd.DataFrame, in_play: pd.Series, sigma_ref: str,
+                sigma_history_pct: float = 0.0) -> pd.Series:
+    """Rule (ii)'s |x − arm mean| / σ for in-play runs, σ from the arm (classic), leave-one-out, or history
+    (a calibrated CV, so the rule can fire at n = 3)."""
+    if sigma_ref == "history":
+        def score(values: list[float]) -> list[float]:
+            return stats.history_z_scores(values, sigma_history_pct)
+    else:
+        score = stats.z_scores if sigma_ref == "arm" else stats.leave_one_out_z_scores
     z = pd.Series(0.0, index=table.index)
     for _, rows in table[in_play].groupby("arm", sort=False):
         z.loc[rows.index] = score(rows["value"].astype(float).tolist())
@@ -93,7 +99,7 @@ def classify(table: pd.DataFrame, rules: RulesSpec, replaced: Mapping[int, Repla
     out["backend_evidence"] = out["backend_evidence"].fillna("").astype(str)
     out["load_over"] = load_over_limit(out, rules)
     out["load_evidence"] = load_evidence(out, rules)
-    out["z"] = deviation_z(out, in_play, rules.sigma_ref)
+    out["z"] = deviation_z(out, in_play, rules.sigma_ref, rules.sigma_history_pct)
     out["deviant"] = out["z"] > rules.sigma_k
     out["contaminated"] = in_play & out["load_evidence"] & out["deviant"]
     for index, row in out[out["replaced"]].iterrows():

@@ -17,8 +17,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
-from gatekit import rules
+from gatekit import rules, sequential
 from gatekit.config import ArmSpec, GateConfig, load_gate
+from gatekit.config import SEQUENTIAL_RUNS
 from gatekit.driver import ChosenBackend, Driver, RunRequest, make_backend, make_driver
 from gatekit.errors import PreflightError, SeriesError, SeriesInterrupted
 from gatekit.finding import Finding, SeriesEvidence, analyze, records_table, write_finding
@@ -29,7 +30,7 @@ from gatekit.provenance import (changed_artifacts, git_diff_stat, git_root, git_
                                 host_fingerprint, sha256_file, software_versions)
 from gatekit.records import CheckResult, RunRecord, WindowSummary
 from gatekit.sampler import LoadReader, WindowSampler, read_system_load, samples_csv
-from gatekit.schedule import Slot, plan, retry_slots
+from gatekit.schedule import Slot, extension, needs_seed, order_seed, plan, retry_slots
 from gatekit.storage import Journal, atomic_write_text
 
 JOURNAL_FILE = "journal.jsonl"
@@ -54,6 +55,7 @@ class _State:
     start: Mapping[str, Any]
     records: dict[str, RunRecord] = field(default_factory=dict)
     retries: list[Mapping[str, Any]] = field(default_factory=list)
+    extensions: list[Mapping[str, Any]] = field(default_factory=list)  # sequential policy: stage 2
     problems: list[str] = field(default_factory=list)
     end: Mapping[str, Any] | None = None
 
@@ -72,6 +74,8 @@ def read_state(series_dir: Path) -> _State:
             state.records[record.label] = record
         elif kind == "retry":
             state.retries.append(event)
+        elif kind == "extend":
+            state.extensions.append(event)
         elif kind == "invalid":
             state.problems.append(event["reason"])
         elif kind == "series_end":
@@ -167,10 +171,8 @@ class SeriesRunner:
                 suffix += 1
                 series_dir = runs_dir / f"{series_id}-{suffix}"
             series_dir.mkdir(parents=True)
-            schedule = plan(self.off.name, self.on.name, self.config.gate.n, self.config.gate.order,
-                            self.config.gate.seed)
             journal = Journal(series_dir / JOURNAL_FILE)
-            self._preregister(series_dir, series_dir.name, started, schedule, journal)
+            self._preregister(series_dir, series_dir.name, started, journal)
             return self._execute(series_dir, journal)
 
     def resume(self, series_dir: Path) -> SeriesResult:
@@ -184,15 +186,21 @@ class SeriesRunner:
         if registered and registered != self.backend.name:
             raise SeriesError(f"{series_dir}: was registered with the {registered} backend, but this machine "
                               f"gives {self.backend.name} ({self.backend.detail}); resume it where it started")
+        self.spec = DecisionSpec.from_dict(predecision["decision"])  # the rules as frozen, not as read now
         with runs_lock(series_dir.parent):
             self.report(f"resuming {series_dir.name}: {len(state.records)} run(s) already done")
             return self._execute(series_dir, Journal(series_dir / JOURNAL_FILE))
 
     # -- steps -----------------------------------------------------------------------------------
 
-    def _preregister(self, series_dir: Path, series_id: str, started: dt.datetime, schedule: list[Slot],
-                     journal: Journal) -> None:
+    def _preregister(self, series_dir: Path, series_id: str, started: dt.datetime, journal: Journal) -> None:
         config = self.config
+        spec = self.spec
+        # An order that draws from a seed and was given none takes it from the predecision's sha256,
+        # so the schedule is fixed by the rules and drawn only after they are written.
+        derived = spec.seed is None and needs_seed(spec.order)
+        schedule = None if derived else plan(self.off.name, self.on.name, spec.n, spec.order, spec.seed or 0,
+                                             spec.warmup)
         artifacts = hash_artifacts(config.driver.hash)
         driver_info = {"name": config.driver.name, "timeout_s": config.driver.timeout_s,
                        "hash": [str(p) for p in config.driver.hash], "busy_pattern": config.driver.busy_pattern,
@@ -203,6 +211,9 @@ class SeriesRunner:
             arm_configs={self.off.name: self.off.config, self.on.name: self.on.config},
             artifacts=artifacts, driver=driver_info, backend=self._backend_registration())
         predecision_sha = write_predecision(series_dir, text)
+        if schedule is None:
+            schedule = plan(self.off.name, self.on.name, spec.n, spec.order, order_seed(predecision_sha),
+                            spec.warmup)
         out_dir = config.gate.out
         finding_id = _free_finding_id(out_dir, f"{config.gate.id}-{started:%Y-%m-%d}")
         git_dir = config.base_dir
@@ -229,7 +240,8 @@ class SeriesRunner:
         state = read_state(series_dir)
         slots = [Slot.from_dict(s) for s in state.start["schedule"]]
         slots += [s for r in state.retries for s in
-                  retry_slots(self.off.name, self.on.name, r["round"], r["replaces"])]
+                  retry_slots(self.off.name, self.on.name, r["round"], r["replaces"], r.get("first"))]
+        slots += [Slot.from_dict(s) for e in state.extensions for s in e["slots"]]
         with _interrupt_on_sigterm():
             try:
                 return self._run_pending(series_dir, journal, state, slots)
@@ -268,11 +280,19 @@ class SeriesRunner:
                     return self._abort(series_dir, journal, state, changed)
             new = self._plan_retries(state)
             if not new:
-                break
+                stage = self._plan_extension(series_dir, state)
+                if stage is None:
+                    break
+                journal.append("extend", **stage)
+                state.extensions.append(stage)
+                slots += [Slot.from_dict(s) for s in stage["slots"]]
+                self.report(f"look 1 did not decide: extending to {SEQUENTIAL_RUNS[1]} runs per arm")
+                continue
             for retry in new:
                 journal.append("retry", **retry)
                 state.retries.append(retry)
-                slots += retry_slots(self.off.name, self.on.name, retry["round"], retry["replaces"])
+                slots += retry_slots(self.off.name, self.on.name, retry["round"], retry["replaces"],
+                                     retry.get("first"))
                 why = "; ".join(f"{label} {info['detail']}" for label, info in retry["flagged"].items())
                 self.report(f"retrying pair r{retry['replaces']} as r{retry['round']}: {why}")
         return self._finish(series_dir, journal, state)
@@ -281,19 +301,44 @@ class SeriesRunner:
         """Pairs with a failed or contaminated run get a re-run pair, at most max_retries per original pair."""
         replaced = replacements(state.retries)
         retry_of = {r["round"]: r["replaces"] for r in state.retries}
-        table = rules.classify(records_table(list(state.records.values()), self.spec.primary),
-                               self.spec.rules, replaced)
+        runs = records_table(list(state.records.values()), self.spec.primary)
+        is_sequential = self.spec.policy == "sequential"
+        if is_sequential:
+            table = sequential.classify(runs, self.spec.rules, replaced, _cores(state))
+            needed = sequential.rounds_needing_replacement(table)
+        else:
+            table = rules.classify(runs, self.spec.rules, replaced)
+            needed = rules.rounds_needing_retry(table, self.spec.rules)
         next_round = max(r.pair for r in state.records.values()) + 1
         retries = []
-        for round_, flagged in sorted(rules.rounds_needing_retry(table, self.spec.rules).items()):
+        for round_, flagged in sorted(needed.items()):
             root = rules.lineage_root(round_, retry_of)
             used = sum(1 for r in state.retries if rules.lineage_root(r["replaces"], retry_of) == root)
             if used >= self.spec.rules.max_retries:
                 continue
-            retries.append({"round": next_round, "replaces": round_, "flagged": flagged,
-                            "reason": f"pair re-run as r{next_round}"})
+            retry = {"round": next_round, "replaces": round_, "flagged": flagged,
+                     "reason": f"pair re-run as r{next_round}"}
+            if is_sequential:  # in the mirror slot: the arm that ran second goes first
+                retry["first"] = sequential.mirror_first(table, round_, self.off.name, self.on.name)
+                retry["reason"] += " in the mirror order"
+            retries.append(retry)
             next_round += 1
         return retries
+
+    def _plan_extension(self, series_dir: Path, state: _State) -> dict[str, Any] | None:
+        """Sequential policy: stage 2's rounds when look 1 — analysed exactly as the finding will — did
+        not decide. None for the classic policy, after stage 2, or when look 1 decided."""
+        if self.spec.policy != "sequential" or state.extensions:
+            return None
+        current = analyze(evidence_from_state(series_dir, state)).data.get("sequential", {})
+        if current.get("next") != "extend":
+            return None
+        seed = self.spec.seed if self.spec.seed is not None else order_seed(state.start["predecision_sha256"])
+        first, last = SEQUENTIAL_RUNS
+        slots = extension(self.off.name, self.on.name, self.spec.order, seed, done_rounds=first,
+                          more_rounds=last - first, first_round=max(r.pair for r in state.records.values()) + 1)
+        return {"stage": 2, "slots": [s.to_dict() for s in slots],
+                "reason": f"look 1 undecided: extend to {last} runs per arm"}
 
     def _run_slot(self, series_dir: Path, journal: Journal, slot: Slot, *, order: int) -> RunRecord:
         run_dir = series_dir / slot.label
@@ -348,6 +393,10 @@ class SeriesRunner:
         paths = write_finding(finding, Path(start["out_dir"]))
         atomic_write_text(series_dir / DONE_FILE, f"{finding.decision}\n{paths[0]}\n")
         return SeriesResult(series_dir, finding, paths)
+
+
+def _cores(state: _State) -> int | None:
+    return state.start["provenance_start"].get("host", {}).get("cpu_count")
 
 
 def _run_line(record: RunRecord, primary: str) -> str:

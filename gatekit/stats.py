@@ -82,6 +82,20 @@ def leave_one_out_z_scores(values: Sequence[float]) -> list[float]:
     return scores
 
 
+def history_z_scores(values: Sequence[float], sigma_pct: float) -> list[float]:
+    """|x − mean(others)| / σ with σ = sigma_pct % of mean(others), σ calibrated before the series.
+
+    Neither the point nor its arm's spread sets the yardstick, so there is no Samuelson bound and rule (ii)
+    can fire at n = 3. A point without others, or σ = 0, gets 0 (cannot be judged).
+    """
+    scores = []
+    for i, value in enumerate(values):
+        others = [v for j, v in enumerate(values) if j != i]
+        sigma = sigma_pct / 100 * abs(mean(others)) if others else math.nan
+        scores.append(abs(value - mean(others)) / sigma if sigma and math.isfinite(sigma) else 0.0)
+    return scores
+
+
 def median(values: Sequence[float]) -> float:
     """Median; NaN for an empty sequence."""
     ordered = sorted(values)

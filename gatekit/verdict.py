@@ -10,7 +10,7 @@ from gatekit import stats
 from gatekit.config import GuardSpec
 from gatekit.records import Record
 
-DECISIONS = ("adopted", "rejected", "regression", "guard_failed", "invalid")
+DECISIONS = ("adopted", "rejected", "regression", "guard_failed", "invalid", "equivalent", "inconclusive")
 
 
 @dataclass(frozen=True, slots=True)

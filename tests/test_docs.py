@@ -76,3 +76,37 @@ def test_placeholders_and_exit_codes_are_documented() -> None:
     for code in ("0 ran and decided", "1 a `--fail-on`", "2 usage or config error", "3 series invalid",
                  "130 interrupted"):
         assert code in README
+
+
+STATISTICS = (ROOT / "docs" / "statistics.md").read_text()
+
+
+def test_every_policy_order_and_sigma_ref_value_is_in_the_readme() -> None:
+    from gatekit.config import ORDERS, POLICIES, SIGMA_REFS
+    from gatekit.simulate import SIM_POLICIES
+    for value in (*ORDERS, *POLICIES, *SIGMA_REFS, *SIM_POLICIES):
+        assert value in README, f"{value} missing from README"
+
+
+def test_every_diagnostic_and_sequential_key_is_documented() -> None:
+    import math
+    from gatekit.diagnostics import Diagnostics
+    from gatekit.sequential import SequentialOutcome
+    diagnostics = Diagnostics(*[math.nan] * len(dataclasses.fields(Diagnostics))).to_dict()
+    for key in diagnostics:
+        assert f"`{key}`" in README and key in STATISTICS, f"stats.{key} missing from README or docs/statistics.md"
+    for key in SequentialOutcome("adopted", ()).to_dict(1.0):
+        assert key in README and f"`{key}`" in STATISTICS, f"sequential.{key} missing from the docs"
+
+
+def test_statistics_doc_has_every_scenario_its_tables_and_sources() -> None:
+    from gatekit.simulate import SUITE
+    for scenario in SUITE:
+        assert f"| {scenario.name} |" in STATISTICS, f"scenario {scenario.name!r} has no row in docs/statistics.md"
+    for name in ("suite", "targets", "orders", "df", "timing"):
+        block = re.search(rf"<!-- simulate:{name}:begin -->\n(.*?)<!-- simulate:{name}:end -->", STATISTICS, re.S)
+        assert block and block.group(1).count("\n") >= 3, f"table {name} is empty: run `make statistics`"
+    assert "| NO |" not in STATISTICS  # every target row says it is met
+    for source in ("Kalibera & Jones", "ISMM 2013", "Criterion", "Pinpoint", "SAME", "UNKNOWN", "Daly",
+                   "ICPE 2020", "Abedi & Brecht", "Samuelson"):
+        assert source in STATISTICS, f"{source} not cited in docs/statistics.md"

@@ -39,8 +39,10 @@ def summary(finding: Finding, paths: tuple[str, ...] = ()) -> str:
                      f"{_num(window.get('load1_mean'), 2)} / {_num(window.get('load1_max'), 2)}",
                      "yes" if run["used"] else f"no ({run['reason']})"])
     right = {0, 3, *range(4, 4 + len(guard_names)), 4 + len(guard_names)}
+    seq = data.get("sequential")
+    size = f"n={'→'.join(str(n) for n in seq['runs_per_arm'])}, sequential" if seq else f"n={gate['n']}"
     lines = [f"gate {gate['id']}: {gate['arms']['on']} vs {gate['arms']['off']} "
-             f"({gate['order']}, n={gate['n']}, {primary}, {gate['direction']} is better)", ""]
+             f"({gate['order']}, {size}, {primary}, {gate['direction']} is better)", ""]
     lines += render_table(header, rows, right)
     lines += [f"evidence {run['label']}: {line}" for run in data["runs"] for line in run["window"].get("evidence", [])]
     lines += ["",
@@ -48,9 +50,17 @@ def summary(finding: Finding, paths: tuple[str, ...] = ()) -> str:
               f"σ_off {_num(s.get('sigma_off_pct'))} %  σ_on {_num(s.get('sigma_on_pct'))} %",
               f"Δ {_num(s.get('delta_pct'))} %   threshold {_num(s.get('threshold_pct'))} % "
               f"({gate['threshold']['rule']})   pairs consistent {s['pairs_consistent']}"]
+    if "gm_delta_pct" in s:
+        lines.append(f"Δ_gm {_num(s.get('gm_delta_pct'))} % (95 % CI {_num(s.get('ci_low_pct'))} … "
+                     f"{_num(s.get('ci_high_pct'))} %)   one-sided p {_num(s.get('p_one_sided'))}   "
+                     f"MDE(80 %) {_num(s.get('mde_pct'))} %   drift {_num(s.get('drift_pct_per_run'))} %/run")
     for name, guard in data["guards"].items():
         lines.append(f"guard {name}: Δ {_num(guard.get('delta'))} (limit {guard['limit']:+g}) "
                      f"{'pass' if guard['pass'] else 'FAIL'}")
+    for look in (seq or {}).get("looks", []):
+        lines.append(f"look {look['look']} ({look['n_off']}+{look['n_on']} runs): Δ_gm {_num(look.get('delta_pct'))} % "
+                     f"({100 * look['ci_level']:g} % CI {_num(look.get('ci_low_pct'))} … {_num(look.get('ci_high_pct'))} %), "
+                     f"p(better) {_num(look.get('p_better'))} → {look['decision']}")
     for row in data["sensitivity"][1:]:
         lines.append(f"sensitivity: {row['variant']}: Δ {_num(row.get('delta_pct'))} % → {row['decision']}")
     lines += ["", f"VERDICT: {verdict['decision'].upper()}"]

@@ -1,0 +1,131 @@
+"""`gate calibrate` and `sigma_ref = "history"`: the statistics by hand and against scipy, then end to end."""
+
+from __future__ import annotations
+
+import json
+import math
+import tomllib
+
+import numpy as np
+import pytest
+from scipy import stats as sps
+
+from gatekit import stats
+from gatekit.calibrate import analyze_calibration, change_point, warmup_length
+from gatekit.config import load_gate
+from gatekit.diagnostics import n_for_effect
+from gatekit.series import SeriesRunner
+from tests.conftest import gate_cli, write_toml
+
+STEADY = [10.0, 10.1, 9.95, 10.05, 10.02, 9.98, 10.04, 9.97, 10.01]
+
+
+def test_warmup_length_by_hand() -> None:
+    # rest of 12.0: median 10.01, MAD 0.03 → robust σ 0.0445; |12.0 − 10.01| = 1.99 ≫ 3.5 × 0.0445
+    assert warmup_length([12.0, *STEADY]) == 1
+    assert warmup_length([13.0, 11.0, *STEADY]) == 2
+    assert warmup_length(STEADY) == 0
+    assert warmup_length([12.0, 10.0, 10.0, 10.0]) == 1  # MAD and SD of the rest are 0: any difference counts
+    assert warmup_length([20.0, 19.0, 18.0, 17.0]) <= 2  # never more than half the series
+
+
+def test_change_point_statistic_matches_scipy() -> None:
+    values = [10.0, 10.1, 9.9, 10.0, 10.05, 11.0, 11.1, 10.9, 11.0, 11.05]
+    cp = change_point(values)
+    assert cp.index == 5  # the first run after the shift
+    ref = sps.ttest_ind(values[5:], values[:5])  # pooled Student t at that split
+    assert cp.t == pytest.approx(abs(ref.statistic), rel=1e-12)
+    assert cp.shift_pct == pytest.approx(100 * (np.mean(values[5:]) / np.mean(values[:5]) - 1))
+    # only orderings that put the five high runs together at one end come close: 2 of C(10, 5) = 252
+    assert 1 / 2001 <= cp.p < 0.02
+    stationary = change_point(STEADY)
+    assert stationary.p > 0.2
+    assert change_point([1.0, 2.0, 3.0]) is None
+
+
+def test_analyze_calibration_by_hand() -> None:
+    result = analyze_calibration([12.0, *STEADY], min_effect_pct=1.0)
+    assert result.warmup_runs == 1
+    assert result.cv_pct == pytest.approx(100 * np.std(STEADY, ddof=1) / np.mean(STEADY), rel=1e-12)
+    assert result.cv_all_pct > 5 * result.cv_pct
+    assert result.n_needed == n_for_effect(result.cv_pct, 1.0) == 4
+    assert result.drift_pct_per_run == pytest.approx(
+        100 * sps.linregress(range(1, 10), STEADY).slope / np.mean(STEADY), rel=1e-9)
+    assert result.mde_pct[3] > result.mde_pct[4] > result.mde_pct[8]
+    assert any("warmup = 1" in w for w in result.warnings)
+    shifted = analyze_calibration([10.0, 10.1, 9.9, 10.0, 10.05, 11.0, 11.1, 10.9, 11.0, 11.05], 1.0)
+    assert any("not stationary" in w for w in shifted.warnings)
+
+
+def elapsed(values: list[float], arm: str = "off") -> dict[str, float]:
+    return {f"{arm}-r{k}": v for k, v in enumerate(values, 1)}
+
+
+def test_gate_calibrate_end_to_end(gate_dir) -> None:
+    g = gate_dir(off={"elapsed": elapsed([12.0, *STEADY])})
+    done = gate_cli("calibrate", "off", "--n", "10", cwd=g.root)
+    assert done.returncode == 0, done.stderr
+    assert "warm-up runs: 1" in done.stdout and "runs per arm to find a 1 % effect" in done.stdout
+    assert g.order() == [f"off-r{k}" for k in range(1, 11)]
+    latest = tomllib.loads((g.root / "runs" / "calibration.toml").read_text())
+    assert latest["schema"] == "gatekit.calibration/1" and latest["arm"] == "off"
+    assert latest["values"] == [12.0, *STEADY] and latest["warmup_runs"] == 1
+    assert latest["cv_pct"] == pytest.approx(stats.relative_sd_pct(STEADY))
+    (series,) = [p for p in (g.root / "runs").iterdir() if p.is_dir()]
+    assert (series / "calibration.toml").read_text() == (g.root / "runs" / "calibration.toml").read_text()
+    assert (series / "off-r3" / "samples.csv").exists()
+    as_json = gate_cli("calibrate", "--n", "4", "--json", cwd=g.root)  # default arm: the gate's first
+    assert as_json.returncode == 0 and json.loads(as_json.stdout)["n"] == 4
+
+
+def test_a_failed_calibration_run_exits_3(gate_dir) -> None:
+    g = gate_dir(off={"crash": ["off-r2"]})
+    done = gate_cli("calibrate", "off", "--n", "5", cwd=g.root)
+    assert done.returncode == 3 and "off-r2 failed: exit code 1" in done.stderr
+    assert not (g.root / "runs" / "calibration.toml").exists()
+
+
+def test_history_sigma_needs_a_calibration(gate_dir) -> None:
+    g = gate_dir(rules={"sigma_ref": "history"})
+    done = gate_cli("run", "off", "on", cwd=g.root)
+    assert done.returncode == 2
+    assert done.stderr.strip().startswith(f"gate: error: {g.gate}: rules.sigma_ref: is \"history\" but there is "
+                                          "no calibration at")
+    check = gate_cli("check", "off", "on", cwd=g.root)
+    assert check.returncode == 2 and "FAIL  calibration" in check.stdout
+    assert g.order() == []
+
+
+class _Load:
+    def __init__(self, loaded: set[str]) -> None:
+        self.loaded = loaded
+
+    def __call__(self, label: str):
+        load = 9.0 if label in self.loaded else 1.0
+        return lambda: {"load1": load, "load5": load, "load15": load}
+
+
+def test_history_sigma_lets_rule_ii_fire_at_n3(gate_dir) -> None:
+    # calibrated CV 0.4576 %; off-r2 is 3 % slow during a load spike, far beyond 3 σ_hist
+    g = gate_dir(off={"elapsed": elapsed([12.0, *STEADY])},
+                 on={"elapsed": {"on-r1": 9.0, "on-r2": 9.1, "on-r3": 8.9, "on-r4": 9.0}},
+                 rules={"sigma_ref": "history", "load_limit": 6.0})
+    assert gate_cli("calibrate", "off", "--n", "10", cwd=g.root).returncode == 0
+    g.order_log.unlink()
+    off = tomllib.loads((g.root / "off.toml").read_text())
+    off["elapsed"] = {"off-r1": 10.0, "off-r2": 10.3, "off-r3": 10.02, "off-r4": 10.01}
+    write_toml(g.root / "off.toml", off)
+    config = load_gate(g.gate)
+    result = SeriesRunner(config, config.arms["off"], config.arms["on"], load_reader_for=_Load({"off-r2"})).start()
+    data = result.finding.data
+    cv = stats.relative_sd_pct(STEADY)
+    assert data["rules"]["sigma_ref"] == "history" and data["rules"]["sigma_history_pct"] == pytest.approx(cv)
+    runs = {r["label"]: r for r in data["runs"]}
+    # z = |10.3 − mean(10.0, 10.02)| / (cv % of 10.01) = 0.29 / 0.04581 = 6.33
+    assert runs["off-r2"]["z"] == pytest.approx(0.29 / (cv / 100 * 10.01), rel=1e-9)
+    assert runs["off-r2"]["contaminated"] and not runs["off-r2"]["used"] and runs["off-r4"]["used"]
+    assert g.order()[-2:] == ["off-r4", "on-r4"]
+    assert "rule_ii_reachable" not in data["rules"] or data["rules"]["rule_ii_reachable"] is not False
+    predecision = tomllib.loads((result.series_dir / "predecision.toml").read_text())
+    assert predecision["decision"]["rules"]["sigma_history_pct"] == pytest.approx(cv)  # frozen before the runs
+    assert math.isfinite(data["stats"]["delta_pct"])

@@ -1,0 +1,304 @@
+"""The sequential policy: its rule against scipy and hand values, and end to end with real trainer runs."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import tomllib
+
+import numpy as np
+import pytest
+from scipy import stats as sps
+
+from gatekit import sequential as sq
+from gatekit.config import GuardSpec, load_gate
+from gatekit.diagnostics import welch_arrays
+from gatekit.errors import SeriesInterrupted
+from gatekit.schedule import extension, order_seed, plan, thue_morse
+from gatekit.series import SeriesRunner, analyze_series
+from tests.conftest import gate_cli
+
+
+def code(off: list[float], on: list[float], *, final: bool, direction: str = "lower") -> str:
+    diff, se, df = welch_arrays(np.log(off), np.log(on), sq.DF_MODE)
+    return sq.CODE_NAMES[int(sq.look_codes(diff, se, df, floor_pct=1.0, direction=direction, final=final))]
+
+
+# -- the rule -----------------------------------------------------------------------------------------
+
+def test_look_p_value_is_welch_t_with_conservative_df() -> None:
+    off, on = np.log([10.0, 10.3, 9.8, 10.2]), np.log([9.9, 9.6, 10.0, 9.5])
+    diff, se, df = welch_arrays(off, on, sq.DF_MODE)
+    welch = sps.ttest_ind(on, off, equal_var=False)
+    assert float(diff / se) == pytest.approx(welch.statistic, rel=1e-12)  # Welch's statistic …
+    assert float(df) == 3.0  # … with df = min(4, 4) − 1
+    from gatekit.diagnostics import p_better_arrays
+    assert float(p_better_arrays(diff, se, df, "lower")) == pytest.approx(sps.t.cdf(welch.statistic, 3))
+
+
+def test_each_outcome_at_a_look() -> None:
+    assert code([10.0, 10.1, 9.9, 10.0], [9.0, 9.1, 8.9, 9.0], final=False) == "adopted"
+    assert code([9.0, 9.1, 8.9, 9.0], [10.0, 10.1, 9.9, 10.0], final=False) == "regression"
+    assert code([10.0, 10.02, 9.98, 10.01], [10.01, 9.99, 10.0, 10.02], final=False) == "equivalent"
+    # a tight 0.6 % improvement: its CI lies inside ±1 %, so it is equivalent, not adopted
+    assert code([10.0, 10.001, 9.999, 10.0], [9.94, 9.941, 9.939, 9.94], final=False) == "equivalent"
+    # +0.5 %, CI [−0.50 %, +1.51 %]: a 1 % improvement is ruled out, a 1 % regression is not
+    assert code([10.0, 10.05, 9.95, 10.0], [10.05, 10.12, 9.98, 10.05], final=False) == "rejected"
+    assert code([10.0, 10.3, 9.8, 10.2], [9.9, 9.6, 10.0, 9.5], final=False) == "continue"
+    assert code([10.0, 10.3, 9.8, 10.2], [9.9, 9.6, 10.0, 9.5], final=True) == "inconclusive"
+    # higher is better flips adopted and regression
+    assert code([10.0, 10.1, 9.9, 10.0], [9.0, 9.1, 8.9, 9.0], final=False, direction="higher") == "regression"
+
+
+def test_floor_is_required_for_adoption() -> None:
+    # −3 % and very tight: significant and beyond the floor → adopted; the floor is on the geometric ratio
+    assert code([10.0, 10.001, 9.999, 10.0], [9.7, 9.701, 9.699, 9.7], final=False) == "adopted"
+    f = sq.gain_bounds(1.0, "lower")
+    assert f == pytest.approx((-math.log(0.99), -math.log(1.01)))
+
+
+def test_paired_guard_bounds_match_scipy() -> None:
+    guard = GuardSpec("psnr_db", "higher", 0.05)
+    pairs = [(30.0, 30.02), (30.1, 30.09), (30.05, 30.08), (29.98, 30.0)]
+    result = sq.paired_guard(guard, pairs)
+    diffs = [on - off for off, on in pairs]
+    ci90 = sps.ttest_1samp(diffs, 0.0).confidence_interval(0.90)  # two-sided 90 % = one-sided 95 % bounds
+    assert result.bound == pytest.approx(ci90.low) and result.far_bound == pytest.approx(ci90.high)
+    assert result.status == "pass"
+    wide = sq.paired_guard(guard, [(30.0, 30.12), (30.0, 29.88), (30.0, 30.12), (30.0, 29.88)])
+    assert wide.mean_diff == pytest.approx(0.0) and wide.status == "inconclusive"  # never a pass
+    assert sq.paired_guard(guard, [(30.0, 29.8), (30.0, 29.81), (30.0, 29.79)]).status == "fail"
+    assert sq.paired_guard(guard, [(30.0, 30.0)] * 4).status == "pass"  # bit-identical quality, bound 0
+    assert sq.paired_guard(guard, [(30.0, 30.0)]).status == "inconclusive"  # one pair has no bound
+    loss = sq.paired_guard(GuardSpec("final_loss", "lower", 0.001), [(0.01, 0.0101), (0.01, 0.0099)] * 2)
+    assert loss.limit == 0.001 and loss.status == "pass"
+
+
+# -- the order --------------------------------------------------------------------------------------
+
+def test_thue_morse_order_and_its_drift_cancellation() -> None:
+    assert [thue_morse(k) for k in range(8)] == [0, 1, 1, 0, 1, 0, 0, 1]  # A B B A B A A B
+    for seed in range(6):
+        runs = [s.arm for s in plan("off", "on", 8, "thue-morse", seed)]
+        a = runs[0]
+        assert "".join("A" if arm == a else "B" for arm in runs) == "ABBABAABBAABABBA"
+        for length, degree in ((8, 2), (16, 3)):
+            pos_a = [k for k in range(length) if runs[k] == a]
+            pos_b = [k for k in range(length) if runs[k] != a]
+            for power in range(degree + 1):  # Prouhet: equal power sums up to degree
+                assert sum(k ** power for k in pos_a) == sum(k ** power for k in pos_b)
+    mirrors = {plan("off", "on", 1, "thue-morse", seed)[0].arm for seed in range(20)}
+    assert mirrors == {"off", "on"}  # the mirror is drawn from the seed
+
+
+def test_stage_two_continues_the_same_plan() -> None:
+    full = plan("off", "on", 8, "thue-morse", 5)
+    stage2 = extension("off", "on", "thue-morse", 5, done_rounds=4, more_rounds=4, first_round=6)
+    assert [s.arm for s in full[8:]] == [s.arm for s in stage2]
+    assert [s.round for s in stage2] == [6, 6, 7, 7, 8, 8, 9, 9]
+    random_full = plan("off", "on", 8, "random", 3)
+    assert [s.arm for s in random_full[:8]] == [s.arm for s in plan("off", "on", 4, "random", 3)]
+
+
+def test_warmup_slots() -> None:
+    assert [s.label for s in plan("off", "on", 2, "abab", warmup=1)] == ["off-r0", "off-r1", "on-r1", "off-r2", "on-r2"]
+    assert [s.label for s in plan("off", "on", 1, "abba", warmup=2)] == ["off-r0", "on-r0", "off-r1", "on-r1"]
+    assert order_seed("0123456789abcdef" + "0" * 48) == 0x0123456789ABCDEF
+
+
+# -- end to end -------------------------------------------------------------------------------------
+
+def times(prefix: str, values: list[float]) -> dict[str, float]:
+    return {f"{prefix}-r{k}": v for k, v in enumerate(values, 1)}
+
+
+SEQ_RULES = {"load_per_core_limit": 1000.0}
+
+
+def test_sequential_adopts_at_look_1_and_analyze_reproduces_it(gate_dir) -> None:
+    g = gate_dir(off={"elapsed": times("off", [10.0, 10.1, 9.9, 10.0])},
+                 on={"elapsed": times("on", [9.0, 9.1, 8.9, 9.0])}, rules=SEQ_RULES)
+    done = gate_cli("run", "off", "on", "--policy", "sequential", cwd=g.root)
+    assert done.returncode == 0, done.stderr
+    finding = g.finding()
+    assert finding["gate"]["policy"] == "sequential" and finding["gate"]["order"] == "thue-morse"
+    assert finding["verdict"]["decision"] == "adopted"
+    assert [look["look"] for look in finding["sequential"]["looks"]] == [1]
+    assert finding["sequential"]["alpha"] == 0.0325 and finding["sequential"]["next"] == "stop"
+    assert len(g.order()) == 8
+    # the classic Δ and threshold are still reported beside it
+    # σ_off = 0.0816/10 → threshold 2·0.8165 %
+    assert finding["stats"]["delta_pct"] == pytest.approx(-10.0)
+    assert finding["stats"]["threshold_pct"] == pytest.approx(200 * math.sqrt(2 / 3) / 100)
+    assert any(r.startswith("classic rule beside it") for r in finding["verdict"]["reasons"])
+    # no seed was given: the order comes from the predecision's sha256, and the journal shows it
+    (series,) = g.series_dirs()
+    sha = hashlib.sha256((series / "predecision.toml").read_bytes()).hexdigest()
+    assert finding["gate"]["seed"] == order_seed(sha) and finding["gate"]["seed_source"] == "predecision sha256"
+    assert g.order() == [s.label for s in plan("off", "on", 4, "thue-morse", order_seed(sha))]
+    predecision = tomllib.loads((series / "predecision.toml").read_text())
+    assert "schedule" not in predecision and "sha256" in predecision["schedule_rule"]
+    assert any("Policy sequential" in line for line in predecision["stated_rules"])
+    again = gate_cli("analyze", str(series), "--json", cwd=g.root)
+    assert again.stdout == g.findings()[0].read_text()
+
+
+def test_sequential_extends_to_stage_two_when_look_1_is_undecided(gate_dir) -> None:
+    off = [10.0, 10.3, 9.8, 10.2, 10.1, 10.2, 9.9, 10.3]
+    on = [9.9, 9.6, 10.0, 9.5, 9.7, 9.6, 9.8, 9.6]
+    g = gate_dir(off={"elapsed": times("off", off)}, on={"elapsed": times("on", on)}, rules=SEQ_RULES,
+                 gate={"seed": 1})
+    done = gate_cli("run", "off", "on", "--policy", "sequential", cwd=g.root)
+    assert done.returncode == 0, done.stderr
+    finding = g.finding()
+    looks = finding["sequential"]["looks"]
+    assert [look["decision"] for look in looks] == ["continue", "adopted"]
+    assert looks[0]["n_off"] == 4 and looks[1]["n_off"] == 8
+    assert g.order() == [s.label for s in plan("off", "on", 8, "thue-morse", 1)]
+    (series,) = g.series_dirs()
+    events = [json.loads(line) for line in (series / "journal.jsonl").read_text().splitlines()]
+    assert [e["event"] for e in events].count("extend") == 1
+    assert "extending to 8 runs per arm" in done.stderr
+    assert analyze_series(series).data == finding
+
+
+def test_a_a_is_inconclusive_or_rejected_never_adopted(gate_dir) -> None:
+    a = [10.0, 10.4, 9.7, 10.2, 10.5, 9.6, 10.1, 9.9]
+    b = [10.3, 9.8, 10.1, 9.6, 10.2, 10.4, 9.7, 10.0]
+    g = gate_dir(off={"elapsed": times("off", a)}, on={"elapsed": times("on", b)}, rules=SEQ_RULES)
+    done = gate_cli("run", "off", "on", "--policy", "sequential", "--fail-on", "not-adopted", cwd=g.root)
+    assert done.returncode == 1  # inconclusive is "not adopted"
+    assert g.finding()["verdict"]["decision"] == "inconclusive"
+    assert g.finding()["meta"]["polarity"] == "neutral"
+
+
+def test_equivalent(gate_dir) -> None:
+    g = gate_dir(off={"elapsed": times("off", [10.0, 10.02, 9.98, 10.01])},
+                 on={"elapsed": times("on", [10.01, 9.99, 10.0, 10.02])}, rules=SEQ_RULES)
+    assert gate_cli("run", "off", "on", "--policy", "sequential", cwd=g.root).returncode == 0
+    assert g.finding()["verdict"]["decision"] == "equivalent" and len(g.order()) == 8
+
+
+def test_a_guard_too_wide_to_pass_is_inconclusive_never_a_pass(gate_dir) -> None:
+    psnr_on = {f"on-r{k}": 30.0 + (0.12 if k % 2 else -0.12) for k in range(1, 9)}
+    g = gate_dir(off={"elapsed": times("off", [10.0, 10.1, 9.9, 10.0, 10.0, 10.1, 9.9, 10.0])},
+                 on={"elapsed": times("on", [9.0, 9.1, 8.9, 9.0, 9.0, 9.1, 8.9, 9.0]), "psnr": psnr_on},
+                 rules=SEQ_RULES)
+    assert gate_cli("run", "off", "on", "--policy", "sequential", cwd=g.root).returncode == 0
+    finding = g.finding()
+    looks = finding["sequential"]["looks"]
+    assert [look["primary"] for look in looks] == ["adopted", "adopted"]
+    assert [look["decision"] for look in looks] == ["continue", "inconclusive"]
+    assert looks[1]["guards"]["psnr_db"]["status"] == "inconclusive"
+    assert finding["verdict"]["decision"] == "inconclusive"
+    assert finding["guards"]["psnr_db"]["pass"] is True  # the classic point-estimate guard would pass it
+
+
+class _Load:
+    """An injected load reader: a huge load1 in the listed runs, none otherwise."""
+
+    def __init__(self, loaded: set[str]) -> None:
+        self.loaded = loaded
+
+    def __call__(self, label: str):
+        load = 1000.0 if label in self.loaded else 0.0
+        return lambda: {"load1": load, "load5": load, "load15": load}
+
+
+def _runner(g, loaded: set[str]) -> SeriesRunner:
+    config = load_gate(g.gate).with_overrides(policy="sequential", seed=2)
+    return SeriesRunner(config, config.arms["off"], config.arms["on"], load_reader_for=_Load(loaded))
+
+
+def test_a_flagged_run_is_replaced_once_in_the_mirror_slot(gate_dir) -> None:
+    # off-r2 runs during a load spike; it is no slower — telemetry flags it, never its result
+    g = gate_dir(off={"elapsed": times("off", [10.0, 10.1, 9.9, 10.0, 10.05])},
+                 on={"elapsed": times("on", [9.0, 9.1, 8.9, 9.0, 9.05])}, rules={"load_per_core_limit": 1.0})
+    result = _runner(g, {"off-r2"}).start()
+    runs = {r["label"]: r for r in result.finding.data["runs"]}
+    assert runs["off-r2"]["contaminated"] and not runs["off-r2"]["used"] and not runs["on-r2"]["used"]
+    assert "load1 max per core" in runs["off-r2"]["reason"]
+    assert runs["off-r5"]["retry_of"] == 2 and runs["off-r5"]["used"]
+    order = g.order()
+    r2 = [label for label in order if label.endswith("-r2")]
+    r5 = [label for label in order if label.endswith("-r5")]
+    assert [x.split("-")[0] for x in r5] == [x.split("-")[0] for x in reversed(r2)]  # the mirror
+    assert order.index(r5[0]) == 8  # at the end of stage 1
+    assert result.finding.decision == "adopted"
+    assert analyze_series(result.series_dir).data == result.finding.data
+
+
+def test_a_second_replacement_makes_the_gate_inconclusive(gate_dir) -> None:
+    g = gate_dir(off={"elapsed": times("off", [10.0, 10.1, 9.9, 10.0, 10.05])},
+                 on={"elapsed": times("on", [9.0, 9.1, 8.9, 9.0, 9.05])}, rules={"load_per_core_limit": 1.0})
+    result = _runner(g, {"off-r2", "on-r5"}).start()
+    assert result.finding.decision == "inconclusive"
+    assert "no replacement left" in result.finding.data["verdict"]["reasons"][0]
+    assert len(g.order()) == 10  # stage 1, one replacement pair, and nothing more
+
+
+def test_sequential_config_errors_name_the_key(gate_dir) -> None:
+    g = gate_dir(gate={"policy": "sequential"})  # the fixture gate also says n = 3, order = abab
+    done = gate_cli("run", "off", "on", cwd=g.root)
+    assert done.returncode == 2
+    assert done.stderr.strip() == (f"gate: error: {g.gate}: gate.n: does not apply to policy = \"sequential\" "
+                                   "(it runs 4, then 8 runs per arm); remove it")
+    g2 = gate_dir()
+    done = gate_cli("run", "off", "on", "--policy", "sequential", "--n", "3", cwd=g2.root)
+    assert done.returncode == 2 and "--policy: sequential runs 4 then 8 runs per arm" in done.stderr
+    assert g2.order() == []
+
+
+def test_warmup_run_is_discarded(gate_dir) -> None:
+    g = gate_dir(off={"elapsed": {"off-r0": 15.0, "off-r1": 10.0, "off-r2": 10.1, "off-r3": 9.9}},
+                 on={"elapsed": {"on-r1": 9.0, "on-r2": 9.1, "on-r3": 8.9}})
+    done = gate_cli("run", "off", "on", "--warmup", "1", cwd=g.root)
+    assert done.returncode == 0, done.stderr
+    assert g.order()[0] == "off-r0"
+    finding = g.finding()
+    warm = finding["runs"][0]
+    assert warm["label"] == "off-r0" and not warm["used"] and warm["warmup"] is True
+    assert finding["stats"]["n_off"] == 3 and finding["stats"]["mean_off"] == pytest.approx(10.0)
+    assert finding["gate"]["warmup"] == 1 and finding["verdict"]["decision"] == "adopted"
+
+
+def test_a_sequential_series_interrupted_in_stage_two_resumes_exactly(gate_dir) -> None:
+    off = [10.0, 10.3, 9.8, 10.2, 10.1, 10.2, 9.9, 10.3]
+    on = [9.9, 9.6, 10.0, 9.5, 9.7, 9.6, 9.8, 9.6]
+    g = gate_dir(off={"elapsed": times("off", off)}, on={"elapsed": times("on", on)}, rules=SEQ_RULES)
+    config = load_gate(g.gate).with_overrides(policy="sequential", seed=1)
+
+    def stop_at_r6(label: str):
+        def read():
+            if label == "off-r6":
+                raise KeyboardInterrupt  # as if Ctrl-C arrived when off-r6's window opened
+            return {"load1": 0.0, "load5": 0.0, "load15": 0.0}
+        return read
+
+    with pytest.raises(SeriesInterrupted, match="resume with"):
+        SeriesRunner(config, config.arms["off"], config.arms["on"], load_reader_for=stop_at_r6).start()
+    (series,) = g.series_dirs()
+    before = g.order()
+    assert len(before) >= 10 and "off-r6" not in before  # stage 1 and part of stage 2 ran
+    done = gate_cli("run", "--resume", str(series), cwd=g.root)
+    assert done.returncode == 0, done.stderr
+    assert g.order() == [s.label for s in plan("off", "on", 8, "thue-morse", 1)]
+    finding = g.finding()
+    assert [look["decision"] for look in finding["sequential"]["looks"]] == ["continue", "adopted"]
+    assert gate_cli("analyze", str(series), "--json", cwd=g.root).stdout == g.findings()[0].read_text()
+
+
+def test_telemetry_flags_load_per_core_and_battery_never_the_value() -> None:
+    from gatekit.config import RulesSpec
+    from gatekit.rules import run_table
+    rows = [{"order": k, "arm": "off", "label": f"off-r{k}", "pair": k, "value": value, "failed": False,
+             "error": "", "samples": 3, "load1_mean": load, "load1_max": load, "on_ac": ac, "retry_of": None}
+            for k, (value, load, ac) in enumerate([(10.0, 1.0, True), (50.0, 1.0, True), (10.0, 7.0, True),
+                                                   (10.0, 1.0, False)], 1)]
+    flagged, detail = sq.telemetry_flags(run_table(rows), RulesSpec(load_per_core_limit=1.5), cores=4)
+    # an absurd value alone is not flagged; 7.0 / 4 cores = 1.75 > 1.5 is; so is running on battery
+    assert flagged.tolist() == [False, False, True, True]
+    assert detail[2] == "flagged: load1 max per core 1.75 > 1.5" and detail[3] == "flagged: on battery"
+    unknown, _ = sq.telemetry_flags(run_table(rows), RulesSpec(load_per_core_limit=1.5), cores=None)
+    assert unknown.tolist() == [False, False, False, True]  # without a core count only the battery counts

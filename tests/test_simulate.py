@@ -1,0 +1,145 @@
+"""`gate simulate`: the issue's figures within their Monte-Carlo error, the sequential targets, and the
+vectorised rules against the scalar code the gate runs.
+
+Each figure is checked as |simulated − stated| ≤ the stated figure's rounding + 4 Monte-Carlo SE.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+
+from gatekit import rules, sequential, stats
+from gatekit.simulate import (SUITE, Scenario, Thresholds, bootstrap_codes, classic_codes, sequential_codes,
+                              simulate, simulate_runs)
+from tests.conftest import gate_cli
+
+DRAWS = 200_000
+
+
+def near(result_rate, stated: float, rounding: float) -> bool:
+    return abs(result_rate.pct - stated) <= rounding + 4 * result_rate.se_pct
+
+
+# -- the classic rule: the study's figures (lognormal, 3 runs per arm, ABABAB) ------------------------
+
+def test_classic_false_adoption_at_cv_05_and_2() -> None:
+    assert near(simulate("classic", Scenario(cv_off_pct=0.5), draws=DRAWS).adopted, 0.5, 0.05)
+    assert near(simulate("classic", Scenario(cv_off_pct=2.0), draws=DRAWS).adopted, 6.0, 0.5)  # "~6 %"
+
+
+def test_classic_ignores_a_noisier_on_arm() -> None:
+    # "9–17 % when the on arm is 4× noisier": 17 % at CV 0.5 → 2 %, about 10 % at 0.35 → 1.4 %
+    high = simulate("classic", Scenario(cv_off_pct=0.5, cv_on_pct=2.0), draws=DRAWS).adopted
+    low = simulate("classic", Scenario(cv_off_pct=0.35, cv_on_pct=1.4), draws=DRAWS).adopted
+    assert near(high, 17.0, 0.5)
+    assert 9.0 <= low.pct <= 12.0
+
+
+def test_classic_power_and_the_cold_first_run() -> None:
+    assert near(simulate("classic", Scenario(cv_off_pct=0.5, effect_pct=-2.0), draws=DRAWS).adopted, 95.0, 0.5)
+    cold = simulate("classic", Scenario(cv_off_pct=0.5, effect_pct=-2.0, cold_first_pct=3.0), draws=DRAWS)
+    assert near(cold.adopted, 24.0, 1.5)  # "~24 %" (we measure 25.4 %): the cold run inflates σ_off
+    warm = simulate("classic", Scenario(cv_off_pct=0.5, effect_pct=-2.0, cold_first_pct=3.0, warmup=1),
+                    draws=DRAWS)
+    assert near(warm.adopted, 95.0, 0.5)  # a discarded warm-up run takes the cold hit
+
+
+def test_percentile_bootstrap_at_n3_declares_do_nothing_changes_different() -> None:
+    result = simulate("bootstrap", Scenario(cv_off_pct=0.5), draws=50_000)
+    different = result.rates["adopted"].pct + result.rates["regression"].pct
+    assert abs(different - 20.0) < 1.5  # "~20 %" (19.2 % with the exact bootstrap)
+    assert near(result.adopted, 9.6, 0.5)  # half of them in on's favour
+
+
+# -- the sequential policy: the issue's targets ------------------------------------------------------
+
+NULL_SCENARIOS = [s for s in SUITE if s.effect_pct == 0]
+
+
+@pytest.mark.parametrize("scenario", NULL_SCENARIOS, ids=[s.name for s in NULL_SCENARIOS])
+def test_sequential_false_adoption_at_most_5_percent(scenario: Scenario) -> None:
+    result = simulate("sequential", scenario, draws=DRAWS, seed=1)
+    assert result.adopted.pct + 2 * result.adopted.se_pct <= 5.0
+    assert result.runs_per_arm <= 8.0
+
+
+@pytest.mark.parametrize("cv, effect", [(0.5, -2.0), (2.0, -5.0)])
+def test_sequential_power_at_least_95_percent(cv: float, effect: float) -> None:
+    result = simulate("sequential", Scenario(cv_off_pct=cv, effect_pct=effect), draws=DRAWS, seed=2)
+    assert result.adopted.pct - 2 * result.adopted.se_pct >= 95.0
+    assert result.runs_per_arm <= 8.0
+    assert result.rates["regression"].pct == 0.0
+
+
+def test_monte_carlo_error_bars_are_binomial() -> None:
+    result = simulate("classic", Scenario(cv_off_pct=2.0), draws=40_000)
+    p = result.adopted.pct / 100
+    assert result.adopted.se_pct == pytest.approx(100 * math.sqrt(p * (1 - p) / 40_000))
+    # two seeds agree within their error bars
+    other = simulate("classic", Scenario(cv_off_pct=2.0), draws=40_000, seed=9)
+    assert abs(result.adopted.pct - other.adopted.pct) < 4 * math.hypot(result.adopted.se_pct, other.adopted.se_pct)
+
+
+# -- the vectorised rules are the gate's rules ------------------------------------------------------
+
+def test_vectorised_classic_equals_the_scalar_rule() -> None:
+    rng = np.random.default_rng(4)
+    off, on, _, _ = simulate_runs(Scenario(cv_off_pct=1.5, effect_pct=-1.5), "abab", 3, 2000, rng)
+    codes = classic_codes(off, on, Thresholds())
+    names = {sequential.ADOPTED: "adopted", sequential.REGRESSION: "regression", sequential.REJECTED: "rejected"}
+    for row in range(2000):
+        off_v, on_v = np.exp(off[row]).tolist(), np.exp(on[row]).tolist()
+        delta = stats.delta_pct(stats.mean(off_v), stats.mean(on_v))
+        threshold = stats.threshold_pct(stats.relative_sd_pct(off_v), 2.0, 1.0)
+        assert names[int(codes[row])] == rules.point_decision(delta, threshold, "lower")
+
+
+def test_vectorised_sequential_equals_the_scalar_looks() -> None:
+    rng = np.random.default_rng(6)
+    off, on, _, _ = simulate_runs(Scenario(cv_off_pct=2.0, effect_pct=-2.0), "thue-morse", 8, 600, rng)
+    codes, runs = sequential_codes(off, on, Thresholds())
+    for row in range(600):
+        first = sequential._look(1, np.exp(off[row, :4]).tolist(), np.exp(on[row, :4]).tolist(), {}, (),
+                                 floor_pct=1.0, direction="lower", final=False)
+        look = first if first.decision != "continue" else sequential._look(
+            2, np.exp(off[row]).tolist(), np.exp(on[row]).tolist(), {}, (), floor_pct=1.0, direction="lower",
+            final=True)
+        assert sequential.CODE_NAMES[int(codes[row])] == look.decision
+        assert runs[row] == (4 if first.decision != "continue" else 8)
+
+
+def test_exact_bootstrap_by_hand() -> None:
+    # off 1,1,1 and on 2,2,2: every resample gives Δ = +100 % → a regression
+    assert int(bootstrap_codes(np.log([[1.0, 1.0, 1.0]]), np.log([[2.0, 2.0, 2.0]]), Thresholds())[0]) \
+        == sequential.REGRESSION
+    # off 1,1,4: resample means range over 1 … 4; on constant 2 → the 95 % interval straddles 0
+    assert int(bootstrap_codes(np.log([[1.0, 1.0, 4.0]]), np.log([[2.0, 2.0, 2.0]]), Thresholds())[0]) \
+        == sequential.REJECTED
+
+
+def test_orders_place_the_cold_run_where_the_gate_would() -> None:
+    rng = np.random.default_rng(0)
+    _, _, pos_off, pos_on = simulate_runs(Scenario(), "abab", 3, 2, rng)
+    assert pos_off[0].tolist() == [0, 2, 4] and pos_on[0].tolist() == [1, 3, 5]
+    _, _, pos_off, _ = simulate_runs(Scenario(warmup=1), "abba", 2, 1, rng)
+    assert pos_off[0].tolist() == [1, 4]  # warm-up at 0, then off on / on off
+
+
+# -- the command ------------------------------------------------------------------------------------
+
+def test_gate_simulate_table_and_json(tmp_path) -> None:
+    done = gate_cli("simulate", "--policy", "classic", "--policy", "sequential", "--cv", "2", "--draws", "20000",
+                    cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "| Δ +0 %, CV 2 % | classic | abab |" in done.stdout and "| sequential | thue-morse |" in done.stdout
+    assert "false adoption" in done.stdout and "Monte-Carlo standard error" in done.stderr
+    done = gate_cli("simulate", "--effect", "-2", "--draws", "20000", "--json", cwd=tmp_path)
+    (result,) = json.loads(done.stdout)["simulations"]
+    assert result["adopted_means"] == "power" and result["draws"] == 20000
+    assert set(result["rates_pct"]) == {"adopted", "regression", "rejected", "equivalent", "inconclusive"}
+    bad = gate_cli("simulate", "--policy", "bootstrap", "--n", "9", cwd=tmp_path)
+    assert bad.returncode == 2 and bad.stderr.strip() == "gate: error: --n: the exact bootstrap needs n ≤ 5, got 9"
