@@ -215,5 +215,7 @@ def run_table(rows: Sequence[Mapping[str, object]]) -> pd.DataFrame:
     table["samples"] = table["samples"].fillna(0).astype(int)
     for column in ("value", "load1_mean", "load1_max"):
         table[column] = pd.to_numeric(table[column], errors="coerce").astype(float)
-    table["backend_evidence"] = table["backend_evidence"].fillna("").astype(str)
+    # rows without the column (CSV input, sequential telemetry tables) come in as all-NaN floats
+    table["backend_evidence"] = table["backend_evidence"].astype(object).where(
+        table["backend_evidence"].notna(), "").astype(str)
     return table
