@@ -113,7 +113,8 @@ def paired_guard(spec: GuardSpec, pairs: Sequence[tuple[float, float]]) -> Paire
 
 def telemetry_flags(table: pd.DataFrame, rule_set: RulesSpec, cores: int | None) -> tuple[pd.Series, pd.Series]:
     """(flagged, detail) per run, from the run window only — never from the run's result: load1 per core
-    above `load_per_core_limit` (the window's `load_stat`), or the machine on battery."""
+    above `load_per_core_limit` (the window's `load_stat`), the machine on battery, or the backend's
+    evidence for the window (another process on the GPU, a thermal or power-brake slowdown, …)."""
     stat = table[f"load1_{rule_set.load_stat}"].astype(float)
     per_core = stat / cores if cores else pd.Series(math.nan, index=table.index)
     loaded = (per_core > rule_set.load_per_core_limit).fillna(False).astype(bool)
@@ -121,15 +122,18 @@ def telemetry_flags(table: pd.DataFrame, rule_set: RulesSpec, cores: int | None)
         on_battery = table["on_ac"].map(lambda v: v is not None and not pd.isna(v) and not bool(v))
     else:
         on_battery = pd.Series(False, index=table.index)
+    backend = rules.backend_evidence(table)
     details = []
     for index in table.index:
         parts = []
+        if backend[index]:
+            parts.append(str(table.at[index, "backend_evidence"]))
         if loaded[index]:
             parts.append(f"load1 {rule_set.load_stat} per core {per_core[index]:.2f} > {rule_set.load_per_core_limit:g}")
         if on_battery[index]:
             parts.append("on battery")
         details.append("flagged: " + " and ".join(parts) if parts else "")
-    return (loaded | on_battery).astype(bool), pd.Series(details, index=table.index)
+    return (loaded | on_battery | backend).astype(bool), pd.Series(details, index=table.index)
 
 
 def classify(table: pd.DataFrame, rule_set: RulesSpec, replaced: Mapping[int, rules.Replacement],

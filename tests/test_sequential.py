@@ -302,3 +302,19 @@ def test_telemetry_flags_load_per_core_and_battery_never_the_value() -> None:
     assert detail[2] == "flagged: load1 max per core 1.75 > 1.5" and detail[3] == "flagged: on battery"
     unknown, _ = sq.telemetry_flags(run_table(rows), RulesSpec(load_per_core_limit=1.5), cores=None)
     assert unknown.tolist() == [False, False, False, True]  # without a core count only the battery counts
+
+
+def test_backend_evidence_flags_a_run_for_the_sequential_policy() -> None:
+    """Another GPU process seen by the backend flags the window, whatever the run's value."""
+    from gatekit import sequential
+    from gatekit.config import RulesSpec
+    from gatekit.rules import run_table
+
+    rows = [{"order": i + 1, "arm": arm, "label": f"{arm}-r{k}", "pair": k, "value": 10.0, "failed": False,
+             "error": "", "samples": 3, "load1_mean": 0.5, "load1_max": 0.5,
+             "backend_evidence": "other GPU process pid 4242 (python) using 2.0 GiB" if (arm, k) == ("on", 2) else "",
+             "on_ac": None, "retry_of": None}
+            for i, (arm, k) in enumerate([("off", 1), ("on", 1), ("on", 2), ("off", 2)])]
+    flagged, detail = sequential.telemetry_flags(run_table(rows), RulesSpec(), cores=2)
+    assert flagged.tolist() == [False, False, True, False]
+    assert "other GPU process pid 4242" in detail[2]
