@@ -74,22 +74,29 @@ def installed_drivers() -> dict[str, str]:
     return {ep.name: ep.value for ep in entry_points(group=DRIVER_GROUP)}
 
 
-def load_driver_class(name: str, *, source: Path) -> type:
-    """The driver class registered as `name`, checked when loaded (not when first called)."""
-    matches = [ep for ep in entry_points(group=DRIVER_GROUP) if ep.name == name]
+def _load_plugin(group: str, kind: str, name: str, required: tuple[str, ...], *, source: Path, key: str) -> type:
+    """The plugin class registered as `name` in `group`, checked when it loads (not when first called)."""
+    matches = [ep for ep in entry_points(group=group) if ep.name == name]
     if not matches:
-        known = ", ".join(sorted(installed_drivers())) or "none"
-        raise ConfigError(f"{source}: driver.name: no driver named '{name}' is installed (installed: {known})")
+        known = ", ".join(sorted(ep.name for ep in entry_points(group=group))) or "none"
+        raise ConfigError(f"{source}: {key}: no {kind} named '{name}' is installed (installed: {known})")
     entry = matches[0]
     try:
         cls = entry.load()
     except (ImportError, AttributeError) as exc:
-        raise DriverError(f"driver plugin '{name}' ({entry.value}) cannot be loaded: {exc}") from None
-    missing = [attr for attr in _REQUIRED if not callable(getattr(cls, attr, None))]
+        raise DriverError(f"{kind} plugin '{name}' ({entry.value}) cannot be loaded: {exc}") from None
+    missing = [attr for attr in required if not callable(getattr(cls, attr, None))]
+    if not isinstance(getattr(cls, "name", None), str):
+        missing.insert(0, "name")
     if missing:
-        raise DriverError(f"driver plugin '{name}' ({entry.value}) lacks {', '.join(missing)}; "
-                          f"a driver must implement {', '.join(_REQUIRED)}")
+        raise DriverError(f"{kind} plugin '{name}' ({entry.value}) lacks {', '.join(missing)}; "
+                          f"a {kind} must implement name, {', '.join(required)}")
     return cls
+
+
+def load_driver_class(name: str, *, source: Path) -> type:
+    """The driver class registered as `name`, checked when loaded."""
+    return _load_plugin(DRIVER_GROUP, "driver", name, _REQUIRED, source=source, key="driver.name")
 
 
 def make_driver(name: str, options: Mapping[str, Any], *, source: Path, base_dir: Path) -> Driver:
@@ -161,23 +168,8 @@ def installed_backends() -> dict[str, str]:
 
 
 def load_backend(name: str, *, source: Path, key: str = "backend.name") -> type[Backend]:
-    """The backend class registered as `name`, checked when loaded (not when first called)."""
-    matches = [ep for ep in entry_points(group=BACKEND_GROUP) if ep.name == name]
-    if not matches:
-        known = ", ".join(sorted(installed_backends())) or "none"
-        raise ConfigError(f"{source}: {key}: no backend named '{name}' is installed (installed: {known})")
-    entry = matches[0]
-    try:
-        cls = entry.load()
-    except (ImportError, AttributeError) as exc:
-        raise DriverError(f"backend plugin '{name}' ({entry.value}) cannot be loaded: {exc}") from None
-    missing = [attr for attr in _BACKEND_REQUIRED if not callable(getattr(cls, attr, None))]
-    if not isinstance(getattr(cls, "name", None), str):
-        missing.insert(0, "name")
-    if missing:
-        raise DriverError(f"backend plugin '{name}' ({entry.value}) lacks {', '.join(missing)}; "
-                          f"a backend must implement name, {', '.join(_BACKEND_REQUIRED)}")
-    return cls
+    """The backend class registered as `name`, checked when loaded."""
+    return _load_plugin(BACKEND_GROUP, "backend", name, _BACKEND_REQUIRED, source=source, key=key)
 
 
 def detect_backend(*, source: Path) -> tuple[str, list[CheckResult]]:
