@@ -1,7 +1,8 @@
 """The Driver protocol and the entry-point registry (group `gatekit.drivers`).
 
 A driver starts one trainer run and reports a RunOutcome. Plugins import only this module,
-`gatekit.records` and `gatekit.errors`; built-ins register through entry points like third-party ones.
+`gatekit.records`, `gatekit.errors` and `gatekit.processes` (stopping a trainer and what it spawned);
+built-ins register through entry points like third-party ones.
 """
 
 from __future__ import annotations
