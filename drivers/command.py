@@ -159,13 +159,13 @@ class CommandDriver:
             finally:
                 wallclock = time.perf_counter() - started
                 escaped = _stop_group(proc, request.run_dir)
+        stopped = {"gatekit_stopped_escaped_pids": escaped} if escaped else {}
         if timed_out:
-            return RunOutcome(exit_code=None, process_wallclock_s=wallclock, timed_out=True,
+            return RunOutcome(exit_code=None, process_wallclock_s=wallclock, timed_out=True, trace=stopped,
                               error=f"timed out after {request.timeout_s:g} s; process group killed")
         metrics, config, trace, problem = read_result(request.result_path)
         metrics = {**self._regex_metrics(request), **metrics}
-        if escaped:  # kept visible: the trainer left processes running outside its process group
-            trace = {**trace, "gatekit_stopped_escaped_pids": escaped}
+        trace = {**trace, **stopped}  # kept visible: the trainer left processes outside its process group
         error = problem
         if exit_code != 0:
             error = f"exit code {exit_code}" + (f" ({_signal_name(exit_code)})" if exit_code and exit_code < 0 else "")

@@ -25,7 +25,7 @@ from gatekit.finding import Finding, SeriesEvidence, analyze, records_table, wri
 from gatekit.preflight import arm_input, run_checks
 from gatekit.prereg import (PREDECISION_FILE, DecisionSpec, predecision_document, read_predecision,
                             write_predecision)
-from gatekit.processes import stop_run_processes
+from gatekit.processes import ignore_further_interrupts, stop_run_processes
 from gatekit.provenance import (artifact_bytes, changed_artifacts, git_diff_stat, git_root, git_state,
                                 hash_artifacts_timed, host_fingerprint, sha256_file, software_versions)
 from gatekit.records import CheckResult, RunRecord, WindowSummary
@@ -127,7 +127,10 @@ def _interrupt_on_sigterm() -> Iterator[None]:
         raise KeyboardInterrupt(f"signal {signum}")
 
     try:
-        previous = {sig: signal.signal(sig, raise_interrupt) for sig in (signal.SIGTERM, signal.SIGHUP)}
+        # SIGINT's handler is saved too: handling an interrupt ignores further ones until this block ends.
+        previous = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+        for sig in (signal.SIGTERM, signal.SIGHUP):
+            signal.signal(sig, raise_interrupt)
     except ValueError:  # not the main thread: leave signals alone
         yield
         return
@@ -135,7 +138,7 @@ def _interrupt_on_sigterm() -> Iterator[None]:
         yield
     finally:
         for sig, handler in previous.items():
-            signal.signal(sig, handler)
+            signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
 
 
 class SeriesRunner:
@@ -247,6 +250,7 @@ class SeriesRunner:
                     return self._finish(series_dir, journal, state)
                 return self._run_pending(series_dir, journal, state, slots)
             except KeyboardInterrupt:  # between runs (a run in flight raises SeriesInterrupted itself)
+                ignore_further_interrupts()
                 journal.append("interrupted", label="")
                 raise SeriesInterrupted(f"interrupted; resume with: gate run --resume {series_dir}") from None
             except OSError as exc:  # a full or read-only disk under the series directory
@@ -332,6 +336,7 @@ class SeriesRunner:
             with sampler:
                 outcome = safe_outcome(self.driver.run(request))
         except KeyboardInterrupt:
+            ignore_further_interrupts()
             journal.append("interrupted", label=slot.label)
             atomic_write_text(run_dir / "samples.csv", samples_csv(sampler.samples))
             raise SeriesInterrupted(f"interrupted during {slot.label}; resume with: gate run --resume "
