@@ -292,10 +292,11 @@ def _read_regular_file(path: Path, limit: int) -> bytes | str:
         return b""
     except OSError as exc:
         return f"result file {path} cannot be opened: {exc.strerror or exc}"
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode):
+        os.close(fd)
+        return f"result file {path} is not a regular file"
     with os.fdopen(fd, "rb") as handle:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            return f"result file {path} is not a regular file"
         if info.st_size > limit:
             return f"result file {path} is larger than {limit >> 20} MiB"
         data = handle.read(limit + 1)

@@ -23,8 +23,11 @@ from tests.conftest import GATE_TEMPLATE, write_toml
 
 HERE = Path(__file__).parent
 DEADLINE_S = 90.0
-OFF_TIMES = {"off-r1": 10.0, "off-r2": 10.1, "off-r3": 9.9, "off-r4": 10.0, "off-r5": 10.05, "off-r6": 9.95}
-ON_TIMES = {"on-r1": 9.0, "on-r2": 9.1, "on-r3": 8.9, "on-r4": 9.0, "on-r5": 9.05, "on-r6": 8.95}
+# Rounds 1-3 and 4-6 each average exactly 10.0 (off) and 9.0 (on); retries run as rounds 4 and up.
+OFF_TIMES = {"off-r1": 10.0, "off-r2": 10.1, "off-r3": 9.9, "off-r4": 10.0, "off-r5": 10.05, "off-r6": 9.95,
+             "off-r7": 10.0, "off-r8": 10.0}
+ON_TIMES = {"on-r1": 9.0, "on-r2": 9.1, "on-r3": 8.9, "on-r4": 9.0, "on-r5": 9.05, "on-r6": 8.95,
+            "on-r7": 9.0, "on-r8": 9.0}
 
 
 @dataclass
@@ -159,3 +162,25 @@ def assert_journal_consistent(series: Path) -> list[dict[str, Any]]:
     for label, record in ended.items():
         assert json.loads((series / label / "record.json").read_text()) == record
     return journal
+
+
+_NAMESPACE: list[bool] = []
+
+
+def mount_namespace_available() -> bool:
+    """Whether `unshare -r -m` may mount a private tmpfs (real ENOSPC and EROFS without root on the host)."""
+    if not _NAMESPACE:
+        try:
+            probe = subprocess.run(["unshare", "-r", "-m", "sh", "-c", "mount -t tmpfs -o size=4k tmpfs /mnt"],
+                                   capture_output=True, timeout=30)
+            _NAMESPACE.append(probe.returncode == 0)
+        except (FileNotFoundError, subprocess.TimeoutExpired):
+            _NAMESPACE.append(False)
+    return _NAMESPACE[0]
+
+
+def in_mount_namespace(script: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    """Run a sh script in a private mount namespace (its tmpfs mounts vanish when it ends); $GATE runs gate."""
+    env = gate_env(GATE=f"{sys.executable} -m gatekit.cli")
+    return subprocess.run(["unshare", "-r", "-m", "sh", "-uc", script], cwd=cwd, env=env, capture_output=True,
+                          text=True, timeout=2 * DEADLINE_S)
