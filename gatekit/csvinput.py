@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import csv
 import datetime as dt
-import math
 import re
 from pathlib import Path
 
@@ -17,6 +16,7 @@ from gatekit.errors import ConfigError
 from gatekit.finding import SeriesEvidence
 from gatekit.prereg import DecisionSpec
 from gatekit.records import RunOutcome, RunRecord, WindowSummary
+from gatekit.sanitize import MAX_METRIC_MAGNITUDE, usable_metric
 
 REQUIRED = ("arm", "label")
 WINDOW_COLUMNS = ("load1_mean", "load1_max", "samples")
@@ -64,8 +64,9 @@ def _number(path: Path, index: int, column: str, text: str) -> float | None:
         value = float(text)
     except ValueError:
         raise ConfigError(f"{path}: row {index}, column '{column}': {text[:40]!r} is not a number") from None
-    if not math.isfinite(value):
-        raise ConfigError(f"{path}: row {index}, column '{column}': {text[:40]!r} is not a finite number")
+    if not usable_metric(value):
+        raise ConfigError(f"{path}: row {index}, column '{column}': {text[:40]!r} is not a finite number "
+                          f"within ±{MAX_METRIC_MAGNITUDE:g}")
     return value
 
 

@@ -17,6 +17,9 @@ from typing import Any, Mapping
 from gatekit.records import RunOutcome
 
 MAX_DEPTH = 32
+# A metric beyond ±1e100 is no measurement; refusing it keeps every square in σ (≤ 1e200) and every sum
+# finite, so no statistic can overflow on a trainer's say-so.
+MAX_METRIC_MAGNITUDE = 1e100
 _INT64 = 1 << 63
 _DROP = object()
 
@@ -59,6 +62,11 @@ def json_safe(value: Any) -> Any:
     return None if result is _DROP else result
 
 
+def usable_metric(value: float) -> bool:
+    """A finite number within ±MAX_METRIC_MAGNITUDE."""
+    return math.isfinite(value) and abs(value) < MAX_METRIC_MAGNITUDE
+
+
 def safe_outcome(outcome: RunOutcome) -> RunOutcome:
     """A driver's outcome with only finite metrics and JSON/TOML-safe config, trace and error text.
 
@@ -74,7 +82,7 @@ def safe_outcome(outcome: RunOutcome) -> RunOutcome:
             number = float(number) if number is not None else None
         except OverflowError:
             number = None
-        if number is None or not math.isfinite(number):
+        if number is None or not usable_metric(number):
             dropped.append(name)
         else:
             metrics[name] = number
