@@ -137,16 +137,16 @@ def run_series(folder: Path, n: int, trainer_s: float, hash_paths: list[str] = (
     try:
         runner = series_module.SeriesRunner(config, config.arms["off"], config.arms["on"])
         runner.driver = TimedDriver(runner.driver, on_run)
-        began = time.perf_counter()
+        began, cpu_began = time.perf_counter(), cpu_s()
         result = runner.start()
-        total_s = time.perf_counter() - began
+        total_s, harness_cpu_s = time.perf_counter() - began, cpu_s() - cpu_began
     finally:
         (Journal.append, series_module.atomic_write_text, series_module.WindowSampler,
          command_module.processes_in_run_dirs, command_module.read_result) = originals  # type: ignore[misc]
     journal = list(Journal(result.series_dir / "journal.jsonl").events())
     hash_s = [s for e in journal if e["event"] == "run_end" for s in e.get("hash_s", [])]
     return {"starts": starts, "driver_s": driver_s, "wallclock_s": wallclocks, "rss": rss, "timings": timings,
-            "hash_s": hash_s, "total_s": total_s, "decision": result.finding.decision,
+            "hash_s": hash_s, "total_s": total_s, "cpu_s": harness_cpu_s, "decision": result.finding.decision,
             "hashing": result.finding.data["provenance"].get("hashing", {})}
 
 
@@ -254,8 +254,9 @@ def mark(ok: bool) -> str:
 def render(args: argparse.Namespace, info: dict[str, str], rounds: list[dict[str, Any]], sampler: dict[str, float],
            big: dict[str, Any] | None, command: str) -> tuple[str, bool]:
     overheads = [r["overhead_ms"] for r in rounds]
-    overhead_ms = max(overheads)  # the worse round is the one reported against the target
-    worst = rounds[overheads.index(overhead_ms)]
+    overhead_ms = statistics.median(overheads)  # the machine is shared: one busy round must not decide
+    worst = rounds[overheads.index(max(overheads))]
+    cpu_ms = statistics.median(r["series"]["cpu_s"] for r in rounds) / (2 * args.n) * 1e3
     share_pct = 100.0 * (overhead_ms / 1e3 + 60 * sampler["per_read_ms"] / 1e3) / 60.0
     rss = worst["series"]["rss"]
     growth_kib = (rss[-1] - rss[min(19, len(rss) - 1)]) / 1024
@@ -271,11 +272,15 @@ def render(args: argparse.Namespace, info: dict[str, str], rounds: list[dict[str
         f"A {runs}-run series (n = {args.n} per arm, abab, sampler at 1 Hz) of `benchmarks/sleep_trainer.sh` "
         f"(sleeps {args.trainer_ms:g} ms, writes a JSON result), against the same trainer started {runs} times "
         "by a bare loop (Popen, wait, logs to files). Overhead per run = median cycle of the series − median "
-        f"cycle of the loop; {len(rounds)} rounds, loop and series alternating, the worse round reported.", "",
+        f"cycle of the loop, per round; {len(rounds)} rounds, loop and series alternating; the median round is "
+        "reported against the target and every round is listed.", "",
         "| measure | result | target | |", "| --- | --- | --- | --- |",
         f"| harness overhead per run | {overhead_ms:.2f} ms (rounds: "
         + ", ".join(f"{x:.2f}" for x in overheads) + f" ms) | ≤ {TARGET_OVERHEAD_MS:g} ms | "
         f"{mark(overhead_ms <= TARGET_OVERHEAD_MS)} |",
+        f"| harness CPU per run (gatekit's process with its sampler thread, not the trainer; one-time preflight "
+        f"and analysis included) | {cpu_ms:.2f} ms | "
+        "— | less sensitive to other load than wall time |",
         f"| share of a 60 s run (overhead + 60 sampler readings) | {share_pct:.4f} % | "
         f"≤ {TARGET_SHARE_OF_60S_PCT:g} % | {mark(share_pct <= TARGET_SHARE_OF_60S_PCT)} |",
         f"| sampler CPU at 1 Hz ({sampler['seconds']:.0f} s, {sampler['samples']} samples) | "
@@ -285,7 +290,7 @@ def render(args: argparse.Namespace, info: dict[str, str], rounds: list[dict[str
         f"{rss[-1] / 2**20:.1f} MiB ({growth_kib:+.0f} KiB, {per_run_kib:+.2f} KiB/run) | flat | "
         f"{'✓ flat' if per_run_kib < 16 else '✗ grows'} |",
         "",
-        "Per-run breakdown of the worse round (mean ms per run; the trainer's own sleep excluded):", "",
+        "Per-run breakdown of the slowest round (mean ms per run; the trainer's own sleep excluded):", "",
         "| step | ms/run |", "| --- | --- |",
     ]
     series = worst["series"]
@@ -311,9 +316,9 @@ def render(args: argparse.Namespace, info: dict[str, str], rounds: list[dict[str
         walls = s["wallclock_s"]
         lines += [
             "### Large artifacts", "",
-            f"sha256 of a {big['bytes'] / 2**30:.2f} GiB artifact: {big['first_s']:.2f} s "
-            f"{'from disk (page cache dropped)' if big['cold'] else '(first read)'}, "
-            f"{big['warm_s']:.2f} s from the page cache ({big['bytes'] / 2**20 / big['warm_s']:.0f} MiB/s).",
+            f"sha256 of a {big['bytes'] / 2**30:.2f} GiB artifact: {big['first_s']:.2f} s the first time "
+            f"({'after asking the kernel to drop it from the page cache' if big['cold'] else 'just written'}), "
+            f"{big['warm_s']:.2f} s again ({big['bytes'] / 2**20 / big['warm_s']:.0f} MiB/s).",
             f"A {len(walls)}-run series hashing it before and after every run: hashing took "
             f"{min(s['hash_s']):.2f}–{max(s['hash_s']):.2f} s each time, "
             f"{s['hashing'].get('total_s', sum(s['hash_s'])):.1f} s in all (recorded in the journal as `hash_s` "
@@ -354,7 +359,7 @@ def main() -> int:
     parser.add_argument("--write", type=Path, help="replace the Harness overhead section of this Markdown file")
     parser.add_argument("--n", type=int, default=100, help="runs per arm of the series (default 100: 200 runs)")
     parser.add_argument("--trainer-ms", type=float, default=50.0, help="how long the trainer sleeps")
-    parser.add_argument("--rounds", type=int, default=2, help="loop/series rounds, alternating")
+    parser.add_argument("--rounds", type=int, default=3, help="loop/series rounds, alternating")
     parser.add_argument("--sampler-seconds", type=float, default=30.0, help="how long the sampler CPU is measured")
     parser.add_argument("--artifact-gib", type=float, default=1.0, help="size of the hashed large artifact (0: skip)")
     parser.add_argument("--check", action="store_true", help="exit 1 when a target is missed")
