@@ -63,27 +63,71 @@ class _State:
 
 
 def read_state(series_dir: Path) -> _State:
-    """Replay the journal; the latest run_end of a label wins (a label only re-runs after a cut-off)."""
+    """Replay the journal; the latest run_end of a label wins (a label only re-runs after a cut-off).
+
+    A line that parses but does not hold what gatekit wrote (an edited or damaged journal) is an error
+    naming the journal and the line, never a traceback later on.
+    """
+    path = series_dir / JOURNAL_FILE
     state: _State | None = None
-    for event in Journal(series_dir / JOURNAL_FILE).events():
-        kind = event.get("event")
-        if kind == "series_start":
-            state = _State(start=event)
-        elif state is None:
-            raise SeriesError(f"{series_dir / JOURNAL_FILE}: does not begin with series_start")
-        elif kind == "run_end":
-            record = RunRecord.from_dict(event["record"])
-            state.records[record.label] = record
-            state.hash_s.extend(event.get("hash_s", []))
-        elif kind == "retry":
-            state.retries.append(event)
-        elif kind == "invalid":
-            state.problems.append(event["reason"])
-        elif kind == "series_end":
-            state.end = event
+    for number, event in enumerate(Journal(path).events(), 1):
+        kind = event.get("event") if isinstance(event, Mapping) else None
+        try:
+            if not isinstance(kind, str):  # events of kinds this version does not know are skipped
+                raise TypeError("not an event object")
+            if kind == "series_start":
+                _check_start(event)
+                state = _State(start=event)
+            elif state is None:
+                raise SeriesError(f"{path}: does not begin with series_start")
+            elif kind == "run_end":
+                record = _checked_record(event["record"])
+                state.records[record.label] = record
+                state.hash_s.extend(float(s) for s in event.get("hash_s", []))
+            elif kind == "retry":
+                retry_slots("off", "on", int(event["round"]), int(event["replaces"]))
+                rules.Replacement.from_dict(event)
+                state.retries.append(event)
+            elif kind == "invalid":
+                state.problems.append(str(event["reason"]))
+            elif kind == "series_end":
+                _require(event, {"provenance_end": Mapping})
+                _require(event["provenance_end"], {"artifacts": Mapping, "git": Mapping})
+                state.end = event
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise SeriesError(f"{path}: event {number} ({kind!r}) is not what gatekit wrote ({exc!r}); the "
+                              "journal was edited or damaged") from None
     if state is None:
-        raise SeriesError(f"{series_dir / JOURNAL_FILE}: empty journal; the series never started")
+        raise SeriesError(f"{path}: empty journal; the series never started")
     return state
+
+
+def _require(table: Any, fields: Mapping[str, type | tuple[type, ...]]) -> None:
+    if not isinstance(table, Mapping):
+        raise TypeError(f"expected a table, got {type(table).__name__}")
+    for name, kind in fields.items():
+        if not isinstance(table[name], kind) or (kind is int and isinstance(table[name], bool)):
+            raise TypeError(f"{name} is {type(table[name]).__name__}")
+
+
+def _check_start(event: Mapping[str, Any]) -> None:
+    _require(event, {"series_id": str, "finding_id": str, "date": str, "gate_path": str, "gate_sha256": str,
+                     "predecision_sha256": str, "off_arm": str, "on_arm": str, "out_dir": str, "schedule": list,
+                     "arms": Mapping, "provenance_start": Mapping})
+    for slot in event["schedule"]:
+        _require(slot, {"arm": str, "round": int})
+    for arm in event["arms"].values():
+        _require(arm, {"config": str, "args": list, "env": Mapping})
+    _require(event["provenance_start"], {"artifacts": Mapping, "git": Mapping, "host": Mapping, "software": Mapping})
+
+
+def _checked_record(data: Any) -> RunRecord:
+    _require(data, {"order": int, "arm": str, "label": str, "pair": int, "outcome": Mapping, "window": Mapping})
+    _require(data["outcome"], {"process_wallclock_s": (int, float), "metrics": Mapping, "config": Mapping})
+    _require(data["window"], {"samples": int})
+    if not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in data["outcome"]["metrics"].values()):
+        raise TypeError("a metric is not a number")
+    return RunRecord.from_dict(data)
 
 
 def replacements(retries: Sequence[Mapping[str, Any]]) -> dict[int, rules.Replacement]:

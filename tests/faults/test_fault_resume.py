@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import hashlib
 import json
+import shutil
 import signal
 import subprocess
 import sys
 from pathlib import Path
+from typing import Callable
+
+import pytest
 
 from tests.conftest import gate_cli
 from tests.faults.faultkit import (FaultGate, alive, assert_journal_consistent, fault_gate, finish, kill_quietly,
@@ -126,3 +130,43 @@ def test_resume_checks_the_machine_again(tmp_path: Path) -> None:
     assert g.order() == ["off-r1", "on-r1", "off-r2"]
     done = gate_cli("run", "--resume", str(series), cwd=g.root)
     assert done.returncode == 0, done.stderr
+
+
+def _edit_event(kind: str, edit) -> Callable[[list[dict]], list]:  # type: ignore[no-untyped-def,type-arg]
+    def apply(events: list[dict]) -> list:  # type: ignore[type-arg]
+        index = next(i for i, e in enumerate(events) if e["event"] == kind)
+        events[index] = edit(events[index])
+        return events
+    return apply
+
+
+JOURNAL_DAMAGE = {
+    "run_end without its record": _edit_event("run_end", lambda e: {"event": "run_end"}),
+    "metric turned into text": _edit_event("run_end", lambda e: {**e, "record": {
+        **e["record"], "outcome": {**e["record"]["outcome"], "metrics": {"train_elapsed_s": "fast"}}}}),
+    "schedule not a list": _edit_event("series_start", lambda e: {**e, "schedule": "abab"}),
+    "order as text": _edit_event("run_end", lambda e: {**e, "record": {**e["record"], "order": "first"}}),
+    "an event that is a list": lambda events: [*events[:2], [1, 2], *events[2:]],
+    "series_end without provenance": _edit_event("series_end", lambda e: {"event": "series_end"}),
+}
+
+
+@pytest.mark.parametrize("damage", JOURNAL_DAMAGE, ids=list(JOURNAL_DAMAGE))
+def test_an_edited_journal_is_one_clear_error(finished_series: Path, tmp_path: Path, damage: str) -> None:
+    series = tmp_path / finished_series.name
+    shutil.copytree(finished_series, series)
+    journal = series / "journal.jsonl"
+    events = [json.loads(line) for line in journal.read_text().splitlines()]
+    journal.write_text("".join(json.dumps(e) + "\n" for e in JOURNAL_DAMAGE[damage](events)))
+    done = gate_cli("analyze", str(series), cwd=tmp_path)
+    assert done.returncode == 2, done.stderr
+    line = _one_error(done.stderr)
+    assert f"{journal}: event " in line and "the journal was edited or damaged" in line
+
+
+@pytest.fixture(scope="module")
+def finished_series(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    g = fault_gate(tmp_path_factory.mktemp("finished") / "g", gate={"n": 2})
+    done = gate_cli("run", "off", "on", cwd=g.root)
+    assert done.returncode == 0, done.stderr
+    return g.series()
