@@ -113,6 +113,9 @@ def stop_pids(pids: Iterable[int], grace_s: float) -> list[int]:
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
                 continue
+    deadline = time.monotonic() + 2.0  # SIGKILL cannot be refused; this only waits for the kernel
+    while time.monotonic() < deadline and any(_alive(pid) for pid in signalled):
+        time.sleep(0.01)
     return signalled
 
 
