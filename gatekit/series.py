@@ -73,7 +73,7 @@ def read_state(series_dir: Path) -> _State:
     for number, event in enumerate(Journal(path).events(), 1):
         kind = event.get("event") if isinstance(event, Mapping) else None
         try:
-            if not isinstance(kind, str):  # events of kinds this version does not know are skipped
+            if not isinstance(kind, str):  # (events of kinds a newer gatekit added are skipped below)
                 raise TypeError("not an event object")
             if kind == "series_start":
                 _check_start(event)
@@ -85,14 +85,14 @@ def read_state(series_dir: Path) -> _State:
                 state.records[record.label] = record
                 state.hash_s.extend(float(s) for s in event.get("hash_s", []))
             elif kind == "retry":
-                retry_slots("off", "on", int(event["round"]), int(event["replaces"]))
-                rules.Replacement.from_dict(event)
+                _require(event, {"round": int, "replaces": int, "reason": str, "flagged": Mapping})
                 state.retries.append(event)
             elif kind == "invalid":
                 state.problems.append(str(event["reason"]))
             elif kind == "series_end":
                 _require(event, {"provenance_end": Mapping})
-                _require(event["provenance_end"], {"artifacts": Mapping, "git": Mapping})
+                _require(event["provenance_end"], {"artifacts": Mapping, "git": Mapping,
+                                                   **({"hash_s": (int, float)} if "hash_s" in event["provenance_end"] else {})})
                 state.end = event
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise SeriesError(f"{path}: event {number} ({kind!r}) is not what gatekit wrote ({exc!r}); the "
@@ -119,6 +119,8 @@ def _check_start(event: Mapping[str, Any]) -> None:
     for arm in event["arms"].values():
         _require(arm, {"config": str, "args": list, "env": Mapping})
     _require(event["provenance_start"], {"artifacts": Mapping, "git": Mapping, "host": Mapping, "software": Mapping})
+    if "hashing" in event["provenance_start"]:  # journals of earlier versions have no hashing record
+        _require(event["provenance_start"]["hashing"], {"artifact_bytes": int, "hash_s": (int, float)})
 
 
 def _checked_record(data: Any) -> RunRecord:
