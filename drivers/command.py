@@ -9,8 +9,10 @@ import json
 import math
 import os
 import re
+import select
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import time
@@ -20,12 +22,16 @@ from typing import Any, Mapping, Sequence
 
 from gatekit.driver import ENV_ARM, ENV_RESULT, ENV_RUN, ENV_RUN_DIR, ArmInput, RunRequest
 from gatekit.errors import ConfigError
+from gatekit.processes import processes_in_run_dirs, signals_deferred, stop_pids
 from gatekit.records import CheckResult, RunOutcome
 
 PLACEHOLDERS = ("arm_config", "python", "arm", "run", "run_dir", "result")
 _PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
 KILL_GRACE_S = 5.0
 MAX_RESULT_BYTES = 64 << 20  # a result file is a few KB; anything this large is not one
+MAX_LOG_SCAN_BYTES = 16 << 20  # metric regexes search at most the last 16 MiB of each log
+MAX_NESTING = 64  # deeper result documents are refused before a parser can recurse that far
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 class CommandDriver:
@@ -51,6 +57,9 @@ class CommandDriver:
         argv = options.get("argv")
         if not isinstance(argv, list) or not argv or not all(isinstance(a, str) for a in argv):
             raise ConfigError(f"{source}: driver.argv: must be a non-empty list of strings")
+        if any("\0" in a for a in argv) or not argv[0]:
+            raise ConfigError(f"{source}: driver.argv: arguments cannot contain NUL characters, "
+                              "and argv[0] cannot be empty")
         for arg in argv:
             for name in _PLACEHOLDER.findall(arg):
                 if name not in PLACEHOLDERS:
@@ -66,15 +75,19 @@ class CommandDriver:
                 raise ConfigError(f"{source}: {key}: must be a regex string")
             try:
                 compiled[metric] = re.compile(pattern)
-            except re.error as exc:
+            except (re.error, RecursionError, OverflowError) as exc:
                 raise ConfigError(f"{source}: {key}: invalid regex: {exc}") from None
             if compiled[metric].groups < 1:
                 raise ConfigError(f"{source}: {key}: the regex needs a capture group around the number")
         env = options.get("env", {})
         if not isinstance(env, dict) or not all(isinstance(v, str) for v in env.values()):
             raise ConfigError(f"{source}: driver.env: must be a table of string values")
+        for name, value in env.items():
+            if not _ENV_NAME.fullmatch(name) or "\0" in value:
+                raise ConfigError(f"{source}: driver.env.{name}: names are letters, digits and _ "
+                                  "(not starting with a digit), values cannot contain NUL characters")
         cwd = options.get("cwd", ".")
-        if not isinstance(cwd, str):
+        if not isinstance(cwd, str) or "\0" in cwd:
             raise ConfigError(f"{source}: driver.cwd: must be a path string")
         return cls(argv, cwd=(base_dir / cwd).resolve(), metrics=compiled, env=env, source=source)
 
@@ -128,7 +141,6 @@ class CommandDriver:
         env = {**os.environ, **self.env, **request.arm.env,
                ENV_ARM: request.arm.name, ENV_RUN: request.label,
                ENV_RUN_DIR: str(request.run_dir), ENV_RESULT: str(request.result_path)}
-        timed_out = False
         with request.stdout_path.open("wb") as out, request.stderr_path.open("wb") as err:
             started = time.perf_counter()
             try:
@@ -140,18 +152,18 @@ class CommandDriver:
                 return RunOutcome(exit_code=None, process_wallclock_s=0.0,
                                   error=f"cannot start {argv[0]!r}: {exc.strerror or exc}")
             try:
-                exit_code: int | None = proc.wait(timeout=request.timeout_s)
-            except subprocess.TimeoutExpired:
-                timed_out = True
-                exit_code = None
-            finally:
+                timed_out = not _wait_for_exit(proc, request.timeout_s)
                 wallclock = time.perf_counter() - started
-                _stop_group(proc)
+            finally:  # on an interrupt too: the trainer's group never outlives this call
+                escaped = _stop_group(proc, request.run_dir)
+            exit_code: int | None = None if timed_out else proc.returncode
+        stopped = {"gatekit_stopped_escaped_pids": escaped} if escaped else {}
         if timed_out:
-            return RunOutcome(exit_code=None, process_wallclock_s=wallclock, timed_out=True,
+            return RunOutcome(exit_code=None, process_wallclock_s=wallclock, timed_out=True, trace=stopped,
                               error=f"timed out after {request.timeout_s:g} s; process group killed")
         metrics, config, trace, problem = read_result(request.result_path)
         metrics = {**self._regex_metrics(request), **metrics}
+        trace = {**trace, **stopped}  # kept visible: the trainer left processes outside its process group
         error = problem
         if exit_code != 0:
             error = f"exit code {exit_code}" + (f" ({_signal_name(exit_code)})" if exit_code and exit_code < 0 else "")
@@ -162,7 +174,7 @@ class CommandDriver:
         found: dict[str, float] = {}
         if not self.metrics:
             return found
-        texts = [_read_text(request.stdout_path), _read_text(request.stderr_path)]
+        texts = [_read_tail(request.stdout_path), _read_tail(request.stderr_path)]
         for metric, pattern in self.metrics.items():
             for text in texts:
                 match = pattern.search(text)
@@ -174,6 +186,33 @@ class CommandDriver:
         return found
 
 
+def _wait_for_exit(proc: subprocess.Popen[bytes], timeout_s: float) -> bool:
+    """Wait until the trainer exits (True) or `timeout_s` passes (False), noticing the exit at once.
+
+    Popen.wait(timeout) polls with sleeps growing to 50 ms, which would add up to 50 ms to every run and
+    to its measured wallclock; a pidfd (Linux ≥ 5.3) becomes readable the moment the process exits.
+    """
+    try:
+        pidfd = os.pidfd_open(proc.pid)
+    except (AttributeError, OSError):  # no pidfd here (macOS, old kernels): Popen's own wait
+        try:
+            proc.wait(timeout=timeout_s)
+            return True
+        except subprocess.TimeoutExpired:
+            return False
+    try:
+        poller = select.poll()
+        poller.register(pidfd, select.POLLIN)
+        deadline = time.monotonic() + timeout_s
+        while not poller.poll(max(0, min(deadline - time.monotonic(), 86400.0)) * 1000):
+            if time.monotonic() >= deadline:
+                return False
+    finally:
+        os.close(pidfd)
+    proc.wait()  # reap it; it has exited already
+    return True
+
+
 def _signal_group(pgid: int, sig: int) -> bool:
     """Send `sig` to the group; False once no process of it is left."""
     try:
@@ -183,24 +222,29 @@ def _signal_group(pgid: int, sig: int) -> bool:
     return True
 
 
-def _stop_group(proc: subprocess.Popen[bytes]) -> None:
-    """SIGTERM the trainer's whole process group, SIGKILL whatever outlives a grace period.
+def _stop_group(proc: subprocess.Popen[bytes], run_dir: Path) -> list[int]:
+    """SIGTERM the trainer's whole process group, SIGKILL whatever outlives a grace period; then stop
+    the processes that left the group (setsid, daemons) but still carry this run's GATEKIT_RUN_DIR.
 
     Also runs after a normal exit, so grandchildren a trainer left behind cannot load the next run.
+    Signals are held back meanwhile: a second Ctrl-C cannot cut the cleanup short. Returns the PIDs of
+    escaped processes that had to be stopped.
     """
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        if not _signal_group(proc.pid, sig):
-            break
-        deadline = time.monotonic() + KILL_GRACE_S
-        while time.monotonic() < deadline:
-            proc.poll()  # reap the leader so its zombie does not keep the group alive
-            if not _signal_group(proc.pid, 0):
+    with signals_deferred():
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            if not _signal_group(proc.pid, sig):
                 break
-            time.sleep(0.02)
-        else:
-            continue
-        break
-    proc.wait()
+            deadline = time.monotonic() + KILL_GRACE_S
+            while time.monotonic() < deadline:
+                proc.poll()  # reap the leader so its zombie does not keep the group alive
+                if not _signal_group(proc.pid, 0):
+                    break
+                time.sleep(0.02)
+            else:
+                continue
+            break
+        proc.wait()
+        return stop_pids(processes_in_run_dirs(run_dir), KILL_GRACE_S)
 
 
 def _signal_name(code: int) -> str:
@@ -210,10 +254,15 @@ def _signal_name(code: int) -> str:
         return f"signal {-code}"
 
 
-def _read_text(path: Path) -> str:
+def _read_tail(path: Path, limit: int = MAX_LOG_SCAN_BYTES) -> str:
+    """A log's text, or its last `limit` bytes when it is larger (metrics are printed at the end)."""
     try:
-        return path.read_text(encoding="utf-8", errors="replace")
-    except FileNotFoundError:
+        with path.open("rb") as handle:
+            size = os.fstat(handle.fileno()).st_size
+            if size > limit:
+                handle.seek(size - limit)
+            return handle.read(limit).decode("utf-8", errors="replace")
+    except OSError:
         return ""
 
 
@@ -231,32 +280,91 @@ def _number(value: Any) -> float | None:
     return None
 
 
+def _finite(value: Any) -> float | None:
+    """A finite JSON/TOML number; strings, booleans, NaN and infinities are not metrics."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    try:
+        number = float(value)
+    except OverflowError:  # an integer beyond float range
+        return None
+    return number if math.isfinite(number) else None
+
+
+def _too_deep(text: str, limit: int = MAX_NESTING) -> bool:
+    """True when brackets nest deeper than `limit` (checked before parsing, so no parser recurses)."""
+    depth = deepest = 0
+    for char in text:
+        if char in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+            if deepest > limit:
+                return True
+        elif char in "]}":
+            depth = max(depth - 1, 0)
+    return False
+
+
+def _read_regular_file(path: Path, limit: int) -> bytes | str:
+    """The bytes of a regular file of at most `limit` bytes, or why it cannot be read.
+
+    Opened without blocking and checked after opening, so a FIFO, a device or a symlink to /dev/zero
+    cannot hang or flood gatekit, and a file that grows after the check is still read only up to limit.
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    except FileNotFoundError:
+        return b""
+    except OSError as exc:
+        return f"result file {path} cannot be opened: {exc.strerror or exc}"
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode):
+        os.close(fd)
+        return f"result file {path} is not a regular file"
+    with os.fdopen(fd, "rb") as handle:
+        if info.st_size > limit:
+            return f"result file {path} is larger than {limit >> 20} MiB"
+        data = handle.read(limit + 1)
+    if len(data) > limit:
+        return f"result file {path} is larger than {limit >> 20} MiB"
+    return data
+
+
 def read_result(path: Path) -> tuple[dict[str, float], dict[str, Any], dict[str, Any], str]:
-    """Parse a trainer's result file (JSON or TOML): metrics, config, trace and a problem ('' if none)."""
-    if not path.exists():
+    """Parse a trainer's result file (JSON or TOML): metrics, config, trace and a problem ('' if none).
+
+    Never raises for anything a trainer can write: every defect is a problem string, which fails the run.
+    Metrics are finite numbers only; others are listed in trace["gatekit_dropped_metrics"].
+    """
+    raw = _read_regular_file(path, MAX_RESULT_BYTES)
+    if isinstance(raw, str):
+        return {}, {}, {}, raw
+    if not raw and not path.exists():
         return {}, {}, {}, ""
-    if path.stat().st_size > MAX_RESULT_BYTES:
-        return {}, {}, {}, f"result file {path} is larger than {MAX_RESULT_BYTES >> 20} MiB"
-    raw = path.read_bytes()
     try:
         text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        return {}, {}, {}, f"result file {path} is not UTF-8 text: {exc}"
+    if _too_deep(text):
+        return {}, {}, {}, f"result file {path} nests deeper than {MAX_NESTING} levels"
+    try:
         data = json.loads(text) if text.lstrip().startswith("{") else tomllib.loads(text)
-    except (UnicodeDecodeError, json.JSONDecodeError, tomllib.TOMLDecodeError) as exc:
+    except (json.JSONDecodeError, tomllib.TOMLDecodeError, RecursionError, ValueError) as exc:
         return {}, {}, {}, f"result file {path} is neither JSON nor TOML: {exc}"
     if not isinstance(data, dict):
         return {}, {}, {}, f"result file {path}: top level must be a table/object"
-    metrics_raw = data.get("metrics", {})
+    for key in ("metrics", "config", "trace"):
+        if not isinstance(data.get(key, {}), dict):
+            return {}, {}, {}, f"result file {path}: '{key}' must be a table/object"
     metrics: dict[str, float] = {}
     dropped = []
-    if isinstance(metrics_raw, dict):
-        for key, value in metrics_raw.items():
-            number = _number(value)
-            if number is None:
-                dropped.append(str(key))
-            else:
-                metrics[str(key)] = number
-    config = data.get("config", {}) if isinstance(data.get("config", {}), dict) else {}
-    trace = data.get("trace", {}) if isinstance(data.get("trace", {}), dict) else {}
+    for key, value in data.get("metrics", {}).items():
+        number = _finite(value)
+        if number is None:
+            dropped.append(str(key))
+        else:
+            metrics[str(key)] = number
+    config, trace = data.get("config", {}), data.get("trace", {})
     if dropped:  # kept visible: a metric the trainer meant to report but gatekit cannot use
         trace = {**trace, "gatekit_dropped_metrics": dropped}
     return metrics, config, trace, ""

@@ -16,11 +16,11 @@ from gatekit.config import ORDERS, POLICIES, GateConfig, load_gate
 from gatekit.csvinput import evidence_from_csv
 from gatekit.driver import (BACKEND_GROUP, DRIVER_GROUP, installed_backends, installed_drivers, load_backend,
                             make_backend, make_driver)
-from gatekit.errors import ConfigError, DriverError, GatekitError
+from gatekit.errors import ConfigError, DriverError, GatekitError, SeriesInterrupted
 from gatekit.exports import EXPORT_FORMATS, EXPORTERS, check_export, junit_xml, summary_markdown
 from gatekit.finding import Finding, analyze, write_finding
 from gatekit.preflight import run_checks
-from gatekit.report.terminal import summary
+from gatekit.report.terminal import clean_terminal_text, summary
 from gatekit.series import SeriesRunner, analyze_series, arms_of_series, load_series_gate, verify_unchanged, read_state
 from gatekit.storage import write_output
 from gatekit.simulate import SIM_POLICIES, Scenario, Thresholds, run_suite, simulate, table
@@ -41,7 +41,7 @@ class GateError(click.ClickException):
         self.exit_code = error.exit_code
 
     def show(self, file: object = None) -> None:
-        click.echo(f"gate: error: {self.format_message()}", err=True)
+        click.echo(f"gate: error: {clean_terminal_text(self.format_message())}", err=True)
 
 
 def _call(work: Callable[[], T]) -> T:
@@ -49,10 +49,17 @@ def _call(work: Callable[[], T]) -> T:
         return work()
     except GatekitError as error:
         raise GateError(error) from None
+    except KeyboardInterrupt:  # before a series exists (preflight, preregistration): nothing to resume
+        raise GateError(SeriesInterrupted("interrupted before any run started; nothing to resume")) from None
 
 
 def _stderr(text: str) -> None:
     click.echo(text, err=True)
+
+
+def _progress(line: str) -> None:
+    """One progress line of a series on stderr; trainer-supplied text in it cannot break the terminal."""
+    click.echo(clean_terminal_text(line), err=True)
 
 
 gate_option = click.option("--gate", "gate_path", type=click.Path(path_type=Path), default=Path("gate.toml"),
@@ -161,14 +168,14 @@ def run(off: str | None, on: str | None, gate_path: Path, n: int | None, order: 
             config = load_series_gate(resume, gate_path if gate_path != Path("gate.toml") else None)
             _check_exports(exports, config)
             off_arm, on_arm = arms_of_series(resume, config)
-            return SeriesRunner(config, off_arm, on_arm, report=_stderr).resume(resume)
+            return SeriesRunner(config, off_arm, on_arm, report=_progress).resume(resume)
         if not off or not on:
             raise ConfigError("name both arms: gate run OFF ON (arm names of the gate file or arm .toml paths)")
         config = load_gate(gate_path).with_overrides(n=n, order=order, seed=seed, out=out, runs=runs_dir,
                                                      policy=policy, warmup=warmup)
         _check_exports(exports, config)
         off_arm, on_arm = _two_arms(config, off, on)
-        return SeriesRunner(config, off_arm, on_arm, report=_stderr).start()
+        return SeriesRunner(config, off_arm, on_arm, report=_progress).start()
 
     result = _call(work)
     _emit(result.finding, as_json, tuple(str(p) for p in result.finding_paths))

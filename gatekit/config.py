@@ -5,6 +5,8 @@ Every error names the file and the dotted key, so a mistyped path is caught befo
 
 from __future__ import annotations
 
+import math
+import re
 import tomllib
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -23,6 +25,12 @@ SIGMA_REFS = ("arm", "leave_one_out", "history")
 MAX_WARMUP = 2
 ALWAYS_MEASURED = "process_wallclock_s"
 CALIBRATION_FILE = "calibration.toml"  # in the runs folder: the latest `gate calibrate` of this machine
+MAX_RUNS_PER_ARM = 1000  # a bound, so a typo (n = 30000) cannot schedule days of runs
+MIN_SAMPLE_INTERVAL_S = 0.01  # below this the sampler would busy-loop and load the machine it measures
+# Gate ids and arm names become file and folder names (series, runs, findings): no separators, no dots first.
+NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
+NAME_RULE = "1-64 letters, digits, '_', '-' or '.', starting with a letter or digit"
+ENV_NAME_PATTERN = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,6 +136,8 @@ class GateConfig:
             return self.arms[name_or_path]
         candidate = Path(name_or_path)
         if candidate.suffix == ".toml" and candidate.is_file():
+            _check(bool(NAME_PATTERN.fullmatch(candidate.stem)), candidate, "arm name",
+                   f"the file name '{candidate.stem}' names the arm and must be {NAME_RULE}")
             return ArmSpec(name=candidate.stem, config=candidate.resolve())
         known = ", ".join(self.arms) or "none"
         raise ConfigError(
@@ -156,6 +166,7 @@ class GateConfig:
             gate = replace(gate, warmup=warmup)
         if n is not None:
             _check(n >= 1, self.path, "--n", f"must be at least 1, got {n}")
+            _check(n <= MAX_RUNS_PER_ARM, self.path, "--n", f"must be at most {MAX_RUNS_PER_ARM}, got {n}")
             gate = replace(gate, n=n)
         if order is not None:
             _check(order in ORDERS, self.path, "--order", f"must be one of {', '.join(ORDERS)}")
@@ -196,6 +207,10 @@ class _Table:
         ok = isinstance(value, kinds) and not (isinstance(value, bool) and bool not in kinds)
         names = " or ".join(k.__name__.replace("str", "string").replace("float", "number") for k in kinds)
         _check(ok, self.path, self.key(name), f"must be a {names}, got {value!r}")
+        if isinstance(value, float):
+            _check(math.isfinite(value), self.path, self.key(name), f"must be a finite number, got {value!r}")
+        if isinstance(value, str):
+            _check("\0" not in value, self.path, self.key(name), "cannot contain a NUL character")
         if choices:
             _check(value in choices, self.path, self.key(name),
                    f"must be one of {', '.join(map(str, choices))}, got {value!r}")
@@ -204,6 +219,7 @@ class _Table:
     def take_str_list(self, name: str, default: tuple[str, ...] = ()) -> tuple[str, ...]:
         value = self.take(name, list, list(default))
         _check(all(isinstance(v, str) for v in value), self.path, self.key(name), "must be a list of strings")
+        _check(all("\0" not in v for v in value), self.path, self.key(name), "cannot contain NUL characters")
         return tuple(value)
 
     def take_positive(self, name: str, default: float, *, allow_zero: bool = False) -> float:
@@ -270,7 +286,8 @@ def load_gate(path: Path | str) -> GateConfig:
         _check(gate.order == SEQUENTIAL_ORDER or "order" not in explicit, path, "gate.order",
                f"policy = \"sequential\" runs in {SEQUENTIAL_ORDER} order; remove it or set it to {SEQUENTIAL_ORDER}")
         gate = replace(gate, n=SEQUENTIAL_RUNS[0], order=SEQUENTIAL_ORDER)
-    _check(bool(gate.id.strip()) and "/" not in gate.id, path, "gate.id", "must be a non-empty name without '/'")
+    _check(gate.n <= MAX_RUNS_PER_ARM, path, "gate.n", f"must be at most {MAX_RUNS_PER_ARM}, got {gate.n}")
+    _check(bool(NAME_PATTERN.fullmatch(gate.id)), path, "gate.id", f"must be {NAME_RULE}, got {gate.id!r}")
 
     threshold_t = _Table(path, "threshold", root.take("threshold", dict, {}))
     threshold = ThresholdSpec(
@@ -305,6 +322,8 @@ def load_gate(path: Path | str) -> GateConfig:
     )
     rules_t.done()
     _check(rules.max_retries >= 0, path, "rules.max_retries", "must be 0 or more")
+    _check(rules.sample_interval_s >= MIN_SAMPLE_INTERVAL_S, path, "rules.sample_interval_s",
+           f"must be at least {MIN_SAMPLE_INTERVAL_S:g} s, got {rules.sample_interval_s:g}")
 
     driver_t = _Table(path, "driver", root.take("driver", dict))
     driver = DriverSpec(
@@ -327,10 +346,15 @@ def load_gate(path: Path | str) -> GateConfig:
     arms_t = _Table(path, "arms", root.take("arms", dict))
     arms: dict[str, ArmSpec] = {}
     for name in list(arms_t.data):
+        _check(bool(NAME_PATTERN.fullmatch(name)), path, f"arms.{name}", f"an arm name must be {NAME_RULE}")
         arm_t = _Table(path, f"arms.{name}", arms_t.data.pop(name))
         config = arm_t.take("config", str, "")
         env = arm_t.take("env", dict, {})
-        _check(all(isinstance(v, str) for v in env.values()), path, f"arms.{name}.env", "values must be strings")
+        for var, value in env.items():
+            _check(bool(ENV_NAME_PATTERN.fullmatch(var)), path, f"arms.{name}.env.{var}",
+                   "a variable name is letters, digits and '_', not starting with a digit")
+            _check(isinstance(value, str) and "\0" not in value, path, f"arms.{name}.env.{var}",
+                   "must be a string without NUL characters")
         arms[name] = ArmSpec(
             name=name,
             config=_resolve(base, config) if config else None,

@@ -2,8 +2,8 @@
 
 A driver starts one trainer run and reports a RunOutcome. A backend watches the machine the trainer runs
 on (GPU, Mac, CPU): preflight, provenance, telemetry in every run window, and contamination evidence.
-Plugins import only this module, `gatekit.records` and `gatekit.errors`; built-ins register through entry
-points like third-party ones.
+Plugins import only this module, `gatekit.records`, `gatekit.errors` and `gatekit.processes` (stopping a
+trainer and what it spawned); built-ins register through entry points like third-party ones.
 """
 
 from __future__ import annotations

@@ -21,6 +21,7 @@ import tomlkit
 from gatekit import FINDING_SCHEMA, diagnostics, rules, sequential, stats
 from gatekit.config import ALWAYS_MEASURED
 from gatekit.errors import FindingError
+from gatekit.finding_schema import validate_finding
 from gatekit.prereg import DecisionSpec
 from gatekit.records import RunRecord
 from gatekit.schedule import WARMUP_ROUND, needs_seed, order_seed
@@ -80,6 +81,7 @@ class Finding:
         missing = [key for key in SECTIONS if key not in data]
         if missing:
             raise FindingError(f"{source}: missing section(s) {', '.join(missing)}")
+        validate_finding(data, source, decisions=tuple(POLARITY))
         return cls(dict(data))
 
     def to_json(self) -> str:
@@ -111,7 +113,7 @@ def load_finding(path: Path) -> Finding:
     try:
         text = raw.decode("utf-8")
         data = json.loads(text) if path.suffix == ".json" else tomllib.loads(text)
-    except (UnicodeDecodeError, json.JSONDecodeError, tomllib.TOMLDecodeError) as exc:
+    except (UnicodeDecodeError, json.JSONDecodeError, tomllib.TOMLDecodeError, RecursionError, ValueError) as exc:
         raise FindingError(f"{path}: not a readable finding: {exc}") from None
     if not isinstance(data, dict):
         raise FindingError(f"{path}: not a readable finding: top level is not a table")
@@ -145,6 +147,9 @@ def records_table(records: Sequence[RunRecord], primary: str) -> pd.DataFrame:
         error = record.outcome.error
         if not error and value is None:
             error = f"primary metric '{primary}' missing or not a finite number"
+        if not error and value is not None and not value > 0:
+            # Δ is relative to the off arm's mean: a time, a rate or a loss used as primary must be > 0.
+            error = f"primary metric '{primary}' is {value:g}, not a positive number"
         if not error and not record.artifacts_ok:
             error = "hashed artifact changed during the run"
         rows.append({"order": record.order, "arm": record.arm, "label": record.label, "pair": record.pair,

@@ -7,6 +7,7 @@ import os
 import platform
 import subprocess
 import sys
+import time
 from dataclasses import dataclass
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
@@ -15,6 +16,21 @@ from typing import Mapping, Sequence
 from gatekit.records import Record
 
 SOFTWARE = ("gatekit", "click", "pandas", "scipy", "psutil", "tomlkit", "matplotlib", "numpy", "nvidia-ml-py")
+
+# The only environment variables provenance records: the ones that change how a trainer performs.
+# An allow-list, never a deny-list, so a token or password that happens to be set is never written down.
+ENV_ALLOWLIST = (
+    "CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER", "CUDA_LAUNCH_BLOCKING", "CUDA_MODULE_LOADING",
+    "CUBLAS_WORKSPACE_CONFIG", "NVIDIA_VISIBLE_DEVICES", "NVIDIA_TF32_OVERRIDE",
+    "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES",
+    "PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ENABLE_MPS_FALLBACK", "PYTORCH_MPS_HIGH_WATERMARK_RATIO",
+    "XLA_FLAGS", "XLA_PYTHON_CLIENT_PREALLOCATE", "XLA_PYTHON_CLIENT_MEM_FRACTION", "TF_CPP_MIN_LOG_LEVEL",
+    "MTL_DEBUG_LAYER", "MTL_SHADER_VALIDATION", "METAL_DEVICE_WRAPPER_TYPE",
+    "OMP_NUM_THREADS", "OMP_PROC_BIND", "OMP_PLACES", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS",
+    "NUMEXPR_NUM_THREADS", "VECLIB_MAXIMUM_THREADS", "RAYON_NUM_THREADS", "TOKIO_WORKER_THREADS",
+    "PYTHONHASHSEED", "PYTHONOPTIMIZE", "RUSTFLAGS", "CARGO_PROFILE_RELEASE_LTO",
+    "MALLOC_ARENA_MAX", "LD_PRELOAD",
+)
 
 
 def sha256_file(path: Path, chunk_bytes: int = 1 << 20) -> str:
@@ -39,6 +55,24 @@ def hash_artifacts(paths: Sequence[Path]) -> dict[str, str]:
         except FileNotFoundError:
             hashes[str(path)] = "missing"
     return hashes
+
+
+def hash_artifacts_timed(paths: Sequence[Path]) -> tuple[dict[str, str], float]:
+    """hash_artifacts and how long it took (monotonic seconds); always outside a run's timed window."""
+    began = time.perf_counter()
+    hashes = hash_artifacts(paths)
+    return hashes, time.perf_counter() - began
+
+
+def artifact_bytes(paths: Sequence[Path]) -> int:
+    """Total size of the hashed artifacts (missing ones count 0)."""
+    total = 0
+    for path in paths:
+        try:
+            total += path.stat().st_size
+        except OSError:
+            continue
+    return total
 
 
 def changed_artifacts(before: Mapping[str, str], after: Mapping[str, str]) -> list[str]:
@@ -82,6 +116,12 @@ def git_diff_stat(cwd: Path, rev_from: str, rev_to: str) -> str:
     return _git(cwd, "diff", "--stat", rev_from, rev_to) or ""
 
 
+def allowed_environment(environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The allow-listed environment variables that are set (ENV_ALLOWLIST); nothing else, ever."""
+    environ = os.environ if environ is None else environ
+    return {name: environ[name] for name in ENV_ALLOWLIST if name in environ}
+
+
 def host_fingerprint() -> dict[str, object]:
     return {
         "hostname": platform.node(),
@@ -89,6 +129,7 @@ def host_fingerprint() -> dict[str, object]:
         "machine": platform.machine(),
         "cpu_count": os.cpu_count(),
         "python": sys.version.split()[0],
+        "env": allowed_environment(),
     }
 
 

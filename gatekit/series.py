@@ -21,14 +21,16 @@ from gatekit import rules, sequential
 from gatekit.config import ArmSpec, GateConfig, load_gate
 from gatekit.config import SEQUENTIAL_RUNS
 from gatekit.driver import ChosenBackend, Driver, RunRequest, make_backend, make_driver
-from gatekit.errors import PreflightError, SeriesError, SeriesInterrupted
+from gatekit.errors import GatekitError, PreflightError, SeriesError, SeriesInterrupted
 from gatekit.finding import Finding, SeriesEvidence, analyze, records_table, write_finding
 from gatekit.preflight import arm_input, run_checks
 from gatekit.prereg import (PREDECISION_FILE, DecisionSpec, predecision_document, read_predecision,
                             write_predecision)
-from gatekit.provenance import (changed_artifacts, git_diff_stat, git_root, git_state, hash_artifacts,
-                                host_fingerprint, sha256_file, software_versions)
+from gatekit.processes import ignore_further_interrupts, stop_run_processes
+from gatekit.provenance import (artifact_bytes, changed_artifacts, git_diff_stat, git_root, git_state,
+                                hash_artifacts_timed, host_fingerprint, sha256_file, software_versions)
 from gatekit.records import CheckResult, RunRecord, WindowSummary
+from gatekit.sanitize import safe_outcome
 from gatekit.sampler import LoadReader, WindowSampler, read_system_load, samples_csv
 from gatekit.schedule import Slot, extension, needs_seed, order_seed, plan, retry_slots
 from gatekit.storage import Journal, atomic_write_text
@@ -37,6 +39,7 @@ JOURNAL_FILE = "journal.jsonl"
 DONE_FILE = "DONE"
 LOCK_FILE = ".gatekit.lock"
 RESULT_FILE = "result"
+LEFTOVER_GRACE_S = 5.0
 
 Report = Callable[[str], None]
 
@@ -58,31 +61,80 @@ class _State:
     extensions: list[Mapping[str, Any]] = field(default_factory=list)  # sequential policy: stage 2
     problems: list[str] = field(default_factory=list)
     end: Mapping[str, Any] | None = None
+    hash_s: list[float] = field(default_factory=list)  # artifact hashing between runs, seconds each
 
 
 def read_state(series_dir: Path) -> _State:
-    """Replay the journal; the latest run_end of a label wins (a label only re-runs after a cut-off)."""
+    """Replay the journal; the latest run_end of a label wins (a label only re-runs after a cut-off).
+
+    A line that parses but does not hold what gatekit wrote (an edited or damaged journal) is an error
+    naming the journal and the line, never a traceback later on.
+    """
+    path = series_dir / JOURNAL_FILE
     state: _State | None = None
-    for event in Journal(series_dir / JOURNAL_FILE).events():
-        kind = event.get("event")
-        if kind == "series_start":
-            state = _State(start=event)
-        elif state is None:
-            raise SeriesError(f"{series_dir / JOURNAL_FILE}: does not begin with series_start")
-        elif kind == "run_end":
-            record = RunRecord.from_dict(event["record"])
-            state.records[record.label] = record
-        elif kind == "retry":
-            state.retries.append(event)
-        elif kind == "extend":
-            state.extensions.append(event)
-        elif kind == "invalid":
-            state.problems.append(event["reason"])
-        elif kind == "series_end":
-            state.end = event
+    for number, event in enumerate(Journal(path).events(), 1):
+        kind = event.get("event") if isinstance(event, Mapping) else None
+        try:
+            if not isinstance(kind, str):  # (events of kinds a newer gatekit added are skipped below)
+                raise TypeError("not an event object")
+            if kind == "series_start":
+                _check_start(event)
+                state = _State(start=event)
+            elif state is None:
+                raise SeriesError(f"{path}: does not begin with series_start")
+            elif kind == "run_end":
+                record = _checked_record(event["record"])
+                state.records[record.label] = record
+                state.hash_s.extend(float(s) for s in event.get("hash_s", []))
+            elif kind == "retry":
+                _require(event, {"round": int, "replaces": int, "reason": str, "flagged": Mapping})
+                state.retries.append(event)
+            elif kind == "extend":
+                _require(event, {"slots": list})
+                state.extensions.append(event)
+            elif kind == "invalid":
+                state.problems.append(str(event["reason"]))
+            elif kind == "series_end":
+                _require(event, {"provenance_end": Mapping})
+                _require(event["provenance_end"], {"artifacts": Mapping, "git": Mapping,
+                                                   **({"hash_s": (int, float)} if "hash_s" in event["provenance_end"] else {})})
+                state.end = event
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise SeriesError(f"{path}: event {number} ({kind!r}) is not what gatekit wrote ({exc!r}); the "
+                              "journal was edited or damaged") from None
     if state is None:
-        raise SeriesError(f"{series_dir / JOURNAL_FILE}: empty journal; the series never started")
+        raise SeriesError(f"{path}: empty journal; the series never started")
     return state
+
+
+def _require(table: Any, fields: Mapping[str, type | tuple[type, ...]]) -> None:
+    if not isinstance(table, Mapping):
+        raise TypeError(f"expected a table, got {type(table).__name__}")
+    for name, kind in fields.items():
+        if not isinstance(table[name], kind) or (kind is int and isinstance(table[name], bool)):
+            raise TypeError(f"{name} is {type(table[name]).__name__}")
+
+
+def _check_start(event: Mapping[str, Any]) -> None:
+    _require(event, {"series_id": str, "finding_id": str, "date": str, "gate_path": str, "gate_sha256": str,
+                     "predecision_sha256": str, "off_arm": str, "on_arm": str, "out_dir": str, "schedule": list,
+                     "arms": Mapping, "provenance_start": Mapping})
+    for slot in event["schedule"]:
+        _require(slot, {"arm": str, "round": int})
+    for arm in event["arms"].values():
+        _require(arm, {"config": str, "args": list, "env": Mapping})
+    _require(event["provenance_start"], {"artifacts": Mapping, "git": Mapping, "host": Mapping, "software": Mapping})
+    if "hashing" in event["provenance_start"]:  # journals of earlier versions have no hashing record
+        _require(event["provenance_start"]["hashing"], {"artifact_bytes": int, "hash_s": (int, float)})
+
+
+def _checked_record(data: Any) -> RunRecord:
+    _require(data, {"order": int, "arm": str, "label": str, "pair": int, "outcome": Mapping, "window": Mapping})
+    _require(data["outcome"], {"process_wallclock_s": (int, float), "metrics": Mapping, "config": Mapping})
+    _require(data["window"], {"samples": int})
+    if not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in data["outcome"]["metrics"].values()):
+        raise TypeError("a metric is not a number")
+    return RunRecord.from_dict(data)
 
 
 def replacements(retries: Sequence[Mapping[str, Any]]) -> dict[int, rules.Replacement]:
@@ -120,19 +172,24 @@ def runs_lock(runs_dir: Path) -> Iterator[None]:
 
 @contextmanager
 def _interrupt_on_sigterm() -> Iterator[None]:
-    """Turn SIGTERM into KeyboardInterrupt so a stopped series is cleaned up and journaled like Ctrl-C."""
+    """Turn SIGTERM and SIGHUP (a closed terminal or ssh session) into KeyboardInterrupt, so a stopped
+    series is cleaned up and journaled like Ctrl-C instead of leaving its trainer running."""
     def raise_interrupt(signum: int, frame: object) -> None:
         raise KeyboardInterrupt(f"signal {signum}")
 
     try:
-        previous = signal.signal(signal.SIGTERM, raise_interrupt)
+        # SIGINT's handler is saved too: handling an interrupt ignores further ones until this block ends.
+        previous = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+        for sig in (signal.SIGTERM, signal.SIGHUP):
+            signal.signal(sig, raise_interrupt)
     except ValueError:  # not the main thread: leave signals alone
         yield
         return
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
 
 
 class SeriesRunner:
@@ -188,8 +245,22 @@ class SeriesRunner:
                               f"gives {self.backend.name} ({self.backend.detail}); resume it where it started")
         self.spec = DecisionSpec.from_dict(predecision["decision"])  # the rules as frozen, not as read now
         with runs_lock(series_dir.parent):
+            journal = Journal(series_dir / JOURNAL_FILE)
+            # Holding the lock, no gate process owns this series: whatever still runs in one of its run
+            # directories is a trainer orphaned by a killed gate, and would load the runs to come.
+            leftovers = [pid for prefix in dict.fromkeys((series_dir.absolute(), series_dir.resolve()))
+                         for pid in stop_run_processes(prefix, LEFTOVER_GRACE_S)]
+            if leftovers:
+                journal.append("leftovers_stopped", pids=leftovers)
+                self.report(f"stopped {len(leftovers)} leftover trainer process(es) of the interrupted run: "
+                            + ", ".join(f"pid {pid}" for pid in leftovers))
+            if state.end is None and not state.problems:
+                failed = [c for c in self.preflight() if not c.ok]
+                if failed:
+                    raise PreflightError("preflight failed, nothing more ran: "
+                                         + "; ".join(f"{c.name}: {c.detail}" for c in failed))
             self.report(f"resuming {series_dir.name}: {len(state.records)} run(s) already done")
-            return self._execute(series_dir, Journal(series_dir / JOURNAL_FILE))
+            return self._execute(series_dir, journal)
 
     # -- steps -----------------------------------------------------------------------------------
 
@@ -201,7 +272,7 @@ class SeriesRunner:
         derived = spec.seed is None and needs_seed(spec.order)
         schedule = None if derived else plan(self.off.name, self.on.name, spec.n, spec.order, spec.seed or 0,
                                              spec.warmup)
-        artifacts = hash_artifacts(config.driver.hash)
+        artifacts, hash_s = hash_artifacts_timed(config.driver.hash)
         driver_info = {"name": config.driver.name, "timeout_s": config.driver.timeout_s,
                        "hash": [str(p) for p in config.driver.hash], "busy_pattern": config.driver.busy_pattern,
                        **{k: v for k, v in config.driver.options.items() if k != "env"}}
@@ -227,7 +298,9 @@ class SeriesRunner:
                   for a in (self.off, self.on)},
             provenance_start={"artifacts": artifacts, "git": git_state(git_dir).to_dict(),
                               "host": host_fingerprint(), "software": software_versions(),
-                              "backend": {"name": self.backend.name, **self.backend.backend.provenance()}},
+                              "backend": {"name": self.backend.name, **self.backend.backend.provenance()},
+                              "hashing": {"artifact_bytes": artifact_bytes(config.driver.hash),
+                                          "hash_s": hash_s}},
         )
         self.report(f"preregistered {series_dir / PREDECISION_FILE} (sha256 {predecision_sha[:12]}…)")
 
@@ -244,10 +317,17 @@ class SeriesRunner:
         slots += [Slot.from_dict(s) for e in state.extensions for s in e["slots"]]
         with _interrupt_on_sigterm():
             try:
+                if state.end is not None or state.problems:  # ended (invalid or finished) before its finding
+                    return self._finish(series_dir, journal, state)
                 return self._run_pending(series_dir, journal, state, slots)
             except KeyboardInterrupt:  # between runs (a run in flight raises SeriesInterrupted itself)
+                ignore_further_interrupts()
                 journal.append("interrupted", label="")
                 raise SeriesInterrupted(f"interrupted; resume with: gate run --resume {series_dir}") from None
+            except OSError as exc:  # a full or read-only disk under the series directory
+                raise SeriesError(f"{exc.filename or series_dir}: {exc.strerror or exc}; every finished run is "
+                                  f"in the journal — fix it, then continue with: gate run --resume {series_dir}"
+                                  ) from None
 
     def _run_pending(self, series_dir: Path, journal: Journal, state: _State, slots: list[Slot]) -> SeriesResult:
         start_artifacts = state.start["provenance_start"]["artifacts"]
@@ -262,18 +342,19 @@ class SeriesRunner:
                 self.report(f"[{index}/{total}] {slot.label} starting; elapsed "
                             f"{time.monotonic() - series_began:.0f} s"
                             + (f", about {eta:.0f} s left" if eta is not None else ""))
-                before = hash_artifacts(self.config.driver.hash)
+                before, hash_before_s = hash_artifacts_timed(self.config.driver.hash)
                 changed = changed_artifacts(start_artifacts, before)
                 if changed:
                     return self._abort(series_dir, journal, state, changed)
                 began = time.monotonic()
                 record = self._run_slot(series_dir, journal, slot, order=len(state.records) + 1)
                 durations.append(time.monotonic() - began)
-                after = hash_artifacts(self.config.driver.hash)
+                after, hash_after_s = hash_artifacts_timed(self.config.driver.hash)
                 changed = changed_artifacts(start_artifacts, after)
                 if changed:
                     record = RunRecord.from_dict({**record.to_dict(), "artifacts_ok": False})
-                journal.append("run_end", record=record.to_dict())
+                journal.append("run_end", record=record.to_dict(), hash_s=[hash_before_s, hash_after_s])
+                state.hash_s += [hash_before_s, hash_after_s]
                 state.records[record.label] = record
                 self.report(_run_line(record, self.spec.primary))
                 if changed:
@@ -359,8 +440,9 @@ class SeriesRunner:
                                 telemetry=backend.sample)
         try:
             with sampler:
-                outcome = self.driver.run(request)
+                outcome = safe_outcome(self.driver.run(request))
         except KeyboardInterrupt:
+            ignore_further_interrupts()
             journal.append("interrupted", label=slot.label)
             atomic_write_text(run_dir / "samples.csv", samples_csv(sampler.samples))
             raise SeriesInterrupted(f"interrupted during {slot.label}; resume with: gate run --resume "
@@ -383,14 +465,20 @@ class SeriesRunner:
 
     def _finish(self, series_dir: Path, journal: Journal, state: _State) -> SeriesResult:
         start = state.start
-        git_dir = self.config.base_dir
-        end_git = git_state(git_dir).to_dict()
-        provenance_end = {"artifacts": hash_artifacts(self.config.driver.hash), "git": end_git}
-        journal.append("series_end", provenance_end=provenance_end,
-                       finished=_now().isoformat(timespec="seconds"))
+        if state.end is None:  # a resumed series whose finding could not be written has ended already
+            git_dir = self.config.base_dir
+            end_git = git_state(git_dir).to_dict()
+            artifacts, hash_s = hash_artifacts_timed(self.config.driver.hash)
+            provenance_end = {"artifacts": artifacts, "git": end_git, "hash_s": hash_s}
+            journal.append("series_end", provenance_end=provenance_end,
+                           finished=_now().isoformat(timespec="seconds"))
         # Analyse from the journal on disk, exactly as `gate analyze` will, so both always agree.
         finding = analyze(evidence_from_state(series_dir, read_state(series_dir)))
-        paths = write_finding(finding, Path(start["out_dir"]))
+        try:
+            paths = write_finding(finding, Path(start["out_dir"]))
+        except GatekitError as exc:
+            raise SeriesError(f"{exc}. The series itself is complete and journaled in {series_dir}: fix the "
+                              f"folder, then write the finding with: gate run --resume {series_dir}") from None
         atomic_write_text(series_dir / DONE_FILE, f"{finding.decision}\n{paths[0]}\n")
         return SeriesResult(series_dir, finding, paths)
 
@@ -450,6 +538,14 @@ def evidence_from_state(series_dir: Path, state: _State) -> SeriesEvidence:
     }
     if "backend" in start["provenance_start"]:
         provenance["backend"] = start["provenance_start"]["backend"]
+    hashing = start["provenance_start"].get("hashing")
+    if hashing is not None:  # how long sha256 of the artifacts took, all of it outside the timed windows
+        between = list(state.hash_s)
+        end_s = state.end["provenance_end"].get("hash_s") if state.end is not None else None
+        provenance["hashing"] = {
+            "artifact_bytes": hashing["artifact_bytes"], "series_start_s": hashing["hash_s"],
+            "between_runs_count": len(between), "between_runs_max_s": max(between, default=0.0),
+            "total_s": hashing["hash_s"] + sum(between) + (end_s or 0.0)}
     warnings: list[str] = []
     problems = list(state.problems)
     if state.end is not None:
@@ -496,9 +592,20 @@ def analyze_series(series_dir: Path) -> Finding:
 
 
 def load_series_gate(series_dir: Path, gate_path: Path | None) -> GateConfig:
-    """The gate file a series was started with (or the one given, which must be the same file)."""
+    """The gate file a series was started with (or the one given, which must be the same file).
+
+    Its hash is checked before it is parsed, so an edited gate file is refused as changed (naming both
+    hashes) even when the edit also broke it.
+    """
     start = read_state(series_dir).start
-    return load_gate(gate_path or Path(start["gate_path"]))
+    registered = Path(start["gate_path"])
+    path = (gate_path or registered).resolve()
+    if path == registered and path.is_file():
+        current = sha256_file(path)
+        if current != start["gate_sha256"]:
+            raise SeriesError(f"{path}: changed since the series started (sha256 {start['gate_sha256']} -> "
+                              f"{current}); restore it or start a new series")
+    return load_gate(path)
 
 
 def arms_of_series(series_dir: Path, config: GateConfig) -> tuple[ArmSpec, ArmSpec]:

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any, Iterator, Mapping
 
 from gatekit.errors import GatekitError, SeriesError
+from gatekit.processes import signals_deferred
 
 
 def atomic_write_bytes(path: Path, data: bytes) -> None:
@@ -21,8 +22,10 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as exc:
         Path(tmp).unlink(missing_ok=True)
+        if isinstance(exc, OSError) and exc.filename is None:
+            exc.filename = str(path)  # a failed write() names no file; the error message should
         raise
     _fsync_dir(path.parent)
 
@@ -49,17 +52,47 @@ def write_output(path: Path, text: str, what: str) -> None:
 
 
 class Journal:
-    """`journal.jsonl`: one JSON event a line, flushed and fsynced before the call returns."""
+    """`journal.jsonl`: one JSON event a line, flushed and fsynced before the call returns.
+
+    An event is written whole or not at all: signals are held back while it is written, a failed write is
+    truncated away, and a line torn by a kill (no newline at the end of the file) is dropped before the
+    next event is appended, so it can never end up in the middle of the journal.
+    """
 
     def __init__(self, path: Path) -> None:
         self.path = path
+        self._tail_checked = False
 
     def append(self, event: str, **fields: Any) -> None:
-        line = json.dumps({"event": event, **fields}, sort_keys=True, allow_nan=False)
-        with self.path.open("a", encoding="utf-8") as handle:
-            handle.write(line + "\n")
-            handle.flush()
-            os.fsync(handle.fileno())
+        data = (json.dumps({"event": event, **fields}, sort_keys=True, allow_nan=False) + "\n").encode("utf-8")
+        with signals_deferred():
+            size = 0
+            try:
+                fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
+            except OSError as exc:
+                raise self._failed(event, exc) from None
+            try:
+                size = os.lseek(fd, 0, os.SEEK_END)
+                if size and not self._tail_checked:
+                    size = _drop_torn_tail(fd, size)
+                self._tail_checked = True
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(fd, view):]
+                os.fsync(fd)
+            except OSError as exc:
+                try:
+                    os.ftruncate(fd, size)
+                except OSError:
+                    pass  # the reader ignores a torn last line; the next append drops it
+                raise self._failed(event, exc) from None
+            finally:
+                os.close(fd)
+
+    def _failed(self, event: str, exc: OSError) -> SeriesError:
+        return SeriesError(f"{self.path}: cannot record the '{event}' event: {exc.strerror or exc}; every "
+                           "earlier event is intact — free space or fix permissions, then continue with: "
+                           f"gate run --resume {self.path.parent}")
 
     def events(self) -> Iterator[Mapping[str, Any]]:
         """Every complete event; a torn last line (killed mid-write) is ignored, anything else is an error."""
@@ -76,3 +109,13 @@ class Journal:
                 if number == len(lines):  # the last line lacks its newline: a write was cut off
                     return
                 raise SeriesError(f"{self.path}: line {number} is not a JSON event; the journal is damaged") from None
+
+
+def _drop_torn_tail(fd: int, size: int) -> int:
+    """Cut a last line without its newline (a write killed mid-way); returns the new size."""
+    if os.pread(fd, 1, size - 1) == b"\n":
+        return size
+    content = os.pread(fd, size, 0)
+    keep = content.rfind(b"\n") + 1
+    os.ftruncate(fd, keep)
+    return keep

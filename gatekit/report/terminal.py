@@ -3,9 +3,36 @@
 from __future__ import annotations
 
 import math
-from typing import Any
+import unicodedata
+from typing import Any, Mapping
 
 from gatekit.finding import Finding
+
+# Bidirectional overrides and isolates can make a terminal show text in another order than it is stored.
+_BIDI = {"\u200e", "\u200f", *map(chr, range(0x202A, 0x202F)), *map(chr, range(0x2066, 0x206A))}
+
+
+def clean_terminal_text(text: str) -> str:
+    """`text` with control characters (ESC, CR, newline, ...) and bidi overrides shown as escapes.
+
+    Trainer-supplied strings (config keys, reasons built from them) reach the terminal through findings
+    and errors; an escape sequence or a newline in them must not recolor, clear or forge summary lines.
+    """
+    if text.isprintable() and not (_BIDI & set(text)):
+        return text
+    return "".join(
+        ch if ch.isprintable() and ch not in _BIDI and unicodedata.category(ch) != "Cc"
+        else ch.encode("unicode_escape").decode("ascii") for ch in text)
+
+
+def _display_safe(value: Any) -> Any:
+    if isinstance(value, str):
+        return clean_terminal_text(value)
+    if isinstance(value, Mapping):
+        return {clean_terminal_text(str(k)): _display_safe(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_display_safe(v) for v in value]
+    return value
 
 
 def _num(value: Any, digits: int = 4) -> str:
@@ -25,7 +52,8 @@ def render_table(header: list[str], rows: list[list[str]], right: set[int]) -> l
 
 
 def summary(finding: Finding, paths: tuple[str, ...] = ()) -> str:
-    data = finding.data
+    data = _display_safe(finding.data)
+    paths = tuple(clean_terminal_text(p) for p in paths)
     gate, s, verdict = data["gate"], data["stats"], data["verdict"]
     primary = gate["primary"]
     guard_names = list(data["guards"])
@@ -37,7 +65,7 @@ def summary(finding: Finding, paths: tuple[str, ...] = ()) -> str:
         rows.append([str(run["order"]), run["arm"], run["label"], _num(value),
                      *[_num(run["metrics"].get(g)) for g in guard_names],
                      f"{_num(window.get('load1_mean'), 2)} / {_num(window.get('load1_max'), 2)}",
-                     "yes" if run["used"] else f"no ({run['reason']})"])
+                     "yes" if run["used"] else f"no ({run.get('reason', '')})"])
     right = {0, 3, *range(4, 4 + len(guard_names)), 4 + len(guard_names)}
     seq = data.get("sequential")
     size = f"n={'→'.join(str(n) for n in seq['runs_per_arm'])}, sequential" if seq else f"n={gate['n']}"

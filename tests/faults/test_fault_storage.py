@@ -1,0 +1,117 @@
+"""A findings folder that cannot be written, and a runs folder whose disk fills up mid-series.
+
+Real file-system errors: a read-only or 4 KiB tmpfs mounted in a private mount namespace (`unshare -r -m`,
+no root needed on the host). The journal and every finished run survive; a resume writes the finding.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from gatekit.storage import Journal
+from gatekit.errors import SeriesError
+from tests.conftest import gate_cli
+from tests.faults.faultkit import (assert_journal_consistent, fault_gate, in_mount_namespace,
+                                   mount_namespace_available)
+
+SIX = ["off-r1", "on-r1", "off-r2", "on-r2", "off-r3", "on-r3"]
+needs_namespace = pytest.mark.skipif(not mount_namespace_available(),
+                                     reason="needs `unshare -r -m` to mount a tmpfs (user namespaces disabled)")
+
+
+def _check_failed_finding_write(g, code: int, stderr: str, why: str) -> Path:
+    assert code == 2, stderr
+    (line,) = [line for line in stderr.splitlines() if line.startswith("gate: error: ")]
+    series = g.series()
+    assert str(g.root / "findings") in line and why in line
+    assert "The series itself is complete and journaled" in line and f"gate run --resume {series}" in line
+    journal = assert_journal_consistent(series)
+    assert [e["record"]["label"] for e in journal if e["event"] == "run_end"] == SIX
+    assert journal[-1]["event"] == "series_end" and not (series / "DONE").exists()
+    return series
+
+
+def _resume_writes_the_finding(g, series: Path) -> None:
+    done = gate_cli("run", "--resume", str(series), cwd=g.root)
+    assert done.returncode == 0, done.stderr
+    assert g.order() == SIX  # no run was repeated
+    journal = assert_journal_consistent(series)
+    assert [e["event"] for e in journal].count("series_end") == 1
+    assert (series / "DONE").exists() and g.finding()["verdict"]["decision"] == "adopted"
+    analyzed = gate_cli("analyze", str(series), "--json", cwd=g.root)
+    assert json.loads(analyzed.stdout) == g.finding()
+
+
+@needs_namespace
+@pytest.mark.parametrize("mount, why", [("-o ro", "Read-only file system"),
+                                        ("-o size=4k", "No space left on device")], ids=["read-only", "full"])
+def test_findings_folder_unwritable_or_full(tmp_path: Path, mount: str, why: str) -> None:
+    g = fault_gate(tmp_path / "g")
+    (g.root / "findings").mkdir()
+    done = in_mount_namespace(
+        f"mount -t tmpfs {mount} tmpfs findings && cd . && $GATE run off on >out.txt 2>err.txt; echo $? >rc.txt",
+        cwd=g.root)
+    assert done.returncode == 0, done.stderr
+    code, stderr = int((g.root / "rc.txt").read_text()), (g.root / "err.txt").read_text()
+    series = _check_failed_finding_write(g, code, stderr, why)
+    assert not any((g.root / "findings").iterdir())  # the tmpfs is gone; nothing half-written is left here
+    _resume_writes_the_finding(g, series)
+
+
+def test_findings_path_blocked_by_a_file(tmp_path: Path) -> None:
+    # No namespace needed: a file where the folder should be is an unwritable findings folder too.
+    g = fault_gate(tmp_path / "g")
+    (g.root / "findings").write_text("not a folder")
+    done = gate_cli("run", "off", "on", cwd=g.root)
+    series = _check_failed_finding_write(g, done.returncode, done.stderr, "cannot write the finding")
+    (g.root / "findings").unlink()
+    _resume_writes_the_finding(g, series)
+
+
+@needs_namespace
+def test_runs_folder_full_mid_series_then_resume(tmp_path: Path) -> None:
+    # on-r2 fills the runs disk after writing its result: gatekit meets ENOSPC writing that run's files.
+    g = fault_gate(tmp_path / "g", on={"fill": ["on-r2"]})
+    (g.root / "runs").mkdir()
+    script = """
+mount -t tmpfs -o size=1m tmpfs runs
+$GATE run off on >out1.txt 2>err1.txt; echo $? >rc1.txt
+cp -a runs saved-at-failure
+rm -f runs/*/on-r2/filler.bin
+$GATE run --resume "$(ls -d runs/*/)" >out2.txt 2>err2.txt; echo $? >rc2.txt
+cp -a runs saved-after-resume
+"""
+    done = in_mount_namespace(script, cwd=g.root)
+    assert done.returncode == 0, done.stderr
+    read = lambda name: (g.root / name).read_text()  # noqa: E731
+    assert read("rc1.txt").strip() == "2", read("err1.txt")
+    (line,) = [line for line in read("err1.txt").splitlines() if line.startswith("gate: error: ")]
+    assert "No space left on device" in line and "gate run --resume" in line
+    assert "/on-r2/" in line  # names the file it could not write
+    (at_failure,) = [p for p in (g.root / "saved-at-failure").iterdir() if p.is_dir()]
+    journal = assert_journal_consistent(at_failure)  # every line whole, every finished run intact
+    assert [e["record"]["label"] for e in journal if e["event"] == "run_end"] == ["off-r1", "on-r1", "off-r2"]
+    assert journal[-1] == {**journal[-1], "event": "run_start", "label": "on-r2"}
+
+    assert read("rc2.txt").strip() == "0", read("err2.txt")
+    (after,) = [p for p in (g.root / "saved-after-resume").iterdir() if p.is_dir()]
+    journal = assert_journal_consistent(after)
+    assert [e["record"]["label"] for e in journal if e["event"] == "run_end"] == SIX
+    assert (after / "DONE").exists() and (after / "on-r2.cut-1").is_dir()
+    assert g.finding()["verdict"]["decision"] == "adopted"
+    assert [r["label"] for r in g.finding()["runs"]] == SIX
+    shutil.rmtree(g.root / "saved-at-failure")
+
+
+def test_a_journal_that_cannot_be_written_is_a_clear_error(tmp_path: Path) -> None:
+    journal_path = tmp_path / "series" / "journal.jsonl"
+    journal_path.mkdir(parents=True)  # a folder where the journal should be: every append fails
+    with pytest.raises(SeriesError) as caught:
+        Journal(journal_path).append("run_start", label="off-r1")
+    message = str(caught.value)
+    assert str(journal_path) in message and "cannot record the 'run_start' event" in message
+    assert f"gate run --resume {journal_path.parent}" in message

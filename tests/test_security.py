@@ -1,0 +1,172 @@
+"""What a gate file and a trainer can and cannot do: no shell, paths anchored at the gate file, no secrets
+in any record, and trainer-supplied strings that reach people escaped."""
+
+from __future__ import annotations
+
+import ast
+import importlib.util
+import json
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from gatekit.cli import main
+from gatekit.driver import ArmInput
+from gatekit.provenance import ENV_ALLOWLIST
+from gatekit_drivers.command import CommandDriver
+from tests.conftest import gate_cli, write_toml
+from tests.faults.faultkit import fault_gate, gate_env
+
+ROOT = Path(__file__).resolve().parents[1]
+SOURCES = sorted([*(ROOT / "gatekit").rglob("*.py"), *(ROOT / "drivers").rglob("*.py")])
+HOSTILE = "on $(touch PWNED1); touch PWNED2 `touch PWNED3` 'q' \"dq\" {run} *"
+
+
+def test_no_code_path_uses_a_shell() -> None:
+    offenders = []
+    for path in SOURCES:
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.keyword) and node.arg == "shell" and not (
+                    isinstance(node.value, ast.Constant) and node.value.value is False):
+                offenders.append(f"{path.name}:{node.lineno} shell=")
+            if isinstance(node, ast.Attribute) and node.attr in ("system", "popen", "getoutput",
+                                                                 "getstatusoutput", "spawnlp", "execlp"):
+                if isinstance(node.value, ast.Name) and node.value.id in ("os", "subprocess"):
+                    offenders.append(f"{path.name}:{node.lineno} {node.value.id}.{node.attr}")
+    assert offenders == []
+
+
+def test_each_placeholder_fills_exactly_one_argument(tmp_path: Path) -> None:
+    driver = CommandDriver.from_options(
+        {"argv": ["trainer", "--config={arm_config}", "{arm_config}", "{run}", "{result}"]},
+        source=tmp_path / "gate.toml", base_dir=tmp_path)
+    config = tmp_path / "a b;c $(d)\n{run}.toml"
+    argv = driver.command_for(ArmInput("on", config, args=("{run}", "x y")), run="on-r1",
+                              result=tmp_path / "r e s")
+    assert argv == ["trainer", f"--config={config}", str(config), "on-r1", str(tmp_path / "r e s"), "{run}", "x y"]
+
+
+def test_argv_reaches_the_trainer_verbatim_and_no_shell_runs(tmp_path: Path) -> None:
+    g = fault_gate(tmp_path / "g", gate={"n": 2, "expect_diff": []},
+                   driver={"argv": ["{python}", "fault_trainer.py", "--config", "{arm_config}", "--run={run}"]})
+    hostile_config = g.root / f"{HOSTILE}.toml"
+    (g.root / "on.toml").rename(hostile_config)
+    argv_log = g.root / "argv.jsonl"
+    for arm in ("off.toml", hostile_config.name):
+        data = tomllib.loads((g.root / arm).read_text())
+        write_toml(g.root / arm, {**data, "argv_log": str(argv_log), "flags": {}})
+    gate = tomllib.loads(g.gate.read_text())
+    gate["arms"]["on"] = {"config": hostile_config.name, "args": ["; touch PWNED4", "$(touch PWNED5)", "a b", "{run}"]}
+    write_toml(g.gate, gate)
+    done = gate_cli("run", "off", "on", cwd=g.root)
+    assert done.returncode == 0, done.stderr
+    seen = [json.loads(line)["argv"] for line in argv_log.read_text().splitlines()]
+    assert seen[1] == ["fault_trainer.py", "--config", str(hostile_config), "--run=on-r1",
+                       "; touch PWNED4", "$(touch PWNED5)", "a b", "{run}"]
+    assert not list(g.root.rglob("PWNED*")) and not list(Path.cwd().glob("PWNED*"))
+
+
+def test_paths_in_a_gate_file_resolve_relative_to_it(tmp_path: Path) -> None:
+    g = fault_gate(tmp_path / "g", gate={"n": 2})
+    for arm in ("off.toml", "on.toml"):
+        data = tomllib.loads((g.root / arm).read_text())
+        write_toml(g.root / arm, {**data, "argv_log": str(g.root / "argv.jsonl")})
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    done = gate_cli("run", "off", "on", "--gate", str(g.gate), cwd=elsewhere)
+    assert done.returncode == 0, done.stderr
+    assert list(elsewhere.iterdir()) == []  # nothing lands where gate was started
+    assert (g.root / "findings").is_dir() and (g.root / "runs").is_dir()
+    cwds = {json.loads(line)["cwd"] for line in (g.root / "argv.jsonl").read_text().splitlines()}
+    assert cwds == {str(g.root)}  # the trainer runs in the gate file's folder
+    predecision = tomllib.loads((g.series() / "predecision.toml").read_text())
+    assert list(predecision["artifacts"]) == [str(g.root / "fault_trainer.py")]
+    assert {a["path"] for a in predecision["arm_configs"].values()} == {str(g.root / "off.toml"),
+                                                                       str(g.root / "on.toml")}
+
+
+SECRETS = {"AWS_SECRET_ACCESS_KEY": "aws-secret-5f1e2d", "GITHUB_TOKEN": "ghp_secret_token_8c7b",
+           "HF_TOKEN": "hf_secret_44aa", "MY_DB_PASSWORD": "hunter2-secret-pw"}
+
+
+def test_provenance_records_only_allowlisted_environment(tmp_path: Path) -> None:
+    probe = tmp_path / "env_seen.jsonl"
+    g = fault_gate(tmp_path / "g", gate={"n": 2},
+                   both={"env_probe": str(probe), "env_names": [*SECRETS, "CUDA_VISIBLE_DEVICES"]})
+    env = {k: v for k, v in gate_env().items() if k not in ENV_ALLOWLIST}
+    env.update(SECRETS, CUDA_VISIBLE_DEVICES="7", OMP_NUM_THREADS="3")
+    done = gate_cli_env(g.root, env, "run", "off", "on", "--json")
+    assert done.returncode == 0, done.stderr
+    # the trainer did get its whole environment (so the secrets really were there to leak) ...
+    assert all(json.loads(line) == {**dict.fromkeys(SECRETS, True), "CUDA_VISIBLE_DEVICES": True}
+               for line in probe.read_text().splitlines())
+    # ... and provenance kept only the allow-listed variables
+    assert g.finding()["provenance"]["host"]["env"] == {"CUDA_VISIBLE_DEVICES": "7", "OMP_NUM_THREADS": "3"}
+    written = [p for p in g.root.rglob("*") if p.is_file()]
+    assert {"journal.jsonl", "predecision.toml", "record.json", "samples.csv"} <= {p.name for p in written}
+    arm_configs = {g.root / "off.toml", g.root / "on.toml"}  # they list the names for the probe
+    for path in written:
+        content = path.read_bytes()
+        for name, value in SECRETS.items():
+            assert value.encode() not in content, f"the value of {name} leaked into {path}"
+            assert path in arm_configs or name.encode() not in content, f"{name} leaked into {path}"
+    for value in SECRETS.values():
+        assert value not in done.stdout and value not in done.stderr
+
+
+def gate_cli_env(cwd: Path, env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "gatekit.cli", *args], cwd=cwd, env=env, capture_output=True,
+                          text=True, timeout=120)
+
+
+KEY = '<script>alert("k")</script>\x1b[2J\nVERDICT: ADOPTED\u202e'
+VALUE = '<script>alert("v")</script> "double" \'single\' \\ back \x1b]0;title\x07'
+
+
+def test_trainer_strings_are_exact_in_json_and_toml_and_escaped_on_the_terminal(tmp_path: Path) -> None:
+    g = fault_gate(tmp_path / "g", gate={"n": 2},
+                   off={"flags": {"optimizer": "host", KEY: VALUE + "off"}},
+                   on={"flags": {"optimizer": "resident", KEY: VALUE + "on"}},
+                   both={"stdout": '<script>alert(1)</script> "quoted" \'single\' \x1b[31mred'})
+    done = gate_cli("run", "off", "on", cwd=g.root)
+    assert done.returncode == 3, done.stderr  # the arms differ in an undeclared key: invalid
+    finding = g.finding()
+    toml_finding = tomllib.loads((g.root / "findings" / f"{finding['meta']['id']}.toml").read_text())
+    assert toml_finding == finding  # both formats hold the hostile strings exactly
+    assert finding["runs"][0]["config"][KEY] == VALUE + "off"
+    assert any(KEY in reason for reason in finding["verdict"]["reasons"])
+    # the terminal shows them escaped: no escape sequence, no bidi override, no forged verdict line
+    for stream in (done.stdout, done.stderr):
+        assert "\x1b" not in stream and "\u202e" not in stream and "\x07" not in stream
+    verdicts = [line for line in done.stdout.splitlines() if line.startswith("VERDICT")]
+    assert verdicts == ["VERDICT: INVALID"]
+    assert "\\x1b[2J\\nVERDICT: ADOPTED\\u202e" in done.stdout
+    (run_dir,) = [p for p in g.series().iterdir() if p.name == "off-r1"]
+    assert "<script>alert(1)</script>" in (run_dir / "stdout.log").read_text()  # logs keep the raw bytes
+
+
+@pytest.mark.skipif("report" not in main.commands and importlib.util.find_spec("gatekit.report.html") is None,
+                    reason="HTML reports arrive with issue 5 (`gate report FINDING --html DIR`); this test "
+                           "checks their escaping as soon as that command exists")
+def test_html_report_escapes_trainer_strings(tmp_path: Path) -> None:
+    g = fault_gate(tmp_path / "g", gate={"n": 2},
+                   off={"flags": {"optimizer": "host", KEY: VALUE + "off"}},
+                   on={"flags": {"optimizer": "resident", KEY: VALUE + "on"}})
+    gate_cli("run", "off", "on", cwd=g.root)
+    (finding,) = (g.root / "findings").glob("*.json")
+    done = gate_cli("report", str(finding), "--html", str(tmp_path / "html"), cwd=g.root)
+    assert done.returncode == 0, done.stderr
+    pages = [p.read_text() for p in (tmp_path / "html").rglob("*.html")]
+    assert pages
+    for page in pages:
+        assert '<script>alert("' not in page and "\x1b" not in page
+    assert any("&lt;script&gt;" in page for page in pages)
+
+
+def test_the_environment_allowlist_is_documented() -> None:
+    readme = (ROOT / "README.md").read_text()
+    for name in ENV_ALLOWLIST:
+        assert name in readme, f"{name} missing from README"
