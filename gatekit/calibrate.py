@@ -8,7 +8,6 @@ any comparison: measure the noise and the warm-up of the system first, then plan
 
 from __future__ import annotations
 
-import datetime as dt
 import json
 import math
 from dataclasses import dataclass, field
@@ -28,7 +27,7 @@ from gatekit.preflight import arm_input, run_checks
 from gatekit.provenance import changed_artifacts, hash_artifacts, host_fingerprint, software_versions
 from gatekit.records import RunRecord, WindowSummary
 from gatekit.sampler import LoadReader, WindowSampler, read_system_load, samples_csv
-from gatekit.series import runs_lock
+from gatekit.series import _now, runs_lock
 from gatekit.storage import Journal, atomic_write_text, write_output
 
 CALIBRATION_SCHEMA = "gatekit.calibration/1"
@@ -202,7 +201,7 @@ def run_calibration(config: GateConfig, arm: ArmSpec, n: int, *, min_effect_pct:
     primary = config.gate.primary
     effect = config.threshold.floor_pct if min_effect_pct is None else min_effect_pct
     with runs_lock(runs_dir):
-        now = dt.datetime.now().astimezone()
+        now = _now()
         series_dir = runs_dir / f"calibrate-{arm.name}-{now:%Y%m%d-%H%M%S}"
         suffix = 1
         while series_dir.exists():
@@ -217,7 +216,7 @@ def run_calibration(config: GateConfig, arm: ArmSpec, n: int, *, min_effect_pct:
         for k in range(1, n + 1):
             label = f"{arm.name}-r{k}"
             report(f"[{k}/{n}] {label} starting")
-            started_at = dt.datetime.now().astimezone().isoformat(timespec="seconds")
+            started_at = _now().isoformat(timespec="seconds")
             run_dir = series_dir / label
             run_dir.mkdir()
             request = RunRequest(arm=arm_input(arm), label=label, run_dir=run_dir, result_path=run_dir / "result",

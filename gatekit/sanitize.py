@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import math
+import unicodedata
 from typing import Any, Mapping
 
 from gatekit.records import RunOutcome
@@ -22,6 +23,23 @@ MAX_DEPTH = 32
 MAX_METRIC_MAGNITUDE = 1e100
 _INT64 = 1 << 63
 _DROP = object()
+
+
+# Bidirectional overrides and isolates can make a screen show text in another order than it is stored.
+_BIDI = frozenset({"\u200e", "\u200f", *map(chr, range(0x202A, 0x202F)), *map(chr, range(0x2066, 0x206A))})
+
+
+def show_controls(text: str, keep: str = "") -> str:
+    """`text` with control characters (ESC, CR, …) and bidi overrides shown as escapes, except `keep`.
+
+    Trainer-supplied strings reach terminals and report pages; an escape sequence or a bidi override in them
+    must not recolor, clear or reorder what a reader sees.
+    """
+    if text.isprintable() and not (_BIDI & set(text)):
+        return text
+    return "".join(
+        ch if ch in keep or (ch.isprintable() and ch not in _BIDI and unicodedata.category(ch) != "Cc")
+        else ch.encode("unicode_escape").decode("ascii") for ch in text)
 
 
 def safe_text(text: str) -> str:

@@ -164,6 +164,10 @@ def test_html_report_escapes_trainer_strings(tmp_path: Path) -> None:
     for page in pages:
         assert '<script>alert("' not in page and "\x1b" not in page
     assert any("&lt;script&gt;" in page for page in pages)
+    done = gate_cli("report", str(finding), "--md", str(tmp_path / "report.md"), cwd=g.root)
+    assert done.returncode == 0, done.stderr
+    markdown = (tmp_path / "report.md").read_text()
+    assert "<script>" not in markdown and "\x1b" not in markdown and "&lt;script&gt;" in markdown
 
 
 def test_the_environment_allowlist_is_documented() -> None:

@@ -14,6 +14,7 @@ import re
 from typing import Any, Mapping, Sequence
 
 from gatekit.report.page import Page
+from gatekit.sanitize import show_controls
 
 VARIANTS = ("success", "danger", "warning", "info", "note")
 LONG_CELL = 28
@@ -119,7 +120,8 @@ document.querySelectorAll("table.sortable th[data-sort] button").forEach(functio
 
 
 def esc(value: Any) -> str:
-    return html.escape(str(value), quote=True)
+    # control characters (an ESC from a trainer's output, say) are shown as escapes, never passed through
+    return html.escape(show_controls(str(value), keep="\n\t"), quote=True)
 
 
 def inline(text: Any, plain: bool = False) -> str:

@@ -10,6 +10,8 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING, Any, Mapping
 
+from gatekit.sanitize import show_controls
+
 if TYPE_CHECKING:  # the page model draws nothing, but keep exports (which use `literal`) free of it
     from gatekit.report.page import Page
 
@@ -19,7 +21,7 @@ _CODE = re.compile(r"(`[^`]+`)")
 
 def literal(text: Any) -> str:
     """Plain text that Markdown shows exactly as written (one line)."""
-    text = str(text).replace("\r", " ").replace("\n", " ")
+    text = show_controls(str(text).replace("\r", " ").replace("\n", " "))
     text = text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
     return _SPECIAL.sub(r"\\\1", text)
 
@@ -27,7 +29,7 @@ def literal(text: Any) -> str:
 def narrative(text: Any) -> str:
     """Narrative text: its `code` spans and **bold** kept, raw HTML neutralised, `|` escaped for tables."""
     out = []
-    for index, piece in enumerate(_CODE.split(str(text).replace("\r", " ").replace("\n", " "))):
+    for index, piece in enumerate(_CODE.split(show_controls(str(text).replace("\r", " ").replace("\n", " ")))):
         if index % 2:
             out.append(piece.replace("|", "\\|"))
         else:

@@ -3,26 +3,16 @@
 from __future__ import annotations
 
 import math
-import unicodedata
 from typing import Any, Mapping
 
 from gatekit.finding import Finding
-
-# Bidirectional overrides and isolates can make a terminal show text in another order than it is stored.
-_BIDI = {"\u200e", "\u200f", *map(chr, range(0x202A, 0x202F)), *map(chr, range(0x2066, 0x206A))}
+from gatekit.sanitize import show_controls
 
 
 def clean_terminal_text(text: str) -> str:
-    """`text` with control characters (ESC, CR, newline, ...) and bidi overrides shown as escapes.
-
-    Trainer-supplied strings (config keys, reasons built from them) reach the terminal through findings
-    and errors; an escape sequence or a newline in them must not recolor, clear or forge summary lines.
-    """
-    if text.isprintable() and not (_BIDI & set(text)):
-        return text
-    return "".join(
-        ch if ch.isprintable() and ch not in _BIDI and unicodedata.category(ch) != "Cc"
-        else ch.encode("unicode_escape").decode("ascii") for ch in text)
+    """`text` with control characters (newline included) and bidi overrides shown as escapes, so trainer
+    strings cannot recolor, clear or forge summary lines."""
+    return show_controls(text)
 
 
 def _display_safe(value: Any) -> Any:
