@@ -5,6 +5,7 @@ Every error names the file and the dotted key, so a mistyped path is caught befo
 
 from __future__ import annotations
 
+import json
 import math
 import re
 import tomllib
@@ -185,6 +186,9 @@ def _check(condition: bool, path: Path, key: str, problem: str) -> None:
         raise ConfigError(f"{path}: {key}: {problem}")
 
 
+_BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")
+
+
 class _Table:
     """Reads typed keys from one TOML table and rejects the keys nobody read."""
 
@@ -193,7 +197,9 @@ class _Table:
         self.path, self.prefix, self.data = path, prefix, dict(data)
 
     def key(self, name: str) -> str:
-        return f"{self.prefix}.{name}" if self.prefix else name
+        # a key that is not a bare TOML key (spaces, dots, quotes) is shown quoted, as TOML writes it
+        shown = name if _BARE_KEY.fullmatch(name) else json.dumps(name, ensure_ascii=False)
+        return f"{self.prefix}.{shown}" if self.prefix else shown
 
     def take(self, name: str, kind: type | tuple[type, ...], default: Any = ..., choices: tuple = ()) -> Any:
         if name not in self.data:

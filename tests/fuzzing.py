@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import json
 import re
 from pathlib import Path
 from typing import Any
@@ -56,4 +57,6 @@ def names_file_and_key(message: str, path: Path, keys: set[str]) -> bool:
 
 def first_segment(message: str, path: Path) -> str:
     rest = message[len(str(path)) + 2:]
+    if rest.startswith('"'):  # a quoted key (not a bare TOML key), as the loader shows it
+        return json.JSONDecoder().raw_decode(rest)[0]
     return re.split(r"[.:\[ ]", rest, maxsplit=1)[0]
