@@ -17,6 +17,8 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
+        # mkstemp creates the file owner-only; give it the mode any new file gets (0666 less the umask)
+        os.fchmod(fd, 0o666 & ~_umask())
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
             handle.flush()
@@ -28,6 +30,12 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
             exc.filename = str(path)  # a failed write() names no file; the error message should
         raise
     _fsync_dir(path.parent)
+
+
+def _umask() -> int:
+    current = os.umask(0)
+    os.umask(current)
+    return current
 
 
 def atomic_write_text(path: Path, text: str) -> None:

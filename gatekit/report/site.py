@@ -10,7 +10,6 @@ so a page links a related finding as `../<id>/index.html`, and the folder can be
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Sequence
@@ -118,17 +117,12 @@ def write_files(root: Path, files: Mapping[str, bytes]) -> list[Path]:
     """The one writer of report output: every file atomically, under root only."""
     written = []
     resolved_root = root.resolve()
-    # A report is meant to be read by others (a web server, a CI artifact): the umask's usual mode, not the
-    # owner-only mode a temp file is created with.
-    umask = os.umask(0)
-    os.umask(umask)
     for relative, content in files.items():
         path = root / relative
         if resolved_root not in path.resolve().parents:
             raise GatekitError(f"{path}: refusing to write outside {root}")
         try:
             atomic_write_bytes(path, content)
-            os.chmod(path, 0o666 & ~umask)
         except OSError as exc:
             raise GatekitError(f"{path}: cannot write the report: {exc.strerror or exc}") from None
         written.append(path)

@@ -7,6 +7,7 @@ no root needed on the host). The journal and every finished run survive; a resum
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -115,3 +116,17 @@ def test_a_journal_that_cannot_be_written_is_a_clear_error(tmp_path: Path) -> No
     message = str(caught.value)
     assert str(journal_path) in message and "cannot record the 'run_start' event" in message
     assert f"gate run --resume {journal_path.parent}" in message
+
+
+def test_written_files_get_the_usual_mode_not_owner_only(tmp_path: Path) -> None:
+    """Findings and reports are read by others (CI artifacts, web servers): 0666 less the umask."""
+    import stat
+
+    from gatekit.storage import atomic_write_text
+
+    previous = os.umask(0o022)
+    try:
+        atomic_write_text(tmp_path / "finding.json", "{}")
+    finally:
+        os.umask(previous)
+    assert stat.S_IMODE((tmp_path / "finding.json").stat().st_mode) == 0o644
