@@ -12,7 +12,7 @@ import click
 
 from gatekit import __version__
 from gatekit.calibrate import run_calibration, summary as calibration_summary
-from gatekit.config import ORDERS, POLICIES, GateConfig, load_gate
+from gatekit.config import ORDERS, POLICIES, GateConfig, ThresholdSpec, load_gate
 from gatekit.csvinput import evidence_from_csv
 from gatekit.driver import (BACKEND_GROUP, DRIVER_GROUP, installed_backends, installed_drivers, load_backend,
                             make_backend, make_driver)
@@ -23,7 +23,7 @@ from gatekit.preflight import run_checks
 from gatekit.report.terminal import clean_terminal_text, summary
 from gatekit.series import SeriesRunner, analyze_series, arms_of_series, load_series_gate, verify_unchanged, read_state
 from gatekit.storage import write_output
-from gatekit.simulate import SIM_POLICIES, Scenario, Thresholds, run_suite, simulate, table
+from gatekit.simulate import SIM_POLICIES, Scenario, run_suite, simulate, table
 
 EXIT_FAIL_ON = 1
 EXIT_INVALID = 3
@@ -293,7 +293,7 @@ def simulate_cmd(policies: tuple[str, ...], cv_pct: float, cv_on_pct: float | No
     Run times are lognormal with the given CVs; the true effect is on the median. Example:
     gate simulate --policy classic --policy sequential --cv 2 --cv-on 8
     """
-    thresholds = Thresholds(sigma_k=sigma_k, floor_pct=floor_pct)
+    thresholds = ThresholdSpec(sigma_k=sigma_k, floor_pct=floor_pct)
     began = time.monotonic()
 
     def work():  # type: ignore[no-untyped-def]

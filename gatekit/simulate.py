@@ -20,7 +20,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from gatekit import sequential
-from gatekit.config import ORDERS, SEQUENTIAL_ORDER, SEQUENTIAL_RUNS
+from gatekit.config import ORDERS, SEQUENTIAL_ORDER, SEQUENTIAL_RUNS, ThresholdSpec
 from gatekit.diagnostics import p_better_arrays, welch_arrays
 from gatekit.errors import ConfigError
 from gatekit.schedule import round_orders, thue_morse
@@ -66,14 +66,6 @@ class Scenario:
 
 
 @dataclass(frozen=True, slots=True)
-class Thresholds:
-    """The gate's decision constants (lower is better)."""
-
-    sigma_k: float = 2.0
-    floor_pct: float = 1.0
-
-
-@dataclass(frozen=True, slots=True)
 class Rate:
     """A Monte-Carlo proportion in percent with its standard error sqrt(p(1 − p)/N)."""
 
@@ -91,7 +83,7 @@ class SimulationResult:
     policy: str
     order: str
     scenario: Scenario
-    thresholds: Thresholds
+    thresholds: ThresholdSpec
     draws: int
     seed: int
     rates: dict[str, Rate]
@@ -156,7 +148,7 @@ def simulate_runs(scenario: Scenario, order: str, rounds: int, draws: int, rng: 
 
 # -- the policies ------------------------------------------------------------------------------------
 
-def classic_codes(off_log: np.ndarray, on_log: np.ndarray, t: Thresholds) -> np.ndarray:
+def classic_codes(off_log: np.ndarray, on_log: np.ndarray, t: ThresholdSpec) -> np.ndarray:
     """The classic rule on arithmetic means: Δ vs max(k·σ_off, floor) (DESIGN step 6)."""
     off, on = np.exp(off_log), np.exp(on_log)
     mean_off, mean_on = off.mean(axis=-1), on.mean(axis=-1)
@@ -167,7 +159,7 @@ def classic_codes(off_log: np.ndarray, on_log: np.ndarray, t: Thresholds) -> np.
                      [sequential.ADOPTED, sequential.REGRESSION], default=sequential.REJECTED)
 
 
-def welch_codes(off_log: np.ndarray, on_log: np.ndarray, t: Thresholds) -> np.ndarray:
+def welch_codes(off_log: np.ndarray, on_log: np.ndarray, t: ThresholdSpec) -> np.ndarray:
     """A fixed-n Welch test on logs at one-sided 0.05, plus the floor on the ratio of geometric means."""
     diff, se, df = welch_arrays(off_log, on_log)
     better = p_better_arrays(diff, se, df, "lower") < WELCH_ALPHA
@@ -187,7 +179,7 @@ def _multisets(n: int) -> tuple[np.ndarray, np.ndarray]:
     return np.array(rows, float), np.array(weights)
 
 
-def bootstrap_codes(off_log: np.ndarray, on_log: np.ndarray, t: Thresholds) -> np.ndarray:
+def bootstrap_codes(off_log: np.ndarray, on_log: np.ndarray, t: ThresholdSpec) -> np.ndarray:
     """The percentile bootstrap of Δ = mean_on/mean_off − 1 (each arm resampled), exactly (B → ∞): adopted
     when its 95 % interval lies below 0, regression above 0. Needs n ≤ 5 per arm."""
     n = off_log.shape[-1]
@@ -209,7 +201,7 @@ def bootstrap_codes(off_log: np.ndarray, on_log: np.ndarray, t: Thresholds) -> n
     return np.select([high < 0, low > 0], [sequential.ADOPTED, sequential.REGRESSION], default=sequential.REJECTED)
 
 
-def sequential_codes(off_log: np.ndarray, on_log: np.ndarray, t: Thresholds,
+def sequential_codes(off_log: np.ndarray, on_log: np.ndarray, t: ThresholdSpec,
                      df_mode: str = sequential.DF_MODE) -> tuple[np.ndarray, np.ndarray]:
     """The sequential policy's two looks (sequential.look_codes); returns (codes, runs per arm).
     `df_mode` exists to show what the policy's conservative df buys (docs/statistics.md)."""
@@ -252,7 +244,7 @@ def validate(policy: str, scenario: Scenario, draws: int) -> None:
 
 
 def simulate(policy: str, scenario: Scenario, *, draws: int = 100_000, seed: int = 0,
-             thresholds: Thresholds = Thresholds()) -> SimulationResult:
+             thresholds: ThresholdSpec = ThresholdSpec()) -> SimulationResult:
     """Simulate `draws` gates of one scenario under one policy; reproducible from `seed`."""
     validate(policy, scenario, draws)
     order = scenario.order or default_order(policy)
@@ -302,7 +294,7 @@ SUITE = (
 
 
 def run_suite(policies: Sequence[str], *, draws: int, seed: int, order: str | None = None,
-              thresholds: Thresholds = Thresholds()) -> list[SimulationResult]:
+              thresholds: ThresholdSpec = ThresholdSpec()) -> list[SimulationResult]:
     """Every scenario of SUITE under every policy (the same seed for each, so columns are comparable)."""
     return [simulate(policy, replace(scenario, order=order), draws=draws, seed=seed, thresholds=thresholds)
             for scenario in SUITE for policy in policies]
