@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from gatekit import sequential
-from gatekit.simulate import (SUITE, Rate, Scenario, Thresholds, run_suite, sequential_codes, simulate,
+from gatekit.simulate import (SUITE, Rate, Scenario, ThresholdSpec, run_suite, sequential_codes, simulate,
                               simulate_runs)
 
 SEED = 20261130
@@ -89,7 +89,7 @@ def df_table(draws: int) -> str:
         for mode in ("conservative", "satterthwaite"):
             rng = np.random.default_rng(SEED)
             off, on, _, _ = simulate_runs(scenario, "thue-morse", 8, draws, rng)
-            codes, _ = sequential_codes(off, on, Thresholds(), df_mode=mode)
+            codes, _ = sequential_codes(off, on, ThresholdSpec(), df_mode=mode)
             cells.append(cell(Rate.of(codes == sequential.ADOPTED)))
         lines.append(f"| {scenario.name} | {cells[0]} | {cells[1]} |")
     return "\n".join(lines)

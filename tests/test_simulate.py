@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from gatekit import rules, sequential, stats
-from gatekit.simulate import (SUITE, Scenario, Thresholds, bootstrap_codes, classic_codes, sequential_codes,
+from gatekit.simulate import (SUITE, Scenario, ThresholdSpec, bootstrap_codes, classic_codes, sequential_codes,
                               simulate, simulate_runs)
 from tests.conftest import gate_cli
 
@@ -89,7 +89,7 @@ def test_monte_carlo_error_bars_are_binomial() -> None:
 def test_vectorised_classic_equals_the_scalar_rule() -> None:
     rng = np.random.default_rng(4)
     off, on, _, _ = simulate_runs(Scenario(cv_off_pct=1.5, effect_pct=-1.5), "abab", 3, 2000, rng)
-    codes = classic_codes(off, on, Thresholds())
+    codes = classic_codes(off, on, ThresholdSpec())
     names = {sequential.ADOPTED: "adopted", sequential.REGRESSION: "regression", sequential.REJECTED: "rejected"}
     for row in range(2000):
         off_v, on_v = np.exp(off[row]).tolist(), np.exp(on[row]).tolist()
@@ -101,7 +101,7 @@ def test_vectorised_classic_equals_the_scalar_rule() -> None:
 def test_vectorised_sequential_equals_the_scalar_looks() -> None:
     rng = np.random.default_rng(6)
     off, on, _, _ = simulate_runs(Scenario(cv_off_pct=2.0, effect_pct=-2.0), "thue-morse", 8, 600, rng)
-    codes, runs = sequential_codes(off, on, Thresholds())
+    codes, runs = sequential_codes(off, on, ThresholdSpec())
     for row in range(600):
         first = sequential._look(1, np.exp(off[row, :4]).tolist(), np.exp(on[row, :4]).tolist(), {}, (),
                                  floor_pct=1.0, direction="lower", final=False)
@@ -114,10 +114,10 @@ def test_vectorised_sequential_equals_the_scalar_looks() -> None:
 
 def test_exact_bootstrap_by_hand() -> None:
     # off 1,1,1 and on 2,2,2: every resample gives Δ = +100 % → a regression
-    assert int(bootstrap_codes(np.log([[1.0, 1.0, 1.0]]), np.log([[2.0, 2.0, 2.0]]), Thresholds())[0]) \
+    assert int(bootstrap_codes(np.log([[1.0, 1.0, 1.0]]), np.log([[2.0, 2.0, 2.0]]), ThresholdSpec())[0]) \
         == sequential.REGRESSION
     # off 1,1,4: resample means range over 1 … 4; on constant 2 → the 95 % interval straddles 0
-    assert int(bootstrap_codes(np.log([[1.0, 1.0, 4.0]]), np.log([[2.0, 2.0, 2.0]]), Thresholds())[0]) \
+    assert int(bootstrap_codes(np.log([[1.0, 1.0, 4.0]]), np.log([[2.0, 2.0, 2.0]]), ThresholdSpec())[0]) \
         == sequential.REJECTED
 
 
