@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import pandas as pd
 
@@ -100,27 +100,35 @@ def classify(table: pd.DataFrame, rules: RulesSpec, replaced: Mapping[int, Repla
     out["load_over"] = load_over_limit(out, rules)
     out["load_evidence"] = load_evidence(out, rules)
     out["z"] = deviation_z(out, in_play, rules.sigma_ref, rules.sigma_history_pct)
-    out["deviant"] = out["z"] > rules.sigma_k
-    out["contaminated"] = in_play & out["load_evidence"] & out["deviant"]
+    out["contaminated"] = in_play & out["load_evidence"] & (out["z"] > rules.sigma_k)
     for index, row in out[out["replaced"]].iterrows():
         flagged = replaced[row["pair"]].flagged.get(row["label"])
         if flagged:
             out.loc[index, "z"] = float(flagged.get("z", 0.0))  # type: ignore[arg-type]
             out.loc[index, "contaminated"] = bool(flagged.get("contaminated", False))
     out["deviant"] = out["z"] > rules.sigma_k
+    return settle_pairs(out, replaced, lambda index, row: _problem(row, rules), "failed or contaminated")
 
+
+def settle_pairs(out: pd.DataFrame, replaced: Mapping[int, Replacement],
+                 problem: Callable[[Any, pd.Series], str], partner_word: str) -> pd.DataFrame:
+    """The `reason` and `used` columns every policy shares: a failed or contaminated run takes its whole
+    pair out; a replaced pair keeps what flagged it; a run without window samples is not used.
+
+    `problem(index, row)` words a failed or contaminated run's reason; `partner_word` its partner's.
+    """
     bad_rounds = set(out.loc[out["failed"] | out["contaminated"], "pair"]) - set(replaced)
     reasons = []
-    for row in out.itertuples():
-        if row.replaced:
-            flagged = replaced[row.pair].flagged.get(row.label)
-            detail = str(flagged["detail"]) if flagged else "pair partner failed or contaminated"
-            reasons.append(f"{detail}; {replaced[row.pair].reason}")
-        elif row.failed or row.contaminated:
-            reasons.append(_problem(row, rules))
-        elif row.pair in bad_rounds:
-            reasons.append("pair partner failed or contaminated")
-        elif row.missing_window:
+    for index, row in out.iterrows():
+        if row["replaced"]:
+            flagged = replaced[row["pair"]].flagged.get(row["label"])
+            detail = str(flagged["detail"]) if flagged else f"pair partner {partner_word}"
+            reasons.append(f"{detail}; {replaced[row['pair']].reason}")
+        elif row["failed"] or row["contaminated"]:
+            reasons.append(problem(index, row))
+        elif row["pair"] in bad_rounds:
+            reasons.append(f"pair partner {partner_word}")
+        elif row["missing_window"]:
             reasons.append("no in-window load samples")
         else:
             reasons.append("")

@@ -153,26 +153,11 @@ def classify(table: pd.DataFrame, rule_set: RulesSpec, replaced: Mapping[int, ru
         info = replaced[row["pair"]].flagged.get(row["label"])
         if info:
             out.loc[index, "contaminated"] = bool(info.get("contaminated", False))
-    bad_rounds = set(out.loc[out["failed"] | out["contaminated"], "pair"]) - set(replaced)
-    reasons = []
-    for index, row in out.iterrows():
-        if row["replaced"]:
-            info = replaced[row["pair"]].flagged.get(row["label"])
-            first = str(info["detail"]) if info else "pair partner failed or flagged"
-            reasons.append(f"{first}; {replaced[row['pair']].reason}")
-        elif row["failed"]:
-            reasons.append(f"failed: {row['error']}")
-        elif row["contaminated"]:
-            reasons.append(str(detail[index]))
-        elif row["pair"] in bad_rounds:
-            reasons.append("pair partner failed or flagged")
-        elif row["missing_window"]:
-            reasons.append("no in-window load samples")
-        else:
-            reasons.append("")
-    out["reason"] = reasons
-    out["used"] = ~out["replaced"] & ~out["pair"].isin(bad_rounds) & ~out["missing_window"]
-    return out
+
+    def problem(index: Any, row: pd.Series) -> str:
+        return f"failed: {row['error']}" if row["failed"] else str(detail[index])
+
+    return rules.settle_pairs(out, replaced, problem, "failed or flagged")
 
 
 def rounds_needing_replacement(classified: pd.DataFrame) -> dict[int, dict[str, Mapping[str, object]]]:
