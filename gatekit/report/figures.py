@@ -146,37 +146,38 @@ def delta_figure(data: Mapping[str, Any]) -> FigureImage | None:
                        "Delta per sensitivity variant against the threshold band", png, width, height)
 
 
-def _trace_lines(ax: Any, data: Mapping[str, Any], series: Sequence[tuple[str, str, Sequence[Any]]]) -> None:
-    arms_seen: set[str] = set()
+def _trace_axes(data: Mapping[str, Any], series: Sequence[tuple[str, str, Sequence[Any]]]) -> tuple[Any, Any]:
+    """A figure with one line per run (label at its end), solid for off and dashed for on, and an arm legend."""
+    figure = _new(3.4)
+    ax = figure.add_subplot()
+    _style(ax)
+
+    def linestyle(arm: str) -> str:
+        return "-" if arm == data["gate"]["arms"]["off"] else "--"
+
     for label, arm, points in series:
         color = _arm_color(data, arm)
-        linestyle = "-" if arm == data["gate"]["arms"]["off"] else "--"
-        ax.plot(*points, color=color, linestyle=linestyle, linewidth=1.3, alpha=0.9)
+        ax.plot(*points, color=color, linestyle=linestyle(arm), linewidth=1.3, alpha=0.9)
         xs, ys = points
         ax.annotate(literal(label), (xs[-1], ys[-1]), xytext=(3, 0), textcoords="offset points", fontsize=8,
                     color=color, va="center")
-        arms_seen.add(arm)
-    for arm in sorted(arms_seen):
-        ax.plot([], [], color=_arm_color(data, arm), linestyle="-" if arm == data["gate"]["arms"]["off"] else "--",
-                label=literal(arm))
+    for arm in sorted({arm for _, arm, _ in series}):
+        ax.plot([], [], color=_arm_color(data, arm), linestyle=linestyle(arm), label=literal(arm))
     ax.legend(loc="best")
+    return figure, ax
 
 
 def load_figure(data: Mapping[str, Any], run_files: RunFiles) -> FigureImage | None:
     """load1 over each run window, one line per run, with the preregistered load limit when it is near."""
-    arms = {r["label"]: r["arm"] for r in data["runs"]}
     series = []
     for run in data["runs"]:
         trace = run_files.traces.get(run["label"])
         if trace is not None and trace.load1:
             xs, ys = zip(*trace.load1)
-            series.append((run["label"], arms[run["label"]], (list(xs), list(ys))))
+            series.append((run["label"], run["arm"], (list(xs), list(ys))))
     if not series:
         return None
-    figure = _new(3.4)
-    ax = figure.add_subplot()
-    _style(ax)
-    _trace_lines(ax, data, series)
+    figure, ax = _trace_axes(data, series)
     peak = max(max(ys) for _, _, (_, ys) in series)
     limit = data.get("rules", {}).get("load_limit")
     if is_number(limit) and peak >= 0.5 * limit:
@@ -202,10 +203,7 @@ def ms_per_iter_figure(data: Mapping[str, Any], run_files: RunFiles) -> FigureIm
             series.append((run["label"], run["arm"], (list(range(1, len(ys) + 1)), ys)))
     if not series:
         return None
-    figure = _new(3.4)
-    ax = figure.add_subplot()
-    _style(ax)
-    _trace_lines(ax, data, series)
+    figure, ax = _trace_axes(data, series)
     ax.set_xlabel("iteration")
     ax.set_ylabel("ms per iteration")
     png, width, height = _png(figure)
