@@ -21,7 +21,7 @@ from gatekit.exports import EXPORT_FORMATS, EXPORTERS, check_export, junit_xml, 
 from gatekit.finding import Finding, analyze, write_finding
 from gatekit.preflight import run_checks
 from gatekit.report.terminal import clean_terminal_text, summary
-from gatekit.series import SeriesRunner, analyze_series, arms_of_series, load_series_gate, verify_unchanged, read_state
+from gatekit.series import SeriesRunner, analyze_series, read_state, series_gate, verify_unchanged
 from gatekit.storage import write_output
 from gatekit.simulate import SIM_POLICIES, Scenario, run_suite, simulate, table
 
@@ -165,9 +165,8 @@ def run(off: str | None, on: str | None, gate_path: Path, n: int | None, order: 
             if off or on or n or order or seed is not None or out or runs_dir or policy or warmup is not None:
                 raise ConfigError("--resume continues a series exactly as registered; "
                                   "drop OFF/ON, --n, --order, --seed, --policy, --warmup, --out and --runs")
-            config = load_series_gate(resume, gate_path if gate_path != Path("gate.toml") else None)
+            config, off_arm, on_arm = series_gate(resume, gate_path if gate_path != Path("gate.toml") else None)
             _check_exports(exports, config)
-            off_arm, on_arm = arms_of_series(resume, config)
             return SeriesRunner(config, off_arm, on_arm, report=_progress).resume(resume)
         if not off or not on:
             raise ConfigError("name both arms: gate run OFF ON (arm names of the gate file or arm .toml paths)")

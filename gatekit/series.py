@@ -591,11 +591,12 @@ def analyze_series(series_dir: Path) -> Finding:
     return analyze(evidence_from_state(series_dir, read_state(series_dir)))
 
 
-def load_series_gate(series_dir: Path, gate_path: Path | None) -> GateConfig:
-    """The gate file a series was started with (or the one given, which must be the same file).
+def series_gate(series_dir: Path, gate_path: Path | None) -> tuple[GateConfig, ArmSpec, ArmSpec]:
+    """The gate file a series was started with (or the one given, which must be the same file), and its
+    off and on arms as registered.
 
-    Its hash is checked before it is parsed, so an edited gate file is refused as changed (naming both
-    hashes) even when the edit also broke it.
+    The gate file's hash is checked before it is parsed, so an edited gate file is refused as changed
+    (naming both hashes) even when the edit also broke it.
     """
     start = read_state(series_dir).start
     registered = Path(start["gate_path"])
@@ -605,17 +606,13 @@ def load_series_gate(series_dir: Path, gate_path: Path | None) -> GateConfig:
         if current != start["gate_sha256"]:
             raise SeriesError(f"{path}: changed since the series started (sha256 {start['gate_sha256']} -> "
                               f"{current}); restore it or start a new series")
-    return load_gate(path)
-
-
-def arms_of_series(series_dir: Path, config: GateConfig) -> tuple[ArmSpec, ArmSpec]:
-    start = read_state(series_dir).start
+    config = load_gate(path)
     arms = []
     for name in (start["off_arm"], start["on_arm"]):
         if name in config.arms:
             arms.append(config.arms[name])
-        else:
+        else:  # an ad-hoc arm given as a path to its .toml
             info = start["arms"][name]
             arms.append(ArmSpec(name=name, config=Path(info["config"]) if info["config"] else None,
                                 args=tuple(info["args"]), env=info["env"]))
-    return arms[0], arms[1]
+    return config, arms[0], arms[1]
