@@ -504,16 +504,20 @@ def _free_finding_id(out_dir: Path, base: str) -> str:
     return candidate
 
 
+def _check_gate_file(path: Path, start: Mapping[str, Any]) -> None:
+    current = sha256_file(path)
+    if current != start["gate_sha256"]:
+        raise SeriesError(f"{path}: changed since the series started (sha256 {start['gate_sha256']} -> "
+                          f"{current}); restore it or start a new series")
+
+
 def verify_unchanged(series_dir: Path, start: Mapping[str, Any], config: GateConfig) -> dict[str, Any]:
     """Refuse to continue or analyse a series whose predecision, gate file or arm configs changed."""
     predecision = read_predecision(series_dir, start["predecision_sha256"])
     gate_path = Path(start["gate_path"])
     if gate_path != config.path:
         raise SeriesError(f"{series_dir}: was started with gate file {gate_path}, not {config.path}")
-    current = sha256_file(config.path)
-    if current != start["gate_sha256"]:
-        raise SeriesError(f"{config.path}: changed since the series started (sha256 {start['gate_sha256']} -> "
-                          f"{current}); restore it or start a new series")
+    _check_gate_file(config.path, start)
     for arm, info in predecision["arm_configs"].items():
         path = info.get("path")
         if path:
@@ -602,10 +606,7 @@ def series_gate(series_dir: Path, gate_path: Path | None) -> tuple[GateConfig, A
     registered = Path(start["gate_path"])
     path = (gate_path or registered).resolve()
     if path == registered and path.is_file():
-        current = sha256_file(path)
-        if current != start["gate_sha256"]:
-            raise SeriesError(f"{path}: changed since the series started (sha256 {start['gate_sha256']} -> "
-                              f"{current}); restore it or start a new series")
+        _check_gate_file(path, start)
     config = load_gate(path)
     arms = []
     for name in (start["off_arm"], start["on_arm"]):
