@@ -20,9 +20,9 @@ import tomllib
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from gatekit.driver import ENV_ARM, ENV_RESULT, ENV_RUN, ENV_RUN_DIR, ArmInput, RunRequest
+from gatekit.driver import (ENV_ARM, ENV_RESULT, ENV_RUN, ENV_RUN_DIR, ArmInput, RunRequest, processes_in_run_dirs,
+                            signals_deferred, stop_pids)
 from gatekit.errors import ConfigError
-from gatekit.processes import processes_in_run_dirs, signals_deferred, stop_pids
 from gatekit.records import CheckResult, RunOutcome
 
 PLACEHOLDERS = ("arm_config", "python", "arm", "run", "run_dir", "result")

@@ -183,7 +183,8 @@ class Problem:
         if self.image is not None:
             prediction = mlp_forward(self.params, self.inputs[0].float()).float().clamp(0, 1).cpu()
             mse = float(torch.mean((prediction - self.image) ** 2))
-            psnr = 10 * math.log10(1.0 / mse) if mse > 0 else math.inf
+            # as numpy_trainer: a perfect fit is capped at 120 dB (mse floor 1e-12), never infinite
+            psnr = 10 * math.log10(1.0 / max(mse, 1e-12))
         return sum(losses) / len(losses), psnr
 
 
@@ -487,8 +488,11 @@ def device_name(device: torch.device) -> str:
 
 
 def write_result(path: Path, document: dict[str, Any]) -> None:
+    """Write the result document; a diverged run's NaN or infinite values are written as JSON's NaN/Infinity
+    (as numpy_trainer writes them), which gatekit drops and lists in trace.gatekit_dropped_metrics — a
+    result file with the reason, never a trainer crash."""
     temporary = path.with_name(f".{path.name}.tmp")
-    temporary.write_text(json.dumps(document, allow_nan=False, default=str))
+    temporary.write_text(json.dumps(document, default=str))
     os.replace(temporary, path)
 
 

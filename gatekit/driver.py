@@ -2,8 +2,10 @@
 
 A driver starts one trainer run and reports a RunOutcome. A backend watches the machine the trainer runs
 on (GPU, Mac, CPU): preflight, provenance, telemetry in every run window, and contamination evidence.
-Plugins import only this module, `gatekit.records`, `gatekit.errors` and `gatekit.processes` (stopping a
-trainer and what it spawned); built-ins register through entry points like third-party ones.
+Plugins import only this module, `gatekit.records` and `gatekit.errors`; built-ins register through entry
+points like third-party ones. This module therefore re-exports what a driver needs beyond the protocols: the
+trainer contract's environment variable names (`gatekit.contract`) and the means to stop a trainer and the
+processes that escaped its group (`processes_in_run_dirs`, `stop_pids`, `signals_deferred`).
 """
 
 from __future__ import annotations
@@ -16,11 +18,14 @@ from typing import Any, Mapping, Protocol, Sequence, runtime_checkable
 from gatekit.errors import ConfigError, DriverError
 from gatekit.records import CheckResult, RunOutcome
 
+# Part of the driver API, re-exported so plugins import them from here: the trainer contract's environment
+# variables, and stopping a trainer together with the processes that left its process group.
+from gatekit.contract import ENV_ARM, ENV_RESULT, ENV_RUN, ENV_RUN_DIR  # noqa: F401
+from gatekit.processes import processes_in_run_dirs, stop_pids  # noqa: F401
+from gatekit.signals import signals_deferred  # noqa: F401
+
 DRIVER_GROUP = "gatekit.drivers"
 BACKEND_GROUP = "gatekit.backends"
-
-# Environment variables of the trainer contract (DESIGN "Trainer contract").
-ENV_ARM, ENV_RUN, ENV_RUN_DIR, ENV_RESULT = "GATEKIT_ARM", "GATEKIT_RUN", "GATEKIT_RUN_DIR", "GATEKIT_RESULT"
 
 
 @dataclass(frozen=True, slots=True)

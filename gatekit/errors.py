@@ -31,6 +31,12 @@ class ProvenanceError(GatekitError):
     exit_code = 3
 
 
+class CalibrationError(GatekitError):
+    """A calibration run failed: the calibration is not usable."""
+
+    exit_code = 3
+
+
 class FindingError(GatekitError):
     """A finding file cannot be read (unknown schema, malformed)."""
 
@@ -39,3 +45,10 @@ class SeriesInterrupted(GatekitError):
     """The series was interrupted by a signal; it can be resumed."""
 
     exit_code = 130
+
+
+class OutputError(GatekitError):
+    """Runs happened, then a file (journal event, finding, DONE) could not be written; every finished run is
+    journaled and the series resumes with `gate run --resume DIR`."""
+
+    exit_code = 4

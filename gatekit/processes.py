@@ -10,49 +10,16 @@ from __future__ import annotations
 
 import os
 import signal
-import threading
 import time
-from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterable, Iterator
+from typing import Iterable
 
 import psutil
 
-from gatekit.driver import ENV_RUN_DIR
+from gatekit.contract import ENV_RUN_DIR
+from gatekit.signals import signals_deferred
 
-DEFERRED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 _PROC = Path("/proc")
-
-
-@contextmanager
-def signals_deferred() -> Iterator[None]:
-    """Hold back SIGINT/SIGTERM/SIGHUP while the block runs; they are delivered when it ends.
-
-    Used around cleanup and journal writes: a second Ctrl-C must not leave a trainer running or tear an
-    event in half. Python runs signal handlers in the main thread whichever thread the OS picked (the
-    sampler's, often), so the handlers are swapped for one that notes the signal; a blocked mask would
-    only cover the main thread. Outside the main thread this does nothing.
-    """
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    caught: list[int] = []
-    previous = {sig: signal.signal(sig, lambda signum, frame: caught.append(signum)) for sig in DEFERRED_SIGNALS}
-    try:
-        yield
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
-        for sig in dict.fromkeys(caught):
-            signal.raise_signal(sig)  # now handled as if it had just arrived
-
-
-def ignore_further_interrupts() -> None:
-    """Once an interrupt is being handled (trainer stopped, journal written), later signals are ignored:
-    pressing Ctrl-C again must not cut the journaling short or turn exit 130 into a traceback."""
-    if threading.current_thread() is threading.main_thread():
-        for sig in DEFERRED_SIGNALS:
-            signal.signal(sig, signal.SIG_IGN)
 
 
 def _environ_bytes(pid: int) -> bytes | None:

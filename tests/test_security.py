@@ -4,21 +4,17 @@ in any record, and trainer-supplied strings that reach people escaped."""
 from __future__ import annotations
 
 import ast
-import importlib.util
 import json
-import subprocess
-import sys
 import tomllib
 from pathlib import Path
 
 import pytest
 
-from gatekit.cli import main
 from gatekit.driver import ArmInput
 from gatekit.provenance import ENV_ALLOWLIST
 from gatekit_drivers.command import CommandDriver
-from tests.conftest import gate_cli, write_toml
-from tests.faults.faultkit import fault_gate, gate_env
+from tests.conftest import gate_invoke, write_toml
+from tests.faults.faultkit import fault_gate
 
 ROOT = Path(__file__).resolve().parents[1]
 SOURCES = sorted([*(ROOT / "gatekit").rglob("*.py"), *(ROOT / "drivers").rglob("*.py")])
@@ -61,7 +57,7 @@ def test_argv_reaches_the_trainer_verbatim_and_no_shell_runs(tmp_path: Path) -> 
     gate = tomllib.loads(g.gate.read_text())
     gate["arms"]["on"] = {"config": hostile_config.name, "args": ["; touch PWNED4", "$(touch PWNED5)", "a b", "{run}"]}
     write_toml(g.gate, gate)
-    done = gate_cli("run", "off", "on", cwd=g.root)
+    done = gate_invoke("run", "off", "on", cwd=g.root)
     assert done.returncode == 0, done.stderr
     seen = [json.loads(line)["argv"] for line in argv_log.read_text().splitlines()]
     assert seen[1] == ["fault_trainer.py", "--config", str(hostile_config), "--run=on-r1",
@@ -76,7 +72,7 @@ def test_paths_in_a_gate_file_resolve_relative_to_it(tmp_path: Path) -> None:
         write_toml(g.root / arm, {**data, "argv_log": str(g.root / "argv.jsonl")})
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
-    done = gate_cli("run", "off", "on", "--gate", str(g.gate), cwd=elsewhere)
+    done = gate_invoke("run", "off", "on", "--gate", str(g.gate), cwd=elsewhere)
     assert done.returncode == 0, done.stderr
     assert list(elsewhere.iterdir()) == []  # nothing lands where gate was started
     assert (g.root / "findings").is_dir() and (g.root / "runs").is_dir()
@@ -92,13 +88,16 @@ SECRETS = {"AWS_SECRET_ACCESS_KEY": "aws-secret-5f1e2d", "GITHUB_TOKEN": "ghp_se
            "HF_TOKEN": "hf_secret_44aa", "MY_DB_PASSWORD": "hunter2-secret-pw"}
 
 
-def test_provenance_records_only_allowlisted_environment(tmp_path: Path) -> None:
+def test_provenance_records_only_allowlisted_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     probe = tmp_path / "env_seen.jsonl"
     g = fault_gate(tmp_path / "g", gate={"n": 2},
                    both={"env_probe": str(probe), "env_names": [*SECRETS, "CUDA_VISIBLE_DEVICES"]})
-    env = {k: v for k, v in gate_env().items() if k not in ENV_ALLOWLIST}
-    env.update(SECRETS, CUDA_VISIBLE_DEVICES="7", OMP_NUM_THREADS="3")
-    done = gate_cli_env(g.root, env, "run", "off", "on", "--json")
+    # gate runs in this process: its environment is this process's, set through monkeypatch
+    for name in ENV_ALLOWLIST:
+        monkeypatch.delenv(name, raising=False)
+    for name, value in {**SECRETS, "CUDA_VISIBLE_DEVICES": "7", "OMP_NUM_THREADS": "3"}.items():
+        monkeypatch.setenv(name, value)
+    done = gate_invoke("run", "off", "on", "--json", cwd=g.root)
     assert done.returncode == 0, done.stderr
     # the trainer did get its whole environment (so the secrets really were there to leak) ...
     assert all(json.loads(line) == {**dict.fromkeys(SECRETS, True), "CUDA_VISIBLE_DEVICES": True}
@@ -117,11 +116,6 @@ def test_provenance_records_only_allowlisted_environment(tmp_path: Path) -> None
         assert value not in done.stdout and value not in done.stderr
 
 
-def gate_cli_env(cwd: Path, env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "gatekit.cli", *args], cwd=cwd, env=env, capture_output=True,
-                          text=True, timeout=120)
-
-
 KEY = '<script>alert("k")</script>\x1b[2J\nVERDICT: ADOPTED\u202e'
 VALUE = '<script>alert("v")</script> "double" \'single\' \\ back \x1b]0;title\x07'
 
@@ -131,7 +125,7 @@ def test_trainer_strings_are_exact_in_json_and_toml_and_escaped_on_the_terminal(
                    off={"flags": {"optimizer": "host", KEY: VALUE + "off"}},
                    on={"flags": {"optimizer": "resident", KEY: VALUE + "on"}},
                    both={"stdout": '<script>alert(1)</script> "quoted" \'single\' \x1b[31mred'})
-    done = gate_cli("run", "off", "on", cwd=g.root)
+    done = gate_invoke("run", "off", "on", cwd=g.root)
     assert done.returncode == 3, done.stderr  # the arms differ in an undeclared key: invalid
     finding = g.finding()
     toml_finding = tomllib.loads((g.root / "findings" / f"{finding['meta']['id']}.toml").read_text())
@@ -148,23 +142,20 @@ def test_trainer_strings_are_exact_in_json_and_toml_and_escaped_on_the_terminal(
     assert "<script>alert(1)</script>" in (run_dir / "stdout.log").read_text()  # logs keep the raw bytes
 
 
-@pytest.mark.skipif("report" not in main.commands and importlib.util.find_spec("gatekit.report.html") is None,
-                    reason="HTML reports arrive with issue 5 (`gate report FINDING --html DIR`); this test "
-                           "checks their escaping as soon as that command exists")
 def test_html_report_escapes_trainer_strings(tmp_path: Path) -> None:
     g = fault_gate(tmp_path / "g", gate={"n": 2},
                    off={"flags": {"optimizer": "host", KEY: VALUE + "off"}},
                    on={"flags": {"optimizer": "resident", KEY: VALUE + "on"}})
-    gate_cli("run", "off", "on", cwd=g.root)
+    gate_invoke("run", "off", "on", cwd=g.root)
     (finding,) = (g.root / "findings").glob("*.json")
-    done = gate_cli("report", str(finding), "--html", str(tmp_path / "html"), cwd=g.root)
+    done = gate_invoke("report", str(finding), "--html", str(tmp_path / "html"), cwd=g.root)
     assert done.returncode == 0, done.stderr
     pages = [p.read_text() for p in (tmp_path / "html").rglob("*.html")]
     assert pages
     for page in pages:
         assert '<script>alert("' not in page and "\x1b" not in page
     assert any("&lt;script&gt;" in page for page in pages)
-    done = gate_cli("report", str(finding), "--md", str(tmp_path / "report.md"), cwd=g.root)
+    done = gate_invoke("report", str(finding), "--md", str(tmp_path / "report.md"), cwd=g.root)
     assert done.returncode == 0, done.stderr
     markdown = (tmp_path / "report.md").read_text()
     assert "<script>" not in markdown and "\x1b" not in markdown and "&lt;script&gt;" in markdown

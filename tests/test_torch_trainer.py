@@ -10,6 +10,7 @@ GPU-only paths (CUDA graphs) have their own tests that skip cleanly without CUDA
 from __future__ import annotations
 
 import json
+import math
 import shutil
 import subprocess
 import sys
@@ -20,7 +21,9 @@ import pytest
 
 torch = pytest.importorskip("torch", reason="the torch extra is not installed (pip install -e '.[torch]')")
 
-from gatekit_drivers.torch_trainer import Trainer, TrainerConfig, resolve_path  # noqa: E402
+from gatekit_drivers.command import read_result  # noqa: E402
+from gatekit_drivers.torch_trainer import (Trainer, TrainerConfig, TrainerConfigError, resolve_path,  # noqa: E402
+                                           write_result)
 
 from tests.conftest import gate_cli  # noqa: E402
 
@@ -80,7 +83,7 @@ def test_saved_state_resumes_bit_exactly(optimizer: str, tmp_path: Path) -> None
 
 
 def test_unavailable_graph_fails_clearly_or_falls_back_and_says_so() -> None:
-    with pytest.raises(Exception, match="capture = graph needs CUDA graphs"):
+    with pytest.raises(TrainerConfigError, match="capture = graph needs CUDA graphs"):
         resolve_path(TrainerConfig(device="cpu", capture="graph"))
     effective, notes = resolve_path(TrainerConfig(device="cpu", capture="graph", on_unavailable="fallback"))
     assert effective.capture == "off" and notes
@@ -110,6 +113,27 @@ def test_result_follows_the_trainer_contract(tmp_path: Path) -> None:
     assert result["is_resident"] is True and result["config"]["is_resident"] is True
     assert result["config"]["device"] == "cpu" and "fused adam" in result["path"]["optimizer"]
     assert "train elapsed: " in done.stdout and "psnr: " in done.stdout
+
+
+def test_a_diverged_run_writes_its_result_instead_of_crashing(tmp_path: Path) -> None:
+    # lr = 1e30 drives the loss (and so PSNR) to NaN within a few steps on CPU
+    done, result = run_trainer('device = "cpu"\nsteps = 20\nwarmup_steps = 0\nlr = 1e30\nproblem = "image-fit"\n'
+                               'image_size = 16\nwidth = 32\nfourier_features = 8\n', tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert result is not None and math.isnan(result["metrics"]["final_loss"])
+    assert math.isnan(result["metrics"]["psnr_db"]) and math.isfinite(result["metrics"]["train_elapsed_s"])
+    metrics, _, trace, problem = read_result(tmp_path / "arm-result.json")  # what gatekit makes of it
+    assert problem == "" and "final_loss" not in metrics and "train_elapsed_s" in metrics
+    assert {"final_loss", "last_train_loss", "psnr_db"} <= set(trace["gatekit_dropped_metrics"])
+
+
+def test_non_finite_values_are_written_not_raised(tmp_path: Path) -> None:
+    path = tmp_path / "result.json"
+    write_result(path, {"metrics": {"train_elapsed_s": 1.5, "final_loss": math.nan, "psnr_db": math.inf,
+                                    "step_ms_p90": -math.inf}, "trace": {"ms_per_iter": [0.1]}})
+    metrics, _, trace, problem = read_result(path)
+    assert problem == "" and metrics == {"train_elapsed_s": 1.5}
+    assert sorted(trace["gatekit_dropped_metrics"]) == ["final_loss", "psnr_db", "step_ms_p90"]
 
 
 def test_fallback_is_in_the_effective_config(tmp_path: Path) -> None:

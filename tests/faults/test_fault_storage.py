@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from gatekit.storage import Journal
-from gatekit.errors import SeriesError
-from tests.conftest import gate_cli
+from gatekit.errors import OutputError
+from tests.conftest import gate_invoke
 from tests.faults.faultkit import (assert_journal_consistent, fault_gate, in_mount_namespace,
                                    mount_namespace_available)
 
@@ -25,7 +25,7 @@ needs_namespace = pytest.mark.skipif(not mount_namespace_available(),
 
 
 def _check_failed_finding_write(g, code: int, stderr: str, why: str) -> Path:
-    assert code == 2, stderr
+    assert code == 4, stderr  # runs happened, then the finding could not be written: OutputError
     (line,) = [line for line in stderr.splitlines() if line.startswith("gate: error: ")]
     series = g.series()
     assert str(g.root / "findings") in line and why in line
@@ -37,13 +37,13 @@ def _check_failed_finding_write(g, code: int, stderr: str, why: str) -> Path:
 
 
 def _resume_writes_the_finding(g, series: Path) -> None:
-    done = gate_cli("run", "--resume", str(series), cwd=g.root)
+    done = gate_invoke("run", "--resume", str(series), cwd=g.root)
     assert done.returncode == 0, done.stderr
     assert g.order() == SIX  # no run was repeated
     journal = assert_journal_consistent(series)
     assert [e["event"] for e in journal].count("series_end") == 1
     assert (series / "DONE").exists() and g.finding()["verdict"]["decision"] == "adopted"
-    analyzed = gate_cli("analyze", str(series), "--json", cwd=g.root)
+    analyzed = gate_invoke("analyze", str(series), "--json", cwd=g.root)
     assert json.loads(analyzed.stdout) == g.finding()
 
 
@@ -67,7 +67,7 @@ def test_findings_path_blocked_by_a_file(tmp_path: Path) -> None:
     # No namespace needed: a file where the folder should be is an unwritable findings folder too.
     g = fault_gate(tmp_path / "g")
     (g.root / "findings").write_text("not a folder")
-    done = gate_cli("run", "off", "on", cwd=g.root)
+    done = gate_invoke("run", "off", "on", cwd=g.root)
     series = _check_failed_finding_write(g, done.returncode, done.stderr, "cannot write the finding")
     (g.root / "findings").unlink()
     _resume_writes_the_finding(g, series)
@@ -89,7 +89,7 @@ cp -a runs saved-after-resume
     done = in_mount_namespace(script, cwd=g.root)
     assert done.returncode == 0, done.stderr
     read = lambda name: (g.root / name).read_text()  # noqa: E731
-    assert read("rc1.txt").strip() == "2", read("err1.txt")
+    assert read("rc1.txt").strip() == "4", read("err1.txt")  # runs happened: OutputError
     (line,) = [line for line in read("err1.txt").splitlines() if line.startswith("gate: error: ")]
     assert "No space left on device" in line and "gate run --resume" in line
     assert "/on-r2/" in line  # names the file it could not write
@@ -111,7 +111,7 @@ cp -a runs saved-after-resume
 def test_a_journal_that_cannot_be_written_is_a_clear_error(tmp_path: Path) -> None:
     journal_path = tmp_path / "series" / "journal.jsonl"
     journal_path.mkdir(parents=True)  # a folder where the journal should be: every append fails
-    with pytest.raises(SeriesError) as caught:
+    with pytest.raises(OutputError) as caught:
         Journal(journal_path).append("run_start", label="off-r1")
     message = str(caught.value)
     assert str(journal_path) in message and "cannot record the 'run_start' event" in message

@@ -1,0 +1,44 @@
+"""Holding back termination signals while cleanup or a journal write must finish.
+
+Depends on no other gatekit module, so the disk writer (storage) and the plugin API (driver) can both use it.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+from contextlib import contextmanager
+from typing import Iterator
+
+DEFERRED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+@contextmanager
+def signals_deferred() -> Iterator[None]:
+    """Hold back SIGINT/SIGTERM/SIGHUP while the block runs; they are delivered when it ends.
+
+    Used around cleanup and journal writes: a second Ctrl-C must not leave a trainer running or tear an
+    event in half. Python runs signal handlers in the main thread whichever thread the OS picked (the
+    sampler's, often), so the handlers are swapped for one that notes the signal; a blocked mask would
+    only cover the main thread. Outside the main thread this does nothing.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    caught: list[int] = []
+    previous = {sig: signal.signal(sig, lambda signum, frame: caught.append(signum)) for sig in DEFERRED_SIGNALS}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
+        for sig in dict.fromkeys(caught):
+            signal.raise_signal(sig)  # now handled as if it had just arrived
+
+
+def ignore_further_interrupts() -> None:
+    """Once an interrupt is being handled (trainer stopped, journal written), later signals are ignored:
+    pressing Ctrl-C again must not cut the journaling short or turn exit 130 into a traceback."""
+    if threading.current_thread() is threading.main_thread():
+        for sig in DEFERRED_SIGNALS:
+            signal.signal(sig, signal.SIG_IGN)

@@ -1,0 +1,159 @@
+"""Imports only go downward (DESIGN "Architecture", STYLE "Layout that shows the architecture").
+
+Every module of gatekit/ and drivers/ is parsed with `ast` — nothing is imported, so a lazy import inside a
+function counts as much as one at the top — and each rule lists the file, line and import that break it.
+"""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+# source folder -> import package (pyproject maps drivers/ to gatekit_drivers)
+PACKAGES = {ROOT / "gatekit": "gatekit", ROOT / "drivers": "gatekit_drivers"}
+
+# Plugins see the plugin API, the records and the errors; nothing else of the core.
+DRIVER_MAY_IMPORT = {"gatekit.driver", "gatekit.records", "gatekit.errors"}
+# The bottom of the house: the disk writer and the pure records, errors and statistics depend on nothing above.
+FOUNDATION = {"gatekit.errors", "gatekit.records", "gatekit.signals", "gatekit.contract"}
+FOUNDATION_MODULES = ("storage", "signals", "contract", "records", "errors", "stats")
+
+
+@dataclass(frozen=True)
+class Import:
+    """One imported module (and, for `from m import name`, the name) at a line of a source file."""
+
+    path: Path
+    line: int
+    module: str  # absolute, e.g. "gatekit.processes"
+    name: str | None  # the imported name of a `from` import, None for `import m`
+    text: str  # the statement as written
+
+    def __str__(self) -> str:
+        where = self.path.relative_to(ROOT) if ROOT in self.path.parents else self.path
+        return f"{where}:{self.line}: {self.text}" + (f"  [{self.name}]" if self.name else "")
+
+
+def _module_name(path: Path) -> str:
+    for folder, package in PACKAGES.items():
+        if folder in path.parents:
+            parts = [package, *path.relative_to(folder).with_suffix("").parts]
+            return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+    raise AssertionError(f"{path} lies in no package")
+
+
+def _is_package(path: Path) -> bool:
+    return path.name == "__init__.py"
+
+
+def _source_file(module: str) -> Path | None:
+    """The file of a gatekit or gatekit_drivers module, if it is one."""
+    for folder, package in PACKAGES.items():
+        if module == package or module.startswith(package + "."):
+            base = folder.joinpath(*module.split(".")[1:])
+            for candidate in (base.with_suffix(".py"), base / "__init__.py"):
+                if candidate.is_file():
+                    return candidate
+    return None
+
+
+def imports_of(path: Path, here: str | None = None) -> list[Import]:
+    """Every gatekit / gatekit_drivers import of one source file (module `here`), relative ones resolved."""
+    source = path.read_text(encoding="utf-8")
+    here = here or _module_name(path)
+    package = here if _is_package(path) else here.rpartition(".")[0]
+    found = []
+    lines = source.splitlines()
+    for node in ast.walk(ast.parse(source, filename=str(path))):
+        if not isinstance(node, (ast.Import, ast.ImportFrom)):
+            continue
+        text = " ".join(line.strip() for line in lines[node.lineno - 1:node.end_lineno])
+        if isinstance(node, ast.Import):
+            found += [Import(path, node.lineno, alias.name, None, text) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")
+                base = base[:len(base) - (node.level - 1)]
+                origin = ".".join(base + ([node.module] if node.module else []))
+            else:
+                origin = node.module or ""
+            for alias in node.names:
+                # `from gatekit import stats` imports the module gatekit.stats; `from gatekit import x` a name
+                submodule = f"{origin}.{alias.name}"
+                if _source_file(submodule) is not None:
+                    found.append(Import(path, node.lineno, submodule, None, text))
+                else:
+                    found.append(Import(path, node.lineno, origin, alias.name, text))
+    return [i for i in found if i.module.split(".")[0] in {"gatekit", "gatekit_drivers"}]
+
+
+def _sources(folder: Path) -> list[Path]:
+    return sorted(p for p in folder.rglob("*.py") if "__pycache__" not in p.parts)
+
+
+ALL_SOURCES = _sources(ROOT / "gatekit") + _sources(ROOT / "drivers")
+
+
+def _broken(rule_holds, paths: list[Path]) -> list[str]:  # type: ignore[no-untyped-def]
+    return [str(i) for path in paths for i in imports_of(path) if not rule_holds(i)]
+
+
+def test_the_sources_are_found() -> None:
+    names = {_module_name(p) for p in ALL_SOURCES}
+    assert {"gatekit.cli", "gatekit.storage", "gatekit_drivers.command", "gatekit_drivers.backends.cpu"} <= names
+    for module in FOUNDATION_MODULES:
+        assert (ROOT / "gatekit" / f"{module}.py").is_file(), module
+
+
+def test_drivers_import_only_the_plugin_api_records_and_errors() -> None:
+    def allowed(i: Import) -> bool:
+        return i.module in DRIVER_MAY_IMPORT or i.module.split(".")[0] == "gatekit_drivers"
+
+    broken = _broken(allowed, _sources(ROOT / "drivers"))
+    assert not broken, ("drivers/ may import from gatekit only " + ", ".join(sorted(DRIVER_MAY_IMPORT))
+                        + " (gatekit.driver re-exports what a plugin needs):\n" + "\n".join(broken))
+
+
+@pytest.mark.parametrize("module", FOUNDATION_MODULES)
+def test_the_foundation_imports_nothing_above_it(module: str) -> None:
+    path = ROOT / "gatekit" / f"{module}.py"
+    broken = _broken(lambda i: i.module in FOUNDATION - {f"gatekit.{module}"}, [path])
+    assert not broken, (f"gatekit/{module}.py may import from gatekit only "
+                        + ", ".join(sorted(FOUNDATION)) + ":\n" + "\n".join(broken))
+
+
+def test_nothing_imports_the_cli() -> None:
+    sources = [p for p in ALL_SOURCES if _module_name(p) != "gatekit.cli"]
+    broken = _broken(lambda i: i.module != "gatekit.cli" and not i.module.startswith("gatekit.cli."), sources)
+    assert not broken, "the CLI is the edge; nothing imports it:\n" + "\n".join(broken)
+
+
+def test_no_private_name_is_imported_from_another_module() -> None:
+    def public(i: Import) -> bool:
+        if i.name is None or not i.name.startswith("_") or (i.name.startswith("__") and i.name.endswith("__")):
+            return True  # a module, a public name, or a dunder such as __version__
+        return i.module == _module_name(i.path)
+
+    broken = _broken(public, ALL_SOURCES)
+    assert not broken, ("a name starting with '_' is private to its module; make it public (and documented) "
+                        "or move the code that needs it:\n" + "\n".join(broken))
+
+
+def test_the_checker_sees_lazy_relative_and_submodule_imports(tmp_path: Path) -> None:
+    """The rules are only as good as the parser: lazy, relative and `from gatekit import m` imports count."""
+    path = tmp_path / "plugin.py"
+    path.write_text("import json\n"
+                    "from gatekit import stats, __version__\n"
+                    "from .backends import cpu\n"
+                    "from ._private import helper\n"
+                    "def later():\n"
+                    "    import gatekit.processes\n"
+                    "    from gatekit.series import _now\n", encoding="utf-8")
+    found = {(i.module, i.name, i.line) for i in imports_of(path, "gatekit_drivers.plugin")}
+    assert found == {("gatekit.stats", None, 2), ("gatekit", "__version__", 2),
+                     ("gatekit_drivers.backends.cpu", None, 3), ("gatekit_drivers._private", "helper", 4),
+                     ("gatekit.processes", None, 6), ("gatekit.series", "_now", 7)}
