@@ -149,7 +149,7 @@ def run_series(folder: Path, n: int, trainer_s: float, hash_paths: list[str] = (
     hash_s = [s for e in journal if e["event"] == "run_end" for s in e.get("hash_s", [])]
     return {"starts": starts, "driver_s": driver_s, "wallclock_s": wallclocks, "rss": rss, "timings": timings,
             "hash_s": hash_s, "total_s": total_s, "cpu_s": harness_cpu_s, "decision": result.finding.decision,
-            "hashing": result.finding.data["provenance"].get("hashing", {})}
+            "hashing": dict(result.finding.provenance.hashing or {})}
 
 
 def run_baseline(folder: Path, runs: int, trainer_s: float) -> dict[str, Any]:

@@ -19,9 +19,9 @@ from pathlib import Path
 
 import numpy as np
 
-from gatekit import sequential
-from gatekit.simulate import (SUITE, Rate, Scenario, ThresholdSpec, run_suite, sequential_codes, simulate,
-                              simulate_runs)
+from gatekit.policy import SEQUENTIAL
+from gatekit.simulate import SUITE, Rate, Scenario, ThresholdSpec, run_suite, simulate, simulate_runs
+from gatekit.verdict import ADOPTED
 
 SEED = 20261130
 POLICIES = ("classic", "sequential", "welch", "bootstrap")
@@ -89,8 +89,8 @@ def df_table(draws: int) -> str:
         for mode in ("conservative", "satterthwaite"):
             rng = np.random.default_rng(SEED)
             off, on, _, _ = simulate_runs(scenario, "thue-morse", 8, draws, rng)
-            codes, _ = sequential_codes(off, on, ThresholdSpec(), df_mode=mode)
-            cells.append(cell(Rate.of(codes == sequential.ADOPTED)))
+            codes, _ = SEQUENTIAL.simulate(off, on, ThresholdSpec(), df_mode=mode)
+            cells.append(cell(Rate.of(codes == ADOPTED)))
         lines.append(f"| {scenario.name} | {cells[0]} | {cells[1]} |")
     return "\n".join(lines)
 

@@ -20,27 +20,22 @@ import tomlkit
 from gatekit import __version__, stats
 from gatekit.config import CALIBRATION_FILE, ArmSpec, GateConfig
 from gatekit.diagnostics import MDE_ALPHA, MDE_POWER, mde_log, n_for_effect, ols_slope, pct
-from gatekit.driver import Driver, RunRequest, make_driver
-from gatekit.errors import ConfigError, GatekitError, PreflightError, SeriesInterrupted
-from gatekit.finding import plain, primary_value
-from gatekit.preflight import arm_input, run_checks
-from gatekit.provenance import changed_artifacts, hash_artifacts, host_fingerprint, software_versions
-from gatekit.records import RunRecord, WindowSummary
-from gatekit.sampler import LoadReader, WindowSampler, read_system_load, samples_csv
-from gatekit.series import _now, runs_lock
-from gatekit.storage import Journal, atomic_write_text, write_output
+from gatekit.driver import ChosenBackend, Driver, make_backend, make_driver
+from gatekit.errors import CalibrationError, ConfigError, GatekitError, OutputError, PreflightError, ProvenanceError
+from gatekit.finding import plain
+from gatekit.preflight import run_checks
+from gatekit.provenance import hash_artifacts, host_fingerprint, software_versions
+from gatekit.records import RunRecord
+from gatekit.sampler import LoadReader, read_system_load
+from gatekit.schedule import Slot
+from gatekit.series import JOURNAL_FILE, JournalState, RunLoop, new_series_dir, now, runs_lock
+from gatekit.storage import Journal, write_output
 
 CALIBRATION_SCHEMA = "gatekit.calibration/1"
 WARMUP_Z = 3.5  # Iglewicz & Hoaglin (1993): a modified z-score above 3.5 marks an outlier
 CHANGE_POINT_PERMUTATIONS = 2000
 CHANGE_POINT_ALPHA = 0.05
 MDE_AT_N = (3, 4, 8)
-
-
-class CalibrationError(GatekitError):
-    """A calibration run failed or an artifact changed: the calibration is not usable."""
-
-    exit_code = 3
 
 
 # -- pure statistics ---------------------------------------------------------------------------------
@@ -186,74 +181,59 @@ def calibration_document(*, arm: str, primary: str, gate_path: Path, series_dir:
 
 
 def run_calibration(config: GateConfig, arm: ArmSpec, n: int, *, min_effect_pct: float | None = None,
-                    driver: Driver | None = None, report: Callable[[str], None] = lambda text: None,
+                    driver: Driver | None = None, backend: ChosenBackend | None = None,
+                    report: Callable[[str], None] = lambda text: None,
                     load_reader: LoadReader = read_system_load) -> Calibration:
-    """Preflight, then n runs of one arm with the gate's driver and sampler; store and return the result."""
+    """Preflight, then n runs of one arm through the series' run loop (driver, sampler, backend telemetry,
+    artifact hashing, journal); store and return the result."""
     if n < 4:
         raise ConfigError(f"--n: a calibration needs at least 4 runs, got {n}")
     driver = driver or make_driver(config.driver.name, config.driver.options, source=config.path,
                                    base_dir=config.base_dir)
+    backend = backend or make_backend(config.backend.name, config.backend.options, source=config.path)
     # a missing calibration is what this command makes, so that check does not apply here
-    failed = [c for c in run_checks(config, [arm], driver) if not c.ok and c.name != "calibration"]
+    failed = [c for c in run_checks(config, [arm], driver, backend) if not c.ok and c.name != "calibration"]
     if failed:
         raise PreflightError("preflight failed, nothing ran: " + "; ".join(f"{c.name}: {c.detail}" for c in failed))
     runs_dir = config.gate.runs
     primary = config.gate.primary
     effect = config.threshold.floor_pct if min_effect_pct is None else min_effect_pct
     with runs_lock(runs_dir):
-        now = _now()
-        series_dir = runs_dir / f"calibrate-{arm.name}-{now:%Y%m%d-%H%M%S}"
-        suffix = 1
-        while series_dir.exists():
-            suffix += 1
-            series_dir = runs_dir / f"calibrate-{arm.name}-{now:%Y%m%d-%H%M%S}-{suffix}"
-        series_dir.mkdir(parents=True)
-        journal = Journal(series_dir / "journal.jsonl")
+        started = now()
+        series_dir = new_series_dir(runs_dir, f"calibrate-{arm.name}-{started:%Y%m%d-%H%M%S}")
+        journal = Journal(series_dir / JOURNAL_FILE)
         artifacts = hash_artifacts(config.driver.hash)
-        journal.append("calibration_start", arm=arm.name, n=n, started=now.isoformat(timespec="seconds"),
-                       artifacts=artifacts)
-        records: list[RunRecord] = []
-        for k in range(1, n + 1):
-            label = f"{arm.name}-r{k}"
-            report(f"[{k}/{n}] {label} starting")
-            started_at = _now().isoformat(timespec="seconds")
-            run_dir = series_dir / label
-            run_dir.mkdir()
-            request = RunRequest(arm=arm_input(arm), label=label, run_dir=run_dir, result_path=run_dir / "result",
-                                 timeout_s=config.driver.timeout_s, stdout_path=run_dir / "stdout.log",
-                                 stderr_path=run_dir / "stderr.log")
-            sampler = WindowSampler(config.rules.sample_interval_s, read=load_reader)
-            try:
-                with sampler:
-                    outcome = driver.run(request)
-            except KeyboardInterrupt:
-                journal.append("interrupted", label=label)
-                raise SeriesInterrupted(f"calibration interrupted during {label}; run it again") from None
-            atomic_write_text(run_dir / "samples.csv", samples_csv(sampler.samples))
-            record = RunRecord(order=k, arm=arm.name, label=label, pair=k, outcome=outcome,
-                               window=WindowSummary.of(sampler.samples),
-                               started_at=started_at)
-            atomic_write_text(run_dir / "record.json", json.dumps(record.to_dict(), indent=2, allow_nan=False))
-            journal.append("run_end", record=record.to_dict())
-            changed = changed_artifacts(artifacts, hash_artifacts(config.driver.hash))
-            if changed:
-                raise CalibrationError(f"{series_dir}: " + "; ".join(changed) + "; the calibration is not usable")
-            value = primary_value(record, primary)
-            if record.failed or value is None:
+        start = {"event": "calibration_start", "arm": arm.name, "n": n,
+                 "started": started.isoformat(timespec="seconds"), "artifacts": artifacts}
+        journal.append(**start)
+
+        def every_run_counts(record: RunRecord) -> None:
+            if record.failed or record.value_of(primary) is None:
                 why = record.outcome.error or f"primary metric '{primary}' missing"
-                raise CalibrationError(f"{label} failed: {why} (see {run_dir / 'stderr.log'}); "
+                raise CalibrationError(f"{record.label} failed: {why} (see {series_dir / record.label / 'stderr.log'}); "
                                        "a calibration needs every run")
-            records.append(record)
-            report(f"      {label} {primary} = {value:.4f}, load1 mean {record.window.load1_mean or 0:.2f}")
-        values = [float(primary_value(r, primary)) for r in records]  # type: ignore[arg-type]
+
+        state = JournalState(start=start)
+        loop = RunLoop(config, {arm.name: arm}, driver, backend, report, lambda label: load_reader)
+        changed = loop.run(series_dir, journal, state, [Slot(arm.name, k) for k in range(1, n + 1)],
+                           primary=primary, start_artifacts=artifacts, check=every_run_counts,
+                           resume_hint="a calibration cannot be resumed: run it again")
+        if changed:
+            raise ProvenanceError(f"{series_dir}: " + "; ".join(changed) + "; the calibration is not usable")
+        records = sorted(state.records.values(), key=lambda r: r.order)
+        values = [float(r.value_of(primary)) for r in records]  # type: ignore[arg-type]
         result = analyze_calibration(values, effect)
         document = calibration_document(arm=arm.name, primary=primary, gate_path=config.path,
                                         series_dir=series_dir, records=records, values=values, result=result,
-                                        started=now.isoformat(timespec="seconds"), artifacts=artifacts)
+                                        started=started.isoformat(timespec="seconds"), artifacts=artifacts)
         text = tomlkit.dumps(document)
         path, latest = series_dir / CALIBRATION_FILE, runs_dir / CALIBRATION_FILE
-        write_output(path, text, "calibration")
-        write_output(latest, text, "calibration")
+        try:
+            write_output(path, text, "calibration")
+            write_output(latest, text, "calibration")
+        except GatekitError as exc:  # the runs happened: say so, and how to get a usable calibration
+            raise OutputError(f"{exc}; the {n} runs are journaled in {series_dir}, but a calibration cannot be "
+                              "resumed: fix the folder and run `gate calibrate` again") from None
         journal.append("calibration_end", cv_pct=document.get("cv_pct"), path=str(path))
     return Calibration(path, latest, arm.name, primary, tuple(values), result, document)
 

@@ -6,24 +6,24 @@ import json
 import sys
 import time
 from pathlib import Path
-from typing import Callable, TypeVar
+from typing import TYPE_CHECKING, Callable, TypeVar
 
 import click
 
 from gatekit import __version__
-from gatekit.calibrate import run_calibration, summary as calibration_summary
-from gatekit.config import ORDERS, POLICIES, GateConfig, ThresholdSpec, load_gate
-from gatekit.csvinput import evidence_from_csv
+from gatekit.config import EXPORT_FORMATS, ORDERS, POLICIES, SIM_POLICIES, GateConfig, ThresholdSpec, load_gate
 from gatekit.driver import (BACKEND_GROUP, DRIVER_GROUP, installed_backends, installed_drivers, load_backend,
                             make_backend, make_driver)
-from gatekit.errors import ConfigError, DriverError, GatekitError, SeriesInterrupted
-from gatekit.exports import EXPORT_FORMATS, EXPORTERS, check_export, junit_xml, summary_markdown
-from gatekit.finding import Finding, analyze, write_finding
+from gatekit.errors import ConfigError, DriverError, GatekitError, OutputError, SeriesInterrupted
 from gatekit.preflight import run_checks
-from gatekit.report.terminal import clean_terminal_text, summary
-from gatekit.series import SeriesRunner, analyze_series, read_state, series_gate, verify_unchanged
+from gatekit.sanitize import show_controls  # control characters and bidi overrides shown as escapes
 from gatekit.storage import write_output
-from gatekit.simulate import SIM_POLICIES, Scenario, run_suite, simulate, table
+
+# The statistics (pandas, scipy: analysis, series, calibrate, csvinput, simulate), the findings and the
+# reports are imported in the commands that use them, so `gate --help` and `gate check` start fast;
+# tests/test_cli_imports.py keeps it so.
+if TYPE_CHECKING:
+    from gatekit.finding import Finding
 
 EXIT_FAIL_ON = 1
 EXIT_INVALID = 3
@@ -41,7 +41,7 @@ class GateError(click.ClickException):
         self.exit_code = error.exit_code
 
     def show(self, file: object = None) -> None:
-        click.echo(f"gate: error: {clean_terminal_text(self.format_message())}", err=True)
+        click.echo(f"gate: error: {show_controls(self.format_message())}", err=True)
 
 
 def _call(work: Callable[[], T]) -> T:
@@ -59,7 +59,7 @@ def _stderr(text: str) -> None:
 
 def _progress(line: str) -> None:
     """One progress line of a series on stderr; trainer-supplied text in it cannot break the terminal."""
-    click.echo(clean_terminal_text(line), err=True)
+    click.echo(show_controls(line), err=True)
 
 
 gate_option = click.option("--gate", "gate_path", type=click.Path(path_type=Path), default=Path("gate.toml"),
@@ -85,13 +85,24 @@ def ci_output_options(command: Callable) -> Callable:
 
 
 def _write_ci_outputs(findings: list[Finding], summary_md: Path | None, junit: Path | None,
-                      exports: tuple[tuple[str, Path], ...]) -> None:
+                      exports: tuple[tuple[str, Path], ...], finding_paths: tuple[str, ...] = ()) -> None:
+    """Write the CI outputs; `finding_paths` names the finding a series just wrote (runs happened, so a
+    failed write is exit 4 and says how to write the output again)."""
+    from gatekit.exports import EXPORTERS, junit_xml, summary_markdown
+
     def work() -> None:
         outputs = [(summary_md, summary_markdown, "summary"), (junit, junit_xml, "JUnit report")]
         outputs += [(path, EXPORTERS[name], f"{name} export") for name, path in exports]
         for path, render, what in outputs:
-            if path is not None:
+            if path is None:
+                continue
+            try:
                 write_output(path, render(findings), what)
+            except GatekitError as exc:
+                if not finding_paths:
+                    raise
+                raise OutputError(f"{exc}; the finding is written ({finding_paths[-1]}): write the output "
+                                  f"again with `gate report {finding_paths[-1]}` and the same option") from None
     _call(work)
 
 
@@ -106,7 +117,8 @@ def main() -> None:
       gate run off on --n 3        run the interleaved series and decide
       gate analyze runs/<series>   recompute a finding offline
     Exit codes: 0 decided, 1 a --fail-on condition met, 2 usage or config error (nothing ran),
-    3 series invalid, 130 interrupted (resume with --resume DIR).
+    3 series invalid or evidence that does not verify, 4 runs happened but a file could not be written
+    (resume with --resume DIR), 130 interrupted (resume with --resume DIR).
     """
 
 
@@ -161,13 +173,15 @@ def run(off: str | None, on: str | None, gate_path: Path, n: int | None, order: 
         exports: tuple[tuple[str, Path], ...]) -> None:
     """Run the interleaved OFF/ON series, apply the preregistered rules and write the finding."""
     def work():  # type: ignore[no-untyped-def]
+        from gatekit.series import SeriesRunner, open_series
+
         if resume is not None:
             if off or on or n or order or seed is not None or out or runs_dir or policy or warmup is not None:
                 raise ConfigError("--resume continues a series exactly as registered; "
                                   "drop OFF/ON, --n, --order, --seed, --policy, --warmup, --out and --runs")
-            config, off_arm, on_arm = series_gate(resume, gate_path if gate_path != Path("gate.toml") else None)
-            _check_exports(exports, config)
-            return SeriesRunner(config, off_arm, on_arm, report=_progress).resume(resume)
+            opened = open_series(resume, gate_path if gate_path != Path("gate.toml") else None)
+            _check_exports(exports, opened.config)
+            return SeriesRunner(opened.config, opened.off, opened.on, report=_progress).resume(opened)
         if not off or not on:
             raise ConfigError("name both arms: gate run OFF ON (arm names of the gate file or arm .toml paths)")
         config = load_gate(gate_path).with_overrides(n=n, order=order, seed=seed, out=out, runs=runs_dir,
@@ -177,17 +191,22 @@ def run(off: str | None, on: str | None, gate_path: Path, n: int | None, order: 
         return SeriesRunner(config, off_arm, on_arm, report=_progress).start()
 
     result = _call(work)
-    _emit(result.finding, as_json, tuple(str(p) for p in result.finding_paths))
-    _write_ci_outputs([result.finding], summary_md, junit, exports)
+    paths = tuple(str(p) for p in result.finding_paths)
+    _emit(result.finding, as_json, paths)
+    _write_ci_outputs([result.finding], summary_md, junit, exports, paths)
     _exit_for(result.finding, fail_on)
 
 
 def _check_exports(exports: tuple[tuple[str, Path], ...], config: GateConfig) -> None:
+    from gatekit.exports import check_export
+
     for name, _ in exports:
         check_export(name, config.gate.direction, config.gate.primary, str(config.path))
 
 
 def _emit(finding: Finding, as_json: bool, paths: tuple[str, ...] = ()) -> None:
+    from gatekit.report.terminal import summary
+
     if as_json:
         click.echo(finding.to_json(), nl=False)
         _stderr(summary(finding, paths))
@@ -196,9 +215,9 @@ def _emit(finding: Finding, as_json: bool, paths: tuple[str, ...] = ()) -> None:
 
 
 def _exit_for(finding: Finding, fail_on: str | None) -> None:
-    if finding.decision == "invalid":
+    if finding.decision.value == "invalid":
         raise SystemExit(EXIT_INVALID)
-    if fail_on and finding.decision in FAIL_ON[fail_on]:
+    if fail_on and finding.decision.value in FAIL_ON[fail_on]:
         raise SystemExit(EXIT_FAIL_ON)
 
 
@@ -221,11 +240,12 @@ def analyze_cmd(source: Path, gate_path: Path | None, off_name: str | None, on_n
     in execution order and is analysed with the rules of --gate.
     """
     def work() -> Finding:
+        from gatekit.analysis import analyze
+        from gatekit.csvinput import evidence_from_csv
+        from gatekit.series import analyze_series
+
         if source.is_dir():
-            if gate_path is not None:
-                config = load_gate(gate_path)
-                verify_unchanged(source, read_state(source).start, config)
-            return analyze_series(source)
+            return analyze_series(source, load_gate(gate_path) if gate_path is not None else None)
         config = load_gate(gate_path or Path("gate.toml"))
         off_arm, on_arm = _two_arms(config, off_name, on_name)
         return analyze(evidence_from_csv(source, config, off_arm.name, on_arm.name))
@@ -251,6 +271,8 @@ def calibrate(arm: str | None, gate_path: Path, n: int, min_effect_pct: float | 
 
     Stored as <runs>/calibration.toml, where sigma_ref = "history" finds it.
     """
+    from gatekit.calibrate import run_calibration, summary as calibration_summary
+
     def work():  # type: ignore[no-untyped-def]
         config = load_gate(gate_path).with_overrides(runs=runs_dir)
         chosen = config.arm(arm) if arm else config.arm(next(iter(config.arms)))
@@ -292,6 +314,8 @@ def simulate_cmd(policies: tuple[str, ...], cv_pct: float, cv_on_pct: float | No
     Run times are lognormal with the given CVs; the true effect is on the median. Example:
     gate simulate --policy classic --policy sequential --cv 2 --cv-on 8
     """
+    from gatekit.simulate import Scenario, run_suite, simulate, table
+
     thresholds = ThresholdSpec(sigma_k=sigma_k, floor_pct=floor_pct)
     began = time.monotonic()
 
@@ -353,7 +377,7 @@ def _prepare(paths: list[Path], runs_roots: tuple[Path, ...]):  # type: ignore[n
     from gatekit.report.site import prepare
 
     loaded = load_many(paths)
-    items = [(f.data, load_run_files(f.data, f.path, runs_roots, Path.cwd()), f.path.name if f.path else "")
+    items = [(f.finding, load_run_files(f.finding, f.path, runs_roots, Path.cwd()), f.path.name if f.path else "")
              for f in loaded]
     return loaded, prepare(items)
 
@@ -385,7 +409,7 @@ def report_cmd(findings: tuple[Path, ...], html_dir: Path | None, md_file: Path 
             written += [p for p in write_files(md_file.parent, files) if p.suffix == ".md"]
         for item in prepared:
             for note in item.run_files.notes:
-                _stderr(f"{item.data['meta']['id']}: {note}")
+                _stderr(f"{item.finding.id}: {note}")
         _write_ci_outputs([f.finding for f in loaded], summary_md, junit, exports)
         return written
 
@@ -475,6 +499,8 @@ def import_hyperfine(results: Path, off_command: str | None, on_command: str | N
                      summary_md: Path | None, junit: Path | None, exports: tuple[tuple[str, Path], ...]) -> None:
     """Turn a hyperfine --export-json file into a finding: arms = two commands, runs = their times."""
     def work():  # type: ignore[no-untyped-def]
+        from gatekit.analysis import analyze
+        from gatekit.finding import write_finding
         from gatekit.importers import evidence_from_hyperfine
 
         if date is not None and not _is_date(date):

@@ -14,17 +14,24 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from gatekit.errors import ConfigError
+from gatekit.records import PROCESS_WALLCLOCK, Record
 
 ORDERS = ("abab", "abba", "random", "thue-morse")
 SEEDED_ORDERS = ("random", "thue-morse")  # orders that draw from the seed
-POLICIES = ("classic", "sequential")
+POLICIES = ("classic", "sequential")  # gatekit.policy holds the objects; config checks only their names
+# Names the command line offers, here so `gate --help` need not import the modules that implement them.
+SIM_POLICIES = ("classic", "sequential", "welch", "bootstrap")  # gate simulate --policy: gatekit.simulate
+EXPORT_FORMATS = ("gab-json", "bmf")  # --export FORMAT: gatekit.exports.EXPORTERS
 SEQUENTIAL_RUNS = (4, 8)  # runs per arm at the sequential policy's two looks
 SEQUENTIAL_ORDER = "thue-morse"
+# Policies that fix their own schedule: policy -> (runs per arm at the first look, order). A gate file or
+# option that sets n or order for them is refused rather than silently overridden.
+FIXED_SCHEDULES = {"sequential": (SEQUENTIAL_RUNS[0], SEQUENTIAL_ORDER)}
 DIRECTIONS = ("lower", "higher")
 LOAD_STATS = ("max", "mean")
 SIGMA_REFS = ("arm", "leave_one_out", "history")
 MAX_WARMUP = 2
-ALWAYS_MEASURED = "process_wallclock_s"
+ALWAYS_MEASURED = PROCESS_WALLCLOCK
 CALIBRATION_FILE = "calibration.toml"  # in the runs folder: the latest `gate calibrate` of this machine
 MAX_RUNS_PER_ARM = 1000  # a bound, so a typo (n = 30000) cannot schedule days of runs
 MIN_SAMPLE_INTERVAL_S = 0.01  # below this the sampler would busy-loop and load the machine it measures
@@ -35,7 +42,7 @@ ENV_NAME_PATTERN = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 @dataclass(frozen=True, slots=True)
-class ThresholdSpec:
+class ThresholdSpec(Record):
     """threshold_pct = max(sigma_k * sigma_off_pct, floor_pct)."""
 
     sigma_k: float = 2.0
@@ -43,7 +50,7 @@ class ThresholdSpec:
 
 
 @dataclass(frozen=True, slots=True)
-class GuardSpec:
+class GuardSpec(Record):
     """A quality guard: on may not be worse than off by more than max_drop (absolute units)."""
 
     metric: str
@@ -52,7 +59,7 @@ class GuardSpec:
 
 
 @dataclass(frozen=True, slots=True)
-class RulesSpec:
+class RulesSpec(Record):
     """Preregistered contamination rules: (i) load evidence AND (ii) deviation beyond sigma_k."""
 
     load_stat: str = "max"
@@ -153,15 +160,16 @@ class GateConfig:
         gate = self.gate
         if policy is not None:
             _check(policy in POLICIES, self.path, "--policy", f"must be one of {', '.join(POLICIES)}")
-            if policy == "sequential":
-                _check(n is None and order in (None, SEQUENTIAL_ORDER), self.path, "--policy",
-                       f"sequential runs {SEQUENTIAL_RUNS[0]} then {SEQUENTIAL_RUNS[1]} runs per arm in "
-                       f"{SEQUENTIAL_ORDER} order; drop --n and --order")
-                gate = replace(gate, n=SEQUENTIAL_RUNS[0], order=SEQUENTIAL_ORDER)
+            fixed = FIXED_SCHEDULES.get(policy)
+            if fixed is not None:
+                _check(n is None and order in (None, fixed[1]), self.path, "--policy",
+                       f"{policy} runs {SEQUENTIAL_RUNS[0]} then {SEQUENTIAL_RUNS[1]} runs per arm in "
+                       f"{fixed[1]} order; drop --n and --order")
+                gate = replace(gate, n=fixed[0], order=fixed[1])
             gate = replace(gate, policy=policy)
-        elif gate.policy == "sequential":
-            _check(n is None and order in (None, SEQUENTIAL_ORDER), self.path, "gate.policy",
-                   "is sequential, which fixes n and order; drop --n and --order")
+        elif gate.policy in FIXED_SCHEDULES:
+            _check(n is None and order in (None, FIXED_SCHEDULES[gate.policy][1]), self.path, "gate.policy",
+                   f"is {gate.policy}, which fixes n and order; drop --n and --order")
         if warmup is not None:
             _check(0 <= warmup <= MAX_WARMUP, self.path, "--warmup", f"must be 0, 1 or 2, got {warmup}")
             gate = replace(gate, warmup=warmup)
@@ -286,12 +294,13 @@ def load_gate(path: Path | str) -> GateConfig:
     _check(gate.n >= 1, path, "gate.n", f"must be at least 1, got {gate.n}")
     _check(0 <= gate.warmup <= MAX_WARMUP, path, "gate.warmup",
            f"must be 0 (none), 1 (the first arm) or 2 (both arms), got {gate.warmup}")
-    if gate.policy == "sequential":
-        _check("n" not in explicit, path, "gate.n", f"does not apply to policy = \"sequential\" (it runs "
+    fixed = FIXED_SCHEDULES.get(gate.policy)
+    if fixed is not None:
+        _check("n" not in explicit, path, "gate.n", f"does not apply to policy = \"{gate.policy}\" (it runs "
                f"{SEQUENTIAL_RUNS[0]}, then {SEQUENTIAL_RUNS[1]} runs per arm); remove it")
-        _check(gate.order == SEQUENTIAL_ORDER or "order" not in explicit, path, "gate.order",
-               f"policy = \"sequential\" runs in {SEQUENTIAL_ORDER} order; remove it or set it to {SEQUENTIAL_ORDER}")
-        gate = replace(gate, n=SEQUENTIAL_RUNS[0], order=SEQUENTIAL_ORDER)
+        _check(gate.order == fixed[1] or "order" not in explicit, path, "gate.order",
+               f"policy = \"{gate.policy}\" runs in {fixed[1]} order; remove it or set it to {fixed[1]}")
+        gate = replace(gate, n=fixed[0], order=fixed[1])
     _check(gate.n <= MAX_RUNS_PER_ARM, path, "gate.n", f"must be at most {MAX_RUNS_PER_ARM}, got {gate.n}")
     _check(bool(NAME_PATTERN.fullmatch(gate.id)), path, "gate.id", f"must be {NAME_RULE}, got {gate.id!r}")
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from gatekit.config import ALWAYS_MEASURED, GateConfig
 from gatekit.errors import ConfigError
-from gatekit.finding import SeriesEvidence
+from gatekit.analysis import SeriesEvidence
 from gatekit.prereg import DecisionSpec
 from gatekit.records import RunOutcome, RunRecord, WindowSummary
 from gatekit.sanitize import MAX_METRIC_MAGNITUDE, usable_metric

@@ -20,6 +20,7 @@ from scipy import stats as sps
 
 from gatekit import stats
 from gatekit.config import GuardSpec
+from gatekit.verdict import classic_decision
 
 CI_LEVEL = 0.95
 MDE_ALPHA = 0.05  # one-sided
@@ -232,13 +233,14 @@ def diagnose(off: Sequence[float], on: Sequence[float], off_positions: Sequence[
     )
 
 
-def classic_warnings(diag: Diagnostics, *, order: str, sigma_off_pct: float, sigma_on_pct: float,
-                     delta_pct: float, threshold_pct: float, decide: Any, policy: str = "classic") -> list[str]:
-    """Warnings about the classic decision's own evidence; `decide(delta, threshold)` is its point rule.
-    Under another policy the classic figures only sit beside the decision, so none applies."""
+def classic_warnings(diag: Diagnostics, *, order: str, direction: str, sigma_off_pct: float, sigma_on_pct: float,
+                     delta_pct: float, threshold_pct: float) -> list[str]:
+    """Warnings about the classic decision's own evidence (the classic policy asks for them; under another
+    policy the classic figures only sit beside the decision)."""
+    def decide(delta: float, threshold: float) -> str:
+        return classic_decision(delta, threshold, direction).value
+
     warnings: list[str] = []
-    if policy != "classic":
-        return warnings
     if math.isfinite(sigma_on_pct) and math.isfinite(sigma_off_pct) and sigma_on_pct > 2 * sigma_off_pct:
         warnings.append(
             f"σ_on {sigma_on_pct:.4f} % is more than twice σ_off {sigma_off_pct:.4f} %: the classic threshold "

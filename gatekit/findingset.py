@@ -1,14 +1,14 @@
-"""Findings as consumers read them: loaded from files or a folder, checked for the keys readers rely on.
+"""Findings as consumers read them: loaded from files or a folder, typed on the way in.
 
-A finding that lacks a key the reports, exports or history need is refused when it loads
-(gatekit.finding_schema), with the file and the key named, so no renderer ever fails half-way with a KeyError.
+Loading is checking: `Finding.from_document` checks every field by type and refuses a file that does not
+fit, naming the file and the key, so no renderer ever fails half-way on a malformed finding.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Iterable, Sequence
 
 from gatekit.errors import FindingError
 from gatekit.finding import Finding, load_finding
@@ -16,24 +16,14 @@ from gatekit.finding import Finding, load_finding
 
 @dataclass(frozen=True, slots=True)
 class LoadedFinding:
-    """A checked finding and the file it came from (None when it was made in this process)."""
+    """A typed finding and the file it came from (None when it was made in this process)."""
 
     finding: Finding
     path: Path | None
 
-    @property
-    def data(self) -> Mapping[str, Any]:
-        return self.finding.data
-
-
-def check_finding(finding: Finding, source: str) -> Finding:
-    """Refuse a finding that lacks a key readers rely on (the finding schema's own check, see
-    gatekit.finding_schema); the message names the file and the key."""
-    return Finding.from_dict(finding.data, source=source)
-
 
 def load_checked(path: Path) -> LoadedFinding:
-    """Load one finding file (.json or .toml); loading checks it."""
+    """Load one finding file (.json or .toml); loading checks it (see the module docstring)."""
     return LoadedFinding(load_finding(path), path)
 
 
@@ -62,7 +52,7 @@ def load_many(paths: Iterable[Path]) -> list[LoadedFinding]:
 def by_date(findings: Sequence[LoadedFinding]) -> list[LoadedFinding]:
     """Oldest first: meta.date, then the first run's start time, then the id (a stable order)."""
     def key(item: LoadedFinding) -> tuple[str, str, str]:
-        runs = item.data["runs"]
-        started = min((str(r.get("started_at", "")) for r in runs), default="")
-        return str(item.data["meta"]["date"]), started, str(item.data["meta"]["id"])
+        finding = item.finding
+        started = min((run.started_at for run in finding.runs), default="")
+        return finding.meta.date, started, finding.id
     return sorted(findings, key=key)

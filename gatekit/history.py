@@ -12,6 +12,7 @@ a series with no variation at all has no change points. Segments hold at least t
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
 import math
@@ -26,8 +27,9 @@ from matplotlib.figure import Figure
 
 from gatekit import stats
 from gatekit.errors import ConfigError
+from gatekit.finding import Finding, Stats
 from gatekit.findingset import LoadedFinding, by_date
-from gatekit.report.common import fmt, is_number, used_values
+from gatekit.report.common import fmt, is_number
 
 MIN_SEGMENT = 2
 MAD_TO_SIGMA = 1.4826  # 1/Φ⁻¹(3/4): MAD of Gaussian noise × this = σ
@@ -88,28 +90,38 @@ class History:
         }
 
 
-def metric_value(data: Mapping[str, Any], metric: str, arm_key: str) -> float | None:
-    """A finding's value of `metric`: a dotted path into the finding (`stats.delta_pct`,
-    `guards.psnr_db.delta`), else a `stats` key (`delta_pct`, `mean_on`), else the mean of a run metric
+_STATS_FIELDS = frozenset(f.name for f in dataclasses.fields(Stats)) - {"extra_keys"}
+
+
+def _is_stats_key(figures: Stats, metric: str) -> bool:
+    """A statistic of the finding: a typed Stats field, or a key a newer or hand-edited finding added."""
+    return metric in _STATS_FIELDS or metric in figures.extra_keys
+
+
+def metric_value(finding: Finding, metric: str, arm_key: str) -> float | None:
+    """A finding's value of `metric`: a dotted path into the finding document (`stats.delta_pct`,
+    `guards.psnr_db.delta`), else a statistic (`delta_pct`, `mean_on`), else the mean of a run metric
     over the used runs of the `arm_key` arm (off or on)."""
     if "." in metric:
-        node: Any = data
+        # a path names a key of the document, so it is walked over the document, by design
+        node: Any = finding.to_dict()
         for part in metric.split("."):
             if not isinstance(node, Mapping) or part not in node:
                 return None
             node = node[part]
         return float(node) if is_number(node) else None
-    if metric in data["stats"]:
-        value = data["stats"][metric]
+    if _is_stats_key(finding.stats, metric):
+        value = (getattr(finding.stats, metric) if metric in _STATS_FIELDS
+                 else finding.stats.extra_keys[metric])
         return float(value) if is_number(value) else None
-    values = used_values(data["runs"], str(data["gate"]["arms"][arm_key]), metric)
+    values = finding.used_values(finding.off_arm if arm_key == "off" else finding.on_arm, metric)
     return stats.mean(values) if values else None
 
 
-def describe(metric: str, arm_key: str, sample: Mapping[str, Any] | None) -> str:
+def describe(metric: str, arm_key: str, sample: Finding | None) -> str:
     if "." in metric:
         return f"{metric} of each finding"
-    if sample is not None and metric in sample["stats"]:
+    if sample is not None and _is_stats_key(sample.stats, metric):
         return f"stats.{metric} of each finding"
     return f"mean {metric} of the {arm_key} arm's used runs"
 
@@ -141,20 +153,20 @@ def change_point_indices(values: Sequence[float]) -> tuple[list[int], float, flo
 def build_history(findings: Sequence[LoadedFinding], metric: str, *, arm_key: str = "on",
                   gate_id: str | None = None) -> History:
     """The metric over the findings (oldest first) with its change points."""
-    chosen = [f for f in by_date(findings) if gate_id is None or f.data["gate"]["id"] == gate_id]
+    chosen = [f for f in by_date(findings) if gate_id is None or f.finding.gate.id == gate_id]
     if not chosen:
         raise ConfigError(f"--gate-id {gate_id}: no finding of this gate "
-                          f"(gates found: {', '.join(sorted({str(f.data['gate']['id']) for f in findings}))})")
+                          f"(gates found: {', '.join(sorted({f.finding.gate.id for f in findings}))})")
     points, skipped = [], []
     for item in chosen:
-        value = metric_value(item.data, metric, arm_key)
-        meta = item.data["meta"]
+        finding = item.finding
+        value = metric_value(finding, metric, arm_key)
         if value is None:
-            skipped.append(str(meta["id"]))
+            skipped.append(finding.id)
         else:
-            points.append(Point(str(meta["date"]), str(meta["id"]), str(item.data["gate"]["id"]), value))
+            points.append(Point(finding.meta.date, finding.id, finding.gate.id, value))
     if not points:
-        source = chosen[0].path or chosen[0].data["meta"]["id"]
+        source = chosen[0].path or chosen[0].finding.id
         raise ConfigError(f"{source}: key '{metric}' is in no finding (try a stats key such as delta_pct or "
                           "mean_on, a run metric such as train_elapsed_s, or a dotted path)")
     indices, sigma, penalty = change_point_indices([p.value for p in points])
@@ -166,7 +178,7 @@ def build_history(findings: Sequence[LoadedFinding], metric: str, *, arm_key: st
         changes.append(ChangePoint(start, points[start].date, points[start].finding_id, stats.mean(before),
                                    stats.mean(after)))
     gates = tuple(sorted({p.gate_id for p in points}))
-    return History(metric, describe(metric, arm_key, chosen[0].data), tuple(points), tuple(changes), sigma,
+    return History(metric, describe(metric, arm_key, chosen[0].finding), tuple(points), tuple(changes), sigma,
                    penalty, tuple(skipped), gates)
 
 

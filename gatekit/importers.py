@@ -1,4 +1,4 @@
-"""Other tools' results as series evidence, analysed exactly like a gate's own (`finding.analyze`).
+"""Other tools' results as series evidence, analysed exactly like a gate's own (`analysis.analyze`).
 
 hyperfine (`--export-json`): `results: [{command, mean, stddev, median, user, system, min, max, times: [...],
 exit_codes: [...]}]`. Two of its commands become the arms (the command names, as `-n/--command-name`
@@ -18,7 +18,7 @@ from typing import Any, Mapping, Sequence
 
 from gatekit.config import ALWAYS_MEASURED, RulesSpec, ThresholdSpec
 from gatekit.errors import ConfigError
-from gatekit.finding import SeriesEvidence
+from gatekit.analysis import SeriesEvidence
 from gatekit.prereg import DecisionSpec
 from gatekit.records import RunOutcome, RunRecord, WindowSummary
 

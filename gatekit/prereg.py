@@ -14,9 +14,9 @@ from typing import Any, Mapping
 import tomlkit
 
 from gatekit import PREDECISION_SCHEMA, __version__, stats
-from gatekit.config import (SEEDED_ORDERS, SEQUENTIAL_RUNS, GateConfig, GuardSpec, RulesSpec, ThresholdSpec,
-                            resolve_history_sigma)
+from gatekit.config import SEEDED_ORDERS, GateConfig, GuardSpec, RulesSpec, ThresholdSpec, resolve_history_sigma
 from gatekit.errors import SeriesError
+from gatekit.policy import policy_for
 from gatekit.provenance import sha256_bytes, sha256_file
 from gatekit.schedule import Slot
 from gatekit.storage import atomic_write_bytes
@@ -125,40 +125,12 @@ def stated_rules(spec: DecisionSpec) -> list[str]:
     if spec.warmup:
         lines.append(f"Warm-up: {spec.warmup} run(s) in round 0 (label <arm>-r0) before round 1; discarded, "
                      "never used as a number or for contamination.")
-    if spec.policy == "sequential":
-        lines += sequential_rules(spec)
+    lines += policy_for(spec.policy).stated_rules(spec.primary, spec.rules, spec.threshold)
     for g in spec.guards:
         lines.append(f"Guard {g.metric}: on - off must be "
                      + (f">= -{g.max_drop:g}" if g.direction == "higher" else f"<= +{g.max_drop:g}")
                      + " on the arm means.")
     return lines
-
-
-def sequential_rules(spec: DecisionSpec) -> list[str]:
-    """The sequential policy in words (docs/statistics.md has the numbers behind each choice)."""
-    from gatekit.sequential import ALPHA, GUARD_LEVEL  # the policy's constants live with the policy
-
-    first, last = SEQUENTIAL_RUNS
-    floor = spec.threshold.floor_pct
-    return [
-        f"Policy sequential: look 1 after {first} runs per arm, look 2 after {last}; stop at the first look "
-        "that decides. The classic Delta and threshold are reported beside it and decide nothing.",
-        f"At each look: Welch t on log values (statistic as Welch 1947, conservative df = min(n_off, n_on) - 1), "
-        f"one-sided alpha {ALPHA:g} per look. Adopted iff p(on better) < {ALPHA:g} AND the ratio of geometric "
-        f"means is at least {floor:g} % better AND every guard passes. Regression iff p(on worse) < {ALPHA:g} "
-        f"AND at least {floor:g} % worse.",
-        f"Equivalent iff the {100 * (1 - 2 * ALPHA):g} % CI of the ratio lies inside +/-{floor:g} %. Rejected iff "
-        f"that CI excludes an improvement of {floor:g} % (stops look 1 too). At look 2 anything else is "
-        "inconclusive.",
-        f"Guards: paired non-inferiority on the rounds' (off, on) pairs: pass iff the one-sided "
-        f"{100 * GUARD_LEVEL:g} % bound of mean(on - off) clears -max_drop (+max_drop for lower-is-better "
-        "guards); fail iff the opposite bound is beyond it; otherwise the guard is inconclusive and an "
-        "adoption waits for look 2, then becomes inconclusive — never a pass.",
-        f"Contamination only from telemetry that does not look at the result: the run window's "
-        f"{spec.rules.load_stat} of load1 per core above {spec.rules.load_per_core_limit:g}, or the machine on "
-        "battery. A flagged run's pair is re-run once at the end of its stage in the mirror order; "
-        f"needing more than {spec.rules.max_retries} re-run(s) for a pair makes the outcome inconclusive.",
-    ]
 
 
 def predecision_document(spec: DecisionSpec, *, series_id: str, created: str, gate_path: Path,

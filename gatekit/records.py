@@ -1,16 +1,44 @@
-"""Typed, immutable records shared by the library, the drivers and the finding."""
+"""Typed, immutable records shared by the library, the drivers and the finding, and their one codec.
+
+Every record is a frozen dataclass with one `to_dict` / `from_dict` pair, derived from its fields:
+`to_dict` gives JSON/TOML-ready plain data in field order; `from_dict` checks each value against the
+field's type and names the dotted key of anything wrong (`runs[2].label: is missing`). Field metadata
+tunes the mapping: `key` (the name in the document, e.g. "pass"), `omit` (a value left out of the
+document, e.g. an empty evidence list), `flatten` (a nested record whose keys sit in the parent's table),
+`internal` (state of the object, never in the document).
+A record with an `extra_keys` field keeps the keys it does not know, so a newer or hand-extended document
+round-trips without loss.
+"""
 
 from __future__ import annotations
 
+import collections.abc
 import dataclasses
+import enum
+import math
+import types
+import typing
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Mapping
+from typing import Any, ClassVar, Mapping, Union
+
+PROCESS_WALLCLOCK = "process_wallclock_s"  # measured by gatekit around every run, so it always exists
+EXTRA = "extra_keys"  # the field a record keeps unknown document keys in
+
+
+class RecordError(ValueError):
+    """A document does not fit a record: `path` is the dotted key, `problem` says what is wrong."""
+
+    def __init__(self, path: str, problem: str) -> None:
+        super().__init__(f"{path}: {problem}" if path else problem)
+        self.path, self.problem = path, problem
 
 
 def _plain(value: Any) -> Any:
-    """Convert records, tuples and mappings to JSON/TOML-ready plain data."""
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+    """Convert records, enums, tuples and mappings to JSON/TOML-ready plain data."""
+    if isinstance(value, Record):
         return value.to_dict()
+    if isinstance(value, enum.Enum):
+        return value.value
     if isinstance(value, Mapping):
         return {str(k): _plain(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
@@ -18,27 +46,155 @@ def _plain(value: Any) -> Any:
     return value
 
 
-class Record:
-    """Mixin: `to_dict` gives plain data, `from_dict` rebuilds the record (unknown keys ignored)."""
+def kind_of(value: Any) -> str:
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int):
+        return "an integer"
+    if isinstance(value, float):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, Mapping):
+        return "a table"
+    if isinstance(value, (list, tuple)):
+        return "a list"
+    return f"a {type(value).__name__}"
 
-    nested: ClassVar[dict[str, type]] = {}
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _join(path: str, key: str) -> str:
+    return f"{path}.{key}" if path else key
+
+
+def _decode(hint: Any, value: Any, path: str) -> Any:
+    """`value` as the type `hint` says, or a RecordError naming `path`."""
+    if hint is Any or hint is object:
+        return value
+    origin = typing.get_origin(hint)
+    if origin in (Union, types.UnionType):
+        options = typing.get_args(hint)
+        if value is None and type(None) in options:
+            return None
+        real = [o for o in options if o is not type(None)]
+        errors = []
+        for option in real:
+            try:
+                return _decode(option, value, path)
+            except RecordError as exc:
+                errors.append(exc)
+        if len(errors) == 1:
+            raise errors[0]
+        raise RecordError(path, f"must be {' or '.join(_name(o) for o in real)}, got {kind_of(value)} {_short(value)}")
+    if isinstance(hint, type) and issubclass(hint, Record):
+        if not isinstance(value, Mapping):
+            raise RecordError(path, f"must be a table, got {kind_of(value)} {_short(value)}")
+        return hint._decode(value, path)
+    if isinstance(hint, type) and issubclass(hint, enum.Enum):
+        try:
+            return hint(value)
+        except ValueError:
+            raise RecordError(path, f"must be one of {', '.join(str(m.value) for m in hint)}, got "
+                                    f"{kind_of(value)} {_short(value)}") from None
+    if origin is tuple:
+        item = typing.get_args(hint)[0]
+        if not isinstance(value, (list, tuple)):
+            raise RecordError(path, f"must be a list, got {kind_of(value)} {_short(value)}")
+        return tuple(_decode(item, v, f"{path}[{i}]") for i, v in enumerate(value))
+    if origin in (collections.abc.Mapping, dict):
+        args = typing.get_args(hint)
+        if not isinstance(value, Mapping):
+            raise RecordError(path, f"must be a table, got {kind_of(value)} {_short(value)}")
+        item = args[1] if args else Any
+        return {str(k): _decode(item, v, _join(path, str(k))) for k, v in value.items()}
+    if hint is float:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return value
+    elif hint is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+    elif hint in (str, bool):
+        if isinstance(value, hint):
+            return value
+    else:  # pragma: no cover - a record declared a type this codec does not know
+        raise TypeError(f"records cannot decode {hint!r}")
+    raise RecordError(path, f"must be {_name(hint)}, got {kind_of(value)} {_short(value)}")
+
+
+def _name(hint: Any) -> str:
+    return {str: "a string", int: "an integer", float: "a number", bool: "a boolean"}.get(
+        hint, "a table" if isinstance(hint, type) and issubclass(hint, Record) else "a list"
+        if typing.get_origin(hint) is tuple else "a table")
+
+
+class Record:
+    """Mixin for frozen dataclasses: one `to_dict` and one `from_dict`, derived from the fields."""
+
+    __slots__ = ()
+    _hints: ClassVar[dict[type, dict[str, Any]]] = {}
+
+    @classmethod
+    def _field_hints(cls) -> dict[str, Any]:
+        hints = Record._hints.get(cls)
+        if hints is None:
+            hints = Record._hints[cls] = typing.get_type_hints(cls)
+        return hints
 
     def to_dict(self) -> dict[str, Any]:
-        return {f.name: _plain(getattr(self, f.name)) for f in dataclasses.fields(self)}  # type: ignore[arg-type]
+        data: dict[str, Any] = {}
+        for f in dataclasses.fields(self):  # type: ignore[arg-type]
+            value = getattr(self, f.name)
+            if f.name == EXTRA or f.metadata.get("internal"):
+                continue
+            if "omit" in f.metadata and value == f.metadata["omit"]:
+                continue
+            if f.metadata.get("flatten"):
+                data.update(value.to_dict())
+                continue
+            data[f.metadata.get("key", f.name)] = _plain(value)
+        if hasattr(self, EXTRA):
+            data.update({k: v for k, v in getattr(self, EXTRA).items() if k not in data})
+        return data
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]):  # type: ignore[no-untyped-def]
+        """The record from plain data; a value of the wrong type raises RecordError naming its key."""
+        return cls._decode(data, "")
+
+    @classmethod
+    def _keys(cls) -> set[str]:
+        keys = set()
+        for f in dataclasses.fields(cls):  # type: ignore[arg-type]
+            if f.metadata.get("flatten"):
+                keys |= cls._field_hints()[f.name]._keys()
+            elif f.name != EXTRA and not f.metadata.get("internal"):
+                keys.add(f.metadata.get("key", f.name))
+        return keys
+
+    @classmethod
+    def _decode(cls, data: Mapping[str, Any], path: str):  # type: ignore[no-untyped-def]
+        hints = cls._field_hints()
         kwargs: dict[str, Any] = {}
         for f in dataclasses.fields(cls):  # type: ignore[arg-type]
-            if f.name not in data:
+            if f.name == EXTRA or f.metadata.get("internal"):
                 continue
-            value = data[f.name]
-            nested = cls.nested.get(f.name)
-            if nested is not None and value is not None:
-                value = nested.from_dict(value)
-            elif isinstance(value, list):
-                value = tuple(value)
-            kwargs[f.name] = value
+            if f.metadata.get("flatten"):
+                kwargs[f.name] = hints[f.name]._decode(data, path)
+                continue
+            key = f.metadata.get("key", f.name)
+            has_default = f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING
+            if key not in data or (data[key] is None and has_default):
+                if not has_default:
+                    raise RecordError(_join(path, key), "is missing")
+                continue
+            kwargs[f.name] = _decode(hints[f.name], data[key], _join(path, key))
+        if EXTRA in {f.name for f in dataclasses.fields(cls)}:  # type: ignore[arg-type]
+            known = cls._keys()
+            kwargs[EXTRA] = {k: v for k, v in data.items() if k not in known}
         return cls(**kwargs)
 
 
@@ -67,11 +223,11 @@ class WindowSummary(Record):
     """
 
     samples: int
-    load1_mean: float | None
-    load1_max: float | None
+    load1_mean: float | None = None
+    load1_max: float | None = None
     on_ac: bool | None = None
-    evidence: tuple[str, ...] = ()
-    telemetry: Mapping[str, float | int | str | bool | None] = field(default_factory=dict)
+    evidence: tuple[str, ...] = field(default=(), metadata={"omit": ()})
+    telemetry: Mapping[str, float | int | str | bool | None] = field(default_factory=dict, metadata={"omit": {}})
 
     @classmethod
     def of(cls, samples: tuple[LoadSample, ...] | list[LoadSample], *, evidence: tuple[str, ...] = (),
@@ -89,13 +245,6 @@ class WindowSummary(Record):
             evidence=evidence,
             telemetry=dict(telemetry or {}),
         )
-
-    def to_dict(self) -> dict[str, Any]:
-        data = Record.to_dict(self)
-        for key in ("evidence", "telemetry"):
-            if not data[key]:
-                del data[key]
-        return data
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,8 +283,19 @@ class RunRecord(Record):
     started_at: str = ""  # ISO-8601 wall time, for people; durations use monotonic clocks
     artifacts_ok: bool = True
 
-    nested: ClassVar[dict[str, type]] = {"outcome": RunOutcome, "window": WindowSummary}
-
     @property
     def failed(self) -> bool:
         return bool(self.outcome.error)
+
+    def value_of(self, metric: str) -> float | None:
+        """The run's value of a metric (see `metric_value`)."""
+        return metric_value(self.outcome.metrics, self.outcome.process_wallclock_s, metric)
+
+
+def metric_value(metrics: Mapping[str, float], process_wallclock_s: float, metric: str) -> float | None:
+    """THE lookup of a run's metric, primary or guard. `process_wallclock_s` is gatekit's own measurement
+    around the process (a trainer's echo of that name is never used); any other metric is what the trainer
+    reported. The one fallback: none — a missing or non-finite metric is None, and a run whose primary is
+    None has failed; it is never replaced by the wallclock."""
+    value = process_wallclock_s if metric == PROCESS_WALLCLOCK else metrics.get(metric)
+    return float(value) if value is not None and math.isfinite(value) else None

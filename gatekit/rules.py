@@ -15,6 +15,8 @@ import pandas as pd
 
 from gatekit import stats
 from gatekit.config import RulesSpec
+from gatekit.finding import SensitivityRow
+from gatekit.verdict import classic_decision
 
 RUN_COLUMNS = ("order", "arm", "label", "pair", "value", "failed", "error", "samples", "load1_mean", "load1_max",
                "backend_evidence", "on_ac", "retry_of")
@@ -154,31 +156,6 @@ def lineage_root(round_: int, retry_of: Mapping[int, int]) -> int:
     return round_
 
 
-@dataclass(frozen=True, slots=True)
-class SensitivityRow:
-    variant: str
-    dropped: tuple[str, ...]
-    delta_pct: float
-    threshold_pct: float
-    decision: str
-
-    def to_dict(self) -> dict[str, object]:
-        return {"variant": self.variant, "dropped": list(self.dropped), "delta_pct": self.delta_pct,
-                "threshold_pct": self.threshold_pct, "decision": self.decision}
-
-
-def point_decision(delta: float, threshold: float, direction: str) -> str:
-    """adopted / regression / rejected from Δ and the threshold alone (no guards)."""
-    if math.isnan(delta):
-        return "invalid"
-    improvement = -delta if direction == "lower" else delta
-    if improvement >= threshold:
-        return "adopted"
-    if improvement <= -threshold:
-        return "regression"
-    return "rejected"
-
-
 def _delta_and_threshold(used: pd.DataFrame, off_arm: str, on_arm: str, sigma_k: float,
                          floor_pct: float) -> tuple[float, float]:
     off = used.loc[used["arm"] == off_arm, "value"].astype(float).tolist()
@@ -212,7 +189,8 @@ def exclusion_sensitivity(used: pd.DataFrame, off_arm: str, on_arm: str, *, sigm
     for name, dropped in variants:
         kept = used[~used["label"].isin(dropped)]
         delta, threshold = _delta_and_threshold(kept, off_arm, on_arm, sigma_k, floor_pct)
-        rows.append(SensitivityRow(name, dropped, delta, threshold, point_decision(delta, threshold, direction)))
+        rows.append(SensitivityRow(name, dropped, delta, threshold,
+                                   decision=classic_decision(delta, threshold, direction)))
     return rows
 
 

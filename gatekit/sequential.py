@@ -21,14 +21,13 @@ from scipy import stats as sps
 from gatekit import rules, stats
 from gatekit.config import SEQUENTIAL_RUNS, GuardSpec, RulesSpec
 from gatekit.diagnostics import ci_arrays, log_values, p_better_arrays, pct, welch_arrays
+from gatekit.finding import Look, PairedGuard, SequentialInfo
+from gatekit.verdict import ADOPTED, CODE_NAMES, CONTINUE, EQUIVALENT, INCONCLUSIVE, REGRESSION, REJECTED
 
 ALPHA = 0.0325  # one-sided, per look
 GUARD_LEVEL = 0.95  # one-sided bound of the paired guard difference
 DF_MODE = "conservative"  # min(n_off, n_on) − 1; docs/statistics.md shows why (Satterthwaite df: 6 % at σ_on = 4σ_off)
 
-CONTINUE, ADOPTED, REGRESSION, EQUIVALENT, REJECTED, INCONCLUSIVE = range(6)
-CODE_NAMES = {CONTINUE: "continue", ADOPTED: "adopted", REGRESSION: "regression", EQUIVALENT: "equivalent",
-              REJECTED: "rejected", INCONCLUSIVE: "inconclusive"}
 STAGE1_ROUNDS = SEQUENTIAL_RUNS[0]
 
 
@@ -71,25 +70,6 @@ def look_codes(diff: np.ndarray, se: np.ndarray, df: np.ndarray, *, floor_pct: f
 
 # -- guards ------------------------------------------------------------------------------------------
 
-@dataclass(frozen=True, slots=True)
-class PairedGuard:
-    """A quality guard as paired non-inferiority over the rounds' (off, on) pairs."""
-
-    metric: str
-    direction: str
-    limit: float  # −max_drop (higher is better) or +max_drop (lower is better)
-    pairs: int
-    mean_diff: float | None  # mean of on − off
-    bound: float | None  # the one-sided GUARD_LEVEL bound on the side that must clear the limit
-    far_bound: float | None  # the opposite one-sided bound
-    status: str  # pass | fail | inconclusive
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"metric": self.metric, "direction": self.direction, "limit": self.limit, "pairs": self.pairs,
-                "mean_diff": self.mean_diff, "bound": self.bound, "far_bound": self.far_bound,
-                "level": GUARD_LEVEL, "status": self.status}
-
-
 def paired_guard(spec: GuardSpec, pairs: Sequence[tuple[float, float]]) -> PairedGuard:
     """Pass iff the one-sided 95 % bound of mean(on − off) clears the limit (lower bound ≥ −max_drop when
     higher is better); fail iff the opposite bound is beyond it; otherwise inconclusive, never a pass."""
@@ -97,7 +77,7 @@ def paired_guard(spec: GuardSpec, pairs: Sequence[tuple[float, float]]) -> Paire
     diffs = [on - off for off, on in pairs]
     if len(diffs) < 2:
         return PairedGuard(spec.metric, spec.direction, limit, len(diffs), stats.mean(diffs) if diffs else None,
-                           None, None, "inconclusive")
+                           None, None, GUARD_LEVEL, status="inconclusive")
     m, s = stats.mean(diffs), stats.sample_sd(diffs)
     half = float(sps.t.ppf(GUARD_LEVEL, len(diffs) - 1)) * s / math.sqrt(len(diffs)) if s > 0 else 0.0
     if spec.direction == "higher":
@@ -106,7 +86,7 @@ def paired_guard(spec: GuardSpec, pairs: Sequence[tuple[float, float]]) -> Paire
     else:
         bound, far = m + half, m - half
         status = "pass" if bound <= limit else "fail" if far > limit else "inconclusive"
-    return PairedGuard(spec.metric, spec.direction, limit, len(diffs), m, bound, far, status)
+    return PairedGuard(spec.metric, spec.direction, limit, len(diffs), m, bound, far, GUARD_LEVEL, status=status)
 
 
 # -- contamination from telemetry alone ------------------------------------------------------------
@@ -182,28 +162,6 @@ def mirror_first(classified: pd.DataFrame, round_: int, off_arm: str, on_arm: st
 # -- the decision ------------------------------------------------------------------------------------
 
 @dataclass(frozen=True, slots=True)
-class Look:
-    look: int
-    n_off: int
-    n_on: int
-    delta_pct: float  # ratio of geometric means − 1
-    ci_low_pct: float
-    ci_high_pct: float
-    df: float
-    p_better: float
-    p_worse: float
-    primary: str  # the primary metric's own outcome at this look
-    guards: Mapping[str, PairedGuard]
-    decision: str  # continue | adopted | … after the guards
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"look": self.look, "n_off": self.n_off, "n_on": self.n_on, "delta_pct": self.delta_pct,
-                "ci_low_pct": self.ci_low_pct, "ci_high_pct": self.ci_high_pct, "ci_level": 1 - 2 * ALPHA,
-                "df": self.df, "p_better": self.p_better, "p_worse": self.p_worse, "primary": self.primary,
-                "guards": {k: g.to_dict() for k, g in self.guards.items()}, "decision": self.decision}
-
-
-@dataclass(frozen=True, slots=True)
 class SequentialOutcome:
     decision: str  # adopted | rejected | regression | equivalent | inconclusive | guard_failed | continue
     reasons: tuple[str, ...]
@@ -211,10 +169,10 @@ class SequentialOutcome:
     extend: bool = False  # look 1 did not decide and stage 2 has not run yet
     warnings: tuple[str, ...] = field(default_factory=tuple)
 
-    def to_dict(self, floor_pct: float) -> dict[str, Any]:
-        return {"alpha": ALPHA, "df": DF_MODE, "floor_pct": floor_pct, "runs_per_arm": list(SEQUENTIAL_RUNS),
-                "guard_level": GUARD_LEVEL, "looks": [look.to_dict() for look in self.looks],
-                "decision": self.decision, "next": "extend" if self.extend else "stop"}
+    def info(self, floor_pct: float) -> SequentialInfo:
+        """The looks and constants as the finding records them."""
+        return SequentialInfo(ALPHA, DF_MODE, floor_pct, SEQUENTIAL_RUNS, GUARD_LEVEL, self.looks, self.decision,
+                              "extend" if self.extend else "stop")
 
 
 def _look(number: int, off: Sequence[float], on: Sequence[float], guard_pairs: Mapping[str, list[tuple[float, float]]],
@@ -240,8 +198,8 @@ def _look(number: int, off: Sequence[float], on: Sequence[float], guard_pairs: M
         decision = primary
     p_b = float(p_better_arrays(diff, se, df, direction))
     p_w = float(p_better_arrays(diff, se, df, "higher" if direction == "lower" else "lower"))
-    return Look(number, len(off), len(on), pct(float(diff)), pct(float(lo)), pct(float(hi)), float(df), p_b, p_w,
-                primary, guards, decision)
+    return Look(number, len(off), len(on), pct(float(diff)), pct(float(lo)), pct(float(hi)), 1 - 2 * ALPHA,
+                float(df), p_b, p_w, primary=primary, guards=guards, decision=decision)
 
 
 def _reasons(look: Look, floor_pct: float, primary: str) -> list[str]:

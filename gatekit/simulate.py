@@ -5,9 +5,10 @@ Run times are lognormal: log x = log(1 + effect)·[on] + log(1 + drift)·positio
 which is what a do-nothing change leaves equal. Lower is better. Guards and contamination are not modelled:
 every simulated run is clean and every guard holds, so the rates are those of the primary rule alone.
 
-The sequential policy runs sequential.look_codes, the very function behind `gate run`; the classic rule is
-stats.threshold_pct and rules.point_decision restated on arrays. Tests compare both, draw by draw, with the
-scalar code a gate runs.
+The real policies (classic, sequential) are simulated by their own objects' vectorised forms
+(`Policy.simulate`: the same verdict.classic_codes and sequential.look_codes a gate runs); welch and
+bootstrap are comparison rules that exist only here. Tests compare both real policies, draw by draw, with
+the scalar code a gate runs.
 """
 
 from __future__ import annotations
@@ -19,13 +20,14 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from gatekit import sequential
-from gatekit.config import ORDERS, SEQUENTIAL_ORDER, SEQUENTIAL_RUNS, ThresholdSpec
+from gatekit.config import ORDERS, POLICIES, SIM_POLICIES, ThresholdSpec
 from gatekit.diagnostics import p_better_arrays, welch_arrays
 from gatekit.errors import ConfigError
+from gatekit.policy import policy_for
+from gatekit.sequential import gain_bounds
+from gatekit.verdict import ADOPTED, CODE_NAMES, REGRESSION, REJECTED
 from gatekit.schedule import round_orders, thue_morse
 
-SIM_POLICIES = ("classic", "sequential", "welch", "bootstrap")
 OUTCOMES = ("adopted", "regression", "rejected", "equivalent", "inconclusive")
 WELCH_ALPHA = 0.05  # the fixed-n "welch" policy: one-sided, plus the floor
 BOOTSTRAP_LEVEL = 0.95
@@ -148,25 +150,14 @@ def simulate_runs(scenario: Scenario, order: str, rounds: int, draws: int, rng: 
 
 # -- the policies ------------------------------------------------------------------------------------
 
-def classic_codes(off_log: np.ndarray, on_log: np.ndarray, t: ThresholdSpec) -> np.ndarray:
-    """The classic rule on arithmetic means: Δ vs max(k·σ_off, floor) (DESIGN step 6)."""
-    off, on = np.exp(off_log), np.exp(on_log)
-    mean_off, mean_on = off.mean(axis=-1), on.mean(axis=-1)
-    sigma_off_pct = 100 * off.std(axis=-1, ddof=1) / mean_off if off.shape[-1] > 1 else np.full(mean_off.shape, np.nan)
-    threshold = np.where(np.isnan(sigma_off_pct), t.floor_pct, np.maximum(t.sigma_k * sigma_off_pct, t.floor_pct))
-    delta = 100 * (mean_on - mean_off) / mean_off
-    return np.select([-delta >= threshold, delta >= threshold],
-                     [sequential.ADOPTED, sequential.REGRESSION], default=sequential.REJECTED)
-
-
 def welch_codes(off_log: np.ndarray, on_log: np.ndarray, t: ThresholdSpec) -> np.ndarray:
     """A fixed-n Welch test on logs at one-sided 0.05, plus the floor on the ratio of geometric means."""
     diff, se, df = welch_arrays(off_log, on_log)
     better = p_better_arrays(diff, se, df, "lower") < WELCH_ALPHA
     worse = p_better_arrays(diff, se, df, "higher") < WELCH_ALPHA
-    g_adopt, g_regress = sequential.gain_bounds(t.floor_pct, "lower")
+    g_adopt, g_regress = gain_bounds(t.floor_pct, "lower")
     return np.select([better & (-diff >= g_adopt), worse & (-diff <= g_regress)],
-                     [sequential.ADOPTED, sequential.REGRESSION], default=sequential.REJECTED)
+                     [ADOPTED, REGRESSION], default=REJECTED)
 
 
 def _multisets(n: int) -> tuple[np.ndarray, np.ndarray]:
@@ -198,26 +189,13 @@ def bootstrap_codes(off_log: np.ndarray, on_log: np.ndarray, t: ThresholdSpec) -
         return sorted_d[np.arange(len(sorted_d)), index]
 
     low, high = quantile(tail), quantile(1 - tail)
-    return np.select([high < 0, low > 0], [sequential.ADOPTED, sequential.REGRESSION], default=sequential.REJECTED)
-
-
-def sequential_codes(off_log: np.ndarray, on_log: np.ndarray, t: ThresholdSpec,
-                     df_mode: str = sequential.DF_MODE) -> tuple[np.ndarray, np.ndarray]:
-    """The sequential policy's two looks (sequential.look_codes); returns (codes, runs per arm).
-    `df_mode` exists to show what the policy's conservative df buys (docs/statistics.md)."""
-    first, last = SEQUENTIAL_RUNS
-    look1 = sequential.look_codes(*welch_arrays(off_log[:, :first], on_log[:, :first], df_mode),
-                                  floor_pct=t.floor_pct, direction="lower", final=False)
-    look2 = sequential.look_codes(*welch_arrays(off_log[:, :last], on_log[:, :last], df_mode),
-                                  floor_pct=t.floor_pct, direction="lower", final=True)
-    decided = look1 != sequential.CONTINUE
-    return np.where(decided, look1, look2), np.where(decided, first, last)
+    return np.select([high < 0, low > 0], [ADOPTED, REGRESSION], default=REJECTED)
 
 
 # -- the driver ----------------------------------------------------------------------------------------
 
 def default_order(policy: str) -> str:
-    return SEQUENTIAL_ORDER if policy == "sequential" else "abab"
+    return policy_for(policy).default_order if policy in POLICIES else "abab"
 
 
 def validate(policy: str, scenario: Scenario, draws: int) -> None:
@@ -248,7 +226,7 @@ def simulate(policy: str, scenario: Scenario, *, draws: int = 100_000, seed: int
     """Simulate `draws` gates of one scenario under one policy; reproducible from `seed`."""
     validate(policy, scenario, draws)
     order = scenario.order or default_order(policy)
-    rounds = SEQUENTIAL_RUNS[1] if policy == "sequential" else scenario.n
+    rounds = policy_for(policy).max_rounds(scenario.n) if policy in POLICIES else scenario.n
     rng = np.random.default_rng(seed)
     per_gate = {"bootstrap": 4 * math.comb(2 * rounds - 1, rounds) ** 2}.get(policy, 4 * rounds)
     chunk = max(1, min(draws, CHUNK_VALUES // per_gate))
@@ -256,16 +234,16 @@ def simulate(policy: str, scenario: Scenario, *, draws: int = 100_000, seed: int
     for start in range(0, draws, chunk):
         size = min(chunk, draws - start)
         off, on, _, _ = simulate_runs(scenario, order, rounds, size, rng)
-        if policy == "sequential":
-            codes, runs = sequential_codes(off, on, thresholds)
+        if policy in POLICIES:
+            codes, runs = policy_for(policy).simulate(off, on, thresholds)
         else:
-            codes = {"classic": classic_codes, "welch": welch_codes, "bootstrap": bootstrap_codes}[policy](
-                off, on, thresholds)
+            codes = {"welch": welch_codes, "bootstrap": bootstrap_codes}[policy](off, on, thresholds)
             runs = np.full(size, rounds)
         codes_parts.append(codes)
         runs_parts.append(runs + scenario.warmup / 2)
     codes, runs = np.concatenate(codes_parts), np.concatenate(runs_parts).astype(float)
-    rates = {name: Rate.of(codes == getattr(sequential, name.upper())) for name in OUTCOMES}
+    code_of = {name: code for code, name in CODE_NAMES.items()}
+    rates = {name: Rate.of(codes == code_of[name]) for name in OUTCOMES}
     return SimulationResult(policy, order, scenario, thresholds, draws, seed, rates, float(runs.mean()),
                             float(runs.std(ddof=1) / math.sqrt(draws)))
 

@@ -8,8 +8,8 @@ import tempfile
 from pathlib import Path
 from typing import Any, Iterator, Mapping
 
-from gatekit.errors import GatekitError, SeriesError
-from gatekit.processes import signals_deferred
+from gatekit.errors import GatekitError, OutputError, SeriesError
+from gatekit.signals import signals_deferred
 
 
 def atomic_write_bytes(path: Path, data: bytes) -> None:
@@ -71,8 +71,10 @@ class Journal:
         self.path = path
         self._tail_checked = False
 
-    def append(self, event: str, **fields: Any) -> None:
-        data = (json.dumps({"event": event, **fields}, sort_keys=True, allow_nan=False) + "\n").encode("utf-8")
+    def append(self, event: str, **fields: Any) -> dict[str, Any]:
+        """Write one event; returns it as a reader of the journal will see it (keys sorted, plain JSON)."""
+        text = json.dumps({"event": event, **fields}, sort_keys=True, allow_nan=False)
+        data = (text + "\n").encode("utf-8")
         with signals_deferred():
             size = 0
             try:
@@ -96,9 +98,11 @@ class Journal:
                 raise self._failed(event, exc) from None
             finally:
                 os.close(fd)
+        return json.loads(text)
 
-    def _failed(self, event: str, exc: OSError) -> SeriesError:
-        return SeriesError(f"{self.path}: cannot record the '{event}' event: {exc.strerror or exc}; every "
+    def _failed(self, event: str, exc: OSError) -> OutputError:
+        # a journal exists only inside a series, so a failed event is an output failure (exit 4), not usage
+        return OutputError(f"{self.path}: cannot record the '{event}' event: {exc.strerror or exc}; every "
                            "earlier event is intact — free space or fix permissions, then continue with: "
                            f"gate run --resume {self.path.parent}")
 

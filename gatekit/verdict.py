@@ -1,16 +1,74 @@
-"""The decision and its reasons, from Δ, the threshold, the guards and what invalidated the series."""
+"""The decision: its names and what each means, the classic rule (written once, vectorised), guards, verdict."""
 
 from __future__ import annotations
 
+import enum
 import math
 from dataclasses import dataclass, field
 from typing import Sequence
+
+import numpy as np
 
 from gatekit import stats
 from gatekit.config import GuardSpec
 from gatekit.records import Record
 
-DECISIONS = ("adopted", "rejected", "regression", "guard_failed", "invalid", "equivalent", "inconclusive")
+
+class Decision(enum.StrEnum):
+    """A gate's outcome. Each decision owns its name, its polarity (meta.polarity), its severity (how a
+    report shows it) and whether CI counts it as a failure. It is a str: `decision == "adopted"` holds."""
+
+    ADOPTED = "adopted"
+    REJECTED = "rejected"
+    REGRESSION = "regression"
+    GUARD_FAILED = "guard_failed"
+    INVALID = "invalid"
+    EQUIVALENT = "equivalent"
+    INCONCLUSIVE = "inconclusive"
+
+    @property
+    def polarity(self) -> str:
+        return _POLARITY[self]
+
+    @property
+    def severity(self) -> str:
+        """success | info | danger | warning: the callout variant a report gives it."""
+        return _SEVERITY[self]
+
+    @property
+    def failing(self) -> bool:
+        """A failed check in CI outputs (JUnit, step summary): a regression, a failed guard, an invalid series."""
+        return self in (Decision.REGRESSION, Decision.GUARD_FAILED, Decision.INVALID)
+
+
+_POLARITY = {Decision.ADOPTED: "positive", Decision.REJECTED: "neutral", Decision.REGRESSION: "negative",
+             Decision.GUARD_FAILED: "negative", Decision.INVALID: "invalid", Decision.EQUIVALENT: "neutral",
+             Decision.INCONCLUSIVE: "neutral"}
+# inconclusive is a warning, never shown like a plain rejection: the series could not tell
+_SEVERITY = {Decision.ADOPTED: "success", Decision.REJECTED: "info", Decision.REGRESSION: "danger",
+             Decision.GUARD_FAILED: "danger", Decision.INVALID: "warning", Decision.EQUIVALENT: "info",
+             Decision.INCONCLUSIVE: "warning"}
+DECISIONS = tuple(d.value for d in Decision)
+
+# Outcome codes of the vectorised rules (`gate simulate` decides 100 000 gates at once with them).
+CONTINUE, ADOPTED, REGRESSION, EQUIVALENT, REJECTED, INCONCLUSIVE = range(6)
+CODE_NAMES = {CONTINUE: "continue", ADOPTED: "adopted", REGRESSION: "regression", EQUIVALENT: "equivalent",
+              REJECTED: "rejected", INCONCLUSIVE: "inconclusive"}
+
+
+def classic_codes(delta_pct: np.ndarray | float, threshold_pct: np.ndarray | float, direction: str) -> np.ndarray:
+    """The classic rule (DESIGN step 6), for any number of gates at once: adopted iff Δ clears the threshold
+    in the better direction, regression iff it clears it in the other, else rejected."""
+    delta, threshold = np.asarray(delta_pct, float), np.asarray(threshold_pct, float)
+    improvement = -delta if direction == "lower" else delta
+    return np.select([improvement >= threshold, improvement <= -threshold], [ADOPTED, REGRESSION], default=REJECTED)
+
+
+def classic_decision(delta_pct: float, threshold_pct: float, direction: str) -> Decision:
+    """The classic rule for one gate, from Δ and the threshold alone (no guards); NaN Δ is invalid."""
+    if math.isnan(delta_pct):
+        return Decision.INVALID
+    return Decision(CODE_NAMES[int(classic_codes(delta_pct, threshold_pct, direction))])
 
 
 @dataclass(frozen=True, slots=True)
@@ -23,13 +81,8 @@ class GuardResult(Record):
     on_mean: float | None
     delta: float | None
     limit: float
-    passed: bool
+    passed: bool = field(metadata={"key": "pass"})
     note: str = ""
-
-    def to_dict(self) -> dict[str, object]:
-        return {"metric": self.metric, "direction": self.direction, "off_mean": self.off_mean,
-                "on_mean": self.on_mean, "delta": self.delta, "limit": self.limit, "pass": self.passed,
-                "note": self.note}
 
 
 def evaluate_guard(spec: GuardSpec, off_values: Sequence[float], on_values: Sequence[float]) -> GuardResult:
@@ -46,9 +99,9 @@ def evaluate_guard(spec: GuardSpec, off_values: Sequence[float], on_values: Sequ
 
 @dataclass(frozen=True, slots=True)
 class Verdict(Record):
-    decision: str
+    decision: Decision
     reasons: tuple[str, ...] = ()
-    warnings: tuple[str, ...] = field(default_factory=tuple)
+    warnings: tuple[str, ...] = ()
 
 
 def decide(*, delta_pct: float, threshold_pct: float, direction: str, primary: str,
@@ -59,24 +112,18 @@ def decide(*, delta_pct: float, threshold_pct: float, direction: str, primary: s
     hidden behind a time regression's label, both reasons are listed.
     """
     if invalid_reasons:
-        return Verdict("invalid", tuple(invalid_reasons), tuple(warnings))
+        return Verdict(Decision.INVALID, tuple(invalid_reasons), tuple(warnings))
     if math.isnan(delta_pct):
-        return Verdict("invalid", ("no usable runs in one of the arms",), tuple(warnings))
+        return Verdict(Decision.INVALID, ("no usable runs in one of the arms",), tuple(warnings))
     better = "lower" if direction == "lower" else "higher"
-    improvement = -delta_pct if direction == "lower" else delta_pct
-    failed_guards = [g for g in guards if not g.passed]
-    reasons = []
-    if improvement >= threshold_pct:
-        decision = "adopted"
-        reasons.append(f"{primary} Δ {delta_pct:+.4f} % clears the threshold ±{threshold_pct:.4f} % "
-                       f"({better} is better)")
-    elif improvement <= -threshold_pct:
-        decision = "regression"
-        reasons.append(f"{primary} Δ {delta_pct:+.4f} % is beyond the threshold ±{threshold_pct:.4f} % "
-                       f"in the wrong direction ({better} is better)")
-    else:
-        decision = "rejected"
-        reasons.append(f"{primary} Δ {delta_pct:+.4f} % is within the threshold ±{threshold_pct:.4f} %")
+    decision = classic_decision(delta_pct, threshold_pct, direction)
+    reasons = [{
+        Decision.ADOPTED: f"{primary} Δ {delta_pct:+.4f} % clears the threshold ±{threshold_pct:.4f} % "
+                          f"({better} is better)",
+        Decision.REGRESSION: f"{primary} Δ {delta_pct:+.4f} % is beyond the threshold ±{threshold_pct:.4f} % "
+                             f"in the wrong direction ({better} is better)",
+        Decision.REJECTED: f"{primary} Δ {delta_pct:+.4f} % is within the threshold ±{threshold_pct:.4f} %",
+    }[decision]]
     for guard in guards:
         if guard.passed:
             reasons.append(f"guard {guard.metric}: Δ {guard.delta:+.4f} within limit {guard.limit:+g}")
@@ -84,6 +131,6 @@ def decide(*, delta_pct: float, threshold_pct: float, direction: str, primary: s
             reasons.append(f"guard {guard.metric} failed: {guard.note}")
         else:
             reasons.append(f"guard {guard.metric} failed: Δ {guard.delta:+.4f} beyond limit {guard.limit:+g}")
-    if failed_guards and decision != "regression":
-        decision = "guard_failed"
+    if any(not g.passed for g in guards) and decision is not Decision.REGRESSION:
+        decision = Decision.GUARD_FAILED
     return Verdict(decision, tuple(reasons), tuple(warnings))

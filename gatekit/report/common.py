@@ -1,22 +1,17 @@
-"""Small shared readers and formatters for reports and exports: numbers, units, a run's values, the CI."""
+"""Small shared readers and formatters for reports and exports: numbers, units, the CI of Δ, a verdict's why.
+
+They read the typed finding (gatekit.finding); a decision's words, severity and whether CI fails on it come
+from `gatekit.verdict.Decision`, a run's metric from `RunRow.value_of`.
+"""
 
 from __future__ import annotations
 
 import math
 import re
-from typing import Any, Mapping, Sequence
+from typing import Any
 
-ALWAYS_MEASURED = "process_wallclock_s"
-
-# How each decision reads: a callout variant, and the one word a reader scans for.
-DECISION_VARIANT = {"adopted": "success", "rejected": "info", "regression": "danger", "guard_failed": "danger",
-                    "invalid": "warning"}
-FAILING_DECISIONS = ("regression", "guard_failed", "invalid")
-
-
-def variant_of(decision: str) -> str:
-    """Callout variant of a decision; decisions added later (e.g. `inconclusive`) read as neutral."""
-    return DECISION_VARIANT.get(decision, "info")
+from gatekit.finding import Finding, Stats
+from gatekit.verdict import Decision, Verdict
 
 
 def is_number(value: Any) -> bool:
@@ -51,44 +46,24 @@ def unit_of(metric: str) -> str:
     return ""
 
 
-def run_value(run: Mapping[str, Any], metric: str) -> float | None:
-    """A run's value of a metric; process_wallclock_s is measured by gatekit, not reported by the trainer."""
-    value = run.get(ALWAYS_MEASURED) if metric == ALWAYS_MEASURED else run.get("metrics", {}).get(metric)
-    return float(value) if is_number(value) else None
-
-
-def used_values(runs: Sequence[Mapping[str, Any]], arm: str, metric: str) -> list[float]:
-    values = [run_value(r, metric) for r in runs if r.get("used") and r.get("arm") == arm]
-    return [v for v in values if v is not None]
-
-
-def delta_ci(stats: Mapping[str, Any]) -> tuple[float, float, str] | None:
-    """The CI of Δ (percent) when the analysis gave one, with its label ("95 % CI" or "CI").
-
-    Accepted shapes: `delta_ci_pct = [lo, hi]` or `{low, high}` / `{lo, hi}`, or
-    `delta_ci_low_pct` and `delta_ci_high_pct`; `delta_ci_level` (0.95 or 95) names the level.
-    """
-    raw = stats.get("delta_ci_pct")
-    low = high = None
-    if isinstance(raw, (list, tuple)) and len(raw) == 2:
-        low, high = raw
-    elif isinstance(raw, Mapping):
-        low, high = raw.get("low", raw.get("lo")), raw.get("high", raw.get("hi"))
-    else:
-        low, high = stats.get("delta_ci_low_pct"), stats.get("delta_ci_high_pct")
+def delta_ci(stats: Stats) -> tuple[float, float, str] | None:
+    """The CI of Δ in percent (Welch on log values: the CI of the geometric-mean Δ, docs/statistics.md) with
+    its label ("95 % CI"); None when the analysis gave none."""
+    low, high, level = stats.ci_low_pct, stats.ci_high_pct, stats.ci_level
     if not (is_number(low) and is_number(high)):
         return None
-    level = stats.get("delta_ci_level", raw.get("level") if isinstance(raw, Mapping) else None)
-    label = "CI"
-    if is_number(level):
-        label = f"{level * 100 if level <= 1 else level:g} % CI"
-    return float(low), float(high), label
+    label = f"{level * 100 if level <= 1 else level:g} % CI" if is_number(level) else "CI"
+    return float(low), float(high), label  # type: ignore[arg-type]
 
 
-def one_line_why(verdict: Mapping[str, Any]) -> str:
+def decision_words(decision: Decision) -> str:
+    """A decision as a reader scans for it: `guard_failed` → `GUARD FAILED`."""
+    return decision.value.replace("_", " ").upper()
+
+
+def one_line_why(verdict: Verdict) -> str:
     """The decision's first reason: the line a reader needs before anything else."""
-    reasons = verdict.get("reasons") or []
-    return str(reasons[0]) if reasons else "no reason recorded"
+    return str(verdict.reasons[0]) if verdict.reasons else "no reason recorded"
 
 
 _SAFE = re.compile(r"[^A-Za-z0-9._-]+")
@@ -100,11 +75,12 @@ def safe_name(text: str) -> str:
     return name[:120] or "finding"
 
 
-def guard_metrics(data: Mapping[str, Any]) -> list[str]:
-    return [str(name) for name in data.get("guards", {})]
+def guard_metrics(finding: Finding) -> list[str]:
+    """The metrics of the finding's guard results, in the finding's order."""
+    return list(finding.guards)
 
 
-def primary_label(data: Mapping[str, Any]) -> str:
-    primary = str(data["gate"]["primary"])
+def primary_label(finding: Finding) -> str:
+    primary = finding.gate.primary
     unit = unit_of(primary)
     return f"{primary} ({unit})" if unit else primary

@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import io
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from typing import Any, Sequence
 
 import matplotlib
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from gatekit.report.common import delta_ci, is_number, primary_label, run_value, variant_of
+from gatekit.finding import Finding
+from gatekit.report.common import delta_ci, is_number, primary_label
 from gatekit.report.rundata import RunFiles
 
 # Okabe–Ito colours: distinguishable with the common colour-vision deficiencies.
@@ -69,43 +70,39 @@ def _style(ax: Any) -> None:
         ax.spines[side].set_visible(False)
 
 
-def _arm_color(data: Mapping[str, Any], arm: str) -> str:
-    arms = data["gate"]["arms"]
-    return ARM_COLORS["off"] if arm == arms["off"] else ARM_COLORS["on"]
+def _arm_color(finding: Finding, arm: str) -> str:
+    return ARM_COLORS["off"] if arm == finding.off_arm else ARM_COLORS["on"]
 
 
-def runs_figure(data: Mapping[str, Any]) -> FigureImage | None:
+def runs_figure(finding: Finding) -> FigureImage | None:
     """Per-run primary values in execution order, arm means, and the off mean ± threshold band."""
-    gate, stats = data["gate"], data["stats"]
-    primary = gate["primary"]
-    runs = [r for r in data["runs"] if run_value(r, primary) is not None]
+    stats, primary = finding.stats, finding.gate.primary
+    runs = [(run, value) for run in finding.runs if (value := run.value_of(primary)) is not None]
     if not runs:
         return None
     figure = _new(3.6)
     ax = figure.add_subplot()
     _style(ax)
-    mean_off, threshold = stats.get("mean_off"), stats.get("threshold_pct")
+    mean_off, threshold = stats.mean_off, stats.threshold_pct
     if is_number(mean_off) and is_number(threshold):
         band = abs(mean_off) * threshold / 100.0
         ax.axhspan(mean_off - band, mean_off + band, color=ARM_COLORS["off"], alpha=0.10, linewidth=0,
-                   label=f"{literal(gate['arms']['off'])} mean ± threshold ({threshold:.2f} %)")
-    for arm_key in ("off", "on"):
-        arm = gate["arms"][arm_key]
-        mean = stats.get(f"mean_{arm_key}")
+                   label=f"{literal(finding.off_arm)} mean ± threshold ({threshold:.2f} %)")
+    for arm_key, arm, mean in (("off", finding.off_arm, stats.mean_off), ("on", finding.on_arm, stats.mean_on)):
         if is_number(mean):
             ax.axhline(mean, color=ARM_COLORS[arm_key], linestyle="--", linewidth=1.2,
                        label=f"{literal(arm)} mean {mean:.4g}")
-        used = [(r["order"], run_value(r, primary)) for r in runs if r["arm"] == arm and r["used"]]
-        unused = [(r["order"], run_value(r, primary)) for r in runs if r["arm"] == arm and not r["used"]]
+        used = [(run.order, value) for run, value in runs if run.arm == arm and run.used]
+        unused = [(run.order, value) for run, value in runs if run.arm == arm and not run.used]
         if used:
             ax.scatter(*zip(*used), s=46, color=ARM_COLORS[arm_key], zorder=3, label=f"{literal(arm)} runs")
         if unused:
             ax.scatter(*zip(*unused), s=46, facecolors="white", edgecolors=ARM_COLORS[arm_key], marker="X",
                        zorder=3, label=f"{literal(arm)} not used")
-    ax.set_xticks([r["order"] for r in runs], [literal(r["label"]) for r in runs],
+    ax.set_xticks([run.order for run, _ in runs], [literal(run.label) for run, _ in runs],
                   rotation=30 if len(runs) > 8 else 0)
     ax.set_xlabel("execution order")
-    ax.set_ylabel(literal(primary_label(data)))
+    ax.set_ylabel(literal(primary_label(finding)))
     ax.legend(loc="best", framealpha=0.9)
     png, width, height = _png(figure)
     return FigureImage("runs.png", f"{primary} of every run in execution order, with the arm means and the off "
@@ -113,73 +110,74 @@ def runs_figure(data: Mapping[str, Any]) -> FigureImage | None:
                        f"Scatter of {primary} per run in execution order for both arms", png, width, height)
 
 
-def delta_figure(data: Mapping[str, Any]) -> FigureImage | None:
+def delta_figure(finding: Finding) -> FigureImage | None:
     """Δ of every exclusion-sensitivity variant against its ±threshold band; the CI of Δ when given."""
-    rows = [r for r in data["sensitivity"] if is_number(r.get("delta_pct")) and is_number(r.get("threshold_pct"))]
+    rows = [r for r in finding.sensitivity if is_number(r.delta_pct) and is_number(r.threshold_pct)]
     if not rows:
         return None
-    ci = delta_ci(data["stats"])
+    delta = finding.stats.delta_pct
+    ci = delta_ci(finding.stats) if is_number(delta) else None
     figure = _new(1.3 + 0.42 * len(rows))
     ax = figure.add_subplot()
     _style(ax)
     positions = list(range(len(rows)))[::-1]
     for y, row in zip(positions, rows):
-        threshold = row["threshold_pct"]
+        threshold, row_delta = float(row.threshold_pct), float(row.delta_pct)  # type: ignore[arg-type]
         ax.fill_betweenx([y - 0.32, y + 0.32], -threshold, threshold, color="#9ca3af", alpha=0.25, linewidth=0)
-        color = DECISION_COLORS[variant_of(str(row.get("decision", "")))]
-        ax.scatter([row["delta_pct"]], [y], s=60 if y == positions[0] else 36, color=color, zorder=3)
-        ax.annotate(f"{row['delta_pct']:+.2f} %", (row["delta_pct"], y), xytext=(0, 7),
+        color = DECISION_COLORS[row.decision.severity]
+        ax.scatter([row_delta], [y], s=60 if y == positions[0] else 36, color=color, zorder=3)
+        ax.annotate(f"{row_delta:+.2f} %", (row_delta, y), xytext=(0, 7),
                     textcoords="offset points", ha="center", fontsize=8.5)
     if ci is not None:
         low, high, label = ci
-        ax.errorbar([data["stats"]["delta_pct"]], [positions[0]], xerr=[[data["stats"]["delta_pct"] - low],
-                    [high - data["stats"]["delta_pct"]]], fmt="none", ecolor="#111827", capsize=4, zorder=2,
+        ax.errorbar([delta], [positions[0]], xerr=[[max(delta - low, 0.0)], [max(high - delta, 0.0)]],
+                    fmt="none", ecolor="#111827", capsize=4, zorder=2,
                     label=f"{label} of Δ [{low:+.2f}, {high:+.2f}] %")
         ax.legend(loc="best")
     ax.axvline(0, color="#374151", linewidth=0.8)
-    ax.set_yticks(positions, [literal(r["variant"]) for r in rows])
+    ax.set_yticks(positions, [literal(r.variant) for r in rows])
     ax.set_ylim(-0.6, len(rows) - 0.4)
-    ax.set_xlabel(f"Δ {literal(data['gate']['primary'])} (%), grey: ± threshold")
+    ax.set_xlabel(f"Δ {literal(finding.gate.primary)} (%), grey: ± threshold")
     png, width, height = _png(figure)
     return FigureImage("delta.png", "Δ with all used runs and in each exclusion-sensitivity variant, against its "
                        "± threshold band" + (" (with the CI of Δ)" if ci else ""),
                        "Delta per sensitivity variant against the threshold band", png, width, height)
 
 
-def _trace_axes(data: Mapping[str, Any], series: Sequence[tuple[str, str, Sequence[Any]]]) -> tuple[Any, Any]:
+def _trace_axes(finding: Finding, series: Sequence[tuple[str, str, Sequence[Any]]]) -> tuple[Any, Any]:
     """A figure with one line per run (label at its end), solid for off and dashed for on, and an arm legend."""
     figure = _new(3.4)
     ax = figure.add_subplot()
     _style(ax)
 
     def linestyle(arm: str) -> str:
-        return "-" if arm == data["gate"]["arms"]["off"] else "--"
+        return "-" if arm == finding.off_arm else "--"
 
     for label, arm, points in series:
-        color = _arm_color(data, arm)
+        color = _arm_color(finding, arm)
         ax.plot(*points, color=color, linestyle=linestyle(arm), linewidth=1.3, alpha=0.9)
         xs, ys = points
         ax.annotate(literal(label), (xs[-1], ys[-1]), xytext=(3, 0), textcoords="offset points", fontsize=8,
                     color=color, va="center")
     for arm in sorted({arm for _, arm, _ in series}):
-        ax.plot([], [], color=_arm_color(data, arm), linestyle=linestyle(arm), label=literal(arm))
+        ax.plot([], [], color=_arm_color(finding, arm), linestyle=linestyle(arm), label=literal(arm))
     ax.legend(loc="best")
     return figure, ax
 
 
-def load_figure(data: Mapping[str, Any], run_files: RunFiles) -> FigureImage | None:
+def load_figure(finding: Finding, run_files: RunFiles) -> FigureImage | None:
     """load1 over each run window, one line per run, with the preregistered load limit when it is near."""
     series = []
-    for run in data["runs"]:
-        trace = run_files.traces.get(run["label"])
+    for run in finding.runs:
+        trace = run_files.traces.get(run.label)
         if trace is not None and trace.load1:
             xs, ys = zip(*trace.load1)
-            series.append((run["label"], run["arm"], (list(xs), list(ys))))
+            series.append((run.label, run.arm, (list(xs), list(ys))))
     if not series:
         return None
-    figure, ax = _trace_axes(data, series)
+    figure, ax = _trace_axes(finding, series)
     peak = max(max(ys) for _, _, (_, ys) in series)
-    limit = data.get("rules", {}).get("load_limit")
+    limit = finding.rules.spec.load_limit
     if is_number(limit) and peak >= 0.5 * limit:
         ax.axhline(limit, color="#D55E00", linewidth=1, linestyle=":", label=f"load_limit {limit:g}")
         ax.legend(loc="best")
@@ -193,17 +191,17 @@ def load_figure(data: Mapping[str, Any], run_files: RunFiles) -> FigureImage | N
     return FigureImage("load.png", caption, "Line chart of load1 over each run window", png, width, height)
 
 
-def ms_per_iter_figure(data: Mapping[str, Any], run_files: RunFiles) -> FigureImage | None:
+def ms_per_iter_figure(finding: Finding, run_files: RunFiles) -> FigureImage | None:
     """The trainer's own per-iteration times (`trace.ms_per_iter`), one line per run."""
     series = []
-    for run in data["runs"]:
-        trace = run_files.traces.get(run["label"])
+    for run in finding.runs:
+        trace = run_files.traces.get(run.label)
         if trace is not None and trace.ms_per_iter:
             ys = list(trace.ms_per_iter)
-            series.append((run["label"], run["arm"], (list(range(1, len(ys) + 1)), ys)))
+            series.append((run.label, run.arm, (list(range(1, len(ys) + 1)), ys)))
     if not series:
         return None
-    figure, ax = _trace_axes(data, series)
+    figure, ax = _trace_axes(finding, series)
     ax.set_xlabel("iteration")
     ax.set_ylabel("ms per iteration")
     png, width, height = _png(figure)
@@ -211,9 +209,9 @@ def ms_per_iter_figure(data: Mapping[str, Any], run_files: RunFiles) -> FigureIm
                        "Line chart of milliseconds per iteration for each run", png, width, height)
 
 
-def report_figures(data: Mapping[str, Any], run_files: RunFiles) -> dict[str, FigureImage]:
+def report_figures(finding: Finding, run_files: RunFiles) -> dict[str, FigureImage]:
     """Every figure the finding (and the run folders found) can support, keyed by kind."""
     with matplotlib.rc_context(STYLE):
-        made = {"runs": runs_figure(data), "delta": delta_figure(data), "load": load_figure(data, run_files),
-                "ms_per_iter": ms_per_iter_figure(data, run_files)}
+        made = {"runs": runs_figure(finding), "delta": delta_figure(finding),
+                "load": load_figure(finding, run_files), "ms_per_iter": ms_per_iter_figure(finding, run_files)}
     return {kind: image for kind, image in made.items() if image is not None}

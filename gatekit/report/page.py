@@ -3,27 +3,30 @@
 Blocks use the seed finding's section vocabulary (lead, heading, table, kv, callout, list) plus `figure`.
 Blocks gatekit builds from data carry `plain = True`: their text is shown as written. The finding's own
 narrative `sections` may use inline `code` and **bold**, as the seed does. Sections gatekit generated
-itself (finding.narrative) repeat what the full tables show and are left out; sections people added are
-rendered in order under "Narrative".
+itself (`section.generated`, report.narrative) repeat what the full tables show and are left out; sections
+people added are rendered in order under "Narrative".
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
-from gatekit.finding import narrative
-from gatekit.report.common import (delta_ci, fmt, fmt_signed, guard_metrics, is_number, one_line_why, run_value,
-                                   variant_of)
+from gatekit.finding import Finding, Section, Stats, plain
+from gatekit.report.common import (decision_words, delta_ci, fmt, fmt_signed, guard_metrics, is_number,
+                                   one_line_why)
+from gatekit.report.narrative import narrative
 from gatekit.report.rundata import RunFiles
+from gatekit.verdict import Decision
 
 if TYPE_CHECKING:  # figures import matplotlib; the page only reads their names and sizes
     from gatekit.report.figures import FigureImage
 
 Block = dict[str, Any]
-_KNOWN_STATS = {"n_off", "n_on", "mean_off", "mean_on", "sigma_off_pct", "sigma_on_pct", "delta_pct",
-                "threshold_pct", "pairs_consistent", "delta_ci_pct", "delta_ci_low_pct", "delta_ci_high_pct",
-                "delta_ci_level"}
+# Stats the Decision block shows in its own rows (the CI of Δ on one line); the page lists every other one.
+_SHOWN_STATS = {"n_off", "n_on", "mean_off", "mean_on", "sigma_off_pct", "sigma_on_pct", "delta_pct",
+                "threshold_pct", "pairs_consistent"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,7 +38,7 @@ class Page:
     eyebrow: str
     subtitle: str
     tags: tuple[str, ...]
-    decision: str
+    decision: Decision
     why: str
     blocks: tuple[Block, ...]
 
@@ -57,116 +60,111 @@ def _kv(items: Sequence[tuple[str, str]]) -> Block:
     return {"type": "kv", "items": [{"key": k, "value": v} for k, v in items], "plain": True}
 
 
-def run_table(data: Mapping[str, Any]) -> Block:
+def run_table(finding: Finding) -> Block:
     """Every run in execution order: arm, label, primary, guards, window load, used or why not."""
-    primary = data["gate"]["primary"]
-    guards = guard_metrics(data)
+    primary = finding.gate.primary
+    guards = guard_metrics(finding)
     columns = ["#", "arm", "run", primary, *guards, "load1 mean", "load1 max", "samples", "used"]
     align = ["right", "left", "left", "right", *["right"] * len(guards), "right", "right", "right", "left"]
     rows, classes = [], []
-    for run in data["runs"]:
-        window = run["window"]
-        used = "yes" if run["used"] else f"no: {run.get('reason') or 'not used'}"
-        rows.append([str(run["order"]), str(run["arm"]), str(run["label"]), fmt(run_value(run, primary)),
-                     *[fmt(run_value(run, g)) for g in guards], fmt(window.get("load1_mean"), 2),
-                     fmt(window.get("load1_max"), 2), fmt(window.get("samples")), used])
-        classes.append("" if run["used"] else "unused")
+    for run in finding.runs:
+        window = run.window
+        used = "yes" if run.used else f"no: {run.reason or 'not used'}"
+        rows.append([str(run.order), run.arm, run.label, fmt(run.value_of(primary)),
+                     *[fmt(run.value_of(g)) for g in guards], fmt(window.load1_mean, 2),
+                     fmt(window.load1_max, 2), fmt(window.samples), used])
+        classes.append("" if run.used else "unused")
     return _table(columns, align, rows, classes)
 
 
-def stats_blocks(data: Mapping[str, Any]) -> list[Block]:
+def _further_stats(s: Stats) -> list[tuple[str, Any]]:
+    """The diagnostics beside the classic figures (docs/statistics.md), in the finding's order, then any
+    statistic a newer or hand-extended finding adds."""
+    typed = [(f.name, getattr(s, f.name)) for f in dataclasses.fields(s)
+             if f.name not in _SHOWN_STATS and f.name != "extra_keys"]
+    return typed + list(s.extra_keys.items())
+
+
+def stats_blocks(finding: Finding) -> list[Block]:
     """Per-arm statistics, then Δ, threshold, pairs, the CI and any further diagnostics the analysis gave."""
-    gate, s = data["gate"], data["stats"]
-    off, on = str(gate["arms"]["off"]), str(gate["arms"]["on"])
-    arm_rows = [["runs used", fmt(s.get("n_off")), fmt(s.get("n_on"))],
-                ["mean", fmt(s.get("mean_off")), fmt(s.get("mean_on"))],
-                ["σ (% of mean)", fmt(s.get("sigma_off_pct")), fmt(s.get("sigma_on_pct"))]]
-    items = [("Δ = (mean on − mean off) / mean off", f"{fmt_signed(s.get('delta_pct'))} %"),
-             ("threshold", f"± {fmt(s.get('threshold_pct'))} % = {gate.get('threshold', {}).get('rule', '')}"),
-             ("better is", str(gate["direction"])),
-             ("pairs where on is better", fmt(s.get("pairs_consistent")))]
+    gate, s = finding.gate, finding.stats
+    arm_rows = [["runs used", fmt(s.n_off), fmt(s.n_on)],
+                ["mean", fmt(s.mean_off), fmt(s.mean_on)],
+                ["σ (% of mean)", fmt(s.sigma_off_pct), fmt(s.sigma_on_pct)]]
+    items = [("Δ = (mean on − mean off) / mean off", f"{fmt_signed(s.delta_pct)} %"),
+             ("threshold", f"± {fmt(s.threshold_pct)} % = {gate.threshold.rule}"),
+             ("better is", gate.direction),
+             ("pairs where on is better", fmt(s.pairs_consistent))]
     ci = delta_ci(s)
     if ci is not None:
         items.append((f"{ci[2]} of Δ", f"[{ci[0]:+.4f}, {ci[1]:+.4f}] %"))
-    for key, value in s.items():
-        if key in _KNOWN_STATS:
-            continue
+    for key, value in _further_stats(s):
         if isinstance(value, (str, int, float)) and not isinstance(value, bool):
             items.append((key, fmt(value)))
         elif isinstance(value, bool):
             items.append((key, "yes" if value else "no"))
-    return [_table(["", off, on], ["left", "right", "right"], arm_rows), _kv(items)]
+    return [_table(["", finding.off_arm, finding.on_arm], ["left", "right", "right"], arm_rows), _kv(items)]
 
 
-def guards_table(data: Mapping[str, Any]) -> Block | None:
-    guards = data["guards"]
+def guards_table(finding: Finding) -> Block | None:
+    guards = finding.guards
     if not guards:
         return None
     rows = []
     for name, g in guards.items():
-        rows.append([str(name), str(g.get("direction", "")), fmt(g.get("off_mean")), fmt(g.get("on_mean")),
-                     fmt_signed(g.get("delta")), fmt_signed(g.get("limit"), 3), "pass" if g["pass"] else "FAIL",
-                     str(g.get("note", ""))])
+        rows.append([name, g.direction, fmt(g.off_mean), fmt(g.on_mean), fmt_signed(g.delta),
+                     fmt_signed(g.limit, 3), "pass" if g.passed else "FAIL", g.note])
     return _table(["guard", "better is", "off mean", "on mean", "Δ (on − off)", "limit", "result", "note"],
                   ["left", "left", "right", "right", "right", "right", "left", "left"], rows,
-                  ["" if g["pass"] else "fail" for g in guards.values()])
+                  ["" if g.passed else "fail" for g in guards.values()])
 
 
-def sensitivity_table(data: Mapping[str, Any]) -> Block:
-    rows = [[str(r["variant"]), ", ".join(str(d) for d in r.get("dropped", [])) or "—",
-             fmt_signed(r.get("delta_pct")), fmt(r.get("threshold_pct")), str(r.get("decision", ""))]
-            for r in data["sensitivity"]]
+def sensitivity_table(finding: Finding) -> Block:
+    rows = [[r.variant, ", ".join(r.dropped) or "—", fmt_signed(r.delta_pct), fmt(r.threshold_pct),
+             r.decision.value] for r in finding.sensitivity]
     return _table(["variant", "dropped", "Δ %", "threshold %", "decision"],
                   ["left", "left", "right", "right", "left"], rows)
 
 
-def _short(text: Any, keep: int = 12) -> str:
-    text = str(text)
-    return text if len(text) <= keep + 1 else text[:keep] + "…"
-
-
-def provenance_blocks(data: Mapping[str, Any]) -> list[Block]:
+def provenance_blocks(finding: Finding) -> list[Block]:
     """Predecision hash, artifact hashes at start and end, git, host, GPU and software versions."""
-    prov, pre, meta = data.get("provenance", {}), data.get("predecision", {}), data["meta"]
+    prov, pre, meta = finding.provenance, finding.predecision, finding.meta
     items: list[tuple[str, str]] = []
-    if pre.get("sha256"):
-        items.append(("predecision", f"{pre.get('path', '')} sha256 {pre['sha256']}"))
-    if meta.get("series_id"):
-        items.append(("series", str(meta["series_id"])))
-    artifacts = prov.get("artifacts", {})
-    start, end = artifacts.get("start", {}), artifacts.get("end", {})
-    for path, digest in start.items():
+    if pre.sha256:
+        items.append(("predecision", f"{pre.path} sha256 {pre.sha256}"))
+    if meta.series_id:
+        items.append(("series", meta.series_id))
+    end = prov.artifacts.end or {}
+    for path, digest in prov.artifacts.start.items():
         after = end.get(path)
         state = ("unchanged at the end" if after == digest else
                  "no end hash (series unfinished)" if after is None else f"CHANGED → {after}")
         items.append((f"artifact {path}", f"sha256 {digest}, {state}"))
-    git = prov.get("git", {})
-    for when in ("start", "end"):
-        g = git.get(when)
+    # the git, host and software tables are free-form: what the provenance collector found
+    for when, g in (("start", prov.git.start), ("end", prov.git.end)):
         if isinstance(g, Mapping) and g:
             dirty = " (dirty)" if g.get("dirty") else ""
             items.append((f"git at {when}", f"{g.get('rev', '—')} on {g.get('branch') or '—'}{dirty}"))
-    if git.get("moved"):
-        items.append(("git HEAD moved", str(git.get("diff_stat", "")).strip() or "yes"))
-    host = prov.get("host", {})
-    if isinstance(host, Mapping) and host:
+    if prov.git.moved:
+        items.append(("git HEAD moved", str(prov.git.diff_stat or "").strip() or "yes"))
+    host = prov.host
+    if host:
         items.append(("host", ", ".join(f"{k} {v}" for k, v in host.items() if not isinstance(v, (dict, list)))))
-    gpu = prov.get("gpu", host.get("gpu") if isinstance(host, Mapping) else None)
+    gpu = prov.extra_keys.get("gpu", host.get("gpu"))
     if gpu:
         items.append(("GPU", _describe(gpu)))
     else:
         items.append(("GPU", "none recorded (no backend plugin reported GPU telemetry)"))
-    software = prov.get("software", {})
-    if isinstance(software, Mapping) and software:
-        items.append(("software", ", ".join(f"{k} {v}" for k, v in software.items())))
-    imported = prov.get("imported_from")
+    if prov.software:
+        items.append(("software", ", ".join(f"{k} {v}" for k, v in prov.software.items())))
+    imported = prov.extra_keys.get("imported_from")
     if isinstance(imported, Mapping):
         items.append(("imported from", f"{imported.get('format', '')} file {imported.get('path', '')} "
                                        f"sha256 {imported.get('sha256', '')}"))
-    if meta.get("config_paths"):
-        items.append(("arm configs", ", ".join(str(p) for p in meta["config_paths"])))
-    if meta.get("commit"):
-        items.append(("commit", f"{meta['commit']} ({meta.get('branch') or '—'})"))
+    if meta.config_paths:
+        items.append(("arm configs", ", ".join(meta.config_paths)))
+    if meta.commit:
+        items.append(("commit", f"{meta.commit} ({meta.branch or '—'})"))
     return [_kv(items)]
 
 
@@ -178,18 +176,17 @@ def _describe(value: Any) -> str:
     return str(value)
 
 
-def config_block(data: Mapping[str, Any]) -> Block | None:
+def config_block(finding: Finding) -> Block | None:
     """The effective config each arm's trainer echoed (its first used run), differing keys marked."""
-    gate = data["gate"]
-    arms = (str(gate["arms"]["off"]), str(gate["arms"]["on"]))
+    arms = (finding.off_arm, finding.on_arm)
     configs: list[Mapping[str, Any]] = []
     for arm in arms:
-        runs = [r for r in data["runs"] if r["arm"] == arm and isinstance(r.get("config"), Mapping) and r["config"]]
-        used = [r for r in runs if r["used"]] or runs
-        configs.append(used[0]["config"] if used else {})
+        runs = [r for r in finding.runs if r.arm == arm and r.config]
+        used = [r for r in runs if r.used] or runs
+        configs.append(used[0].config if used else {})
     if not any(configs):
         return None
-    declared = {str(k) for k in gate.get("expect_diff", [])}
+    declared = set(finding.gate.expect_diff)
     rows, classes = [], []
     for key in sorted({str(k) for c in configs for k in c}):
         values = [_describe(c[key]) if key in c else "—" for c in configs]
@@ -201,42 +198,45 @@ def config_block(data: Mapping[str, Any]) -> Block | None:
     return _table(["key", *arms, "expect_diff"], ["left", "left", "left", "left"], rows, classes)
 
 
-def rules_block(data: Mapping[str, Any]) -> Block | None:
-    rules = data.get("rules")
-    if not isinstance(rules, Mapping) or not rules:
-        return None
+def rules_block(finding: Finding) -> Block:
+    """Every preregistered rule as the finding records it (the rule set grows; the page lists what is there)."""
+    rules = plain(finding.rules.to_dict())
     return _kv([(str(k), f"{v:.6g}" if isinstance(v, float) else fmt(v)) for k, v in rules.items()])
 
 
-def _generated_sections(data: Mapping[str, Any]) -> list[Mapping[str, Any]]:
-    """The sections finding.narrative makes for this data: the page shows their content in full tables."""
-    try:
-        return narrative(data)
-    except (KeyError, TypeError, ValueError):  # a finding from another gatekit version: keep every section
-        return []
+def _document_of(section: Section) -> dict[str, Any]:
+    """A section as its finding document holds it, without the `generated` mark."""
+    return {k: v for k, v in plain(section.to_dict()).items() if k != "generated"}
 
 
-def narrative_blocks(data: Mapping[str, Any]) -> tuple[str, list[Block]]:
+def _is_generated(finding: Finding) -> Callable[[Section], bool]:
+    """Whether gatekit wrote a section: its `generated` mark; a /1 file has none, so its sections are
+    compared with the narrative gatekit writes for the same finding."""
+    if finding.upgraded_from is None:
+        return lambda section: section.generated
+    written = [_document_of(section) for section in narrative(finding)]
+    return lambda section: section.generated or _document_of(section) in written
+
+
+def narrative_blocks(finding: Finding) -> tuple[str, list[Block]]:
     """The lead text and the sections people added (generated ones and the lead are shown elsewhere)."""
-    generated = _generated_sections(data)
+    generated = _is_generated(finding)
     lead = ""
     blocks: list[Block] = []
-    for section in data["sections"]:
-        if section.get("type") == "lead" and not lead:
-            lead = str(section.get("text", ""))
+    for section in finding.sections:
+        if section.type == "lead" and not lead:
+            lead = section.text or ""
             continue
-        if section in generated:
+        if generated(section):
             continue
-        blocks.append(dict(section))
+        blocks.append(_document_of(section))
     return lead, blocks
 
 
-def verdict_callout(data: Mapping[str, Any]) -> Block:
-    verdict = data["verdict"]
-    decision = str(verdict["decision"])
-    text = one_line_why(verdict)
-    return {"type": "callout", "label": f"Verdict: {decision.replace('_', ' ').upper()}", "variant": variant_of(decision),
-            "text": text, "plain": True, "role": "verdict", "decision": decision}
+def verdict_callout(finding: Finding) -> Block:
+    decision = finding.decision
+    return {"type": "callout", "label": f"Verdict: {decision_words(decision)}", "variant": decision.severity,
+            "text": one_line_why(finding.verdict), "plain": True, "role": "verdict", "decision": decision.value}
 
 
 def _figure(image: FigureImage, prefix: str) -> Block:
@@ -244,27 +244,26 @@ def _figure(image: FigureImage, prefix: str) -> Block:
             "width": image.width, "height": image.height}
 
 
-def build_page(data: Mapping[str, Any], figures: Mapping[str, FigureImage], run_files: RunFiles, *,
+def build_page(finding: Finding, figures: Mapping[str, FigureImage], run_files: RunFiles, *,
                figure_prefix: str = "", related: Mapping[str, str] | None = None) -> Page:
     """Every part of the report, in reading order. `related` maps finding ids to links that exist."""
-    meta, gate, verdict = data["meta"], data["gate"], data["verdict"]
-    lead, narrative = narrative_blocks(data)
+    meta, gate, verdict = finding.meta, finding.gate, finding.verdict
+    lead, narrative_sections = narrative_blocks(finding)
     blocks: list[Block] = []
     if lead:
         blocks.append({"type": "lead", "text": lead})
-    blocks.append(verdict_callout(data))
+    blocks.append(verdict_callout(finding))
     if figures.get("runs"):
         blocks.append(_figure(figures["runs"], figure_prefix))
-    blocks += [_heading("Runs in execution order"), run_table(data)]
-    blocks += [_heading("Decision"), *stats_blocks(data)]
+    blocks += [_heading("Runs in execution order"), run_table(finding)]
+    blocks += [_heading("Decision"), *stats_blocks(finding)]
     if figures.get("delta"):
         blocks.append(_figure(figures["delta"], figure_prefix))
-    guards = guards_table(data)
+    guards = guards_table(finding)
     if guards:
         blocks += [_heading("Quality guards"), guards]
-    blocks += [_heading("Exclusion sensitivity"), sensitivity_table(data)]
-    reasons = [str(r) for r in verdict.get("reasons", [])]
-    warnings = [str(w) for w in verdict.get("warnings", [])]
+    blocks += [_heading("Exclusion sensitivity"), sensitivity_table(finding)]
+    reasons, warnings = list(verdict.reasons), list(verdict.warnings)
     if reasons:
         blocks += [_heading("Reasons"), {"type": "list", "items": reasons, "plain": True}]
     if warnings:
@@ -282,39 +281,33 @@ def build_page(data: Mapping[str, Any], figures: Mapping[str, FigureImage], run_
         label = ("Left out: " + " and ".join(missing)) if missing else "Notes"
         blocks.append({"type": "callout", "label": label, "variant": "note", "text": "", "items": notes,
                        "plain": True})
-    if narrative:
-        blocks += [_heading("Narrative"), *narrative]
-    config = config_block(data)
+    if narrative_sections:
+        blocks += [_heading("Narrative"), *narrative_sections]
+    config = config_block(finding)
     if config:
         blocks += [_heading("Effective config (echoed by the trainer)"), config]
-    rules = rules_block(data)
-    if rules:
-        blocks += [_heading("Preregistered rules"), rules]
-    blocks += [_heading("Provenance"), *provenance_blocks(data)]
-    related_ids = [str(r) for r in meta.get("related_findings", [])]
-    if related_ids:
+    blocks += [_heading("Preregistered rules"), rules_block(finding)]
+    blocks += [_heading("Provenance"), *provenance_blocks(finding)]
+    if meta.related_findings:
         links = related or {}
         blocks += [_heading("Related findings"),
-                   {"type": "links", "items": [{"text": r, "href": links.get(r, "")} for r in related_ids]}]
-    tags = tuple(str(t) for t in meta.get("tags", []))
-    eyebrow = " · ".join(str(x) for x in (meta.get("date"), meta.get("category"), meta.get("status"), meta["id"]) if x)
-    if meta.get("eyebrow"):
-        eyebrow = f"{meta['eyebrow']} · {eyebrow}"
-    subtitle = str(meta.get("subtitle", "")) or (f"{gate['arms']['on']} vs {gate['arms']['off']} · "
-                                                 f"{gate.get('order', '')} · n={gate.get('n', '')} · "
-                                                 f"{gate['primary']}, {gate['direction']} is better")
-    decision = str(verdict["decision"])
-    return Page(finding_id=str(meta["id"]), title=str(meta["title"]), eyebrow=eyebrow, subtitle=subtitle,
-                tags=tags, decision=decision, why=one_line_why(verdict), blocks=tuple(blocks))
+                   {"type": "links", "items": [{"text": r, "href": links.get(r, "")} for r in meta.related_findings]}]
+    eyebrow = " · ".join(x for x in (meta.date, meta.category, meta.status, meta.id) if x)
+    if meta.extra_keys.get("eyebrow"):  # a hand-added line above the title
+        eyebrow = f"{meta.extra_keys['eyebrow']} · {eyebrow}"
+    subtitle = meta.subtitle or (f"{gate.arms.on} vs {gate.arms.off} · {gate.order} · n={gate.n} · "
+                                 f"{gate.primary}, {gate.direction} is better")
+    return Page(finding_id=meta.id, title=meta.title, eyebrow=eyebrow, subtitle=subtitle, tags=meta.tags,
+                decision=finding.decision, why=one_line_why(verdict), blocks=tuple(blocks))
 
 
-def headline_numbers(data: Mapping[str, Any]) -> tuple[str, str]:
+def headline_numbers(finding: Finding) -> tuple[str, str]:
     """Δ and the first guard's Δ as short strings (for indexes and summaries)."""
-    delta = data["stats"].get("delta_pct")
+    delta = finding.stats.delta_pct
     delta_text = f"{delta:+.2f} %" if is_number(delta) else "—"
     guard_text = "—"
-    for name, g in data["guards"].items():
-        if is_number(g.get("delta")):
-            guard_text = f"{name} {g['delta']:+.3f}"
+    for name, g in finding.guards.items():
+        if is_number(g.delta):
+            guard_text = f"{name} {g.delta:+.3f}"
         break
     return delta_text, guard_text

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+from gatekit.finding import Finding
 from gatekit.report.common import is_number
 
 RESULT_FILE = "result"
@@ -125,12 +126,11 @@ def _read(path: Path) -> bytes | None:
         return None
 
 
-def load_run_files(data: Mapping[str, Any], finding_path: Path | None, runs_roots: Sequence[Path],
+def load_run_files(finding: Finding, finding_path: Path | None, runs_roots: Sequence[Path],
                    cwd: Path) -> RunFiles:
     """Read each related run folder's samples.csv and result trace (all I/O of the report lives here)."""
-    related = [str(r) for r in data.get("meta", {}).get("related_runs", []) if isinstance(r, str)]
-    labels = {str(run["label"]) for run in data["runs"]}
-    folders = {Path(r).name: r for r in related if Path(r).name in labels}
+    labels = {run.label for run in finding.runs}
+    folders = {Path(r).name: r for r in finding.meta.related_runs if Path(r).name in labels}
     if not folders:
         return RunFiles(notes=("the finding names no run folders (meta.related_runs); load timelines and "
                                "ms_per_iter traces are left out",))

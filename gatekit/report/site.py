@@ -16,7 +16,8 @@ from typing import Any, Mapping, Sequence
 
 from gatekit import __version__
 from gatekit.errors import GatekitError
-from gatekit.report.common import is_number, safe_name, variant_of
+from gatekit.finding import Finding
+from gatekit.report.common import is_number, safe_name
 from gatekit.report.figures import FigureImage, report_figures
 from gatekit.report.html import index_html, report_html
 from gatekit.report.markdown import report_markdown
@@ -29,9 +30,9 @@ GENERATOR = f"gatekit {__version__}"
 
 @dataclass(frozen=True, slots=True)
 class Prepared:
-    """A finding ready to render: its data, folder name, figures and the notes about its run folders."""
+    """A finding ready to render: the finding, its folder name, figures and the notes about its run folders."""
 
-    data: Mapping[str, Any]
+    finding: Finding
     folder: str
     figures: Mapping[str, FigureImage]
     run_files: RunFiles
@@ -51,15 +52,15 @@ def folder_names(ids: Sequence[str]) -> list[str]:
     return names
 
 
-def prepare(items: Sequence[tuple[Mapping[str, Any], RunFiles, str]]) -> list[Prepared]:
-    """Draw every finding's figures once: (data, run files, source file name) → Prepared."""
-    names = folder_names([str(data["meta"]["id"]) for data, _, _ in items])
-    return [Prepared(data, name, report_figures(data, run_files), run_files, source)
-            for (data, run_files, source), name in zip(items, names)]
+def prepare(items: Sequence[tuple[Finding, RunFiles, str]]) -> list[Prepared]:
+    """Draw every finding's figures once: (finding, run files, source file name) → Prepared."""
+    names = folder_names([finding.id for finding, _, _ in items])
+    return [Prepared(finding, name, report_figures(finding, run_files), run_files, source)
+            for (finding, run_files, source), name in zip(items, names)]
 
 
 def _related_links(prepared: Sequence[Prepared], prefix: str) -> dict[str, str]:
-    return {str(p.data["meta"]["id"]): f"{prefix}{p.folder}/index.html" for p in prepared}
+    return {p.finding.id: f"{prefix}{p.folder}/index.html" for p in prepared}
 
 
 def report_files(prepared: Sequence[Prepared], *, with_index: bool = False,
@@ -68,7 +69,7 @@ def report_files(prepared: Sequence[Prepared], *, with_index: bool = False,
     links = _related_links(prepared, "../")
     files: dict[str, bytes] = {}
     for item in prepared:
-        page = build_page(item.data, item.figures, item.run_files, related=links)
+        page = build_page(item.finding, item.figures, item.run_files, related=links)
         text = report_html(page, index_href="../index.html" if with_index else "", source=item.source,
                            generator=generator)
         files[f"{item.folder}/index.html"] = text.encode("utf-8")
@@ -83,18 +84,18 @@ def index_entries(prepared: Sequence[Prepared]) -> list[dict[str, Any]]:
     links = _related_links(prepared, "")
     entries = []
     for item in prepared:
-        data = item.data
-        meta, decision = data["meta"], str(data["verdict"]["decision"])
-        delta_text, guard_text = headline_numbers(data)
-        guard_value = next((g.get("delta") for g in data["guards"].values()), None)
-        delta = data["stats"].get("delta_pct")
+        finding = item.finding
+        meta, decision = finding.meta, finding.decision
+        delta_text, guard_text = headline_numbers(finding)
+        guard_value = next((g.delta for g in finding.guards.values()), None)
+        delta = finding.stats.delta_pct
         entries.append({
-            "id": str(meta["id"]), "date": str(meta["date"]), "title": str(meta["title"]), "decision": decision,
-            "variant": variant_of(decision), "delta_pct": delta if is_number(delta) else None,
+            "id": meta.id, "date": meta.date, "title": meta.title, "decision": decision.value,
+            "variant": decision.severity, "delta_pct": delta if is_number(delta) else None,
             "delta_text": delta_text, "guard_text": guard_text,
             "guard_value": guard_value if is_number(guard_value) else None,
-            "tags": [str(t) for t in meta.get("tags", [])], "href": f"{item.folder}/index.html",
-            "related": [(str(r), links.get(str(r), "")) for r in meta.get("related_findings", [])],
+            "tags": list(meta.tags), "href": f"{item.folder}/index.html",
+            "related": [(r, links.get(r, "")) for r in meta.related_findings],
         })
     return entries
 
@@ -105,7 +106,7 @@ def markdown_files(prepared: Sequence[Prepared], md_name: str) -> dict[str, byte
     files: dict[str, bytes] = {}
     parts = []
     for item in prepared:
-        page = build_page(item.data, item.figures, item.run_files, figure_prefix=f"{figure_dir}/{item.folder}-")
+        page = build_page(item.finding, item.figures, item.run_files, figure_prefix=f"{figure_dir}/{item.folder}-")
         parts.append(report_markdown(page))
         for image in item.figures.values():
             files[f"{figure_dir}/{item.folder}-{image.name}"] = image.png

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from typing import Any, Mapping
+from typing import Any
 
 from gatekit.finding import Finding
 from gatekit.sanitize import show_controls
@@ -13,16 +13,6 @@ def clean_terminal_text(text: str) -> str:
     """`text` with control characters (newline included) and bidi overrides shown as escapes, so trainer
     strings cannot recolor, clear or forge summary lines."""
     return show_controls(text)
-
-
-def _display_safe(value: Any) -> Any:
-    if isinstance(value, str):
-        return clean_terminal_text(value)
-    if isinstance(value, Mapping):
-        return {clean_terminal_text(str(k)): _display_safe(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_display_safe(v) for v in value]
-    return value
 
 
 def _num(value: Any, digits: int = 4) -> str:
@@ -42,48 +32,53 @@ def render_table(header: list[str], rows: list[list[str]], right: set[int]) -> l
 
 
 def summary(finding: Finding, paths: tuple[str, ...] = ()) -> str:
-    data = _display_safe(finding.data)
-    paths = tuple(clean_terminal_text(p) for p in paths)
-    gate, s, verdict = data["gate"], data["stats"], data["verdict"]
-    primary = gate["primary"]
-    guard_names = list(data["guards"])
-    header = ["#", "arm", "run", primary, *guard_names, "load1 mean/max", "used"]
+    """The finding on one screen: the runs, the statistics, the guards, the looks and the verdict."""
+    t = clean_terminal_text  # every string from the finding or a trainer, before it reaches the terminal
+    paths = tuple(t(p) for p in paths)
+    gate, s, verdict = finding.gate, finding.stats, finding.verdict
+    primary = gate.primary
+    guard_names = list(finding.guards)
+    header = ["#", "arm", "run", t(primary), *[t(g) for g in guard_names], "load1 mean/max", "used"]
     rows = []
-    for run in data["runs"]:
-        value = run.get("process_wallclock_s") if primary == "process_wallclock_s" else run["metrics"].get(primary)
-        window = run["window"]
-        rows.append([str(run["order"]), run["arm"], run["label"], _num(value),
-                     *[_num(run["metrics"].get(g)) for g in guard_names],
-                     f"{_num(window.get('load1_mean'), 2)} / {_num(window.get('load1_max'), 2)}",
-                     "yes" if run["used"] else f"no ({run.get('reason', '')})"])
+    for run in finding.runs:
+        window = run.window
+        rows.append([str(run.order), t(run.arm), t(run.label), _num(run.value_of(primary)),
+                     *[_num(run.metrics.get(g)) for g in guard_names],
+                     f"{_num(window.load1_mean, 2)} / {_num(window.load1_max, 2)}",
+                     "yes" if run.used else f"no ({t(run.reason)})"])
     right = {0, 3, *range(4, 4 + len(guard_names)), 4 + len(guard_names)}
-    seq = data.get("sequential")
-    size = f"n={'→'.join(str(n) for n in seq['runs_per_arm'])}, sequential" if seq else f"n={gate['n']}"
-    lines = [f"gate {gate['id']}: {gate['arms']['on']} vs {gate['arms']['off']} "
-             f"({gate['order']}, {size}, {primary}, {gate['direction']} is better)", ""]
+    seq = finding.sequential
+    size = f"n={'→'.join(str(n) for n in seq.runs_per_arm)}, sequential" if seq else f"n={gate.n}"
+    lines = [f"gate {t(gate.id)}: {t(finding.on_arm)} vs {t(finding.off_arm)} "
+             f"({t(gate.order)}, {size}, {t(primary)}, {t(gate.direction)} is better)", ""]
     lines += render_table(header, rows, right)
-    lines += [f"evidence {run['label']}: {line}" for run in data["runs"] for line in run["window"].get("evidence", [])]
+    lines += [f"evidence {t(run.label)}: {t(line)}" for run in finding.runs for line in run.window.evidence]
     lines += ["",
-              f"mean off {_num(s.get('mean_off'))}  mean on {_num(s.get('mean_on'))}  "
-              f"σ_off {_num(s.get('sigma_off_pct'))} %  σ_on {_num(s.get('sigma_on_pct'))} %",
-              f"Δ {_num(s.get('delta_pct'))} %   threshold {_num(s.get('threshold_pct'))} % "
-              f"({gate['threshold']['rule']})   pairs consistent {s['pairs_consistent']}"]
-    if "gm_delta_pct" in s:
-        lines.append(f"Δ_gm {_num(s.get('gm_delta_pct'))} % (95 % CI {_num(s.get('ci_low_pct'))} … "
-                     f"{_num(s.get('ci_high_pct'))} %)   one-sided p {_num(s.get('p_one_sided'))}   "
-                     f"MDE(80 %) {_num(s.get('mde_pct'))} %   drift {_num(s.get('drift_pct_per_run'))} %/run")
-    for name, guard in data["guards"].items():
-        lines.append(f"guard {name}: Δ {_num(guard.get('delta'))} (limit {guard['limit']:+g}) "
-                     f"{'pass' if guard['pass'] else 'FAIL'}")
-    for look in (seq or {}).get("looks", []):
-        lines.append(f"look {look['look']} ({look['n_off']}+{look['n_on']} runs): Δ_gm {_num(look.get('delta_pct'))} % "
-                     f"({100 * look['ci_level']:g} % CI {_num(look.get('ci_low_pct'))} … {_num(look.get('ci_high_pct'))} %), "
-                     f"p(better) {_num(look.get('p_better'))} → {look['decision']}")
-    for row in data["sensitivity"][1:]:
-        lines.append(f"sensitivity: {row['variant']}: Δ {_num(row.get('delta_pct'))} % → {row['decision']}")
-    lines += ["", f"VERDICT: {verdict['decision'].upper()}"]
-    lines += [f"  - {reason}" for reason in verdict.get("reasons", [])]
-    lines += [f"  ! {warning}" for warning in verdict.get("warnings", [])]
+              f"mean off {_num(s.mean_off)}  mean on {_num(s.mean_on)}  "
+              f"σ_off {_num(s.sigma_off_pct)} %  σ_on {_num(s.sigma_on_pct)} %",
+              f"Δ {_num(s.delta_pct)} %   threshold {_num(s.threshold_pct)} % "
+              f"({t(gate.threshold.rule)})   pairs consistent {t(s.pairs_consistent)}"]
+    if s.gm_delta_pct is not None:
+        lines.append(f"Δ_gm {_num(s.gm_delta_pct)} % ({_level(s.ci_level)} CI {_num(s.ci_low_pct)} … "
+                     f"{_num(s.ci_high_pct)} %)   one-sided p {_num(s.p_one_sided)}   "
+                     f"MDE(80 %) {_num(s.mde_pct)} %   drift {_num(s.drift_pct_per_run)} %/run")
+    for name, guard in finding.guards.items():
+        lines.append(f"guard {t(name)}: Δ {_num(guard.delta)} (limit {guard.limit:+g}) "
+                     f"{'pass' if guard.passed else 'FAIL'}")
+    for look in seq.looks if seq else ():
+        lines.append(f"look {look.look} ({look.n_off}+{look.n_on} runs): Δ_gm {_num(look.delta_pct)} % "
+                     f"({_level(look.ci_level)} CI {_num(look.ci_low_pct)} … {_num(look.ci_high_pct)} %), "
+                     f"p(better) {_num(look.p_better)} → {t(look.decision)}")
+    for row in finding.sensitivity[1:]:
+        lines.append(f"sensitivity: {t(row.variant)}: Δ {_num(row.delta_pct)} % → {row.decision.value}")
+    lines += ["", f"VERDICT: {verdict.decision.value.upper()}"]
+    lines += [f"  - {t(reason)}" for reason in verdict.reasons]
+    lines += [f"  ! {t(warning)}" for warning in verdict.warnings]
     if paths:
         lines += ["", "finding: " + ", ".join(paths)]
     return "\n".join(lines)
+
+
+def _level(level: float | None) -> str:
+    """A confidence level as the summary writes it: 0.95 → "95 %"."""
+    return f"{100 * level:g} %" if level is not None else "—"

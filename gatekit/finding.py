@@ -1,0 +1,395 @@
+"""The Finding: a tree of typed, frozen records, one `to_dict`/`from_dict` pair, TOML and JSON from the same dict.
+
+Schema history:
+  gatekit.finding/1 — meta, gate, predecision, provenance, rules, runs, stats, guards, sensitivity,
+                      verdict, sections (DESIGN "Finding").
+  gatekit.finding/2 — the same keys, typed; additions only: each section gatekit generated says so
+                      (`generated = true`). /1 files load as /2 (nothing in them changes meaning).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+import tomlkit
+
+from gatekit.config import GuardSpec, RulesSpec
+from gatekit.errors import FindingError
+from gatekit.records import Record, RecordError, WindowSummary, kind_of, metric_value
+from gatekit.storage import write_output
+from gatekit.verdict import Decision, GuardResult, Verdict
+
+FINDING_SCHEMA = "gatekit.finding/2"
+READABLE_SCHEMAS = ("gatekit.finding/1", FINDING_SCHEMA)
+SECTIONS = ("meta", "gate", "predecision", "provenance", "rules", "runs", "stats", "guards", "sensitivity",
+            "verdict", "sections")
+
+
+@dataclass(frozen=True, slots=True)
+class Meta(Record):
+    id: str
+    title: str
+    date: str
+    status: str
+    category: str = "gate"
+    polarity: str | None = None
+    tags: tuple[str, ...] = ()
+    commit: str | None = None
+    branch: str | None = None
+    series_id: str | None = None
+    subtitle: str | None = None
+    config_paths: tuple[str, ...] = ()
+    related_runs: tuple[str, ...] = ()
+    related_findings: tuple[str, ...] = ()
+    extra_keys: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class Arms(Record):
+    off: str
+    on: str
+
+
+@dataclass(frozen=True, slots=True)
+class ThresholdRule(Record):
+    """threshold_pct = max(sigma_k · σ_off, floor_pct), and the rule in words."""
+
+    sigma_k: float | None = None
+    floor_pct: float | None = None
+    rule: str = field(kw_only=True)
+
+
+@dataclass(frozen=True, slots=True)
+class GateInfo(Record):
+    id: str
+    arms: Arms
+    n: int
+    order: str
+    seed: int | None = None
+    primary: str = field(kw_only=True)
+    direction: str = field(kw_only=True)
+    expect_diff: tuple[str, ...] = ()
+    policy: str = "classic"
+    warmup: int = 0
+    seed_source: str | None = None
+    threshold: ThresholdRule = field(kw_only=True)
+    guards: tuple[GuardSpec, ...] = ()
+    extra_keys: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class Predecision(Record):
+    path: str = ""
+    sha256: str = ""
+    extra_keys: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class ArtifactHashes(Record):
+    start: Mapping[str, str] = field(default_factory=dict)
+    end: Mapping[str, str] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class GitInfo(Record):
+    start: Mapping[str, Any] = field(default_factory=dict)
+    end: Mapping[str, Any] | None = None
+    moved: bool | None = None
+    diff_stat: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Provenance(Record):
+    artifacts: ArtifactHashes = field(default_factory=ArtifactHashes)
+    git: GitInfo = field(default_factory=GitInfo)
+    host: Mapping[str, Any] = field(default_factory=dict)
+    software: Mapping[str, Any] = field(default_factory=dict)
+    backend: Mapping[str, Any] | None = None
+    hashing: Mapping[str, Any] | None = None
+    extra_keys: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class RulesInfo(Record):
+    """The preregistered contamination rules, and whether rule (ii) can fire at this n."""
+
+    spec: RulesSpec = field(default_factory=RulesSpec, metadata={"flatten": True})
+    max_attainable_z: float | None = None
+    rule_ii_reachable: bool | None = None
+    extra_keys: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class RunRow(Record):
+    """One executed run as the finding shows it, discarded runs included."""
+
+    order: int
+    arm: str
+    label: str
+    pair: int
+    exit_code: int | None = None
+    timed_out: bool = False
+    metrics: Mapping[str, float] = field(default_factory=dict)
+    process_wallclock_s: float = field(kw_only=True)
+    window: WindowSummary = field(kw_only=True)
+    load_evidence: bool = False
+    z: float = 0.0
+    contaminated: bool = False
+    retry_of: int | None = None
+    used: bool = field(kw_only=True)
+    reason: str = ""
+    started_at: str = ""
+    config: Mapping[str, Any] = field(default_factory=dict)
+    warmup: bool = field(default=False, metadata={"omit": False})
+    extra_keys: Mapping[str, Any] = field(default_factory=dict)
+
+    def value_of(self, metric: str) -> float | None:
+        """The run's value of a metric (records.metric_value: the one lookup), or None."""
+        return metric_value(self.metrics, self.process_wallclock_s, metric)
+
+
+@dataclass(frozen=True, slots=True)
+class Stats(Record):
+    """The classic figures of the used runs, and the diagnostics beside them (docs/statistics.md)."""
+
+    n_off: int | None = None
+    n_on: int | None = None
+    mean_off: float | None = None
+    mean_on: float | None = None
+    sigma_off_pct: float | None = None
+    sigma_on_pct: float | None = None
+    delta_pct: float | None = None
+    threshold_pct: float | None = None
+    pairs_consistent: str = field(kw_only=True)  # "k/m": rounds where on is better than off
+    gm_delta_pct: float | None = None
+    ci_low_pct: float | None = None
+    ci_high_pct: float | None = None
+    ci_level: float | None = None
+    welch_df: float | None = None
+    p_one_sided: float | None = None
+    mde_pct: float | None = None
+    mde_alpha: float | None = None
+    mde_power: float | None = None
+    hl_shift_pct: float | None = None
+    drift_off_pct_per_run: float | None = None
+    drift_on_pct_per_run: float | None = None
+    drift_pct_per_run: float | None = None
+    order_gap_runs: float | None = None
+    order_bias_pct: float | None = None
+    pairs_sign_p: float | None = None
+    extra_keys: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class GuardRow(GuardResult):
+    """A guard's result with the Welch CI of its Δ (is the point estimate inside its own noise?)."""
+
+    ci_low: float | None = None
+    ci_high: float | None = None
+    ci_level: float | None = None
+    within_noise: bool | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class SensitivityRow(Record):
+    """The classic decision with some runs left out (the seed's §6 exclusion-sensitivity check)."""
+
+    variant: str
+    dropped: tuple[str, ...] = ()
+    delta_pct: float | None = None
+    threshold_pct: float | None = None
+    decision: Decision = field(kw_only=True)
+
+
+@dataclass(frozen=True, slots=True)
+class PairedGuard(Record):
+    """A quality guard as paired non-inferiority over the rounds' (off, on) pairs (sequential policy)."""
+
+    metric: str
+    direction: str
+    limit: float
+    pairs: int
+    mean_diff: float | None = None  # mean of on − off
+    bound: float | None = None  # the one-sided bound on the side that must clear the limit
+    far_bound: float | None = None  # the opposite one-sided bound
+    level: float | None = None
+    status: str = field(kw_only=True)  # pass | fail | inconclusive
+
+
+@dataclass(frozen=True, slots=True)
+class Look(Record):
+    """One look of the sequential policy."""
+
+    look: int
+    n_off: int
+    n_on: int
+    delta_pct: float | None = None  # ratio of geometric means − 1
+    ci_low_pct: float | None = None
+    ci_high_pct: float | None = None
+    ci_level: float | None = None
+    df: float | None = None
+    p_better: float | None = None
+    p_worse: float | None = None
+    primary: str = field(kw_only=True)  # the primary metric's own outcome at this look
+    guards: Mapping[str, PairedGuard] = field(default_factory=dict)
+    decision: str = field(kw_only=True)  # continue | adopted | … after the guards
+
+
+@dataclass(frozen=True, slots=True)
+class SequentialInfo(Record):
+    """The sequential policy's looks and constants, as the finding records them."""
+
+    alpha: float
+    df: str
+    floor_pct: float
+    runs_per_arm: tuple[int, ...]
+    guard_level: float
+    looks: tuple[Look, ...]
+    decision: str
+    next: str  # extend | stop
+    extra_keys: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class Section(Record):
+    """A narrative block in the seed finding's shape: lead, heading, table, kv, callout or list."""
+
+    type: str
+    label: str | None = None
+    variant: str | None = None
+    text: str | None = None
+    columns: tuple[Any, ...] | None = None
+    align: tuple[Any, ...] | None = None
+    rows: tuple[Any, ...] | None = None
+    items: tuple[Any, ...] | None = None
+    generated: bool = field(default=False, metadata={"omit": False})  # written by gatekit, not by a person
+    extra_keys: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class Finding(Record):
+    """A finding document (DESIGN "Finding"), typed from the top down."""
+
+    meta: Meta
+    gate: GateInfo
+    predecision: Predecision
+    provenance: Provenance
+    rules: RulesInfo
+    runs: tuple[RunRow, ...]
+    stats: Stats
+    guards: Mapping[str, GuardRow]
+    sensitivity: tuple[SensitivityRow, ...]
+    verdict: Verdict
+    sequential: SequentialInfo | None = None
+    sections: tuple[Section, ...] = ()
+    extra_keys: Mapping[str, Any] = field(default_factory=dict)
+    upgraded_from: str | None = field(default=None, compare=False, metadata={"internal": True})
+
+    @property
+    def id(self) -> str:
+        return self.meta.id
+
+    @property
+    def decision(self) -> Decision:
+        return self.verdict.decision
+
+    @property
+    def off_arm(self) -> str:
+        return self.gate.arms.off
+
+    @property
+    def on_arm(self) -> str:
+        return self.gate.arms.on
+
+    def used_values(self, arm: str, metric: str) -> list[float]:
+        """The values of `metric` over the used runs of `arm`, in execution order."""
+        values = [run.value_of(metric) for run in self.runs if run.used and run.arm == arm]
+        return [v for v in values if v is not None]
+
+    def to_dict(self) -> dict[str, Any]:
+        return plain({"schema": FINDING_SCHEMA, **Record.to_dict(self)})
+
+    @classmethod
+    def from_document(cls, data: Mapping[str, Any], *, source: str = "finding") -> Finding:
+        """A finding from its document (schema /1 or /2); anything malformed names `source` and the key."""
+        schema = data.get("schema")
+        if schema not in READABLE_SCHEMAS:
+            hint = ("written by a newer gatekit; upgrade gatekit to read it"
+                    if isinstance(schema, str) and schema.startswith("gatekit.finding/")
+                    else "not a gatekit finding")
+            raise FindingError(f"{source}: schema: {schema!r} is not {FINDING_SCHEMA!r} ({hint})")
+        missing = [key for key in SECTIONS if key not in data]
+        if missing:
+            raise FindingError(f"{source}: missing section(s) {', '.join(missing)}")
+        _check_plain(data, source)
+        try:
+            finding = cls.from_dict({k: v for k, v in data.items() if k != "schema"})
+        except RecordError as exc:
+            raise FindingError(f"{source}: {exc}") from None
+        if schema != FINDING_SCHEMA:
+            object.__setattr__(finding, "upgraded_from", schema)
+        return finding
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2, ensure_ascii=False, allow_nan=False) + "\n"
+
+    def to_toml(self) -> str:
+        return tomlkit.dumps(self.to_dict())
+
+
+def plain(value: Any) -> Any:
+    """Drop None and non-finite floats (neither TOML nor JSON can hold them the same way)."""
+    if isinstance(value, Mapping):
+        return {str(k): plain(v) for k, v in value.items() if _keep(v)}
+    if isinstance(value, (list, tuple)):
+        return [plain(v) for v in value if _keep(v)]
+    return value
+
+
+def _keep(value: Any) -> bool:
+    return value is not None and not (isinstance(value, float) and not math.isfinite(value))
+
+
+def _check_plain(document: Any, source: str) -> None:
+    """Only what JSON and TOML both hold the same way (walked without recursion: depth is untrusted)."""
+    stack = [("", document)]
+    while stack:
+        key, value = stack.pop()
+        if isinstance(value, Mapping):
+            stack += [(f"{key}.{k}" if key else str(k), v) for k, v in value.items()]
+        elif isinstance(value, list):
+            stack += [(f"{key}[{i}]", v) for i, v in enumerate(value)]
+        elif isinstance(value, float) and not math.isfinite(value):
+            raise FindingError(f"{source}: {key}: {value} is not a finite number (JSON cannot hold it)")
+        elif not isinstance(value, (str, int, float, bool)):
+            raise FindingError(f"{source}: {key}: is {kind_of(value)}; a finding holds strings, numbers, booleans, "
+                               "lists and tables only (write dates as strings)")
+
+
+def load_finding(path: Path) -> Finding:
+    """Read a finding from .toml or .json; an unknown schema says what to do."""
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise FindingError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    try:
+        text = raw.decode("utf-8")
+        data = json.loads(text) if path.suffix == ".json" else tomllib.loads(text)
+    except (UnicodeDecodeError, json.JSONDecodeError, tomllib.TOMLDecodeError, RecursionError, ValueError) as exc:
+        raise FindingError(f"{path}: not a readable finding: {exc}") from None
+    if not isinstance(data, dict):
+        raise FindingError(f"{path}: not a readable finding: top level is not a table")
+    return Finding.from_document(data, source=str(path))
+
+
+def write_finding(finding: Finding, out_dir: Path) -> tuple[Path, Path]:
+    """Write `<out>/<id>.toml` and `.json` (same content), each atomically."""
+    toml_path, json_path = out_dir / f"{finding.id}.toml", out_dir / f"{finding.id}.json"
+    write_output(toml_path, finding.to_toml(), "finding")
+    write_output(json_path, finding.to_json(), "finding")
+    return toml_path, json_path

@@ -1,0 +1,124 @@
+"""The narrative sections gatekit writes into every finding, in the seed finding's shape (lead, heading,
+table, kv, callout, list). Read from the typed finding; each section is marked `generated`, so a report
+can tell them from the sections people add."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from gatekit import diagnostics
+from gatekit.finding import Finding, Section, Stats
+
+
+def _fmt(value: Any, digits: int = 4) -> str:
+    if value is None or (isinstance(value, float) and not math.isfinite(value)):
+        return "—"
+    if isinstance(value, float):
+        return f"{value:.{digits}f}"
+    return str(value)
+
+
+def _signed(value: Any, digits: int = 4, unit: str = " %") -> str:
+    if value is None or (isinstance(value, float) and not math.isfinite(value)):
+        return "—"
+    return f"{value:+.{digits}f}{unit}"
+
+
+def _section(type_: str, **content: Any) -> Section:
+    return Section(type_, generated=True, **content)
+
+
+def narrative(finding: Finding) -> tuple[Section, ...]:
+    """Narrative blocks in the seed finding's shape (lead, heading, table, kv, callout, list)."""
+    gate, s, verdict = finding.gate, finding.stats, finding.verdict
+    primary = gate.primary
+    guard_names = [g.metric for g in gate.guards]
+    off_arm, on_arm = finding.off_arm, finding.on_arm
+    decision = verdict.decision
+    lead = (f"Interleaved {gate.order} gate of `{on_arm}` against `{off_arm}`, {gate.n} runs per arm, "
+            f"deciding on {primary} ({gate.direction} is better). Decision: **{decision.value}** — "
+            f"Δ {_fmt(s.delta_pct)} % against a threshold of {_fmt(s.threshold_pct)} %.")
+    seq = finding.sequential
+    if seq is not None:
+        last = seq.looks[-1] if seq.looks else None
+        lead = (f"Sequential gate of `{on_arm}` against `{off_arm}` in {gate.order} order, "
+                f"{' then '.join(str(n) for n in seq.runs_per_arm)} runs per arm, deciding on {primary} "
+                f"({gate.direction} is better). Decision: **{decision.value}** at look "
+                f"{last.look if last else '—'} — Δ {_signed(last.delta_pct if last else None)} as a ratio of "
+                f"geometric means, {100 * ((last.ci_level or 0) if last else 0):g} % CI "
+                f"[{_signed(last.ci_low_pct if last else None)}, {_signed(last.ci_high_pct if last else None)}], "
+                f"floor ±{seq.floor_pct:g} %. The classic Δ {_fmt(s.delta_pct)} % against "
+                f"{_fmt(s.threshold_pct)} % is reported beside it.")
+    columns = ("order", "arm", "run", primary, *guard_names, "load1 mean/max", "used")
+    rows = []
+    for run in finding.runs:
+        load = f"{_fmt(run.window.load1_mean, 2)} / {_fmt(run.window.load1_max, 2)}"
+        rows.append((str(run.order), run.arm, run.label, _fmt(run.value_of(primary)),
+                     *[_fmt(run.metrics.get(g)) for g in guard_names], load,
+                     "yes" if run.used else f"no: {run.reason}"))
+    stat_items = [
+        {"key": f"mean {off_arm} (n={s.n_off})", "value": _fmt(s.mean_off)},
+        {"key": f"mean {on_arm} (n={s.n_on})", "value": _fmt(s.mean_on)},
+        {"key": "σ off / σ on", "value": f"{_fmt(s.sigma_off_pct)} % / {_fmt(s.sigma_on_pct)} %"},
+        {"key": "Δ", "value": f"{_fmt(s.delta_pct)} %"},
+        {"key": "threshold", "value": f"{_fmt(s.threshold_pct)} % = {gate.threshold.rule}"},
+        {"key": "pairs consistent", "value": s.pairs_consistent},
+    ]
+    for name, guard in finding.guards.items():
+        stat_items.append({"key": f"guard {name}", "value": f"Δ {_fmt(guard.delta)} (limit "
+                           f"{guard.limit:+g}) {'pass' if guard.passed else 'FAIL'}"})
+    sections = [
+        _section("lead", text=lead),
+        _section("heading", text="Runs (execution order)"),
+        _section("table", columns=columns, align=("right", "left", "left", "right", *["right"] * len(guard_names),
+                                                  "right", "left"), rows=tuple(rows)),
+        _section("heading", text="Decision"),
+        _section("kv", items=tuple(stat_items)),
+        _section("callout", label=f"Verdict: {decision.value}", variant=decision.severity,
+                 text="; ".join(verdict.reasons)),
+        _section("heading", text="Exclusion sensitivity"),
+        _section("table", columns=("variant", "Δ %", "threshold %", "decision"),
+                 align=("left", "right", "right", "left"),
+                 rows=tuple((r.variant, _fmt(r.delta_pct), _fmt(r.threshold_pct), r.decision.value)
+                            for r in finding.sensitivity)),
+    ]
+    evidence = [f"{run.label}: {line}" for run in finding.runs for line in run.window.evidence]
+    if evidence:
+        sections += [_section("heading", text="Backend evidence (rule i)"), _section("list", items=tuple(evidence))]
+    if seq is not None:
+        sections += [
+            _section("heading", text="Sequential looks"),
+            _section("table", columns=("look", "runs off+on", "Δ gm %", "CI %", "p on better", "p on worse",
+                                       primary, "guards", "decision"),
+                     align=("right", "right", "right", "left", "right", "right", "left", "left", "left"),
+                     rows=tuple((str(look.look), f"{look.n_off}+{look.n_on}", _signed(look.delta_pct, 4, ""),
+                                 f"[{_signed(look.ci_low_pct, 4, '')}, {_signed(look.ci_high_pct, 4, '')}]",
+                                 _fmt(look.p_better), _fmt(look.p_worse), look.primary,
+                                 ", ".join(f"{k} {g.status}" for k, g in look.guards.items()) or "—",
+                                 look.decision) for look in seq.looks)),
+        ]
+    sections += [_section("heading", text="Diagnostics"), _section("kv", items=tuple(_diagnostic_items(s)))]
+    if verdict.warnings:
+        sections += [_section("heading", text="Warnings"), _section("list", items=tuple(verdict.warnings))]
+    return tuple(sections)
+
+
+def _diagnostic_items(s: Stats) -> list[dict[str, str]]:
+    """The diagnostics of `stats` as kv items (docs/statistics.md explains each)."""
+    level = f"{100 * (s.ci_level if s.ci_level is not None else diagnostics.CI_LEVEL):g} %"
+    return [
+        {"key": "Δ as a ratio of geometric means", "value": f"{_signed(s.gm_delta_pct)}, {level} CI "
+         f"[{_signed(s.ci_low_pct)}, {_signed(s.ci_high_pct)}] (Welch on log values, "
+         f"df {_fmt(s.welch_df, 1)})"},
+        {"key": "one-sided p (on better)", "value": _fmt(s.p_one_sided)},
+        {"key": f"minimum detectable effect ({100 * diagnostics.MDE_POWER:g} % power, one-sided α "
+                f"{diagnostics.MDE_ALPHA:g})", "value": f"{_fmt(s.mde_pct)} %" if _fmt(s.mde_pct) != "—" else "—"},
+        {"key": "Hodges–Lehmann shift (n ≥ 4)", "value": _signed(s.hl_shift_pct)},
+        {"key": "drift per run off / on / pooled", "value": f"{_signed(s.drift_off_pct_per_run)} / "
+         f"{_signed(s.drift_on_pct_per_run)} / {_signed(s.drift_pct_per_run)}"},
+        {"key": "order bias (pooled drift × position gap)", "value": f"{_signed(s.order_bias_pct)} "
+         f"(on runs {_signed(s.order_gap_runs, 2, '')} runs after off)"},
+        {"key": "pairs consistent as a sign test", "value": f"{s.pairs_consistent}, one-sided p "
+         f"{_fmt(s.pairs_sign_p)}"},
+    ]
