@@ -1,10 +1,17 @@
-"""Shared helpers: a gate folder around the fixture trainer, and `gate` as a real subprocess."""
+"""Shared helpers: a gate folder around the fixture trainer, and `gate` in-process or as a real subprocess.
+
+`gate_invoke` runs the command line in this process through click's CliRunner (the trainers it starts are
+still real processes): for tests of what `gate` decides and prints. `gate_cli` starts `python -m
+gatekit.cli` as a real process: for tests of the process itself (signals, kills, resume after a kill, exit
+codes and streams of the real entry point).
+"""
 
 from __future__ import annotations
 
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -78,6 +85,43 @@ def make_gate(root: Path, *, off: dict[str, Any] | None = None, on: dict[str, An
     write_toml(root / "on.toml", {"flags": {"optimizer": "resident", "steps": 10}, "log": log, "sleep_s": 0.02, "default_psnr": 30.0,
                                   **(on or {})})
     return GateDir(root)
+
+
+@dataclass(frozen=True)
+class Invoked:
+    """A finished in-process `gate` call, with the attributes tests read on subprocess.CompletedProcess."""
+
+    args: tuple[str, ...]
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+def gate_invoke(*args: str, cwd: Path, input: str | None = None) -> Invoked:
+    """Run `gate` in this process (click's CliRunner) from `cwd`; the exit code is what the command set.
+
+    In-process calls share os.environ, signal handlers and the working directory with the test: set
+    environment variables with monkeypatch. A SystemExit is an exit code; any other exception is a bug in
+    gate and is raised again here with its traceback, never turned into exit code 1.
+    """
+    from click.testing import CliRunner
+
+    from gatekit.cli import main
+
+    previous = os.getcwd()
+    handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+    os.chdir(cwd)
+    try:
+        result = CliRunner().invoke(main, list(args), input=input, prog_name="gate")
+    finally:
+        os.chdir(previous)
+    if result.exception is not None and not isinstance(result.exception, SystemExit):
+        assert result.exc_info is not None
+        raise result.exception.with_traceback(result.exc_info[2])
+    # gate installs its own handlers while a series runs; left behind, they would change every later test
+    changed = [sig.name for sig, handler in handlers.items() if signal.getsignal(sig) != handler]
+    assert not changed, f"gate {' '.join(args)} left signal handlers changed: {', '.join(changed)}"
+    return Invoked(args=("gate", *args), returncode=result.exit_code, stdout=result.stdout, stderr=result.stderr)
 
 
 def gate_cli(*args: str, cwd: Path, timeout: float = 120) -> subprocess.CompletedProcess[str]:

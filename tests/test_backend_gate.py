@@ -24,7 +24,7 @@ from gatekit.errors import PreflightError, SeriesError
 from gatekit.report.terminal import summary
 from gatekit.series import DONE_FILE, SeriesRunner, analyze_series
 from gatekit_drivers.backends.cuda import CudaBackend
-from tests.conftest import gate_cli
+from tests.conftest import gate_invoke
 from tests.nvml_replay import ReplayNvml, descendants_of_this_process, recorded_process_memory, run_label
 
 OFF_TIMES = {"off-r1": 10.0, "off-r2": 12.0, "off-r3": 10.02, "off-r4": 10.01}
@@ -82,7 +82,7 @@ def _one_error_line(stderr: str) -> str:
 def test_bad_backend_config_exits_2_naming_file_and_key(gate_dir, backend: dict, message: str,
                                                         command: str) -> None:
     g = gate_dir(backend=backend)
-    done = gate_cli(command, "off", "on", cwd=g.root)
+    done = gate_invoke(command, "off", "on", cwd=g.root)
     assert done.returncode == 2
     line = _one_error_line(done.stderr)
     assert line.startswith("gate: error: ") and f"{g.gate}: {message}" in line
@@ -93,25 +93,25 @@ def test_named_cuda_backend_without_a_gpu_fails_preflight(gate_dir) -> None:
     if CudaBackend.detect().ok:
         pytest.skip("this machine has a GPU NVML can read")
     g = gate_dir(backend={"name": "cuda"})
-    done = gate_cli("check", "off", "on", cwd=g.root)
+    done = gate_invoke("check", "off", "on", cwd=g.root)
     assert done.returncode == 2
     assert "ok    backend: cuda (named in the gate file)" in done.stdout
     assert "FAIL  GPU 0 (NVML): not available: " in done.stdout
-    done = gate_cli("run", "off", "on", cwd=g.root)
+    done = gate_invoke("run", "off", "on", cwd=g.root)
     assert done.returncode == 2 and "GPU 0 (NVML): not available" in _one_error_line(done.stderr)
     assert g.order() == []
 
 
 def test_gate_check_names_the_backend_and_runs_its_checks(gate_dir) -> None:
     g = gate_dir(backend={"name": "cpu", "cpu": {"temperature_evidence": True}})
-    done = gate_cli("check", "off", "on", cwd=g.root)
+    done = gate_invoke("check", "off", "on", cwd=g.root)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "ok    backend: cpu (named in the gate file)" in done.stdout
     assert "ok    cpu frequency governor: " in done.stdout
 
 
 def test_gate_drivers_lists_drivers_and_backends(tmp_path: Path) -> None:
-    done = gate_cli("drivers", cwd=tmp_path)
+    done = gate_invoke("drivers", cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
     assert lines[0] == "# drivers (gatekit.drivers)" and "command\tgatekit_drivers.command:CommandDriver" in lines
@@ -171,7 +171,7 @@ def test_another_gpu_process_in_a_window_is_load_evidence_and_a_deviant_run_is_r
                           backend=_replayed_cuda(GpuScript(foreign_pid, "off-r2")))
     result = runner.start()
     assert g.order() == ["off-r1", "on-r1", "off-r2", "on-r2", "off-r3", "on-r3", "off-r4", "on-r4"]
-    runs = {r["label"]: r for r in result.finding.data["runs"]}
+    runs = {r["label"]: r for r in result.finding.to_dict()["runs"]}
     off_r2 = runs["off-r2"]
     assert off_r2["load_evidence"] and off_r2["contaminated"] and not off_r2["used"]
     name = psutil.Process(foreign_pid).name()
@@ -196,18 +196,18 @@ def test_another_gpu_process_in_a_window_is_load_evidence_and_a_deviant_run_is_r
     assert any(row["gpu_other_processes"].startswith(f"pid {foreign_pid} ") for row in rows)
     assert any(row["gpu_own_processes"] == "1" for row in rows)
     # provenance and preregistration
-    backend = result.finding.data["provenance"]["backend"]
+    backend = result.finding.to_dict()["provenance"]["backend"]
     assert backend["name"] == "cuda" and backend["gpu"] == "NVIDIA H200" and backend["driver_version"] == "580.159.04"
     assert backend["cuda_driver_version"] == "13.0"
     predecision = tomllib.loads((result.series_dir / "predecision.toml").read_text())
     assert predecision["backend"]["name"] == "cuda" and predecision["backend"]["requested"] == "cuda"
     assert any("ancestors do not include the gate process" in line for line in predecision["stated_rules"])
-    sections = result.finding.data["sections"]
+    sections = result.finding.to_dict()["sections"]
     heading = next(i for i, sec in enumerate(sections) if sec.get("text") == "Backend evidence (rule i)")
     assert sections[heading + 1]["items"] == [f"off-r2: {evidence}"]
     assert f"evidence off-r2: {evidence}" in summary(result.finding).splitlines()
     # the journal alone reproduces the finding
-    assert analyze_series(result.series_dir).data == result.finding.data
+    assert analyze_series(result.series_dir).to_dict() == result.finding.to_dict()
 
 
 def test_gpu_process_in_a_window_without_deviation_is_no_retry(gate_dir, foreign_pid: int) -> None:
@@ -218,7 +218,7 @@ def test_gpu_process_in_a_window_without_deviation_is_no_retry(gate_dir, foreign
     result = SeriesRunner(config, config.arms["off"], config.arms["on"],
                           backend=_replayed_cuda(GpuScript(foreign_pid, "off-r2"))).start()
     assert len(g.order()) == 6
-    runs = {r["label"]: r for r in result.finding.data["runs"]}
+    runs = {r["label"]: r for r in result.finding.to_dict()["runs"]}
     assert runs["off-r2"]["load_evidence"] and not runs["off-r2"]["contaminated"] and runs["off-r2"]["used"]
     assert runs["off-r2"]["z"] < 3 and runs["off-r2"]["window"]["evidence"]
     assert result.finding.decision == "adopted"
@@ -249,7 +249,7 @@ def test_resume_refuses_another_backend_than_registered(gate_dir) -> None:
 
 def test_cli_gate_run_records_the_auto_backend(gate_dir) -> None:
     g = gate_dir(off={"elapsed": {"off-r1": 10.0, "off-r2": 10.1}}, on={"elapsed": {"on-r1": 9.0, "on-r2": 9.1}})
-    done = gate_cli("run", "off", "on", "--n", "2", cwd=g.root)
+    done = gate_invoke("run", "off", "on", "--n", "2", cwd=g.root)
     assert done.returncode == 0, done.stderr
     finding = g.finding()
     expected = SeriesRunner(load_gate(g.gate), *load_gate(g.gate).arms.values()).backend.name

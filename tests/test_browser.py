@@ -13,7 +13,7 @@ from typing import Any, Iterator
 
 import pytest
 
-from tests.conftest import FIXTURES, gate_cli, make_gate
+from tests.conftest import FIXTURES, gate_invoke, make_gate
 from tests.findings_kit import SEED_SECTIONS, hostile_data, variant, write_json
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -37,10 +37,10 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("site")
     g = make_gate(root / "gate", off={"elapsed": {"off-r1": 10.0, "off-r2": 10.1, "off-r3": 9.9}},
                   on={"elapsed": {"on-r1": 9.0, "on-r2": 9.1, "on-r3": 8.9}})
-    done = gate_cli("run", "off", "on", cwd=g.root)
+    done = gate_invoke("run", "off", "on", cwd=g.root)
     assert done.returncode == 0, done.stderr
     findings = g.root / "findings"
-    done = gate_cli("import", "hyperfine", str(FIXTURES / "hyperfine_sleep.json"), "--out", str(findings),
+    done = gate_invoke("import", "hyperfine", str(FIXTURES / "hyperfine_sleep.json"), "--out", str(findings),
                     "--date", "2026-11-29", cwd=g.root)
     assert done.returncode == 0, done.stderr
     write_json(findings / "older.json", variant("older-2026-11-01", "2026-11-01", delta_pct=3.1,
@@ -49,7 +49,7 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
     newer["sections"] += SEED_SECTIONS
     write_json(findings / "newer.json", newer)
     write_json(findings / "hostile.json", hostile_data())
-    done = gate_cli("site", "findings", "-o", str(root / "out"), cwd=g.root)
+    done = gate_invoke("site", "findings", "-o", str(root / "out"), cwd=g.root)
     assert done.returncode == 0, done.stderr
     return root / "out"
 

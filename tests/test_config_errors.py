@@ -8,7 +8,7 @@ import pytest
 
 from gatekit.config import load_gate
 from gatekit.errors import ConfigError
-from tests.conftest import gate_cli
+from tests.conftest import gate_cli, gate_invoke
 
 
 def one_error_line(stderr: str) -> str:
@@ -22,7 +22,7 @@ def one_error_line(stderr: str) -> str:
 def test_missing_arm_config_exits_2_before_any_trainer(gate_dir, command: str) -> None:
     g = gate_dir()
     (g.root / "on.toml").unlink()
-    done = gate_cli(command, "off", "on", cwd=g.root)
+    done = gate_invoke(command, "off", "on", cwd=g.root)
     assert done.returncode == 2
     if command == "check":
         assert "FAIL  arm config on" in done.stdout and "on.toml: file not found" in done.stdout
@@ -45,7 +45,7 @@ def test_malformed_gate_toml_names_file_and_line(gate_dir) -> None:
 def test_unknown_key_is_named(gate_dir) -> None:
     g = gate_dir()
     g.gate.write_text(g.gate.read_text().replace("[rules]", "[rules]\nload_stats = \"max\""))
-    done = gate_cli("run", "off", "on", cwd=g.root)
+    done = gate_invoke("run", "off", "on", cwd=g.root)
     assert done.returncode == 2
     line = one_error_line(done.stderr)
     assert f"{g.gate}: rules.load_stats: unknown key" in line
@@ -55,7 +55,7 @@ def test_unknown_key_is_named(gate_dir) -> None:
 def test_malformed_arm_config_fails_preflight(gate_dir) -> None:
     g = gate_dir()
     (g.root / "off.toml").write_text("flags = {optimizer = \n")
-    done = gate_cli("run", "off", "on", cwd=g.root)
+    done = gate_invoke("run", "off", "on", cwd=g.root)
     assert done.returncode == 2
     line = one_error_line(done.stderr)
     assert "off.toml: malformed TOML" in line
@@ -64,20 +64,20 @@ def test_malformed_arm_config_fails_preflight(gate_dir) -> None:
 
 def test_unknown_arm_name_lists_the_known_ones(gate_dir) -> None:
     g = gate_dir()
-    done = gate_cli("run", "off", "of", cwd=g.root)
+    done = gate_invoke("run", "off", "of", cwd=g.root)
     assert done.returncode == 2
     assert "no arm named 'of' (the gate file defines: off, on)" in one_error_line(done.stderr)
 
 
 def test_missing_gate_file(tmp_path: Path) -> None:
-    done = gate_cli("check", cwd=tmp_path)
+    done = gate_invoke("check", cwd=tmp_path)
     assert done.returncode == 2
     assert f"{tmp_path / 'gate.toml'}: file not found" in one_error_line(done.stderr)
 
 
 def test_unknown_driver_lists_installed(gate_dir) -> None:
     g = gate_dir(driver={"name": "nope"})
-    done = gate_cli("check", cwd=g.root)
+    done = gate_invoke("check", cwd=g.root)
     assert done.returncode == 2
     assert "driver.name: no driver named 'nope' is installed (installed: command" in one_error_line(done.stderr)
 
@@ -101,10 +101,10 @@ def test_bad_values_name_the_key(gate_dir, section: str, key: str, value: object
 
 def test_unknown_placeholder_and_driver_key(gate_dir) -> None:
     g = gate_dir(driver={"argv": ["{python}", "fake_trainer.py", "{arm_cfg}"]})
-    done = gate_cli("check", cwd=g.root)
+    done = gate_invoke("check", cwd=g.root)
     assert done.returncode == 2 and "unknown placeholder '{arm_cfg}'" in one_error_line(done.stderr)
     g = gate_dir(driver={"argvs": ["x"]})
-    done = gate_cli("check", cwd=g.root)
+    done = gate_invoke("check", cwd=g.root)
     assert done.returncode == 2 and "driver.argvs: unknown key" in one_error_line(done.stderr)
 
 

@@ -95,8 +95,17 @@ def test_every_diagnostic_and_sequential_key_is_documented() -> None:
     diagnostics = Diagnostics(*[math.nan] * len(dataclasses.fields(Diagnostics))).to_dict()
     for key in diagnostics:
         assert f"`{key}`" in README and key in STATISTICS, f"stats.{key} missing from README or docs/statistics.md"
-    for key in SequentialOutcome("adopted", ()).to_dict(1.0):
+    for key in SequentialOutcome("adopted", ()).info(1.0).to_dict():
         assert key in README and f"`{key}`" in STATISTICS, f"sequential.{key} missing from the docs"
+
+
+def test_every_module_is_on_the_architecture_map() -> None:
+    architecture = (ROOT / "docs" / "architecture.md").read_text()
+    modules = sorted(p.relative_to(ROOT / "gatekit") for p in (ROOT / "gatekit").rglob("*.py")
+                     if p.name != "__init__.py")
+    for module in modules:  # listed as `name.py`, or `report/name.py` where the folder is not obvious
+        assert f"`{module.name}`" in architecture or f"`{module.as_posix()}`" in architecture, \
+            f"gatekit/{module} is missing from docs/architecture.md"
 
 
 def test_statistics_doc_has_every_scenario_its_tables_and_sources() -> None:

@@ -8,7 +8,7 @@ import pytest
 from scipy import stats as sps
 
 from gatekit.config import GuardSpec, RulesSpec, ThresholdSpec
-from gatekit.finding import SeriesEvidence, analyze
+from gatekit.analysis import SeriesEvidence, analyze
 from gatekit.prereg import DecisionSpec
 from gatekit.records import RunOutcome, RunRecord, WindowSummary
 from tests.test_seed_s6 import analyze as analyze_csv
@@ -64,7 +64,7 @@ def test_seed_finding_carries_the_diagnostics() -> None:
 
 
 def test_noisy_on_arm_is_warned_about() -> None:
-    data = analyze(evidence([10.0, 10.1, 9.9], [9.0, 9.5, 8.5])).data
+    data = analyze(evidence([10.0, 10.1, 9.9], [9.0, 9.5, 8.5])).to_dict()
     assert data["stats"]["sigma_on_pct"] > 2 * data["stats"]["sigma_off_pct"]
     assert any("more than twice σ_off" in w for w in data["verdict"]["warnings"])
 
@@ -74,22 +74,22 @@ def test_abab_drift_that_decides_is_warned_about() -> None:
     # so Δ picks up one run of drift (≈ −1 %) and clears a 4.08 % threshold only because of it
     off = [10.0, 9.8, 9.6]
     on = [9.559, 9.359, 9.159]
-    data = analyze(evidence(off, on)).data
+    data = analyze(evidence(off, on)).to_dict()
     s = data["stats"]
     assert data["verdict"]["decision"] == "adopted"
     assert s["drift_pct_per_run"] == pytest.approx(100 * -0.1 / ((sum(off) + sum(on)) / 6), rel=1e-9)
     assert s["order_bias_pct"] == pytest.approx(s["drift_pct_per_run"])
     assert any("biases Δ by" in w and "(rejected)" in w for w in data["verdict"]["warnings"])
     # the same runs in abba order: no position gap, no bias, no warning
-    balanced = analyze(evidence(off, on, order="abba")).data
+    balanced = analyze(evidence(off, on, order="abba")).to_dict()
     assert balanced["stats"]["order_gap_runs"] == pytest.approx(1 / 3)  # 3 rounds cannot balance fully
     assert not any("biases Δ by" in w for w in analyze(evidence(off + [9.4], on + [8.959], order="abba", n=4))
-                   .data["verdict"]["warnings"])
+                   .to_dict()["verdict"]["warnings"])
 
 
 def test_guard_inside_its_noise_is_warned_about() -> None:
     data = analyze(evidence([10.0, 10.1, 9.9], [9.0, 9.1, 8.9],
-                            psnr=([30.01, 30.05, 30.07], [30.02, 30.06, 30.08]))).data
+                            psnr=([30.01, 30.05, 30.07], [30.02, 30.06, 30.08]))).to_dict()
     guard = data["guards"]["psnr_db"]
     assert guard["pass"] is True and guard["within_noise"] is True
     assert guard["ci_low"] < -0.05 < guard["ci_high"]
@@ -98,5 +98,5 @@ def test_guard_inside_its_noise_is_warned_about() -> None:
 
 
 def test_hodges_lehmann_from_four_runs_per_arm() -> None:
-    data = analyze(evidence([10.0, 10.1, 9.9, 10.0], [9.0, 9.1, 8.9, 9.0], n=4)).data
+    data = analyze(evidence([10.0, 10.1, 9.9, 10.0], [9.0, 9.1, 8.9, 9.0], n=4)).to_dict()
     assert data["stats"]["hl_shift_pct"] == pytest.approx(-10.0, abs=1e-9)  # median of the 16 log ratios

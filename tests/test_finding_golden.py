@@ -1,6 +1,6 @@
 """The finding document against reviewed golden files, and TOML ↔ JSON round trips.
 
-Regenerate after an intended format change with GATEKIT_REGOLD=1 and review the diff.
+Goldens: `GATEKIT_REGOLD=1 pytest tests` rewrites all of them (finding, report pages, exports); review the diff.
 """
 
 from __future__ import annotations
@@ -13,10 +13,12 @@ import pytest
 
 from gatekit.config import GuardSpec, RulesSpec, ThresholdSpec
 from gatekit.errors import FindingError
-from gatekit.finding import SeriesEvidence, analyze, load_finding
+from gatekit.analysis import SeriesEvidence, analyze
+from gatekit.finding import load_finding
 from gatekit.prereg import DecisionSpec
 from gatekit.records import RunOutcome, RunRecord, WindowSummary
 from gatekit.rules import Replacement
+from gatekit.verdict import Decision
 
 GOLDEN = Path(__file__).parent / "golden"
 SPEC = DecisionSpec(gate_id="golden", title="Golden finding", off_arm="off", on_arm="on", n=3, order="abab",
@@ -68,16 +70,17 @@ def test_finding_matches_golden(suffix: str) -> None:
 
 
 def test_golden_numbers_by_hand() -> None:
-    data = analyze(EVIDENCE).data
+    finding = analyze(EVIDENCE)
     # used: off 10.00, 10.10, 9.95 (r1, r3, r4); on 9.50, 9.55, 9.40
-    assert data["stats"]["mean_off"] == pytest.approx(30.05 / 3)
-    assert data["stats"]["mean_on"] == pytest.approx(28.45 / 3)
-    assert data["stats"]["delta_pct"] == pytest.approx(100 * (28.45 - 30.05) / 30.05)
-    assert data["stats"]["pairs_consistent"] == "3/3"
-    assert [r["used"] for r in data["runs"]] == [True, True, False, False, True, True, True, True]
-    assert data["runs"][2]["reason"] == "failed: exit code 1; pair re-run as r4"
-    assert data["runs"][3]["reason"] == "pair partner failed or contaminated; pair re-run as r4"
-    assert data["verdict"]["decision"] == "adopted"
+    assert finding.stats.mean_off == pytest.approx(30.05 / 3)
+    assert finding.stats.mean_on == pytest.approx(28.45 / 3)
+    assert finding.stats.delta_pct == pytest.approx(100 * (28.45 - 30.05) / 30.05)
+    assert finding.stats.pairs_consistent == "3/3"
+    assert [r.used for r in finding.runs] == [True, True, False, False, True, True, True, True]
+    assert finding.runs[2].reason == "failed: exit code 1; pair re-run as r4"
+    assert finding.runs[3].reason == "pair partner failed or contaminated; pair re-run as r4"
+    assert finding.decision is Decision.ADOPTED
+    assert finding.to_dict()["verdict"]["decision"] == "adopted"
 
 
 def test_toml_and_json_round_trip(tmp_path: Path) -> None:
@@ -85,7 +88,8 @@ def test_toml_and_json_round_trip(tmp_path: Path) -> None:
     (tmp_path / "f.toml").write_text(finding.to_toml())
     (tmp_path / "f.json").write_text(finding.to_json())
     from_toml, from_json = load_finding(tmp_path / "f.toml"), load_finding(tmp_path / "f.json")
-    assert from_toml.data == from_json.data == json.loads(finding.to_json())
+    assert from_toml == from_json
+    assert from_toml.to_dict() == from_json.to_dict() == json.loads(finding.to_json())
     # key order may differ (TOML puts a table's plain keys before its sub-tables); content may not
     assert from_toml.to_toml() == finding.to_toml()
 

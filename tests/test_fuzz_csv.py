@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from gatekit.config import load_gate
 from gatekit.csvinput import evidence_from_csv
 from gatekit.errors import GatekitError
-from gatekit.finding import analyze
+from gatekit.analysis import analyze
 from gatekit.report.terminal import summary
 from tests.fuzzing import fuzz
 

@@ -87,5 +87,5 @@ def test_any_finding_file_loads_usably_or_names_file_and_key(tmp_path_factory, c
     event("loaded")
     # everything readers do with a loaded finding works
     text = summary(finding)
-    assert f"VERDICT: {finding.decision.upper()}" in text
+    assert f"VERDICT: {finding.decision.value.upper()}" in text
     assert tomllib.loads(finding.to_toml()) == json.loads(finding.to_json())

@@ -14,7 +14,7 @@ from hypothesis import event, given
 from hypothesis import strategies as st
 
 from gatekit.config import GuardSpec, RulesSpec, ThresholdSpec
-from gatekit.finding import SeriesEvidence, analyze
+from gatekit.analysis import SeriesEvidence, analyze
 from gatekit.prereg import DecisionSpec
 from gatekit.records import RunOutcome, RunRecord, WindowSummary
 from gatekit.report.terminal import summary

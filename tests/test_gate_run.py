@@ -16,7 +16,7 @@ import pytest
 
 from gatekit.config import load_gate
 from gatekit.series import SeriesRunner, analyze_series
-from tests.conftest import gate_cli
+from tests.conftest import gate_cli, gate_invoke
 
 OFF_TIMES = {"off-r1": 10.0, "off-r2": 10.1, "off-r3": 9.9}
 ON_FAST = {"on-r1": 9.0, "on-r2": 9.1, "on-r3": 8.9}
@@ -24,12 +24,12 @@ ON_FAST = {"on-r1": 9.0, "on-r2": 9.1, "on-r3": 8.9}
 
 def test_adopted_interleaves_and_writes_the_finding(gate_dir) -> None:
     g = gate_dir(off={"elapsed": OFF_TIMES, "default_psnr": 30.0}, on={"elapsed": ON_FAST, "default_psnr": 30.01})
-    done = gate_cli("run", "off", "on", "--n", "3", cwd=g.root)
+    done = gate_invoke("run", "off", "on", "--n", "3", cwd=g.root)
     assert done.returncode == 0, done.stderr
     # the interleaving the trainer actually saw
     assert g.order() == ["off-r1", "on-r1", "off-r2", "on-r2", "off-r3", "on-r3"]
     finding = g.finding()
-    assert finding["schema"] == "gatekit.finding/1"
+    assert finding["schema"] == "gatekit.finding/2"
     assert finding["verdict"]["decision"] == "adopted"
     # Δ by hand: off mean 10.0, on mean 9.0 → −10 %; σ_off = 0.1/10 = 1 % → threshold max(2 %, 1 %) = 2 %
     assert finding["stats"]["delta_pct"] == pytest.approx(-10.0)
@@ -57,7 +57,7 @@ def test_adopted_interleaves_and_writes_the_finding(gate_dir) -> None:
 
 def test_predecision_is_written_and_hashed_before_the_first_run(gate_dir) -> None:
     g = gate_dir(off={"elapsed": OFF_TIMES}, on={"elapsed": ON_FAST})
-    assert gate_cli("run", "off", "on", cwd=g.root).returncode == 0
+    assert gate_invoke("run", "off", "on", cwd=g.root).returncode == 0
     (series,) = g.series_dirs()
     lines = [json.loads(line) for line in (series / "journal.jsonl").read_text().splitlines()]
     start = lines[0]
@@ -78,14 +78,14 @@ def test_a_a_is_not_adopted(gate_dir) -> None:
     g = gate_dir(off={"elapsed": same, "flags": {"optimizer": "host"}, "default_psnr": 30.0},
                  on={"elapsed": same, "flags": {"optimizer": "host"}, "default_psnr": 30.0},
                  gate={"expect_diff": []})
-    done = gate_cli("run", "off", "on", "--fail-on", "not-adopted", cwd=g.root)
+    done = gate_invoke("run", "off", "on", "--fail-on", "not-adopted", cwd=g.root)
     assert g.finding()["verdict"]["decision"] == "rejected"
     assert done.returncode == 1  # --fail-on not-adopted
 
 
 def test_guard_failed(gate_dir) -> None:
     g = gate_dir(off={"elapsed": OFF_TIMES, "default_psnr": 30.0}, on={"elapsed": ON_FAST, "default_psnr": 29.9})
-    done = gate_cli("run", "off", "on", cwd=g.root)
+    done = gate_invoke("run", "off", "on", cwd=g.root)
     assert done.returncode == 0
     finding = g.finding()
     assert finding["verdict"]["decision"] == "guard_failed"
@@ -96,12 +96,12 @@ def test_guard_failed(gate_dir) -> None:
 def test_regression_with_fail_on_exits_1(gate_dir) -> None:
     slow = {"on-r1": 11.0, "on-r2": 11.1, "on-r3": 10.9}
     g = gate_dir(off={"elapsed": OFF_TIMES}, on={"elapsed": slow}, guards=[])
-    assert gate_cli("run", "off", "on", cwd=g.root).returncode == 0  # decided, no --fail-on
+    assert gate_invoke("run", "off", "on", cwd=g.root).returncode == 0  # decided, no --fail-on
     assert g.finding()["verdict"]["decision"] == "regression"
     g2 = gate_dir(off={"elapsed": OFF_TIMES}, on={"elapsed": slow}, guards=[])
     for path in g2.findings():
         path.unlink()
-    done = gate_cli("run", "off", "on", "--fail-on", "regression", "--json", cwd=g2.root)
+    done = gate_invoke("run", "off", "on", "--fail-on", "regression", "--json", cwd=g2.root)
     assert done.returncode == 1
     assert json.loads(done.stdout)["verdict"]["decision"] == "regression"
 
@@ -109,7 +109,7 @@ def test_regression_with_fail_on_exits_1(gate_dir) -> None:
 def test_artifact_changed_mid_series_is_invalid_exit_3(gate_dir) -> None:
     target = "fake_trainer.py"  # the trainer edits its own hashed source during on-r1
     g = gate_dir(off={"elapsed": OFF_TIMES}, on={"elapsed": ON_FAST, "touch": {"label": "on-r1", "path": target}})
-    done = gate_cli("run", "off", "on", cwd=g.root)
+    done = gate_invoke("run", "off", "on", cwd=g.root)
     assert done.returncode == 3
     finding = g.finding()
     assert finding["verdict"]["decision"] == "invalid"
@@ -121,7 +121,7 @@ def test_artifact_changed_mid_series_is_invalid_exit_3(gate_dir) -> None:
 def test_effective_config_must_differ_exactly_in_expect_diff(gate_dir) -> None:
     g = gate_dir(off={"elapsed": OFF_TIMES, "flags": {"optimizer": "host", "steps": 10}},
                  on={"elapsed": ON_FAST, "flags": {"optimizer": "resident", "steps": 20}})
-    done = gate_cli("run", "off", "on", cwd=g.root)
+    done = gate_invoke("run", "off", "on", cwd=g.root)
     assert done.returncode == 3
     reasons = " ".join(g.finding()["verdict"]["reasons"])
     assert "undeclared effective-config key(s): steps" in reasons
@@ -130,14 +130,14 @@ def test_effective_config_must_differ_exactly_in_expect_diff(gate_dir) -> None:
 def test_silent_fallback_is_refused(gate_dir) -> None:
     g = gate_dir(off={"elapsed": OFF_TIMES, "flags": {"optimizer": "host"}},
                  on={"elapsed": ON_FAST, "flags": {"optimizer": "host"}})
-    assert gate_cli("run", "off", "on", cwd=g.root).returncode == 3
+    assert gate_invoke("run", "off", "on", cwd=g.root).returncode == 3
     assert "do not differ in the effective config: optimizer" in " ".join(g.finding()["verdict"]["reasons"])
 
 
 def test_crash_is_retried_once_at_the_end(gate_dir) -> None:
     g = gate_dir(off={"elapsed": {**OFF_TIMES, "off-r4": 10.0}, "crash": ["off-r2"]},
                  on={"elapsed": {**ON_FAST, "on-r4": 9.0}})
-    done = gate_cli("run", "off", "on", cwd=g.root)
+    done = gate_invoke("run", "off", "on", cwd=g.root)
     assert done.returncode == 0, done.stderr
     assert g.order() == ["off-r1", "on-r1", "off-r2", "on-r2", "off-r3", "on-r3", "off-r4", "on-r4"]
     runs = {r["label"]: r for r in g.finding()["runs"]}
@@ -150,7 +150,7 @@ def test_crash_is_retried_once_at_the_end(gate_dir) -> None:
 
 def test_crash_twice_is_invalid(gate_dir) -> None:
     g = gate_dir(off={"elapsed": OFF_TIMES, "crash": ["off-r2", "off-r4"]}, on={"elapsed": ON_FAST})
-    done = gate_cli("run", "off", "on", cwd=g.root)
+    done = gate_invoke("run", "off", "on", cwd=g.root)
     assert done.returncode == 3
     assert g.order()[-2:] == ["off-r4", "on-r4"]  # one retry, no chain
     reasons = " ".join(g.finding()["verdict"]["reasons"])
@@ -160,7 +160,7 @@ def test_crash_twice_is_invalid(gate_dir) -> None:
 def test_timeout_kills_the_process_group(gate_dir) -> None:
     g = gate_dir(off={"elapsed": OFF_TIMES}, on={"elapsed": ON_FAST, "hang": ["on-r1"]},
                  driver={"timeout_s": 1.0})
-    done = gate_cli("run", "off", "on", "--n", "2", cwd=g.root)
+    done = gate_invoke("run", "off", "on", "--n", "2", cwd=g.root)
     runs = {r["label"]: r for r in g.finding()["runs"]}
     assert runs["on-r1"]["timed_out"] and not runs["on-r1"]["used"]
     assert "timed out" in runs["on-r1"]["reason"]
@@ -179,7 +179,7 @@ def test_regex_metrics_from_stdout_and_stderr(gate_dir) -> None:
     g = gate_dir(off={"elapsed": OFF_TIMES, "stdout_only": True, "default_psnr": 30.0},
                  on={"elapsed": ON_FAST, "stdout_only": True, "default_psnr": 30.0},
                  driver={"metrics": metrics}, gate={"expect_diff": []})
-    done = gate_cli("run", "off", "on", cwd=g.root)
+    done = gate_invoke("run", "off", "on", cwd=g.root)
     assert done.returncode == 0, done.stderr
     finding = g.finding()
     assert finding["runs"][0]["metrics"]["train_elapsed_s"] == 10.0
@@ -190,25 +190,25 @@ def test_regex_metrics_from_stdout_and_stderr(gate_dir) -> None:
 
 def test_orders_abba_and_random_are_what_the_trainer_saw(gate_dir) -> None:
     g = gate_dir(off={"elapsed": {**OFF_TIMES, "off-r4": 10.0}}, on={"elapsed": {**ON_FAST, "on-r4": 9.0}})
-    assert gate_cli("run", "off", "on", "--n", "4", "--order", "abba", cwd=g.root).returncode == 0
+    assert gate_invoke("run", "off", "on", "--n", "4", "--order", "abba", cwd=g.root).returncode == 0
     assert g.order() == ["off-r1", "on-r1", "on-r2", "off-r2", "off-r3", "on-r3", "on-r4", "off-r4"]
     from gatekit.schedule import plan
     g.order_log.unlink()
-    assert gate_cli("run", "off", "on", "--order", "random", "--seed", "7", cwd=g.root).returncode == 0
+    assert gate_invoke("run", "off", "on", "--order", "random", "--seed", "7", cwd=g.root).returncode == 0
     assert g.order() == [s.label for s in plan("off", "on", 3, "random", 7)]
 
 
 def test_analyze_reproduces_the_finding_exactly(gate_dir) -> None:
     g = gate_dir(off={"elapsed": OFF_TIMES, "default_psnr": 30.0}, on={"elapsed": ON_FAST, "default_psnr": 30.0})
-    assert gate_cli("run", "off", "on", cwd=g.root).returncode == 0
+    assert gate_invoke("run", "off", "on", cwd=g.root).returncode == 0
     (series,) = g.series_dirs()
-    done = gate_cli("analyze", str(series), "--json", cwd=g.root)
+    done = gate_invoke("analyze", str(series), "--json", cwd=g.root)
     assert done.returncode == 0, done.stderr
     assert done.stdout == g.findings()[0].read_text()
     # a predecision edited after the fact is refused
     predecision = series / "predecision.toml"
     predecision.write_text(predecision.read_text().replace('load_stat = "max"', 'load_stat = "mean"'))
-    done = gate_cli("analyze", str(series), cwd=g.root)
+    done = gate_invoke("analyze", str(series), cwd=g.root)
     assert done.returncode == 2 and "does not match the registered" in done.stderr
 
 
@@ -232,14 +232,14 @@ def test_contamination_needs_load_and_deviation_and_retries_the_pair(gate_dir) -
     runner = SeriesRunner(config, config.arms["off"], config.arms["on"], load_reader_for=_LoadScript({"off-r2"}))
     result = runner.start()
     assert g.order()[-2:] == ["off-r4", "on-r4"]
-    runs = {r["label"]: r for r in result.finding.data["runs"]}
+    runs = {r["label"]: r for r in result.finding.to_dict()["runs"]}
     assert runs["off-r2"]["contaminated"] and runs["off-r2"]["load_evidence"] and not runs["off-r2"]["used"]
     assert runs["off-r2"]["window"]["load1_max"] == 9.0
     assert "contaminated" in runs["off-r2"]["reason"]
     assert not runs["on-r2"]["used"] and runs["off-r4"]["used"] and runs["off-r4"]["retry_of"] == 2
     assert result.finding.decision == "adopted"
     # the same journal analysed offline gives the same finding
-    assert analyze_series(result.series_dir).data == result.finding.data
+    assert analyze_series(result.series_dir).to_dict() == result.finding.to_dict()
 
 
 def test_load_alone_or_deviation_alone_never_retries(gate_dir) -> None:
@@ -251,7 +251,7 @@ def test_load_alone_or_deviation_alone_never_retries(gate_dir) -> None:
     result = SeriesRunner(config, config.arms["off"], config.arms["on"],
                           load_reader_for=_LoadScript({"off-r1"})).start()
     assert len(g.order()) == 6
-    runs = {r["label"]: r for r in result.finding.data["runs"]}
+    runs = {r["label"]: r for r in result.finding.to_dict()["runs"]}
     assert runs["off-r1"]["load_evidence"] and not runs["off-r1"]["contaminated"]
     assert runs["off-r2"]["z"] > 3 and not runs["off-r2"]["contaminated"]
     assert all(r["used"] for r in runs.values())
@@ -300,7 +300,7 @@ def test_sigint_stops_the_trainer_and_exits_130(gate_dir) -> None:
 
 
 def test_gate_drivers_lists_the_command_driver(tmp_path: Path) -> None:
-    done = gate_cli("drivers", cwd=tmp_path)
+    done = gate_invoke("drivers", cwd=tmp_path)
     assert done.returncode == 0
     assert "command\tgatekit_drivers.command:CommandDriver" in done.stdout
 
@@ -309,7 +309,7 @@ def test_busy_pattern_blocks_the_series(gate_dir) -> None:
     g = gate_dir(driver={"busy_pattern": "fake_trainer_busy_marker"})
     blocker = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)", "fake_trainer_busy_marker"])
     try:
-        done = gate_cli("run", "off", "on", cwd=g.root)
+        done = gate_invoke("run", "off", "on", cwd=g.root)
     finally:
         blocker.kill()
         blocker.wait()
@@ -325,7 +325,7 @@ def test_git_head_move_is_a_warning_with_the_files_it_touched(gate_dir) -> None:
     (g.root / ".gitignore").write_text("runs/\nfindings/\norder.log\n")
     subprocess.run([*git, "add", "."], cwd=g.root, check=True)
     subprocess.run([*git, "commit", "-qm", "start"], cwd=g.root, check=True)
-    done = gate_cli("run", "off", "on", cwd=g.root)
+    done = gate_invoke("run", "off", "on", cwd=g.root)
     assert done.returncode == 0, done.stderr
     finding = g.finding()
     git_info = finding["provenance"]["git"]

@@ -1,6 +1,6 @@
 """`gate report` and `gate site`: golden pages, escaping of every trainer-supplied string, run folders.
 
-Regenerate the golden files after an intended change with GATEKIT_REGOLD=1 and review the diff.
+Goldens: `GATEKIT_REGOLD=1 pytest tests` rewrites all of them (finding, report pages, exports); review the diff.
 """
 
 from __future__ import annotations
@@ -13,12 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from gatekit.findingset import check_finding
-from gatekit.finding import Finding
 from gatekit.report.rundata import NO_RUNS, RunFiles, RunTrace, parse_result_trace, parse_samples
 from gatekit.report.site import markdown_files, prepare, report_files
-from tests.conftest import gate_cli
-from tests.findings_kit import GOLDEN, SEED_SECTIONS, golden_data, hostile_data, variant, write_json
+from tests.conftest import gate_invoke
+from tests.findings_kit import GOLDEN, SEED_SECTIONS, finding_of, golden_data, hostile_data, variant, write_json
 
 GENERATOR = "gatekit (golden)"
 
@@ -33,7 +31,7 @@ def _golden(name: str, text: str) -> None:
 
 def test_report_html_and_markdown_match_golden() -> None:
     data = golden_data()
-    prepared = prepare([(data, NO_RUNS, "finding.json")])
+    prepared = prepare([(finding_of(data), NO_RUNS, "finding.json")])
     files = report_files(prepared, generator=GENERATOR)
     assert set(files) == {"golden-2026-11-30/index.html", "golden-2026-11-30/runs.png",
                           "golden-2026-11-30/delta.png"}
@@ -47,7 +45,8 @@ def test_report_html_and_markdown_match_golden() -> None:
 
 
 def test_page_has_every_part_the_issue_lists() -> None:
-    page = report_files(prepare([(golden_data(), NO_RUNS, "f.json")]))["golden-2026-11-30/index.html"].decode()
+    files = report_files(prepare([(finding_of(golden_data()), NO_RUNS, "f.json")]))
+    page = files["golden-2026-11-30/index.html"].decode()
     for part in ("Verdict: ADOPTED", "clears the threshold", "Runs in execution order", "load1 mean",
                  "no: failed: exit code 1; pair re-run as r4", "Decision", "Quality guards", "Exclusion sensitivity",
                  "Provenance", "sha256", "git at start", "GPU", "Effective config (echoed by the trainer)",
@@ -87,7 +86,7 @@ def test_narrative_sections_render_like_the_seed_finding() -> None:
     data = golden_data()
     data["sections"] = data["sections"] + SEED_SECTIONS  # the generated ones stay, people's are appended
     data["meta"]["related_findings"] = ["p3-c2-bubble-attribution"]
-    (prepared,) = prepare([(data, NO_RUNS, "seed.json")])
+    (prepared,) = prepare([(finding_of(data), NO_RUNS, "seed.json")])
     page = report_files([prepared])[f"{prepared.folder}/index.html"].decode()
     narrative = page.split("<h2>Narrative</h2>", 1)[1]
     # the finding's lead opens the page; people's sections follow under Narrative, generated ones are not repeated
@@ -106,10 +105,33 @@ def test_narrative_sections_render_like_the_seed_finding() -> None:
     assert "> **判定 — wallclock / PSNR guard とも pass、3/3 pair 一貫**" in md
 
 
+def test_a_schema_1_finding_shows_only_the_sections_people_added() -> None:
+    """A /1 file marks no section as generated: the page tells them by what gatekit would write."""
+    data = golden_data()
+    data["schema"] = "gatekit.finding/1"
+    for section in data["sections"]:
+        section.pop("generated", None)
+    (prepared,) = prepare([(finding_of(data), NO_RUNS, "old.json")])
+    assert prepared.finding.upgraded_from == "gatekit.finding/1"
+    assert "<h2>Narrative</h2>" not in report_files([prepared])[f"{prepared.folder}/index.html"].decode()
+    data["sections"] += SEED_SECTIONS[1:]
+    (prepared,) = prepare([(finding_of(data), NO_RUNS, "old.json")])
+    narrative = report_files([prepared])[f"{prepared.folder}/index.html"].decode().split("<h2>Narrative</h2>", 1)[1]
+    assert "read_mean_ssim" in narrative and "Runs (execution order)" not in narrative
+
+
+def test_a_decision_reads_as_its_severity_everywhere() -> None:
+    """Words, badge and callout come from the Decision enum: inconclusive is a warning, never plain info."""
+    data = variant("i-2026-11-30", "2026-11-30", decision="inconclusive")
+    files = report_files(prepare([(finding_of(data), NO_RUNS, "i.json")]), with_index=True)
+    page = files["i-2026-11-30/index.html"].decode()
+    assert 'class="callout callout-warning verdict" role="status" data-decision="inconclusive"' in page
+    assert "Verdict: INCONCLUSIVE" in page and "badge-warning" in files["index.html"].decode()
+
+
 def test_every_trainer_supplied_string_is_escaped_in_html() -> None:
     data = hostile_data()
-    check_finding(Finding(data), "hostile.json")
-    prepared = prepare([(data, NO_RUNS, "hostile.json")])
+    prepared = prepare([(finding_of(data, "hostile.json"), NO_RUNS, "hostile.json")])
     files = report_files(prepared, with_index=True)
     for name in ("index.html", f"{prepared[0].folder}/index.html"):
         text = files[name].decode()
@@ -126,7 +148,7 @@ def test_every_trainer_supplied_string_is_escaped_in_html() -> None:
 
 
 def test_every_trainer_supplied_string_is_literal_in_markdown() -> None:
-    md = markdown_files(prepare([(hostile_data(), NO_RUNS, "hostile.json")]), "r.md")["r.md"].decode()
+    md = markdown_files(prepare([(finding_of(hostile_data()), NO_RUNS, "hostile.json")]), "r.md")["r.md"].decode()
     assert "<script" not in md and "<img" not in md and "&lt;script&gt;" in md
     # a | in a cell never splits a table row: every row of a table has as many cells as its header
     for block in md.split("\n\n"):
@@ -139,7 +161,7 @@ def test_every_trainer_supplied_string_is_literal_in_markdown() -> None:
 def test_folder_names_are_safe_and_distinct() -> None:
     a = variant("../../evil", "2026-11-30")
     b = variant("..-..-evil", "2026-11-30")
-    prepared = prepare([(a, NO_RUNS, "a"), (b, NO_RUNS, "b")])
+    prepared = prepare([(finding_of(a), NO_RUNS, "a"), (finding_of(b), NO_RUNS, "b")])
     assert [p.folder for p in prepared] == ["evil", "evil-2"]
 
 
@@ -157,7 +179,7 @@ def test_figures_from_run_traces() -> None:
     data = golden_data()
     traces = {run["label"]: RunTrace(run["label"], f"runs/x/{run['label']}", load1=((0.0, 1.0), (1.0, 1.2)),
                                      ms_per_iter=(1.0, 1.1, 0.9)) for run in data["runs"]}
-    (prepared,) = prepare([(data, RunFiles(traces=traces), "f.json")])
+    (prepared,) = prepare([(finding_of(data), RunFiles(traces=traces), "f.json")])
     assert set(prepared.figures) == {"runs", "delta", "load", "ms_per_iter"}
     page = report_files([prepared])[f"{prepared.folder}/index.html"].decode()
     assert 'src="load.png"' in page and 'src="ms_per_iter.png"' in page and "Left out" not in page
@@ -170,14 +192,14 @@ def real_gate(tmp_path_factory: pytest.TempPathFactory) -> Path:
     g = make_gate(tmp_path_factory.mktemp("report") / "gate",
                   off={"elapsed": {"off-r1": 10.0, "off-r2": 10.1, "off-r3": 9.9}},
                   on={"elapsed": {"on-r1": 9.0, "on-r2": 9.1, "on-r3": 8.9}})
-    done = gate_cli("run", "off", "on", cwd=g.root)
+    done = gate_invoke("run", "off", "on", cwd=g.root)
     assert done.returncode == 0, done.stderr
     return g.root
 
 
 def test_report_cli_finds_the_run_folders(real_gate: Path, tmp_path: Path) -> None:
     (finding,) = sorted((real_gate / "findings").glob("*.json"))
-    done = gate_cli("report", str(finding), "--html", str(tmp_path / "html"), "--md", str(tmp_path / "r.md"),
+    done = gate_invoke("report", str(finding), "--html", str(tmp_path / "html"), "--md", str(tmp_path / "r.md"),
                     cwd=real_gate)
     assert done.returncode == 0, done.stderr
     page_path = tmp_path / "html" / finding.stem / "index.html"
@@ -200,13 +222,13 @@ def _umask() -> int:
 def test_report_from_the_finding_alone_says_what_is_left_out(real_gate: Path, tmp_path: Path) -> None:
     (finding,) = sorted((real_gate / "findings").glob("*.json"))
     alone = shutil.copy(finding, tmp_path / finding.name)
-    done = gate_cli("report", str(alone), "--html", str(tmp_path / "html"), cwd=tmp_path)
+    done = gate_invoke("report", str(alone), "--html", str(tmp_path / "html"), cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     page = (tmp_path / "html" / finding.stem / "index.html").read_text()
     assert "Left out: load timelines and ms_per_iter traces" in page and "--runs-root" in page
     assert "run folder(s) not found" in done.stderr
     # --runs-root points at the folder the run paths are relative to
-    done = gate_cli("report", str(alone), "--html", str(tmp_path / "again"), "--runs-root", str(real_gate),
+    done = gate_invoke("report", str(alone), "--html", str(tmp_path / "again"), "--runs-root", str(real_gate),
                     cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     assert (tmp_path / "again" / finding.stem / "load.png").exists()
@@ -214,7 +236,7 @@ def test_report_from_the_finding_alone_says_what_is_left_out(real_gate: Path, tm
     (series,) = [p for p in (real_gate / "runs").iterdir() if p.is_dir()]
     shutil.copytree(series, tmp_path / "artifact" / series.name)
     (tmp_path / "elsewhere").mkdir()
-    done = gate_cli("report", str(alone), "--html", str(tmp_path / "third"), "--runs-root", str(tmp_path / "elsewhere"),
+    done = gate_invoke("report", str(alone), "--html", str(tmp_path / "third"), "--runs-root", str(tmp_path / "elsewhere"),
                     "--runs-root", str(tmp_path / "artifact"), cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     assert (tmp_path / "third" / finding.stem / "ms_per_iter.png").exists() and not done.stderr
@@ -224,23 +246,23 @@ def test_bad_finding_is_one_line_naming_file_and_key(tmp_path: Path) -> None:
     data = golden_data()
     del data["runs"][2]["label"]
     path = write_json(tmp_path / "bad.json", data)
-    done = gate_cli("report", str(path), "--html", str(tmp_path / "out"), cwd=tmp_path)
+    done = gate_invoke("report", str(path), "--html", str(tmp_path / "out"), cwd=tmp_path)
     assert done.returncode == 2
     assert done.stderr.strip().splitlines() == [f"gate: error: {path}: runs[2].label: is missing"]
     data = golden_data()
     data["stats"] = []
     write_json(tmp_path / "bad2.json", data)
-    done = gate_cli("report", "bad2.json", "--md", "x.md", cwd=tmp_path)
+    done = gate_invoke("report", "bad2.json", "--md", "x.md", cwd=tmp_path)
     assert done.returncode == 2 and "bad2.json: stats: must be a table" in done.stderr
     (tmp_path / "bad3.json").write_text("{not json")
-    done = gate_cli("report", "bad3.json", "--md", "x.md", cwd=tmp_path)
+    done = gate_invoke("report", "bad3.json", "--md", "x.md", cwd=tmp_path)
     assert done.returncode == 2 and "bad3.json: not a readable finding" in done.stderr
     assert not (tmp_path / "out").exists() and not (tmp_path / "x.md").exists()
 
 
 def test_report_needs_an_output(tmp_path: Path) -> None:
     path = write_json(tmp_path / "f.json", golden_data())
-    done = gate_cli("report", str(path), cwd=tmp_path)
+    done = gate_invoke("report", str(path), cwd=tmp_path)
     assert done.returncode == 2 and "--html DIR" in done.stderr
 
 
@@ -249,8 +271,8 @@ def test_site_index_lists_links_and_sorts(tmp_path: Path) -> None:
     write_json(findings / "a.json", variant("a-2026-11-01", "2026-11-01", delta_pct=-3.0, related=["b-2026-11-20", "gone"]))
     write_json(findings / "b.json", variant("b-2026-11-20", "2026-11-20", delta_pct=2.5, decision="regression"))
     data = variant("c-2026-11-10", "2026-11-10", title="TOML twin")
-    (findings / "c.toml").write_text(Finding(data).to_toml())
-    done = gate_cli("site", str(findings), "-o", str(tmp_path / "site"), cwd=tmp_path)
+    (findings / "c.toml").write_text(finding_of(data).to_toml())
+    done = gate_invoke("site", str(findings), "-o", str(tmp_path / "site"), cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == f"site: {tmp_path / 'site' / 'index.html'}"
     index = (tmp_path / "site" / "index.html").read_text()
@@ -267,7 +289,7 @@ def test_site_index_lists_links_and_sorts(tmp_path: Path) -> None:
 
 def test_site_of_an_empty_folder_is_an_error(tmp_path: Path) -> None:
     (tmp_path / "empty").mkdir()
-    done = gate_cli("site", "empty", "-o", "site", cwd=tmp_path)
+    done = gate_invoke("site", "empty", "-o", "site", cwd=tmp_path)
     assert done.returncode == 2 and "empty: no findings here" in done.stderr
 
 
@@ -281,9 +303,9 @@ def test_json_and_toml_findings_render_the_same(tmp_path: Path) -> None:
     data = golden_data()
     json_path = write_json(tmp_path / "j" / "f.json", data)
     (tmp_path / "t").mkdir()
-    (tmp_path / "t" / "f.toml").write_text(Finding(data).to_toml())
+    (tmp_path / "t" / "f.toml").write_text(finding_of(data).to_toml())
     for folder in ("j", "t"):
-        done = gate_cli("report", next((tmp_path / folder).iterdir()).name, "--md", "r.md", cwd=tmp_path / folder)
+        done = gate_invoke("report", next((tmp_path / folder).iterdir()).name, "--md", "r.md", cwd=tmp_path / folder)
         assert done.returncode == 0, done.stderr
     assert (tmp_path / "j" / "r.md").read_text() == (tmp_path / "t" / "r.md").read_text()
     assert json.loads(json_path.read_text()) == data

@@ -11,11 +11,11 @@ import json
 
 import pytest
 
-from tests.conftest import FIXTURES, gate_cli
+from tests.conftest import FIXTURES, gate_invoke
 
 
 def analyze(csv_name: str) -> dict:
-    done = gate_cli("analyze", str(FIXTURES / csv_name), "--gate", str(FIXTURES / "seed_gate.toml"), "--json",
+    done = gate_invoke("analyze", str(FIXTURES / csv_name), "--gate", str(FIXTURES / "seed_gate.toml"), "--json",
                     cwd=FIXTURES)
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout)

@@ -17,7 +17,7 @@ from gatekit.diagnostics import welch_arrays
 from gatekit.errors import SeriesInterrupted
 from gatekit.schedule import extension, order_seed, plan, thue_morse
 from gatekit.series import SeriesRunner, analyze_series
-from tests.conftest import gate_cli
+from tests.conftest import gate_invoke
 
 
 def code(off: list[float], on: list[float], *, final: bool, direction: str = "lower") -> str:
@@ -119,7 +119,7 @@ SEQ_RULES = {"load_per_core_limit": 1000.0}
 def test_sequential_adopts_at_look_1_and_analyze_reproduces_it(gate_dir) -> None:
     g = gate_dir(off={"elapsed": times("off", [10.0, 10.1, 9.9, 10.0])},
                  on={"elapsed": times("on", [9.0, 9.1, 8.9, 9.0])}, rules=SEQ_RULES)
-    done = gate_cli("run", "off", "on", "--policy", "sequential", cwd=g.root)
+    done = gate_invoke("run", "off", "on", "--policy", "sequential", cwd=g.root)
     assert done.returncode == 0, done.stderr
     finding = g.finding()
     assert finding["gate"]["policy"] == "sequential" and finding["gate"]["order"] == "thue-morse"
@@ -140,7 +140,7 @@ def test_sequential_adopts_at_look_1_and_analyze_reproduces_it(gate_dir) -> None
     predecision = tomllib.loads((series / "predecision.toml").read_text())
     assert "schedule" not in predecision and "sha256" in predecision["schedule_rule"]
     assert any("Policy sequential" in line for line in predecision["stated_rules"])
-    again = gate_cli("analyze", str(series), "--json", cwd=g.root)
+    again = gate_invoke("analyze", str(series), "--json", cwd=g.root)
     assert again.stdout == g.findings()[0].read_text()
 
 
@@ -149,7 +149,7 @@ def test_sequential_extends_to_stage_two_when_look_1_is_undecided(gate_dir) -> N
     on = [9.9, 9.6, 10.0, 9.5, 9.7, 9.6, 9.8, 9.6]
     g = gate_dir(off={"elapsed": times("off", off)}, on={"elapsed": times("on", on)}, rules=SEQ_RULES,
                  gate={"seed": 1})
-    done = gate_cli("run", "off", "on", "--policy", "sequential", cwd=g.root)
+    done = gate_invoke("run", "off", "on", "--policy", "sequential", cwd=g.root)
     assert done.returncode == 0, done.stderr
     finding = g.finding()
     looks = finding["sequential"]["looks"]
@@ -160,14 +160,14 @@ def test_sequential_extends_to_stage_two_when_look_1_is_undecided(gate_dir) -> N
     events = [json.loads(line) for line in (series / "journal.jsonl").read_text().splitlines()]
     assert [e["event"] for e in events].count("extend") == 1
     assert "extending to 8 runs per arm" in done.stderr
-    assert analyze_series(series).data == finding
+    assert analyze_series(series).to_dict() == finding
 
 
 def test_a_a_is_inconclusive_or_rejected_never_adopted(gate_dir) -> None:
     a = [10.0, 10.4, 9.7, 10.2, 10.5, 9.6, 10.1, 9.9]
     b = [10.3, 9.8, 10.1, 9.6, 10.2, 10.4, 9.7, 10.0]
     g = gate_dir(off={"elapsed": times("off", a)}, on={"elapsed": times("on", b)}, rules=SEQ_RULES)
-    done = gate_cli("run", "off", "on", "--policy", "sequential", "--fail-on", "not-adopted", cwd=g.root)
+    done = gate_invoke("run", "off", "on", "--policy", "sequential", "--fail-on", "not-adopted", cwd=g.root)
     assert done.returncode == 1  # inconclusive is "not adopted"
     assert g.finding()["verdict"]["decision"] == "inconclusive"
     assert g.finding()["meta"]["polarity"] == "neutral"
@@ -176,7 +176,7 @@ def test_a_a_is_inconclusive_or_rejected_never_adopted(gate_dir) -> None:
 def test_equivalent(gate_dir) -> None:
     g = gate_dir(off={"elapsed": times("off", [10.0, 10.02, 9.98, 10.01])},
                  on={"elapsed": times("on", [10.01, 9.99, 10.0, 10.02])}, rules=SEQ_RULES)
-    assert gate_cli("run", "off", "on", "--policy", "sequential", cwd=g.root).returncode == 0
+    assert gate_invoke("run", "off", "on", "--policy", "sequential", cwd=g.root).returncode == 0
     assert g.finding()["verdict"]["decision"] == "equivalent" and len(g.order()) == 8
 
 
@@ -185,7 +185,7 @@ def test_a_guard_too_wide_to_pass_is_inconclusive_never_a_pass(gate_dir) -> None
     g = gate_dir(off={"elapsed": times("off", [10.0, 10.1, 9.9, 10.0, 10.0, 10.1, 9.9, 10.0])},
                  on={"elapsed": times("on", [9.0, 9.1, 8.9, 9.0, 9.0, 9.1, 8.9, 9.0]), "psnr": psnr_on},
                  rules=SEQ_RULES)
-    assert gate_cli("run", "off", "on", "--policy", "sequential", cwd=g.root).returncode == 0
+    assert gate_invoke("run", "off", "on", "--policy", "sequential", cwd=g.root).returncode == 0
     finding = g.finding()
     looks = finding["sequential"]["looks"]
     assert [look["primary"] for look in looks] == ["adopted", "adopted"]
@@ -216,7 +216,7 @@ def test_a_flagged_run_is_replaced_once_in_the_mirror_slot(gate_dir) -> None:
     g = gate_dir(off={"elapsed": times("off", [10.0, 10.1, 9.9, 10.0, 10.05])},
                  on={"elapsed": times("on", [9.0, 9.1, 8.9, 9.0, 9.05])}, rules={"load_per_core_limit": 1.0})
     result = _runner(g, {"off-r2"}).start()
-    runs = {r["label"]: r for r in result.finding.data["runs"]}
+    runs = {r["label"]: r for r in result.finding.to_dict()["runs"]}
     assert runs["off-r2"]["contaminated"] and not runs["off-r2"]["used"] and not runs["on-r2"]["used"]
     assert "load1 max per core" in runs["off-r2"]["reason"]
     assert runs["off-r5"]["retry_of"] == 2 and runs["off-r5"]["used"]
@@ -226,7 +226,7 @@ def test_a_flagged_run_is_replaced_once_in_the_mirror_slot(gate_dir) -> None:
     assert [x.split("-")[0] for x in r5] == [x.split("-")[0] for x in reversed(r2)]  # the mirror
     assert order.index(r5[0]) == 8  # at the end of stage 1
     assert result.finding.decision == "adopted"
-    assert analyze_series(result.series_dir).data == result.finding.data
+    assert analyze_series(result.series_dir).to_dict() == result.finding.to_dict()
 
 
 def test_a_second_replacement_makes_the_gate_inconclusive(gate_dir) -> None:
@@ -234,18 +234,18 @@ def test_a_second_replacement_makes_the_gate_inconclusive(gate_dir) -> None:
                  on={"elapsed": times("on", [9.0, 9.1, 8.9, 9.0, 9.05])}, rules={"load_per_core_limit": 1.0})
     result = _runner(g, {"off-r2", "on-r5"}).start()
     assert result.finding.decision == "inconclusive"
-    assert "no replacement left" in result.finding.data["verdict"]["reasons"][0]
+    assert "no replacement left" in result.finding.to_dict()["verdict"]["reasons"][0]
     assert len(g.order()) == 10  # stage 1, one replacement pair, and nothing more
 
 
 def test_sequential_config_errors_name_the_key(gate_dir) -> None:
     g = gate_dir(gate={"policy": "sequential"})  # the fixture gate also says n = 3, order = abab
-    done = gate_cli("run", "off", "on", cwd=g.root)
+    done = gate_invoke("run", "off", "on", cwd=g.root)
     assert done.returncode == 2
     assert done.stderr.strip() == (f"gate: error: {g.gate}: gate.n: does not apply to policy = \"sequential\" "
                                    "(it runs 4, then 8 runs per arm); remove it")
     g2 = gate_dir()
-    done = gate_cli("run", "off", "on", "--policy", "sequential", "--n", "3", cwd=g2.root)
+    done = gate_invoke("run", "off", "on", "--policy", "sequential", "--n", "3", cwd=g2.root)
     assert done.returncode == 2 and "--policy: sequential runs 4 then 8 runs per arm" in done.stderr
     assert g2.order() == []
 
@@ -253,7 +253,7 @@ def test_sequential_config_errors_name_the_key(gate_dir) -> None:
 def test_warmup_run_is_discarded(gate_dir) -> None:
     g = gate_dir(off={"elapsed": {"off-r0": 15.0, "off-r1": 10.0, "off-r2": 10.1, "off-r3": 9.9}},
                  on={"elapsed": {"on-r1": 9.0, "on-r2": 9.1, "on-r3": 8.9}})
-    done = gate_cli("run", "off", "on", "--warmup", "1", cwd=g.root)
+    done = gate_invoke("run", "off", "on", "--warmup", "1", cwd=g.root)
     assert done.returncode == 0, done.stderr
     assert g.order()[0] == "off-r0"
     finding = g.finding()
@@ -281,12 +281,12 @@ def test_a_sequential_series_interrupted_in_stage_two_resumes_exactly(gate_dir) 
     (series,) = g.series_dirs()
     before = g.order()
     assert len(before) >= 10 and "off-r6" not in before  # stage 1 and part of stage 2 ran
-    done = gate_cli("run", "--resume", str(series), cwd=g.root)
+    done = gate_invoke("run", "--resume", str(series), cwd=g.root)
     assert done.returncode == 0, done.stderr
     assert g.order() == [s.label for s in plan("off", "on", 8, "thue-morse", 1)]
     finding = g.finding()
     assert [look["decision"] for look in finding["sequential"]["looks"]] == ["continue", "adopted"]
-    assert gate_cli("analyze", str(series), "--json", cwd=g.root).stdout == g.findings()[0].read_text()
+    assert gate_invoke("analyze", str(series), "--json", cwd=g.root).stdout == g.findings()[0].read_text()
 
 
 def test_telemetry_flags_load_per_core_and_battery_never_the_value() -> None:

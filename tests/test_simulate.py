@@ -12,10 +12,11 @@ import math
 import numpy as np
 import pytest
 
-from gatekit import rules, sequential, stats
-from gatekit.simulate import (SUITE, Scenario, ThresholdSpec, bootstrap_codes, classic_codes, sequential_codes,
-                              simulate, simulate_runs)
-from tests.conftest import gate_cli
+from gatekit import sequential, stats
+from gatekit.policy import CLASSIC, SEQUENTIAL
+from gatekit.simulate import SUITE, Scenario, ThresholdSpec, bootstrap_codes, simulate, simulate_runs
+from gatekit.verdict import CODE_NAMES, classic_decision
+from tests.conftest import gate_invoke
 
 DRAWS = 200_000
 
@@ -89,26 +90,26 @@ def test_monte_carlo_error_bars_are_binomial() -> None:
 def test_vectorised_classic_equals_the_scalar_rule() -> None:
     rng = np.random.default_rng(4)
     off, on, _, _ = simulate_runs(Scenario(cv_off_pct=1.5, effect_pct=-1.5), "abab", 3, 2000, rng)
-    codes = classic_codes(off, on, ThresholdSpec())
-    names = {sequential.ADOPTED: "adopted", sequential.REGRESSION: "regression", sequential.REJECTED: "rejected"}
+    codes, runs = CLASSIC.simulate(off, on, ThresholdSpec())
+    assert (runs == 3).all()
     for row in range(2000):
         off_v, on_v = np.exp(off[row]).tolist(), np.exp(on[row]).tolist()
         delta = stats.delta_pct(stats.mean(off_v), stats.mean(on_v))
         threshold = stats.threshold_pct(stats.relative_sd_pct(off_v), 2.0, 1.0)
-        assert names[int(codes[row])] == rules.point_decision(delta, threshold, "lower")
+        assert CODE_NAMES[int(codes[row])] == classic_decision(delta, threshold, "lower").value
 
 
 def test_vectorised_sequential_equals_the_scalar_looks() -> None:
     rng = np.random.default_rng(6)
     off, on, _, _ = simulate_runs(Scenario(cv_off_pct=2.0, effect_pct=-2.0), "thue-morse", 8, 600, rng)
-    codes, runs = sequential_codes(off, on, ThresholdSpec())
+    codes, runs = SEQUENTIAL.simulate(off, on, ThresholdSpec())
     for row in range(600):
         first = sequential._look(1, np.exp(off[row, :4]).tolist(), np.exp(on[row, :4]).tolist(), {}, (),
                                  floor_pct=1.0, direction="lower", final=False)
         look = first if first.decision != "continue" else sequential._look(
             2, np.exp(off[row]).tolist(), np.exp(on[row]).tolist(), {}, (), floor_pct=1.0, direction="lower",
             final=True)
-        assert sequential.CODE_NAMES[int(codes[row])] == look.decision
+        assert CODE_NAMES[int(codes[row])] == look.decision
         assert runs[row] == (4 if first.decision != "continue" else 8)
 
 
@@ -132,14 +133,14 @@ def test_orders_place_the_cold_run_where_the_gate_would() -> None:
 # -- the command ------------------------------------------------------------------------------------
 
 def test_gate_simulate_table_and_json(tmp_path) -> None:
-    done = gate_cli("simulate", "--policy", "classic", "--policy", "sequential", "--cv", "2", "--draws", "20000",
+    done = gate_invoke("simulate", "--policy", "classic", "--policy", "sequential", "--cv", "2", "--draws", "20000",
                     cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     assert "| Δ +0 %, CV 2 % | classic | abab |" in done.stdout and "| sequential | thue-morse |" in done.stdout
     assert "false adoption" in done.stdout and "Monte-Carlo standard error" in done.stderr
-    done = gate_cli("simulate", "--effect", "-2", "--draws", "20000", "--json", cwd=tmp_path)
+    done = gate_invoke("simulate", "--effect", "-2", "--draws", "20000", "--json", cwd=tmp_path)
     (result,) = json.loads(done.stdout)["simulations"]
     assert result["adopted_means"] == "power" and result["draws"] == 20000
     assert set(result["rates_pct"]) == {"adopted", "regression", "rejected", "equivalent", "inconclusive"}
-    bad = gate_cli("simulate", "--policy", "bootstrap", "--n", "9", cwd=tmp_path)
+    bad = gate_invoke("simulate", "--policy", "bootstrap", "--n", "9", cwd=tmp_path)
     assert bad.returncode == 2 and bad.stderr.strip() == "gate: error: --n: the exact bootstrap needs n ≤ 5, got 9"

@@ -18,7 +18,7 @@ from tests.faults.faultkit import fault_gate
 ROOT = Path(__file__).resolve().parents[2]
 SOURCES = sorted([*(ROOT / "gatekit").rglob("*.py"), *(ROOT / "drivers").rglob("*.py")])
 # Wall-clock reads that only label things for people (ISO timestamps, dates), never measure a duration.
-WALL_CLOCK_LABELS = {("gatekit/series.py", "_now"), ("gatekit/csvinput.py", "evidence_from_csv"),
+WALL_CLOCK_LABELS = {("gatekit/series.py", "now"), ("gatekit/csvinput.py", "evidence_from_csv"),
                      ("gatekit/importers.py", "evidence_from_hyperfine")}  # the finding's date
 
 
@@ -64,7 +64,7 @@ def test_a_stepping_wall_clock_does_not_change_any_duration(tmp_path: Path, monk
     g = fault_gate(tmp_path / "g", gate={"n": 2}, both={"sleep_s": 0.3}, rules={"sample_interval_s": 0.1})
     config = load_gate(g.gate)
     result = SeriesRunner(config, config.arms["off"], config.arms["on"]).start()
-    for run in result.finding.data["runs"]:
+    for run in result.finding.to_dict()["runs"]:
         assert 0.3 <= run["process_wallclock_s"] < 60, run
         assert run["window"]["samples"] >= 2
     for samples in result.series_dir.glob("*/samples.csv"):
@@ -90,12 +90,12 @@ def test_hashing_is_timed_and_stays_outside_the_timed_window(tmp_path: Path, mon
     g.gate.write_text(gate)
     config = load_gate(g.gate)
     result = SeriesRunner(config, config.arms["off"], config.arms["on"]).start()
-    for run in result.finding.data["runs"]:
+    for run in result.finding.to_dict()["runs"]:
         assert run["process_wallclock_s"] < slow_s, run  # a slow hash on each side of the run, none inside
     journal = [json.loads(line) for line in (result.series_dir / "journal.jsonl").read_text().splitlines()]
     per_run = [e["hash_s"] for e in journal if e["event"] == "run_end"]
     assert len(per_run) == 2 and all(len(pair) == 2 and min(pair) >= slow_s for pair in per_run)
-    hashing = result.finding.data["provenance"]["hashing"]
+    hashing = result.finding.to_dict()["provenance"]["hashing"]
     assert hashing["artifact_bytes"] == (3 << 20) + (g.root / "fault_trainer.py").stat().st_size
     assert hashing["between_runs_count"] == 4 and hashing["between_runs_max_s"] >= slow_s
     assert hashing["total_s"] >= 6 * slow_s  # series start, 4 between runs, series end

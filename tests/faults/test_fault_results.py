@@ -11,7 +11,7 @@ from typing import Any, Callable
 import pytest
 
 from gatekit_drivers.command import MAX_RESULT_BYTES, read_result
-from tests.conftest import gate_cli
+from tests.conftest import gate_invoke
 from tests.faults.faultkit import events, fault_gate
 
 
@@ -99,7 +99,7 @@ def _series(root: Path, arm: str, defects: dict[str, str], recorded: tuple[str, 
     text = {label: body for label, body in defects.items() if not body.startswith("kind:")}
     kinds = {label: body[5:] for label, body in defects.items() if body.startswith("kind:")}
     g = fault_gate(root, gate={"n": 4}, **{arm: {"result_text": text, "result_kind": kinds}})
-    done = gate_cli("run", "off", "on", cwd=g.root)
+    done = gate_invoke("run", "off", "on", cwd=g.root)
     assert done.returncode == 0, done.stderr
     finding = g.finding()
     runs = {r["label"]: r for r in finding["runs"]}

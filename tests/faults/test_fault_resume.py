@@ -13,7 +13,7 @@ from typing import Callable
 
 import pytest
 
-from tests.conftest import gate_cli
+from tests.conftest import gate_invoke
 from tests.faults.faultkit import (FaultGate, alive, assert_journal_consistent, fault_gate, finish, kill_quietly,
                                    start_gate)
 
@@ -44,15 +44,15 @@ def test_a_second_series_in_the_same_runs_folder_is_refused(tmp_path: Path) -> N
     g.wait_holding("off-r1")
     trainer = g.pid("off-r1")
     try:
-        second = gate_cli("run", "off", "on", cwd=g.root)
+        second = gate_invoke("run", "off", "on", cwd=g.root)
         assert second.returncode == 2
         assert f"another series is running here (pid {first.pid})" in _one_error(second.stderr)
         # another gate file, pointed at the same runs folder, is refused the same way
         other = fault_gate(tmp_path / "other")
-        third = gate_cli("run", "off", "on", "--runs", str(g.root / "runs"), cwd=other.root)
+        third = gate_invoke("run", "off", "on", "--runs", str(g.root / "runs"), cwd=other.root)
         assert third.returncode == 2 and "another series is running here" in third.stderr
         # resuming the running series is refused too, and must not touch its live trainer
-        resumed = gate_cli("run", "--resume", str(g.series()), cwd=g.root)
+        resumed = gate_invoke("run", "--resume", str(g.series()), cwd=g.root)
         assert resumed.returncode == 2 and "another series is running here" in resumed.stderr
         assert alive(trainer)
         assert g.order() == ["off-r1"] and other.order() == []  # the refused ones started nothing
@@ -77,7 +77,7 @@ def test_resume_refuses_every_change_naming_the_file_and_both_hashes(tmp_path: P
         else:
             path.write_bytes(original + edit.encode())
         now = "missing" if edit is None else _sha(path)
-        done = gate_cli("run", "--resume", str(series), cwd=g.root)
+        done = gate_invoke("run", "--resume", str(series), cwd=g.root)
         path.write_bytes(original)
         line = _one_error(done.stderr)
         assert done.returncode == 2, done.stderr
@@ -93,10 +93,10 @@ def test_resume_refuses_every_change_naming_the_file_and_both_hashes(tmp_path: P
     refused(predecision, "\n# edited after the fact\n", start["predecision_sha256"])
     assert g.order() == ["off-r1", "on-r1", "off-r2"]  # no refused resume ran anything
 
-    done = gate_cli("run", "--resume", str(series), cwd=g.root)  # restored: the same resume now finishes
+    done = gate_invoke("run", "--resume", str(series), cwd=g.root)  # restored: the same resume now finishes
     assert done.returncode == 0, done.stderr
     assert g.finding()["verdict"]["decision"] == "adopted"
-    again = gate_cli("run", "--resume", str(series), cwd=g.root)
+    again = gate_invoke("run", "--resume", str(series), cwd=g.root)
     assert again.returncode == 2
     assert f"{series}: this series is finished (DONE exists)" in _one_error(again.stderr)
 
@@ -106,7 +106,7 @@ def test_an_artifact_changed_while_interrupted_makes_the_resumed_series_invalid(
     trainer = g.root / "fault_trainer.py"
     before = _sha(trainer)
     trainer.write_text(trainer.read_text() + "\n# rebuilt while the series was stopped\n")
-    done = gate_cli("run", "--resume", str(series), cwd=g.root)
+    done = gate_invoke("run", "--resume", str(series), cwd=g.root)
     assert done.returncode == 3, done.stderr
     assert g.order() == ["off-r1", "on-r1", "off-r2"]  # stopped before running anything on the new binary
     reasons = " ".join(g.finding()["verdict"]["reasons"])
@@ -120,7 +120,7 @@ def test_resume_checks_the_machine_again(tmp_path: Path) -> None:
     g, series = _interrupted_series(tmp_path / "g", driver={"busy_pattern": marker})
     blocker = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)", marker])
     try:
-        done = gate_cli("run", "--resume", str(series), cwd=g.root)
+        done = gate_invoke("run", "--resume", str(series), cwd=g.root)
     finally:
         blocker.kill()
         blocker.wait()
@@ -128,7 +128,7 @@ def test_resume_checks_the_machine_again(tmp_path: Path) -> None:
     line = _one_error(done.stderr)
     assert "preflight failed, nothing more ran" in line and f"pid {blocker.pid}" in line
     assert g.order() == ["off-r1", "on-r1", "off-r2"]
-    done = gate_cli("run", "--resume", str(series), cwd=g.root)
+    done = gate_invoke("run", "--resume", str(series), cwd=g.root)
     assert done.returncode == 0, done.stderr
 
 
@@ -158,7 +158,7 @@ def test_an_edited_journal_is_one_clear_error(finished_series: Path, tmp_path: P
     journal = series / "journal.jsonl"
     events = [json.loads(line) for line in journal.read_text().splitlines()]
     journal.write_text("".join(json.dumps(e) + "\n" for e in JOURNAL_DAMAGE[damage](events)))
-    done = gate_cli("analyze", str(series), cwd=tmp_path)
+    done = gate_invoke("analyze", str(series), cwd=tmp_path)
     assert done.returncode == 2, done.stderr
     line = _one_error(done.stderr)
     assert f"{journal}: event " in line and "the journal was edited or damaged" in line
@@ -167,6 +167,6 @@ def test_an_edited_journal_is_one_clear_error(finished_series: Path, tmp_path: P
 @pytest.fixture(scope="module")
 def finished_series(tmp_path_factory: pytest.TempPathFactory) -> Path:
     g = fault_gate(tmp_path_factory.mktemp("finished") / "g", gate={"n": 2})
-    done = gate_cli("run", "off", "on", cwd=g.root)
+    done = gate_invoke("run", "off", "on", cwd=g.root)
     assert done.returncode == 0, done.stderr
     return g.series()

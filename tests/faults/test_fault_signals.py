@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from tests.conftest import gate_cli
+from tests.conftest import gate_cli, gate_invoke
 from tests.faults.faultkit import (alive, assert_journal_consistent, events, fault_gate, finish, kill_quietly,
                                    start_gate, wait_dead, wait_for)
 
@@ -138,7 +138,7 @@ def test_a_hanging_trainer_is_killed_with_its_group_and_escaped_grandchildren(tm
 
 def test_a_daemon_left_behind_by_a_finished_run_is_stopped(tmp_path: Path) -> None:
     g = fault_gate(tmp_path / "g", gate={"n": 2}, off={"escape": ["off-r1"]})
-    done = gate_cli("run", "off", "on", cwd=g.root)
+    done = gate_invoke("run", "off", "on", cwd=g.root)
     escaped = g.pid("off-r1.escaped")
     try:
         assert done.returncode == 0, done.stderr
@@ -173,7 +173,7 @@ def test_journal_lines_are_json_even_for_hostile_trainer_output(tmp_path: Path) 
         "result_text": {label: '[metrics]\ntrain_elapsed_s = 10.0\n[config]\nlr = nan\nwhen = 2026-11-30\n'
                         'big = inf\nnested = [[1, 2], {a = -inf}]\n'
                         for label in ("off-r1", "on-r1", "off-r2", "on-r2")}})
-    done = gate_cli("run", "off", "on", cwd=g.root)
+    done = gate_invoke("run", "off", "on", cwd=g.root)
     assert done.returncode == 0, done.stderr
     journal = events(g.series())
     configs = [e["record"]["outcome"]["config"] for e in journal if e["event"] == "run_end"]

@@ -1,0 +1,83 @@
+"""In-process fakes for decision-flow tests: a driver that starts no process (like hyperfine's MockExecutor).
+
+The arm's config file says what each run "measures", so a test reads like the series it stands for:
+
+    [config]               # the effective config the run echoes (what expect_diff compares)
+    ssim_reduce = "host"
+
+    [runs.off-r1]          # label -> metrics; process_wallclock_s, if given, is the run's wallclock
+    train_elapsed_s = 125.0938
+    psnr_db = 36.125
+
+    [fail]                 # label -> why that run fails (a failed run reports no metric)
+    off-r2 = "exit code 1"
+
+`FakeDriver.log` lists the labels in the order they ran, so the schedule can be asserted the way hyperfine's
+execution_order_tests do. Real trainer processes (tests/fixtures/fake_trainer.py) stay the test of the
+trainer contract; this fake is for what gatekit decides from the outcomes.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+from typing import Any, Collection, Mapping, Sequence
+
+import tomlkit
+
+from gatekit.driver import ArmInput, RunRequest
+from gatekit.errors import ConfigError
+from gatekit.records import CheckResult, RunOutcome
+
+
+class FakeDriver:
+    """A gatekit.driver.Driver whose runs return what the arm config file says, in microseconds."""
+
+    name = "fake"
+
+    def __init__(self) -> None:
+        self.log: list[str] = []  # labels in execution order
+
+    @classmethod
+    def from_options(cls, options: Mapping[str, Any], *, source: Path, base_dir: Path) -> FakeDriver:
+        unknown = sorted(set(options) - {"argv"})  # argv is accepted (and ignored) so gate files stay realistic
+        if unknown:
+            raise ConfigError(f"{source}: driver.{unknown[0]}: unknown key for the fake driver")
+        return cls()
+
+    def preflight(self, arms: Sequence[ArmInput]) -> list[CheckResult]:
+        checks = []
+        for arm in arms:
+            ok = arm.config is not None and arm.config.is_file()
+            checks.append(CheckResult(f"fake measurements {arm.name}", ok,
+                                      str(arm.config) if ok else f"arms.{arm.name}.config: needs a file"))
+        return checks
+
+    def run(self, request: RunRequest) -> RunOutcome:
+        self.log.append(request.label)
+        assert request.arm.config is not None
+        plan = tomllib.loads(request.arm.config.read_text())
+        effective = dict(plan.get("config", {}))
+        error = plan.get("fail", {}).get(request.label, "")
+        measured = dict(plan.get("runs", {}).get(request.label, {}))
+        if not error and not measured:
+            error = f"fake driver: {request.arm.config.name} has no [runs.{request.label}]"
+        wallclock = float(measured.pop("process_wallclock_s", 0.0))
+        request.stdout_path.write_text(f"fake run {request.label}\n")
+        request.stderr_path.write_text(f"{error}\n" if error else "")
+        if error:
+            return RunOutcome(exit_code=1, process_wallclock_s=wallclock, error=error)
+        # the trainer contract's result file, as a real trainer would leave it
+        request.result_path.write_text(tomlkit.dumps({"metrics": measured, "config": effective}))
+        return RunOutcome(exit_code=0, process_wallclock_s=wallclock, metrics=measured, config=effective)
+
+
+class LoadScript:
+    """An injected load reader (SeriesRunner's load_reader_for): `loaded` runs see load1 = `high`."""
+
+    def __init__(self, loaded: Collection[str] = (), *, high: float = 9.0, calm: float = 1.0) -> None:
+        self.loaded, self.high, self.calm = set(loaded), high, calm
+
+    def __call__(self, label: str):  # type: ignore[no-untyped-def]
+        load = self.high if label in self.loaded else self.calm
+        return lambda: {"load1": load, "load5": load, "load15": load}

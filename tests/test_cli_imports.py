@@ -1,0 +1,46 @@
+"""`gate --help` and `gate check` start without the statistics and plotting stack (pandas, scipy, matplotlib).
+
+Importing them costs 1-2 s per `gate` call; cli.py imports them in the commands that need them. What a
+process has imported is a property of the process, so this runs in a fresh one.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.conftest import make_gate
+
+HEAVY = ("pandas", "scipy", "matplotlib")
+PROBE = f"""
+import json, sys
+from gatekit.cli import main
+codes = []
+for args in (["--help"], ["check", "off", "on"]):
+    try:
+        main(args, prog_name="gate")
+    except SystemExit as exit:
+        codes.append(exit.code)
+heavy = sorted(name for name in {HEAVY!r} if name in sys.modules)
+print(json.dumps({{"codes": codes, "heavy": heavy}}), file=sys.stderr)
+"""
+
+
+def test_help_and_check_import_no_statistics_or_plotting(tmp_path: Path) -> None:
+    g = make_gate(tmp_path / "gate")
+    done = subprocess.run([sys.executable, "-c", PROBE], cwd=g.root, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "Usage: gate" in done.stdout and "ok    gate file:" in done.stdout, done.stdout
+    seen = json.loads(done.stderr.strip().splitlines()[-1])
+    assert seen == {"codes": [0, 0], "heavy": []}, done.stderr
+
+
+def test_option_choices_name_what_the_library_implements() -> None:
+    # the choices live in gatekit.config so the command line can offer them without importing the modules
+    from gatekit import config, simulate
+    from gatekit.exports import EXPORTERS
+
+    assert tuple(EXPORTERS) == config.EXPORT_FORMATS
+    assert simulate.SIM_POLICIES is config.SIM_POLICIES

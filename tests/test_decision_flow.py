@@ -1,0 +1,132 @@
+"""The decision flow of a series, in-process: SeriesRunner with tests/fakes.py's FakeDriver (no process).
+
+What gatekit decides from run outcomes — adoption, a contaminated pair retried once, the interleaved order, a
+failed run's pair re-run — does not need a trainer process; tests/test_gate_run.py covers the same flow with
+real trainer processes and the process contract.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Collection
+
+import pytest
+
+from gatekit.config import load_gate
+from gatekit.driver import Driver
+from gatekit.errors import ConfigError
+from gatekit.series import SeriesRunner
+from tests.conftest import write_toml
+from tests.fakes import FakeDriver, LoadScript
+
+# The seed finding's §6 gate (tests/fixtures/seed_gate.toml), run by the fake driver. load_limit is high so
+# the preflight's real load check cannot flake on a busy machine; rule (i) fires on load_rel_median instead.
+SEED_GATE: dict[str, Any] = {
+    "gate": {"id": "s4b-12500", "title": "S4b ssim_reduce = gpu vs host", "n": 3, "order": "abab",
+             "primary": "train_elapsed_s", "direction": "lower", "expect_diff": ["ssim_reduce"],
+             "out": "findings", "runs": "runs"},
+    "threshold": {"sigma_k": 2.0, "floor_pct": 1.0},
+    "guards": [{"metric": "psnr_db", "direction": "higher", "max_drop": 0.05}],
+    "rules": {"load_stat": "mean", "load_limit": 1000.0, "load_rel_median": 1.5, "sigma_k": 3.0,
+              "sigma_ref": "arm", "max_retries": 1, "sample_interval_s": 0.05},
+    "driver": {"name": "fake"},
+    "arms": {"off": {"config": "off.toml"}, "on": {"config": "on.toml"}},
+}
+# seed_s6.csv: the unrounded runs behind the seed's printed table (its means 124.5549 / 122.7680)
+SEED_OFF = {"off-r1": (125.0938, 36.125), "off-r2": (124.6050, 36.154), "off-r3": (123.9659, 36.099)}
+SEED_ON = {"on-r1": (123.9873, 36.209), "on-r2": (122.0621, 36.183), "on-r3": (122.25446, 36.145)}
+
+
+def _runs(values: dict[str, tuple[float, float]]) -> dict[str, dict[str, float]]:
+    return {label: {"train_elapsed_s": t, "psnr_db": psnr} for label, (t, psnr) in values.items()}
+
+
+def _series(root: Path, off: dict[str, Any], on: dict[str, Any], *, loaded: Collection[str] = (),
+            **sections: dict[str, Any]) -> tuple[Any, FakeDriver]:
+    """Run a series in `root` with the fake driver; returns the SeriesResult and the driver (its log)."""
+    root.mkdir(parents=True, exist_ok=True)
+    gate = {k: (dict(v) if isinstance(v, dict) else list(v)) for k, v in SEED_GATE.items()}
+    for name, values in sections.items():
+        gate[name] = {**gate[name], **values}
+    write_toml(root / "gate.toml", gate)
+    write_toml(root / "off.toml", {"config": {"ssim_reduce": "host"}, **off})
+    write_toml(root / "on.toml", {"config": {"ssim_reduce": "gpu"}, **on})
+    config = load_gate(root / "gate.toml")
+    driver = FakeDriver()
+    runner = SeriesRunner(config, config.arms["off"], config.arms["on"], driver=driver,
+                          load_reader_for=LoadScript(set(loaded)))
+    return runner.start(), driver
+
+
+def test_the_fake_driver_is_a_driver(tmp_path: Path) -> None:
+    driver = FakeDriver.from_options({"argv": ["ignored"]}, source=tmp_path / "gate.toml", base_dir=tmp_path)
+    assert isinstance(driver, Driver)
+    with pytest.raises(ConfigError, match="driver.argvs: unknown key"):
+        FakeDriver.from_options({"argvs": []}, source=tmp_path / "gate.toml", base_dir=tmp_path)
+
+
+def test_seed_example_is_adopted_with_the_published_delta(tmp_path: Path) -> None:
+    result, _ = _series(tmp_path / "g", {"runs": _runs(SEED_OFF)}, {"runs": _runs(SEED_ON)})
+    finding = result.finding.to_dict()
+    # by hand: off 373.6647 / 3 = 124.5549, on 368.30386 / 3 = 122.767953; Δ = 122.767953 / 124.5549 − 1
+    delta_by_hand = (368.30386 / 3) / (373.6647 / 3) * 100 - 100
+    assert delta_by_hand == pytest.approx(-1.43467, abs=1e-5)
+    assert finding["stats"]["delta_pct"] == pytest.approx(delta_by_hand, rel=1e-9)
+    assert round(finding["stats"]["delta_pct"], 4) == -1.4347  # the seed's printed Δ
+    assert finding["stats"]["mean_off"] == pytest.approx(124.5549) and finding["stats"]["mean_on"] == pytest.approx(
+        122.767953, abs=1e-6)
+    # σ_off 0.454 % × 2 = 0.908 % < floor 1 %: the threshold is the floor
+    assert finding["stats"]["threshold_pct"] == pytest.approx(1.0)
+    # PSNR Δ by hand: (36.209 + 36.183 + 36.145 − 36.125 − 36.154 − 36.099) / 3 = 0.159 / 3 = +0.053 dB
+    assert finding["guards"]["psnr_db"]["delta"] == pytest.approx(0.053, abs=1e-9)
+    assert finding["guards"]["psnr_db"]["pass"] is True
+    assert finding["verdict"]["decision"] == "adopted"
+    assert all(run["used"] for run in finding["runs"])
+
+
+def test_execution_order_is_abab(tmp_path: Path) -> None:
+    result, driver = _series(tmp_path / "g", {"runs": _runs(SEED_OFF)}, {"runs": _runs(SEED_ON)})
+    assert driver.log == ["off-r1", "on-r1", "off-r2", "on-r2", "off-r3", "on-r3"]
+    finding = result.finding.to_dict()
+    assert [run["label"] for run in sorted(finding["runs"], key=lambda r: r["order"])] == driver.log
+    for label in driver.log:  # the driver left each run's result file where the request said
+        assert (result.series_dir / label / "result").is_file()
+
+
+def test_a_contaminated_pair_is_retried_once_and_the_retry_used(tmp_path: Path) -> None:
+    # leave-one-out σ so rule (ii) can fire at n = 3: off-r2 is 20 % slow AND loaded (9.0 > 1.5 × median 1.0)
+    off = {"off-r1": (10.0, 30.0), "off-r2": (12.0, 30.0), "off-r3": (10.02, 30.0), "off-r4": (10.01, 30.0)}
+    on = {"on-r1": (9.0, 30.0), "on-r2": (9.1, 30.0), "on-r3": (8.9, 30.0), "on-r4": (9.0, 30.0)}
+    result, driver = _series(tmp_path / "g", {"runs": _runs(off)}, {"runs": _runs(on)}, loaded={"off-r2"},
+                             rules={"sigma_ref": "leave_one_out"})
+    assert driver.log == ["off-r1", "on-r1", "off-r2", "on-r2", "off-r3", "on-r3", "off-r4", "on-r4"]  # once
+    finding = result.finding.to_dict()
+    runs = {run["label"]: run for run in finding["runs"]}
+    assert runs["off-r2"]["load_evidence"] and runs["off-r2"]["contaminated"] and not runs["off-r2"]["used"]
+    assert "contaminated" in runs["off-r2"]["reason"] and not runs["on-r2"]["used"]
+    assert runs["off-r4"]["retry_of"] == 2 and runs["on-r4"]["retry_of"] == 2
+    assert runs["off-r4"]["used"] and runs["on-r4"]["used"]
+    assert not any(run["contaminated"] for label, run in runs.items() if label != "off-r2")
+    # the statistics use the retry: off (10.0 + 10.02 + 10.01) / 3 = 10.01, on (9.0 + 8.9 + 9.0) / 3
+    assert finding["stats"]["mean_off"] == pytest.approx(10.01)
+    assert finding["stats"]["mean_on"] == pytest.approx(26.9 / 3)
+    assert finding["stats"]["delta_pct"] == pytest.approx((26.9 / 3 / 10.01 - 1) * 100)
+    assert finding["verdict"]["decision"] == "adopted"
+
+
+def test_a_failed_run_makes_its_pair_run_again(tmp_path: Path) -> None:
+    off = {"off-r1": (10.0, 30.0), "off-r3": (9.9, 30.0), "off-r4": (10.1, 30.0)}
+    on = {"on-r1": (9.0, 30.0), "on-r2": (9.1, 30.0), "on-r3": (8.9, 30.0), "on-r4": (9.1, 30.0)}
+    result, driver = _series(tmp_path / "g", {"runs": _runs(off), "fail": {"off-r2": "exit code 1"}},
+                             {"runs": _runs(on)})
+    assert driver.log == ["off-r1", "on-r1", "off-r2", "on-r2", "off-r3", "on-r3", "off-r4", "on-r4"]
+    finding = result.finding.to_dict()
+    runs = {run["label"]: run for run in finding["runs"]}
+    assert runs["off-r2"]["exit_code"] == 1 and not runs["off-r2"]["used"]
+    assert runs["off-r2"]["reason"].startswith("failed: exit code 1") and "re-run as r4" in runs["off-r2"]["reason"]
+    assert "train_elapsed_s" not in runs["off-r2"]["metrics"]
+    assert not runs["on-r2"]["used"] and runs["on-r2"]["reason"].startswith("pair partner")
+    assert runs["off-r4"]["retry_of"] == 2 and runs["off-r4"]["used"] and runs["on-r4"]["used"]
+    # by hand: off (10.0 + 9.9 + 10.1) / 3 = 10.0, on (9.0 + 8.9 + 9.1) / 3 = 9.0 → −10 %
+    assert finding["stats"]["n_off"] == 3 and finding["stats"]["delta_pct"] == pytest.approx(-10.0)
+    assert finding["verdict"]["decision"] == "adopted"

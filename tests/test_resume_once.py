@@ -1,0 +1,86 @@
+"""Resume reads a series once: one journal replay, each file hashed once, and the run loop shared with
+calibration (issue: resume used to replay the journal four times and hash the predecision twice)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from gatekit import prereg, provenance, series
+from gatekit.config import load_gate
+from gatekit.series import JOURNAL_FILE, SeriesRunner, open_series
+from gatekit.storage import Journal
+
+
+def _interrupted_series(gate_dir) -> tuple[Path, Path]:
+    """A finished series cut back to how it looked when killed after its first two runs."""
+    g = gate_dir(off={"default_elapsed": 10.0}, on={"default_elapsed": 9.0})
+    config = load_gate(g.gate)
+    result = SeriesRunner(config, config.arm("off"), config.arm("on")).start()
+    series_dir = result.series_dir
+    (series_dir / series.DONE_FILE).unlink()
+    for path in result.finding_paths:
+        path.unlink()
+    lines = (series_dir / JOURNAL_FILE).read_text().splitlines(keepends=True)
+    kept, run_ends = [], 0
+    for line in lines:
+        event = json.loads(line)["event"]
+        if event == "run_end":
+            run_ends += 1
+        if run_ends > 2 or event == "series_end":
+            break
+        kept.append(line)
+    (series_dir / JOURNAL_FILE).write_text("".join(kept))
+    return g.gate, series_dir
+
+
+def test_resume_replays_the_journal_once_and_hashes_each_file_once(gate_dir, monkeypatch) -> None:
+    gate_path, series_dir = _interrupted_series(gate_dir)
+    replays: list[Path] = []
+    hashed: list[str] = []
+    original_events, original_sha = Journal.events, provenance.sha256_file
+
+    def counting_events(self):  # type: ignore[no-untyped-def]
+        replays.append(self.path)
+        return original_events(self)
+
+    def counting_sha(path: Path) -> str:
+        hashed.append(Path(path).name)
+        return original_sha(path)
+
+    monkeypatch.setattr(Journal, "events", counting_events)
+    for module in (series, prereg):
+        monkeypatch.setattr(module, "sha256_file", counting_sha)
+    predecision_reads: list[Path] = []
+    original_read = prereg.read_predecision
+
+    def counting_read(series_dir: Path, expected: str):  # type: ignore[no-untyped-def]
+        predecision_reads.append(series_dir)
+        return original_read(series_dir, expected)
+
+    monkeypatch.setattr(series, "read_predecision", counting_read)
+
+    opened = open_series(series_dir)
+    result = SeriesRunner(opened.config, opened.off, opened.on).resume(opened)
+
+    assert result.finding.decision.value == "adopted"
+    assert len(result.finding.runs) == 6
+    assert replays == [series_dir / JOURNAL_FILE]
+    assert len(predecision_reads) == 1
+    # the gate file and each arm config once; the trainer is hashed by the run loop around every run
+    assert hashed.count("gate.toml") == 1
+    assert hashed.count("off.toml") == hashed.count("on.toml") == 1
+    # what was resumed is what `gate analyze` computes from the journal on disk
+    assert series.analyze_series(series_dir).to_dict() == result.finding.to_dict()
+
+
+def test_resume_refuses_a_changed_arm_config_before_anything_runs(gate_dir) -> None:
+    gate_path, series_dir = _interrupted_series(gate_dir)
+    arm = gate_path.parent / "on.toml"
+    arm.write_text(arm.read_text() + "\n# edited\n")
+    with pytest.raises(series.SeriesError, match="arm config of 'on' changed"):
+        open_series(series_dir)
+    events = [json.loads(line)["event"] for line in (series_dir / JOURNAL_FILE).read_text().splitlines()]
+    assert events.count("run_end") == 2
