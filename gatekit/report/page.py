@@ -150,7 +150,11 @@ def provenance_blocks(finding: Finding) -> list[Block]:
     host = prov.host
     if host:
         items.append(("host", ", ".join(f"{k} {v}" for k, v in host.items() if not isinstance(v, (dict, list)))))
-    gpu = prov.extra_keys.get("gpu", host.get("gpu"))
+    backend = dict(prov.backend or {})
+    if backend:  # what the backend plugin found (cuda: GPU, driver and CUDA versions; metal: chip; cpu: model)
+        items.append((f"backend {backend.get('name', '')}".strip(),
+                      _describe({k: v for k, v in backend.items() if k != "name"}) or "—"))
+    gpu = prov.extra_keys.get("gpu") or host.get("gpu") or backend.get("gpu")
     if gpu:
         items.append(("GPU", _describe(gpu)))
     else:
