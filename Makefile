@@ -9,7 +9,7 @@ TEST_STAMP := $(VENV)/.test-stamp
 TORCH_PIN ?= torch==2.13.0
 DEMO_DIR ?= demo-out
 
-.PHONY: setup browser test demo bench clean
+.PHONY: setup browser test regold demo bench clean
 
 # The demo needs only the core; the tests also install the test and torch extras.
 $(CORE_STAMP): pyproject.toml
@@ -29,6 +29,10 @@ setup: $(TEST_STAMP)
 
 test: $(TEST_STAMP) browser
 	$(PY) -m pytest -q
+
+# Rewrite the golden files (finding, report pages, CI exports) after an intended format change; review the diff.
+regold: $(TEST_STAMP)
+	GATEKIT_REGOLD=1 $(PY) -m pytest -q tests/test_finding_golden.py tests/test_report.py tests/test_exports.py
 
 # A real gate on the bundled numpy reference trainer: host-style Adam (off) vs a resident flat buffer (on).
 demo: $(CORE_STAMP)
