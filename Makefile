@@ -49,4 +49,4 @@ clean:
 # The simulated tables of docs/statistics.md (a few minutes; fixed seed, so reproducible).
 .PHONY: statistics
 statistics: setup
-	$(PY) benchmarks/statistics.py --write docs/statistics.md
+	$(PY) benchmarks/statistics_tables.py --write docs/statistics.md

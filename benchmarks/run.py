@@ -138,7 +138,7 @@ def run_series(folder: Path, n: int, trainer_s: float, hash_paths: list[str] = (
     command_module.read_result = timings.wrap("result parsing", originals[4])
     try:
         runner = series_module.SeriesRunner(config, config.arms["off"], config.arms["on"])
-        runner.driver = TimedDriver(runner.driver, on_run)
+        runner.driver = runner.loop.driver = TimedDriver(runner.driver, on_run)
         began, cpu_began = time.perf_counter(), cpu_s()
         result = runner.start()
         total_s, harness_cpu_s = time.perf_counter() - began, cpu_s() - cpu_began
@@ -178,7 +178,7 @@ def memory_pass(folder: Path, n: int, trainer_s: float) -> dict[str, Any]:
     """Python heap growth between run 20 and the last run of a series (tracemalloc, a separate pass so its
     slowdown does not touch the timings), with the allocation sites that grew most."""
     snapshots: dict[str, tracemalloc.Snapshot] = {}
-    original = series_module.SeriesRunner._run_slot
+    original = series_module.RunLoop.run_slot
     last = 2 * n
 
     def spy(self: Any, *args: Any, **kwargs: Any) -> Any:
@@ -187,13 +187,13 @@ def memory_pass(folder: Path, n: int, trainer_s: float) -> dict[str, Any]:
             snapshots[str(kwargs["order"])] = tracemalloc.take_snapshot()
         return record
 
-    series_module.SeriesRunner._run_slot = spy  # type: ignore[method-assign]
+    series_module.RunLoop.run_slot = spy  # type: ignore[method-assign]
     tracemalloc.start(1)
     try:
         run_series(folder, n, trainer_s)
     finally:
         tracemalloc.stop()
-        series_module.SeriesRunner._run_slot = original  # type: ignore[method-assign]
+        series_module.RunLoop.run_slot = original  # type: ignore[method-assign]
     ignore = [tracemalloc.Filter(False, tracemalloc.__file__), tracemalloc.Filter(False, __file__)]
     diff = snapshots[str(last)].filter_traces(ignore).compare_to(snapshots["20"].filter_traces(ignore), "lineno")
     # A single large new block is a CPython table resizing (the string-intern dict, an allocator arena):

@@ -1,6 +1,6 @@
 """Regenerate the simulated tables of docs/statistics.md (between its `<!-- simulate:… -->` markers).
 
-    python benchmarks/statistics.py --write docs/statistics.md [--draws 200000] [--big-draws 1000000]
+    python benchmarks/statistics_tables.py --write docs/statistics.md [--draws 200000] [--big-draws 1000000]
 
 Every number comes from gatekit.simulate, the code behind `gate simulate`; the seed is fixed, so the
 tables are reproducible. Timings are measured here and depend on the machine (reported with it).
