@@ -87,7 +87,10 @@ def config_check(records: Sequence[RunRecord], off_arm: str, on_arm: str,
         return [], [note + f" (expect_diff = {list(expect_diff)})"] if expect_diff else [note]
     invalid = []
     for arm, configs in by_arm.items():
-        keys = sorted({k for c in configs for k in c if any(c.get(k) != o.get(k) for o in configs)}, key=str)
+        # a key differs between runs iff some run's value differs from the first run's (linear in runs)
+        first = configs[0] if configs else {}
+        keys = sorted({k for c in configs for k in c} | set(first), key=str)
+        keys = [k for k in keys if any(c.get(k) != first.get(k) for c in configs)]
         if keys:
             invalid.append(f"effective config differs between runs of arm {arm}: {', '.join(keys)}")
     off_config, on_config = by_arm[off_arm][0], by_arm[on_arm][0]
@@ -140,8 +143,9 @@ def assess(evidence: SeriesEvidence) -> Assessment:
     if spec.rules.require_window_samples:
         for row in table[table["missing_window"] & ~table["replaced"]].itertuples():
             invalid.append(f"{row.label} has no in-window load samples; it cannot be audited")
+    used_labels = set(used["label"])
     config_invalid, config_warnings = config_check(
-        [r for r in records if r.label in set(used["label"])], off_arm, on_arm, spec.expect_diff)
+        [r for r in records if r.label in used_labels], off_arm, on_arm, spec.expect_diff)
     invalid += config_invalid
     warnings += config_warnings
 

@@ -132,11 +132,67 @@ def n_for_effect(cv_pct: float, effect_pct: float, alpha: float = MDE_ALPHA, pow
 
 # -- location, drift, pairs ------------------------------------------------------------------------
 
+HL_OUTER_MAX = 1_000_000  # up to this many differences the median is taken of them all (8 MB)
+
+
 def hodges_lehmann_log(off_logs: Sequence[float], on_logs: Sequence[float]) -> float:
-    """Hodges–Lehmann shift (1963): the median of all n_off·n_on differences on_j − off_i."""
+    """Hodges–Lehmann shift (1963): the median of all n_off·n_on differences on_j − off_i.
+
+    Beyond HL_OUTER_MAX differences (10 000 runs per arm would be 10⁸, 800 MB) the two middle order
+    statistics are selected without forming the differences (`_kth_difference`), with the same result."""
     if not len(off_logs) or not len(on_logs):
         return math.nan
-    return float(np.median(np.subtract.outer(np.asarray(on_logs, float), np.asarray(off_logs, float))))
+    off, on = np.asarray(off_logs, float), np.asarray(on_logs, float)
+    total = off.size * on.size
+    if total <= HL_OUTER_MAX:
+        return float(np.median(np.subtract.outer(on, off)))
+    off_sorted = np.sort(off)
+    middle = [_kth_difference(off_sorted, on, k) for k in sorted({(total + 1) // 2, total // 2 + 1})]
+    return float(sum(middle) / len(middle))
+
+
+def _kth_difference(off_sorted: np.ndarray, on: np.ndarray, k: int) -> float:
+    """The k-th smallest (1-based) of all differences on_j − off_i as floating point computes them, without
+    forming them: bisect on the value t with an exact count of differences ≤ t, then step up through the
+    few distinct differences left in the bracket."""
+    n = off_sorted.size
+
+    def first_at_most(t: float) -> np.ndarray:
+        # per on_j, the first i with on_j − off_i ≤ t (a suffix, as off is sorted): binary search on the
+        # computed differences themselves, so rounding cannot make the count disagree with them
+        lo, hi = np.zeros(on.size, np.int64), np.full(on.size, n, np.int64)
+        while np.any(lo < hi):
+            mid = (lo + hi) // 2
+            at_most = (on - off_sorted[np.minimum(mid, n - 1)]) <= t
+            active = lo < hi
+            hi = np.where(active & at_most, mid, hi)
+            lo = np.where(active & ~at_most, mid + 1, lo)
+        return lo
+
+    def count_le(t: float) -> int:
+        return int(np.sum(n - first_at_most(t)))
+
+    def next_above(t: float) -> float:  # the smallest difference > t
+        index = first_at_most(t) - 1
+        valid = index >= 0
+        return float(np.min(on[valid] - off_sorted[index[valid]]))
+
+    lo, hi = float(np.min(on - off_sorted[-1])), float(np.max(on - off_sorted[0]))
+    if count_le(lo) >= k:
+        return lo
+    for _ in range(100):  # invariant: count_le(lo) < k <= count_le(hi)
+        mid = lo + (hi - lo) / 2
+        if not lo < mid < hi:
+            break
+        if count_le(mid) >= k:
+            hi = mid
+        else:
+            lo = mid
+    while True:  # the distinct differences in (lo, hi], smallest first
+        candidate = next_above(lo)
+        if count_le(candidate) >= k:
+            return candidate
+        lo = candidate
 
 
 def ols_slope(positions: Sequence[float], values: Sequence[float]) -> float:
@@ -161,10 +217,13 @@ def pooled_slope(groups: Sequence[tuple[Sequence[float], Sequence[float]]]) -> f
 
 
 def sign_test_p(better: int, pairs: int) -> float:
-    """One-sided sign test: P(at least `better` of `pairs` fair coin flips) — 3/3 gives 0.125."""
+    """One-sided sign test: P(at least `better` of `pairs` fair coin flips) — 3/3 gives 0.125.
+
+    The binomial survival function (scipy, computed without big integers), so any number of pairs works;
+    the sum of C(n, k) / 2^n it replaces overflowed a float above about 1 025 pairs."""
     if pairs <= 0:
         return math.nan
-    return math.fsum(math.comb(pairs, k) for k in range(better, pairs + 1)) / 2 ** pairs
+    return float(sps.binom.sf(better - 1, pairs, 0.5))
 
 
 # -- the finding's diagnostics ---------------------------------------------------------------------

@@ -1,0 +1,83 @@
+"""No statistic overflows or forms a quadratic array at large n (10 000 runs per arm): the sign test is the
+binomial tail (it overflowed a float above ~1 025 pairs), the Hodges–Lehmann shift selects its middle
+differences instead of forming all n² of them. Checked against exact arithmetic and the direct formula."""
+
+from __future__ import annotations
+
+import math
+from fractions import Fraction
+
+import numpy as np
+import pytest
+
+from gatekit import diagnostics as dg
+
+
+def exact_sign_p(better: int, pairs: int) -> float:
+    """P(X ≥ better), X ~ Binomial(pairs, 1/2), in exact integer arithmetic (C(n, k+1) = C(n, k)·(n−k)/(k+1))."""
+    term, total = math.comb(pairs, better), 0
+    for k in range(better, pairs + 1):
+        total += term
+        term = term * (pairs - k) // (k + 1)
+    return float(Fraction(total, 2 ** pairs))
+
+
+@pytest.mark.parametrize("better,pairs", [(3, 3), (5, 6), (1025, 2000), (1100, 2000), (2999, 2999),
+                                          (5000, 10_000), (5200, 10_000)])
+def test_sign_test_p_is_exact_at_any_n(better: int, pairs: int) -> None:
+    assert dg.sign_test_p(better, pairs) == pytest.approx(exact_sign_p(better, pairs), rel=1e-9, abs=1e-300)
+
+
+def test_sign_test_by_hand() -> None:
+    assert dg.sign_test_p(3, 3) == 0.125
+    assert dg.sign_test_p(5, 6) == pytest.approx(7 / 64)  # C(6,5) + C(6,6) = 7 of 64
+
+
+def test_hodges_lehmann_selection_equals_the_median_of_all_differences(monkeypatch) -> None:
+    rng = np.random.default_rng(11)
+    monkeypatch.setattr(dg, "HL_OUTER_MAX", 0)  # always select, never form the differences
+    for _ in range(200):
+        n_off, n_on = rng.integers(1, 40, 2)
+        decimals = int(rng.integers(0, 3))  # rounded values: many ties
+        off = np.round(rng.standard_normal(n_off), decimals)
+        on = np.round(rng.standard_normal(n_on) + 0.2, decimals)
+        assert dg.hodges_lehmann_log(off.tolist(), on.tolist()) == float(np.median(np.subtract.outer(on, off)))
+
+
+def test_ten_thousand_runs_per_arm() -> None:
+    rng = np.random.default_rng(3)
+    off = (10.0 * np.exp(0.01 * rng.standard_normal(10_000))).tolist()
+    on = (9.9 * np.exp(0.01 * rng.standard_normal(10_000))).tolist()
+    positions_off, positions_on = list(range(0, 20_000, 2)), list(range(1, 20_000, 2))
+    better = sum(1 for a, b in zip(off, on) if b < a)
+    result = dg.diagnose(off, on, positions_off, positions_on, direction="lower", pairs_better=better,
+                         pairs=10_000)
+    assert result.pairs_sign_p == pytest.approx(exact_sign_p(better, 10_000), rel=1e-9, abs=1e-300)
+    # the true shift is log(0.99) = −1.005 %; 10 000 runs per arm pin it to a few hundredths of a percent
+    assert result.hl_shift_pct == pytest.approx(100 * (0.99 - 1), abs=0.05)
+    assert result.gm_delta_pct == pytest.approx(100 * (0.99 - 1), abs=0.05)
+    assert result.ci_low_pct < result.gm_delta_pct < result.ci_high_pct
+
+
+def test_a_hyperfine_import_of_thousands_of_runs_writes_its_finding(tmp_path) -> None:
+    """The reproduction: a default hyperfine run of a fast command records thousands of runs per command;
+    the import crashed in the sign test (OverflowError) and wrote nothing."""
+    import json
+    from pathlib import Path
+
+    from tests.conftest import gate_invoke
+
+    fixture = json.loads((Path(__file__).parent / "fixtures" / "hyperfine_sleep.json").read_text())
+    rng = np.random.default_rng(5)
+    for result, (median, runs) in zip(fixture["results"], ((0.0012, 2999), (0.0011, 5823))):
+        result["times"] = (median * np.exp(0.05 * rng.standard_normal(runs))).tolist()
+        result["exit_codes"] = [0] * runs
+    source = tmp_path / "fast.json"
+    source.write_text(json.dumps(fixture))
+    done = gate_invoke("import", "hyperfine", str(source), "--out", str(tmp_path / "findings"), "--json",
+                       cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    finding = json.loads(done.stdout)
+    assert finding["stats"]["n_off"] == 2999 and finding["stats"]["n_on"] == 5823
+    assert 0 <= finding["stats"]["pairs_sign_p"] <= 1
+    assert list((tmp_path / "findings").glob("*.json"))
