@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from gatekit.driver import (ENV_ARM, ENV_RESULT, ENV_RUN, ENV_RUN_DIR, ArmInput, RunRequest, processes_in_run_dirs,
-                            signals_deferred, stop_pids)
+                            reap_group_zombies, signals_deferred, stop_pids)
 from gatekit.errors import ConfigError
 from gatekit.records import CheckResult, RunOutcome
 
@@ -31,6 +31,11 @@ KILL_GRACE_S = 5.0
 MAX_RESULT_BYTES = 64 << 20  # a result file is a few KB; anything this large is not one
 MAX_LOG_SCAN_BYTES = 16 << 20  # metric regexes search at most the last 16 MiB of each log
 MAX_NESTING = 64  # deeper result documents are refused before a parser can recurse that far
+# TOML parsers take time quadratic in the parts of one dotted key (40 000 parts: 9 s); results in TOML are
+# small, so they are capped in size and counted (keys, parts of a key) before parsing. JSON parses linearly.
+MAX_TOML_RESULT_BYTES = 1 << 20
+MAX_KEY_PARTS = MAX_NESTING
+MAX_RESULT_KEYS = 100_000
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
@@ -237,6 +242,7 @@ def _stop_group(proc: subprocess.Popen[bytes], run_dir: Path) -> list[int]:
             deadline = time.monotonic() + KILL_GRACE_S
             while time.monotonic() < deadline:
                 proc.poll()  # reap the leader so its zombie does not keep the group alive
+                reap_group_zombies(proc.pid, keep=proc.pid)  # and members re-parented to the gate (subreaper)
                 if not _signal_group(proc.pid, 0):
                     break
                 time.sleep(0.02)
@@ -291,18 +297,76 @@ def _finite(value: Any) -> float | None:
     return number if math.isfinite(number) else None
 
 
-def _too_deep(text: str, limit: int = MAX_NESTING) -> bool:
-    """True when brackets nest deeper than `limit` (checked before parsing, so no parser recurses)."""
+# A string, or an unterminated one to the end: it always matches, so the pass stays linear.
+_JSON_STRING = re.compile(r'"(?:[^"\\]|\\.)*"?', re.DOTALL)
+_BRACKET = re.compile(r"[\[\]{}]")
+
+
+def _json_depth(text: str) -> int:
+    """The deepest bracket nesting of a JSON document, strings skipped (a regex pass, fast on 64 MiB)."""
     depth = deepest = 0
-    for char in text:
-        if char in "[{":
+    for match in _BRACKET.finditer(_JSON_STRING.sub('""', text)):
+        if match.group() in "[{":
             depth += 1
             deepest = max(deepest, depth)
-            if deepest > limit:
-                return True
-        elif char in "]}":
+        else:
             depth = max(depth - 1, 0)
-    return False
+    return deepest
+
+
+def _document_shape(text: str, toml: bool) -> tuple[int, int, int]:
+    """(deepest bracket nesting, most parts in one dotted key or table header, number of TOML keys) of a
+    JSON or TOML document, in one linear pass that skips strings and comments, so brackets inside a string value
+    count for nothing. Checked before parsing: no parser recurses or goes quadratic on what passes."""
+    depth = deepest = parts = most_parts = keys = 0
+    stack: list[str] = []  # open "[" (arrays) and "{" (tables) of values
+    in_key = toml  # a TOML line begins with a key (or a table header)
+    header = False
+    i, size = 0, len(text)
+    while i < size:
+        char = text[i]
+        if char == '"' or (toml and char == "'"):
+            triple = toml and text.startswith(char * 3, i)
+            end = char * 3 if triple else char
+            i += len(end)
+            while i < size and not text.startswith(end, i):
+                if char == '"' and text[i] == "\\":
+                    i += 1
+                elif not triple and text[i] == "\n":
+                    break
+                i += 1
+            i += len(end)
+            continue
+        if toml and char == "#":
+            newline = text.find("\n", i)
+            i = size if newline < 0 else newline
+            continue
+        if toml and char == "\n" and not stack:
+            in_key, header, parts = True, False, 0
+        elif toml and (in_key or header) and char == ".":
+            parts += 1
+            most_parts = max(most_parts, parts + 1)
+        elif toml and in_key and not stack and char == "[" and not header:
+            header, in_key, parts = True, False, 0  # [table] or [[array of tables]]: not a value bracket
+        elif header and char == "]":
+            header = False
+        elif header:
+            pass
+        elif char in "[{":
+            stack.append(char)
+            depth = len(stack)
+            deepest = max(deepest, depth)
+            in_key, parts = toml and char == "{", 0
+        elif char in "]}":
+            if stack:
+                stack.pop()
+            in_key = False
+        elif toml and char == "," and stack and stack[-1] == "{":
+            in_key, parts = True, 0
+        elif toml and char == "=" and in_key:
+            in_key, keys = False, keys + 1
+        i += 1
+    return deepest, most_parts, keys
 
 
 def _read_regular_file(path: Path, limit: int) -> bytes | str:
@@ -345,10 +409,19 @@ def read_result(path: Path) -> tuple[dict[str, float], dict[str, Any], dict[str,
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
         return {}, {}, {}, f"result file {path} is not UTF-8 text: {exc}"
-    if _too_deep(text):
+    toml = not text.lstrip().startswith("{")
+    if toml and len(raw) > MAX_TOML_RESULT_BYTES:
+        return {}, {}, {}, (f"result file {path} is TOML larger than {MAX_TOML_RESULT_BYTES >> 20} MiB; write a "
+                            "large result as JSON")
+    deepest, key_parts, keys = _document_shape(text, toml) if toml else (_json_depth(text), 0, 0)
+    if deepest > MAX_NESTING:
         return {}, {}, {}, f"result file {path} nests deeper than {MAX_NESTING} levels"
+    if key_parts > MAX_KEY_PARTS:
+        return {}, {}, {}, f"result file {path} has a dotted key or table name of more than {MAX_KEY_PARTS} parts"
+    if toml and keys > MAX_RESULT_KEYS:
+        return {}, {}, {}, f"result file {path} has more than {MAX_RESULT_KEYS} keys"
     try:
-        data = json.loads(text) if text.lstrip().startswith("{") else tomllib.loads(text)
+        data = tomllib.loads(text) if toml else json.loads(text)
     except (json.JSONDecodeError, tomllib.TOMLDecodeError, RecursionError, ValueError) as exc:
         return {}, {}, {}, f"result file {path} is neither JSON nor TOML: {exc}"
     if not isinstance(data, dict):

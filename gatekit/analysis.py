@@ -39,10 +39,14 @@ class SeriesEvidence:
     warnings: tuple[str, ...] = ()
     config_paths: tuple[str, ...] = ()
     related_runs: tuple[str, ...] = ()
+    chain_head: str | None = None  # sha256 of the journal's last line, the series' tamper-evident summary
 
     @property
     def cores(self) -> int | None:
         return self.provenance.get("host", {}).get("cpu_count")
+
+
+MIN_PRIMARY = 1e-300  # the smallest positive primary metric taken as a measurement (Δ divides by it)
 
 
 def records_table(records: Sequence[RunRecord], primary: str) -> pd.DataFrame:
@@ -59,6 +63,9 @@ def records_table(records: Sequence[RunRecord], primary: str) -> pd.DataFrame:
         if not error and value is not None and not value > 0:
             # Δ is relative to the off arm's mean: a time, a rate or a loss used as primary must be > 0.
             error = f"primary metric '{primary}' is {value:g}, not a positive number"
+        elif not error and value is not None and value < MIN_PRIMARY:
+            # A subnormal like 5e-324 is no measurement, and dividing by it makes Δ -100 % or infinite.
+            error = f"primary metric '{primary}' is {value:g}, below {MIN_PRIMARY:g}: too small to be a measurement"
         if not error and not record.artifacts_ok:
             error = "hashed artifact changed during the run"
         rows.append({"order": record.order, "arm": record.arm, "label": record.label, "pair": record.pair,
@@ -215,7 +222,8 @@ def analyze(evidence: SeriesEvidence) -> Finding:
             threshold=ThresholdRule(spec.threshold.sigma_k, spec.threshold.floor_pct,
                                     rule=f"max({spec.threshold.sigma_k:g}·σ_off, {spec.threshold.floor_pct:g} %)"),
             guards=spec.guards),
-        predecision=Predecision(evidence.predecision_path, evidence.predecision_sha256),
+        predecision=Predecision(evidence.predecision_path, evidence.predecision_sha256,
+                                chain_head=evidence.chain_head),
         provenance=Provenance.from_dict(evidence.provenance),
         rules=RulesInfo(spec.rules, assessment.max_z,
                         None if assessment.max_z is None else assessment.max_z >= spec.rules.sigma_k),

@@ -139,7 +139,8 @@ def check(off: str | None, on: str | None, gate_path: Path) -> None:
         backend = make_backend(config.backend.name, config.backend.options, source=config.path)
         checks = run_checks(config, arms, driver, backend)
         for item in checks:
-            click.echo(f"{'ok  ' if item.ok else 'FAIL'}  {item.name}: {item.detail}")
+            # a detail may quote another process's command line: escapes shown, never sent to the terminal
+            click.echo(show_controls(f"{'ok  ' if item.ok else 'FAIL'}  {item.name}: {item.detail}"))
         return all(item.ok for item in checks)
 
     if not _call(work):
@@ -166,12 +167,21 @@ def check(off: str | None, on: str | None, gate_path: Path) -> None:
               help="Exit 1 on this outcome: regression (regression or guard_failed) or not-adopted.")
 @click.option("--resume", type=click.Path(path_type=Path, file_okay=False),
               help="Continue an interrupted series directory.")
+@click.option("--sign-key", type=click.Path(path_type=Path, dir_okay=False),
+              help="Ed25519 private key (PEM): sign the finding and the journal's chain head into <id>.sig "
+              "(needs: pip install 'gatekit[sign]').")
 @ci_output_options
 def run(off: str | None, on: str | None, gate_path: Path, n: int | None, order: str | None, seed: int | None,
         policy: str | None, warmup: int | None, out: Path | None, runs_dir: Path | None, as_json: bool,
-        fail_on: str | None, resume: Path | None, summary_md: Path | None, junit: Path | None,
-        exports: tuple[tuple[str, Path], ...]) -> None:
+        fail_on: str | None, resume: Path | None, sign_key: Path | None, summary_md: Path | None,
+        junit: Path | None, exports: tuple[tuple[str, Path], ...]) -> None:
     """Run the interleaved OFF/ON series, apply the preregistered rules and write the finding."""
+    key = None
+    if sign_key is not None:  # a missing package or a bad key is a usage error before anything runs
+        from gatekit.verify import load_signing_key
+
+        key = _call(lambda: load_signing_key(sign_key))
+
     def work():  # type: ignore[no-untyped-def]
         from gatekit.series import SeriesRunner, open_series
 
@@ -192,6 +202,12 @@ def run(off: str | None, on: str | None, gate_path: Path, n: int | None, order: 
 
     result = _call(work)
     paths = tuple(str(p) for p in result.finding_paths)
+    if key is not None:
+        from gatekit.verify import sign_finding
+
+        json_path = next(p for p in result.finding_paths if p.suffix == ".json")
+        signed = _call(lambda: sign_finding(json_path, result.finding.predecision.chain_head, key))
+        paths += (str(signed),)
     _emit(result.finding, as_json, paths)
     _write_ci_outputs([result.finding], summary_md, junit, exports, paths)
     _exit_for(result.finding, fail_on)
@@ -254,6 +270,28 @@ def analyze_cmd(source: Path, gate_path: Path | None, off_name: str | None, on_n
     _emit(finding, as_json)
     _write_ci_outputs([finding], summary_md, junit, exports)
     _exit_for(finding, fail_on)
+
+
+@main.command("verify")
+@click.argument("series_dir", type=click.Path(path_type=Path, file_okay=False))
+@click.argument("finding", required=False, type=click.Path(path_type=Path, dir_okay=False))
+@click.option("--pubkey", type=click.Path(path_type=Path, dir_okay=False),
+              help="Ed25519 public key (PEM): check the finding's signature <id>.sig too.")
+def verify_cmd(series_dir: Path, finding: Path | None, pubkey: Path | None) -> None:
+    """Verify a series' evidence: the journal's hash chain, the predecision's sha256 and every run's
+    record.json; given FINDING, that it equals the recomputed finding and records the chain head.
+
+    Exit 3 names the first file and line that disagree.
+    """
+    from gatekit.verify import verify_series
+
+    report = _call(lambda: verify_series(series_dir, finding, pubkey=pubkey))
+    for warning in report.warnings:
+        _stderr(f"warning: {warning}")
+    checked = f"{report.records} run record(s)" + (f", {report.finding}" if report.finding else "") + (
+        f", signature {report.signature}" if report.signature else "")
+    head = report.chain_head or "none (a journal written before hash chains)"
+    click.echo(f"verified: {report.events} events, chain head {head} ({checked})")
 
 
 @main.command()

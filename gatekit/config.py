@@ -119,6 +119,7 @@ class GateSpec:
     runs: Path = Path("runs")
     policy: str = "classic"
     warmup: int = 0  # discarded warm-up runs before round 1 (1: the first arm, 2: both arms)
+    record_env: tuple[str, ...] = ()  # arm env variables written down verbatim; all others only as a hash
 
 
 @dataclass(frozen=True, slots=True)
@@ -289,8 +290,12 @@ def load_gate(path: Path | str) -> GateConfig:
         runs=_resolve(base, gate_t.take("runs", str, "runs")),
         policy=gate_t.take("policy", str, "classic", POLICIES),
         warmup=gate_t.take("warmup", int, 0),
+        record_env=gate_t.take_str_list("record_env"),
     )
     gate_t.done()
+    for index, var in enumerate(gate.record_env):
+        _check(bool(ENV_NAME_PATTERN.fullmatch(var)), path, f"gate.record_env[{index}]",
+               f"{var!r} is not an environment variable name (letters, digits and '_', not starting with a digit)")
     _check(gate.n >= 1, path, "gate.n", f"must be at least 1, got {gate.n}")
     _check(0 <= gate.warmup <= MAX_WARMUP, path, "gate.warmup",
            f"must be 0 (none), 1 (the first arm) or 2 (both arms), got {gate.warmup}")

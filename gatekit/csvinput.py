@@ -11,7 +11,7 @@ import datetime as dt
 import re
 from pathlib import Path
 
-from gatekit.config import ALWAYS_MEASURED, GateConfig
+from gatekit.config import ALWAYS_MEASURED, NAME_PATTERN, NAME_RULE, GateConfig
 from gatekit.errors import ConfigError
 from gatekit.analysis import SeriesEvidence
 from gatekit.prereg import DecisionSpec
@@ -82,6 +82,8 @@ def _integer(path: Path, index: int, column: str, text: str, *, low: int, high: 
 
 def evidence_from_csv(path: Path, config: GateConfig, off_arm: str, on_arm: str) -> SeriesEvidence:
     """Rows in execution order; the round comes from the label's `-r<k>` suffix."""
+    if not NAME_PATTERN.fullmatch(path.stem):  # it names the finding: <gate.id>-<file name>
+        raise ConfigError(f"{path}: the file name '{path.stem}' names the finding and must be {NAME_RULE}")
     header, rows = _read_rows(path)
     for column in REQUIRED:
         if column not in header:
@@ -97,6 +99,9 @@ def evidence_from_csv(path: Path, config: GateConfig, off_arm: str, on_arm: str)
         arm, label = values["arm"].strip(), values["label"].strip()
         if not arm:
             raise ConfigError(f"{path}: row {index}, column 'arm': empty")
+        for column, name in (("arm", arm), ("label", label)):
+            if not NAME_PATTERN.fullmatch(name):
+                raise ConfigError(f"{path}: row {index}, column '{column}': {name[:40]!r} must be {NAME_RULE}")
         match = _ROUND.search(label)
         if not match:
             raise ConfigError(f"{path}: row {index}, column 'label': {label[:40]!r} must end in -r<round>, "

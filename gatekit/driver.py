@@ -21,7 +21,7 @@ from gatekit.records import CheckResult, RunOutcome
 # Part of the driver API, re-exported so plugins import them from here: the trainer contract's environment
 # variables, and stopping a trainer together with the processes that left its process group.
 from gatekit.contract import ENV_ARM, ENV_RESULT, ENV_RUN, ENV_RUN_DIR  # noqa: F401
-from gatekit.processes import processes_in_run_dirs, stop_pids  # noqa: F401
+from gatekit.processes import processes_in_run_dirs, reap_group_zombies, stop_pids  # noqa: F401
 from gatekit.signals import signals_deferred  # noqa: F401
 
 DRIVER_GROUP = "gatekit.drivers"

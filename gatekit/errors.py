@@ -52,3 +52,10 @@ class OutputError(GatekitError):
     journaled and the series resumes with `gate run --resume DIR`."""
 
     exit_code = 4
+
+
+class VerificationError(GatekitError):
+    """A series' evidence does not verify (a broken hash chain, a record that differs from its journal
+    event, a finding that differs from its recomputation, a bad signature); names the file and line."""
+
+    exit_code = 3

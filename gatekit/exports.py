@@ -58,6 +58,9 @@ def _summary_one(finding: Finding) -> list[str]:
         facts.append(f"guard {literal(name)} {fmt_signed(g.delta)} (limit {fmt_signed(g.limit, 3)}) "
                      f"{'pass' if g.passed else '**FAIL**'}")
     lines += [" · ".join(facts), ""]
+    if finding.predecision.chain_head:  # published outside the runs folder: a rewritten series no longer matches
+        lines += [f"Journal chain head (sha256): `{finding.predecision.chain_head}` — check it with "
+                  f"`gate verify`", ""]
     header = ["#", "arm", "run", literal(primary), *[literal(g) for g in guards], "load1 mean/max", "used"]
     lines += ["| " + " | ".join(header) + " |",
               "| " + " | ".join(["---:", "---", "---", "---:", *["---:"] * len(guards), "---:", "---"]) + " |"]

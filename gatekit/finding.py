@@ -5,6 +5,7 @@ Schema history:
                       verdict, sections (DESIGN "Finding").
   gatekit.finding/2 — the same keys, typed; additions only: each section gatekit generated says so
                       (`generated = true`). /1 files load as /2 (nothing in them changes meaning).
+                      Later additions: `predecision.chain_head` (the journal's hash-chain head).
 """
 
 from __future__ import annotations
@@ -86,6 +87,7 @@ class GateInfo(Record):
 class Predecision(Record):
     path: str = ""
     sha256: str = ""
+    chain_head: str | None = None  # sha256 of the journal's last line; absent for series before hash chains
     extra_keys: Mapping[str, Any] = field(default_factory=dict)
 
 

@@ -16,7 +16,7 @@ import re
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from gatekit.config import ALWAYS_MEASURED, RulesSpec, ThresholdSpec
+from gatekit.config import ALWAYS_MEASURED, NAME_PATTERN, NAME_RULE, RulesSpec, ThresholdSpec
 from gatekit.errors import ConfigError
 from gatekit.analysis import SeriesEvidence
 from gatekit.prereg import DecisionSpec
@@ -32,6 +32,16 @@ _SLUG = re.compile(r"[^a-z0-9]+")
 
 def _slug(text: str) -> str:
     return _SLUG.sub("-", text.lower()).strip("-") or "hyperfine"
+
+
+def _is_iso_date(text: str) -> bool:
+    if not re.fullmatch(r"\d{4}-\d{2}-\d{2}", text):
+        return False
+    try:
+        dt.date.fromisoformat(text)
+    except ValueError:
+        return False
+    return True
 
 
 def _number(value: Any) -> bool:
@@ -102,8 +112,13 @@ def evidence_from_hyperfine(path: Path, *, off: str | None = None, on: str | Non
         raise ConfigError(f"{path}: --off and --on name the same command")
     off_result, on_result = results[off_index], results[on_index]
     off_arm, on_arm = str(off_result["command"]), str(on_result["command"])
+    # Both name the finding's files: validated like gate.id, so no id can write outside --out.
+    if gate_id is not None and not NAME_PATTERN.fullmatch(gate_id):
+        raise ConfigError(f"--id {gate_id!r}: must be {NAME_RULE} (it names the finding's files)")
+    if date is not None and not _is_iso_date(date):
+        raise ConfigError(f"--date {date!r}: must be a date written YYYY-MM-DD (it names the finding's files)")
     date = date or dt.date.today().isoformat()
-    gate_id = gate_id or _slug(path.stem)
+    gate_id = gate_id or _slug(path.stem)[:64].strip("-") or "hyperfine"
     n = min(len(off_result["times"]), len(on_result["times"]))
     spec = DecisionSpec(
         gate_id=gate_id, title=title or f"{on_arm} vs {off_arm} (hyperfine)", off_arm=off_arm, on_arm=on_arm,

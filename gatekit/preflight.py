@@ -14,6 +14,7 @@ import psutil
 from gatekit.config import ArmSpec, GateConfig, calibration_path, load_toml
 from gatekit.driver import ArmInput, ChosenBackend, Driver
 from gatekit.errors import ConfigError
+from gatekit.provenance import not_a_file
 from gatekit.records import CheckResult
 
 
@@ -26,8 +27,10 @@ def check_arm_config(arm: ArmSpec) -> CheckResult:
     name = f"arm config {arm.name}"
     if arm.config is None:
         return CheckResult(name, True, "none (the arm passes args/env only)")
-    if not arm.config.is_file():
-        return CheckResult(name, False, f"{arm.config}: file not found (arms.{arm.name}.config)")
+    what = not_a_file(arm.config)
+    if what is not None:
+        what = "file not found" if what == "not found" else f"{what}, not a file"
+        return CheckResult(name, False, f"{arm.config}: {what} (arms.{arm.name}.config)")
     try:
         if arm.config.suffix == ".toml":
             load_toml(arm.config)
@@ -41,8 +44,14 @@ def check_arm_config(arm: ArmSpec) -> CheckResult:
 
 
 def check_artifacts(paths: Sequence[Path]) -> list[CheckResult]:
-    return [CheckResult(f"artifact {path.name}", path.is_file(),
-                        str(path) if path.is_file() else f"{path}: not found (driver.hash)") for path in paths]
+    """Each hashed artifact is a regular file; otherwise the check says what it is (not found, a directory,
+    a character device like /dev/zero, …)."""
+    results = []
+    for path in paths:
+        what = not_a_file(path)
+        results.append(CheckResult(f"artifact {path.name}", what is None,
+                                   str(path) if what is None else f"{path}: {what}, not a file to hash (driver.hash)"))
+    return results
 
 
 def _own_lineage() -> set[int]:

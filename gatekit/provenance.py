@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import os
 import platform
+import stat
 import subprocess
 import sys
 import time
@@ -46,12 +47,30 @@ def sha256_bytes(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
+def not_a_file(path: Path) -> str | None:
+    """None for a regular file (symlinks followed); else what the path is, in words ("not found", "a
+    directory", "a character device", …), so an artifact that cannot be hashed is named for what it is."""
+    try:
+        mode = path.stat().st_mode
+    except FileNotFoundError:
+        return "not found"
+    except OSError as exc:
+        return f"cannot be read ({exc.strerror or exc})"
+    if stat.S_ISREG(mode):
+        return None
+    kinds = ((stat.S_ISDIR, "a directory"), (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+             (stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"))
+    return next((word for test, word in kinds if test(mode)), "not a regular file")
+
+
 def hash_artifacts(paths: Sequence[Path]) -> dict[str, str]:
-    """{path: sha256}; a missing artifact hashes to 'missing' so a deletion shows as a change."""
+    """{path: sha256}; a missing artifact hashes to 'missing' so a deletion shows as a change, and one that
+    is no regular file (a directory, /dev/zero: never read, it could not end) to what it is."""
     hashes = {}
     for path in paths:
+        what = not_a_file(path)
         try:
-            hashes[str(path)] = sha256_file(path)
+            hashes[str(path)] = "missing" if what == "not found" else what if what else sha256_file(path)
         except FileNotFoundError:
             hashes[str(path)] = "missing"
     return hashes
@@ -120,6 +139,17 @@ def allowed_environment(environ: Mapping[str, str] | None = None) -> dict[str, s
     """The allow-listed environment variables that are set (ENV_ALLOWLIST); nothing else, ever."""
     environ = os.environ if environ is None else environ
     return {name: environ[name] for name in ENV_ALLOWLIST if name in environ}
+
+
+REDACTED_PREFIX = "<redacted sha256:"
+
+
+def redacted_env(env: Mapping[str, str], record: Sequence[str] = ()) -> dict[str, str]:
+    """`env` as written to journals and findings: the variables in `record` (gate.record_env) verbatim,
+    every other value as `<redacted sha256:…>` (its first 12 hex digits), so a token set for an arm never
+    lands on disk, yet a changed value still shows as a changed hash."""
+    return {name: value if name in record else f"{REDACTED_PREFIX}{sha256_bytes(value.encode())[:12]}>"
+            for name, value in env.items()}
 
 
 def host_fingerprint() -> dict[str, object]:

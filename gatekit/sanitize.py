@@ -4,7 +4,8 @@ Whatever a driver reports (a trainer's echoed config, its trace, metric names) i
 and the finding. Both must stay valid and identical in JSON and TOML, so values that either format cannot
 hold the same way are turned into plain strings here, once, before anything is written:
 NaN/±inf → "nan"/"inf"/"-inf", dates → ISO strings, integers beyond 64 bits → strings, lone surrogates →
-U+FFFD, None → dropped (TOML has no null), nesting deeper than MAX_DEPTH → a marker string.
+U+FFFD in values and their escape (`\\udc80`) in keys, so keys stay distinct, None → dropped (TOML has no
+null), nesting deeper than MAX_DEPTH → a marker string.
 """
 
 from __future__ import annotations
@@ -51,6 +52,16 @@ def safe_text(text: str) -> str:
     return text
 
 
+def safe_key(text: str) -> str:
+    """A key (a metric name, a config or trace key) encodable as UTF-8 and still told apart: a lone
+    surrogate becomes its escape (`\\ud800`), not U+FFFD, so two keys differing only there stay two."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return text
+
+
 def _safe(value: Any, depth: int) -> Any:
     if value is None:
         return _DROP
@@ -67,7 +78,7 @@ def _safe(value: Any, depth: int) -> Any:
     if isinstance(value, (Mapping, list, tuple)) and depth >= MAX_DEPTH:
         return f"<nested deeper than {MAX_DEPTH} levels>"
     if isinstance(value, Mapping):
-        items = ((safe_text(str(k)), _safe(v, depth + 1)) for k, v in value.items())
+        items = ((safe_key(str(k)), _safe(v, depth + 1)) for k, v in value.items())
         return {k: v for k, v in items if v is not _DROP}
     if isinstance(value, (list, tuple)):
         return [v for v in (_safe(item, depth + 1) for item in value) if v is not _DROP]
@@ -93,8 +104,11 @@ def safe_outcome(outcome: RunOutcome) -> RunOutcome:
     """
     metrics: dict[str, float] = {}
     dropped: list[str] = []
+    clashes: list[str] = []
     for key, value in outcome.metrics.items():
-        name = safe_text(str(key))
+        name = safe_key(str(key))
+        if name in metrics or name in dropped:  # only a key spelled with an escape's text can clash
+            clashes.append(name)
         number = value if isinstance(value, (int, float)) and not isinstance(value, bool) else None
         try:
             number = float(number) if number is not None else None
@@ -110,6 +124,8 @@ def safe_outcome(outcome: RunOutcome) -> RunOutcome:
         earlier = [str(name) for name in earlier] if isinstance(earlier, list) else []
         trace["gatekit_dropped_metrics"] = sorted({*earlier, *dropped})
     error = safe_text(outcome.error)
+    if clashes and not error:
+        error = f"metric keys clash once lone surrogates are escaped: {', '.join(sorted(set(clashes)))}"
     wallclock = outcome.process_wallclock_s
     if not isinstance(wallclock, (int, float)) or not math.isfinite(wallclock) or wallclock < 0:
         error = error or f"the driver reported an impossible process wallclock ({wallclock!r})"

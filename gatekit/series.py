@@ -11,13 +11,17 @@ import datetime as dt
 import fcntl
 import json
 import os
+import re
 import signal
+import stat
 import time
+import tomllib
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
+import psutil
 import tomlkit
 
 from gatekit import rules
@@ -30,20 +34,22 @@ from gatekit.policy import policy_for
 from gatekit.preflight import arm_input, run_checks
 from gatekit.prereg import (PREDECISION_FILE, DecisionSpec, predecision_document, read_predecision,
                             write_predecision)
-from gatekit.processes import stop_run_processes
-from gatekit.provenance import (artifact_bytes, changed_artifacts, git_diff_stat, git_root, git_state,
-                                hash_artifacts_timed, host_fingerprint, sha256_file, software_versions)
+from gatekit.processes import child_pids, child_subreaper, escaped_evidence, stop_escapees, stop_run_processes
+from gatekit.provenance import (REDACTED_PREFIX, artifact_bytes, changed_artifacts, git_diff_stat, git_root,
+                                git_state, hash_artifacts_timed, host_fingerprint, redacted_env, sha256_file,
+                                software_versions)
 from gatekit.records import CheckResult, RunRecord, WindowSummary
 from gatekit.sanitize import safe_outcome
 from gatekit.sampler import LoadReader, WindowSampler, read_system_load, samples_csv
 from gatekit.schedule import Slot, extension, needs_seed, order_seed, plan, retry_slots
 from gatekit.signals import ignore_further_interrupts
-from gatekit.storage import Journal, atomic_write_text
+from gatekit.storage import LEGACY_JOURNAL_WARNING, Journal, atomic_write_text, line_sha256
 
 JOURNAL_FILE = "journal.jsonl"
 DONE_FILE = "DONE"
 LOCK_FILE = ".gatekit.lock"
 RESULT_FILE = "result"
+RESERVED_SUFFIX = ".reserved"  # <out>/.<finding id>.reserved: the id is held by a series
 LEFTOVER_GRACE_S = 5.0
 
 Report = Callable[[str], None]
@@ -68,10 +74,20 @@ class JournalState:
     problems: list[str] = field(default_factory=list)
     end: Mapping[str, Any] | None = None
     hash_s: list[float] = field(default_factory=list)  # artifact hashing between runs, seconds each
+    chain_head: str | None = None  # sha256 of the journal's last line (None for a legacy journal)
+    legacy: bool = False  # written before hash chains: nothing to verify, not tamper-evident
 
     @property
     def cores(self) -> int | None:
         return self.start.get("provenance_start", {}).get("host", {}).get("cpu_count")
+
+    def follow(self, journal: Journal) -> None:
+        """Keep the chain head in step with every event appended through `journal` from now on."""
+        def advance(head: str | None) -> None:
+            self.chain_head = head
+
+        self.chain_head, self.legacy = journal.head, journal.legacy
+        journal.after_append = advance
 
 
 def read_state(series_dir: Path) -> JournalState:
@@ -82,7 +98,10 @@ def read_state(series_dir: Path) -> JournalState:
     """
     path = series_dir / JOURNAL_FILE
     state: JournalState | None = None
-    for number, event in enumerate(Journal(path).events(), 1):
+    first: Any = None
+    last = b""
+    for number, (_, last, event) in enumerate(Journal(path).lines(), 1):
+        first = event if first is None else first
         kind = event.get("event") if isinstance(event, Mapping) else None
         try:
             if not isinstance(kind, str):  # (events of kinds a newer gatekit added are skipped below)
@@ -114,6 +133,8 @@ def read_state(series_dir: Path) -> JournalState:
                               "journal was edited or damaged") from None
     if state is None:
         raise SeriesError(f"{path}: empty journal; the series never started")
+    state.legacy = "prev" not in first
+    state.chain_head = None if state.legacy else line_sha256(last)
     return state
 
 
@@ -210,7 +231,8 @@ class RunLoop:
             check: Callable[[RunRecord], None] = lambda record: None) -> list[str]:
         """Run every slot not yet in `state`, then whatever `more(state)` adds, until it adds nothing.
         Returns the changed-artifact messages that stopped it early (empty when every slot ran)."""
-        with _interrupt_on_sigterm():
+        # The subreaper adopts every descendant whose parent exits, so a run's escapees are found after it.
+        with _interrupt_on_sigterm(), child_subreaper():
             try:
                 return self._run(series_dir, journal, state, slots, primary, start_artifacts, resume_hint, more,
                                  check)
@@ -236,16 +258,18 @@ class RunLoop:
                 self.report(f"[{index}/{total}] {slot.label} starting; elapsed "
                             f"{time.monotonic() - series_began:.0f} s"
                             + (f", about {eta:.0f} s left" if eta is not None else ""))
-                before, hash_before_s = hash_artifacts_timed(self.config.driver.hash)
-                changed = changed_artifacts(start_artifacts, before)
+                # Everything hashed at the start (the driver's artifacts and, for a series, the arm configs).
+                watched = [Path(p) for p in start_artifacts]
+                before, hash_before_s = hash_artifacts_timed(watched)
+                changed = [f"{m} (found before {slot.label})" for m in changed_artifacts(start_artifacts, before)]
                 if changed:
                     return changed
                 began = time.monotonic()
                 record = self.run_slot(series_dir, journal, slot, order=len(state.records) + 1,
                                        resume_hint=resume_hint)
                 durations.append(time.monotonic() - began)
-                after, hash_after_s = hash_artifacts_timed(self.config.driver.hash)
-                changed = changed_artifacts(start_artifacts, after)
+                after, hash_after_s = hash_artifacts_timed(watched)
+                changed = [f"{m} (during {slot.label})" for m in changed_artifacts(start_artifacts, after)]
                 if changed:
                     record = dataclasses.replace(record, artifacts_ok=False)
                 written = journal.append("run_end", record=record.to_dict(), hash_s=[hash_before_s, hash_after_s])
@@ -276,22 +300,34 @@ class RunLoop:
         backend = self.backend.backend
         sampler = WindowSampler(self.config.rules.sample_interval_s, read=self.load_reader_for(slot.label),
                                 telemetry=backend.sample)
+        known = child_pids()  # the gate's own children before the run: never an escapee of it
         try:
             with sampler:
                 outcome = safe_outcome(self.driver.run(request))
         except KeyboardInterrupt:
             ignore_further_interrupts()
             journal.append("interrupted", label=slot.label)
+            self._stop_escapees(journal, run_dir, slot.label, known)
             atomic_write_text(run_dir / "samples.csv", samples_csv(sampler.samples))
             raise SeriesInterrupted(f"interrupted during {slot.label}; {resume_hint}") from None
         atomic_write_text(run_dir / "samples.csv", samples_csv(sampler.samples))
+        escaped = self._stop_escapees(journal, run_dir, slot.label, known)
         telemetry = [s.extra for s in sampler.samples]
-        window = WindowSummary.of(sampler.samples, evidence=tuple(backend.window_evidence(telemetry)),
+        window = WindowSummary.of(sampler.samples, evidence=tuple(backend.window_evidence(telemetry)) + escaped,
                                   telemetry=backend.summarize(telemetry))
         record = RunRecord(order=order, arm=slot.arm, label=slot.label, pair=slot.round, outcome=outcome,
                            window=window, retry_of=slot.retry_of, started_at=started_at)
         atomic_write_text(run_dir / "record.json", json.dumps(record.to_dict(), indent=2, allow_nan=False))
         return record
+
+    def _stop_escapees(self, journal: Journal, run_dir: Path, label: str, known: set[int]) -> tuple[str, ...]:
+        """Stop and reap the processes that escaped this run (re-parented to the gate, or still naming its
+        run directory), journal them as `escaped`, and return the window evidence line naming them."""
+        escaped = stop_escapees(run_dir, known, LEFTOVER_GRACE_S)
+        if not escaped:
+            return ()
+        journal.append("escaped", label=label, processes=[e.to_dict() for e in escaped])
+        return (escaped_evidence(escaped),)
 
 
 class SeriesRunner:
@@ -326,7 +362,7 @@ class SeriesRunner:
         with runs_lock(runs_dir):
             started = now()
             series_dir = new_series_dir(runs_dir, f"{self.config.gate.id}-{started:%Y%m%d-%H%M%S}")
-            journal = Journal(series_dir / JOURNAL_FILE)
+            journal = Journal(series_dir / JOURNAL_FILE, genesis=series_dir / PREDECISION_FILE)
             state, predecision = self._preregister(series_dir, series_dir.name, started, journal)
             return self._execute(OpenSeries(series_dir, state, predecision, self.config, self.off, self.on), journal)
 
@@ -344,7 +380,7 @@ class SeriesRunner:
         self.spec = DecisionSpec.from_dict(predecision["decision"])  # the rules as frozen, not as read now
         self.policy = policy_for(self.spec.policy)
         with runs_lock(series_dir.parent):
-            journal = Journal(series_dir / JOURNAL_FILE)
+            journal = Journal(series_dir / JOURNAL_FILE, genesis=series_dir / PREDECISION_FILE)
             # Holding the lock, no gate process owns this series: whatever still runs in one of its run
             # directories is a trainer orphaned by a killed gate, and would load the runs to come.
             leftovers = [pid for prefix in dict.fromkeys((series_dir.absolute(), series_dir.resolve()))
@@ -389,14 +425,15 @@ class SeriesRunner:
             schedule = plan(self.off.name, self.on.name, spec.n, spec.order, order_seed(predecision_sha),
                             spec.warmup)
         out_dir = config.gate.out
-        finding_id = _free_finding_id(out_dir, f"{config.gate.id}-{started:%Y-%m-%d}")
+        finding_id = _reserve_finding_id(out_dir, f"{config.gate.id}-{started:%Y-%m-%d}", series_id)
         start = {
             "event": "series_start", "series_id": series_id, "finding_id": finding_id,
             "date": f"{started:%Y-%m-%d}", "started": started.isoformat(timespec="seconds"),
             "gate_path": str(config.path), "gate_sha256": gate_sha256, "predecision_sha256": predecision_sha,
             "off_arm": self.off.name, "on_arm": self.on.name, "out_dir": str(out_dir),
             "schedule": [s.to_dict() for s in schedule],
-            "arms": {a.name: {"config": str(a.config) if a.config else "", "args": list(a.args), "env": dict(a.env)}
+            "arms": {a.name: {"config": str(a.config) if a.config else "", "args": list(a.args),
+                              "env": redacted_env(a.env, config.gate.record_env)}
                      for a in (self.off, self.on)},
             "provenance_start": {"artifacts": artifacts, "git": git_state(config.base_dir).to_dict(),
                                  "host": host_fingerprint(), "software": software_versions(),
@@ -419,6 +456,7 @@ class SeriesRunner:
 
     def _execute(self, opened: OpenSeries, journal: Journal) -> SeriesResult:
         series_dir, state = opened.series_dir, opened.state
+        state.follow(journal)  # the finding records the chain head as of its last event
         if state.end is not None or state.problems:  # ended (invalid or finished) before its finding
             return self._finish(opened, journal)
         slots = [Slot.from_dict(s) for s in state.start["schedule"]]
@@ -426,7 +464,8 @@ class SeriesRunner:
                   retry_slots(self.off.name, self.on.name, r["round"], r["replaces"], r.get("first"))]
         slots += [Slot.from_dict(s) for e in state.extensions for s in e["slots"]]
         changed = self.loop.run(series_dir, journal, state, slots, primary=self.spec.primary,
-                                start_artifacts=state.start["provenance_start"]["artifacts"],
+                                start_artifacts={**state.start["provenance_start"]["artifacts"],
+                                                 **_arm_config_hashes(opened.predecision)},
                                 resume_hint=f"resume with: gate run --resume {series_dir}",
                                 more=lambda current: self._more_slots(opened, journal))
         for message in changed:
@@ -499,9 +538,14 @@ class SeriesRunner:
             state.end = journal.append(**end)
         # The state is the journal as written, event for event, so this is what `gate analyze` computes.
         finding = analyze(evidence_from_state(opened))
+        out_dir = Path(state.start["out_dir"])
         try:
-            paths = write_finding(finding, Path(state.start["out_dir"]))
+            _remove_stale_temp_files(out_dir)  # what a gate killed while writing a finding left there
+            _check_finding_id(out_dir, state.start["finding_id"], state.start["series_id"])
+            paths = write_finding(finding, out_dir)
             atomic_write_text(series_dir / DONE_FILE, f"{finding.decision.value}\n{paths[0]}\n")
+            # The finding now holds its id (its meta.series_id is this series): the marker has done its job.
+            _reservation(out_dir, state.start["finding_id"]).unlink(missing_ok=True)
         except (GatekitError, OSError) as exc:
             what = exc if isinstance(exc, GatekitError) else f"{exc.filename}: {exc.strerror or exc}"
             raise OutputError(f"{what}. The series itself is complete and journaled in {series_dir}: fix the "
@@ -530,12 +574,95 @@ def new_series_dir(runs_dir: Path, name: str) -> Path:
     return series_dir
 
 
-def _free_finding_id(out_dir: Path, base: str) -> str:
+# atomic_write_bytes' temp files: `.<name>.<8 random characters>.tmp` (tempfile.mkstemp's pattern).
+_TEMP_FILE = re.compile(r"\..+\.[A-Za-z0-9_]{8}\.tmp")
+STALE_TEMP_S = 60.0
+
+
+def _remove_stale_temp_files(folder: Path) -> list[Path]:
+    """Remove the temp files of atomic writes that a killed gate left in `folder`: our own naming pattern,
+    last written before this process started and over a minute ago (a live writer's temp file is seconds
+    old). Returns what it removed; a folder it cannot list or a file it cannot remove is left alone."""
+    began = psutil.Process().create_time()  # wall-clock timestamps on both sides: a comparison, no duration
+    removed = []
+    try:
+        entries = list(os.scandir(folder))
+    except OSError:
+        return removed
+    for entry in entries:
+        if not _TEMP_FILE.fullmatch(entry.name):
+            continue
+        try:
+            info = entry.stat(follow_symlinks=False)
+            if stat.S_ISREG(info.st_mode) and info.st_mtime < began - STALE_TEMP_S:
+                os.unlink(entry.path)
+                removed.append(Path(entry.path))
+        except OSError:
+            continue
+    return removed
+
+
+def _reservation(out_dir: Path, finding_id: str) -> Path:
+    """The marker `<out>/.<id>.reserved` that holds a finding id for one series (its series id inside)."""
+    return out_dir / f".{finding_id}{RESERVED_SUFFIX}"
+
+
+def _reserve_finding_id(out_dir: Path, base: str, series_id: str) -> str:
+    """The first id of `base`, `base-2`, … that no finding and no other series holds, reserved for this
+    series at its start by an exclusive create of its marker (O_CREAT|O_EXCL: of two series starting at
+    once, one gets it). An interrupted series keeps its id until its finding is written, so a series that
+    starts and finishes meanwhile takes the next one. An out folder that cannot be written now gives the id
+    unreserved; `_finish` still refuses to overwrite another series' finding."""
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+    except OSError:
+        pass  # a file in its way or no permission: the finding write names the problem later
+    _remove_stale_temp_files(out_dir)
     candidate, k = base, 1
-    while (out_dir / f"{candidate}.toml").exists():
+    while True:
+        if not any((out_dir / f"{candidate}{suffix}").exists() for suffix in (".toml", ".json")):
+            marker = _reservation(out_dir, candidate)
+            try:
+                fd = os.open(marker, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+            except FileExistsError:
+                pass  # another series holds it
+            except OSError:
+                return candidate
+            else:
+                try:
+                    with os.fdopen(fd, "w") as handle:
+                        handle.write(f"{series_id}\n")
+                except OSError:  # a full disk: no half marker left behind
+                    marker.unlink(missing_ok=True)
+                return candidate
         k += 1
         candidate = f"{base}-{k}"
-    return candidate
+
+
+def _finding_owner(path: Path) -> str:
+    """meta.series_id of the finding file at `path` ('' when it names none or cannot be read)."""
+    try:
+        data = json.loads(path.read_text()) if path.suffix == ".json" else tomllib.loads(path.read_text())
+        owner = data.get("meta", {}).get("series_id")
+    except (OSError, ValueError, AttributeError):
+        return ""
+    return owner if isinstance(owner, str) else ""
+
+
+def _check_finding_id(out_dir: Path, finding_id: str, series_id: str) -> None:
+    """Refuse to write this series' finding over one another series wrote or reserved."""
+    marker = _reservation(out_dir, finding_id)
+    try:
+        holder = marker.read_text().strip() if marker.is_file() else series_id
+    except OSError:
+        holder = series_id
+    owners = [(marker, holder)] + [(path, _finding_owner(path)) for suffix in (".json", ".toml")
+                                   if (path := out_dir / f"{finding_id}{suffix}").is_file()]
+    for path, owner in owners:
+        if owner != series_id:
+            raise OutputError(f"{path}: finding id '{finding_id}' belongs to series '{owner or 'unknown'}', not "
+                              f"to this series '{series_id}'; refusing to overwrite it (move it away to write "
+                              "this one)")
 
 
 def _check_gate_file(path: Path, start: Mapping[str, Any]) -> None:
@@ -543,6 +670,11 @@ def _check_gate_file(path: Path, start: Mapping[str, Any]) -> None:
     if current != start["gate_sha256"]:
         raise SeriesError(f"{path}: changed since the series started (sha256 {start['gate_sha256']} -> "
                           f"{current}); restore it or start a new series")
+
+
+def _arm_config_hashes(predecision: Mapping[str, Any]) -> dict[str, str]:
+    """{path: sha256} of the arm configs as preregistered: watched around every run like the artifacts."""
+    return {info["path"]: info["sha256"] for info in predecision["arm_configs"].values() if info.get("path")}
 
 
 def _check_arm_configs(predecision: Mapping[str, Any]) -> None:
@@ -599,10 +731,14 @@ def open_series(series_dir: Path, gate_path: Path | None = None) -> OpenSeries:
     for name in (start["off_arm"], start["on_arm"]):
         if name in config.arms:
             arms.append(config.arms[name])
-        else:  # an ad-hoc arm given as a path to its .toml
+        else:  # an ad-hoc arm given as a path to its .toml (sha256 verified above): read again from it
             info = start["arms"][name]
-            arms.append(ArmSpec(name=name, config=Path(info["config"]) if info["config"] else None,
-                                args=tuple(info["args"]), env=info["env"]))
+            arm = config.arm(info["config"]) if info["config"] else ArmSpec(name=name)
+            if any(str(v).startswith(REDACTED_PREFIX) for v in info["env"].values()):  # never run on a hash
+                raise SeriesError(f"{series_dir}: arm '{name}' had environment values that were only journaled "
+                                  "redacted; resume it with a gate file that defines the arm")
+            arms.append(dataclasses.replace(arm, name=name, args=tuple(info["args"]),
+                                            env=arm.env or dict(info["env"])))
     return OpenSeries(series_dir, state, predecision, config, arms[0], arms[1])
 
 
@@ -631,7 +767,7 @@ def evidence_from_state(opened: OpenSeries | tuple[Path, JournalState, Mapping[s
             "artifact_bytes": hashing["artifact_bytes"], "series_start_s": hashing["hash_s"],
             "between_runs_count": len(between), "between_runs_max_s": max(between, default=0.0),
             "total_s": hashing["hash_s"] + sum(between) + (end_s or 0.0)}
-    warnings: list[str] = []
+    warnings: list[str] = [LEGACY_JOURNAL_WARNING] if state.legacy else []
     problems = list(state.problems)
     if state.end is not None:
         end = state.end["provenance_end"]
@@ -656,6 +792,7 @@ def evidence_from_state(opened: OpenSeries | tuple[Path, JournalState, Mapping[s
         predecision_sha256=start["predecision_sha256"], provenance=provenance,
         invalid_reasons=tuple(problems), warnings=tuple(warnings), config_paths=tuple(config_paths),
         related_runs=tuple(_display(series_dir / r.label, base) for r in records),
+        chain_head=state.chain_head,
     )
 
 
@@ -672,8 +809,17 @@ def _relative_keys(hashes: Mapping[str, str], base: Path) -> dict[str, str]:
 
 
 def analyze_series(series_dir: Path, config: GateConfig | None = None) -> Finding:
-    """Recompute a series' finding offline: the journal replayed once, the predecision hash verified (and,
-    given the gate's config, the gate file and arm configs too)."""
+    """Recompute a series' finding offline: the evidence verified first (`verify.verify_series`: the
+    journal's hash chain, the predecision hash, every record.json; exit 3 on tampering), then the journal
+    replayed once (and, given the gate's config, the gate file and arm configs checked too)."""
+    from gatekit.verify import verify_series
+
+    verify_series(series_dir)
+    return analyze_unverified(series_dir, config)
+
+
+def analyze_unverified(series_dir: Path, config: GateConfig | None = None) -> Finding:
+    """`analyze_series` without the verification (the verifier's own recomputation)."""
     state = read_state(series_dir)
     if config is not None:
         predecision = verify_unchanged(series_dir, state, config)

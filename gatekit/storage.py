@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import tempfile
 from pathlib import Path
-from typing import Any, Iterator, Mapping
+from typing import Any, Callable, Iterator, Mapping
 
 from gatekit.errors import GatekitError, OutputError, SeriesError
 from gatekit.signals import signals_deferred
@@ -59,22 +60,79 @@ def write_output(path: Path, text: str, what: str) -> None:
         raise GatekitError(f"{path}: cannot write the {what}: {exc.strerror or exc}") from None
 
 
+LEGACY_JOURNAL_WARNING = "journal written before hash chains: not tamper-evident"
+# The chain's anchor when a journal has no predecision file before it (a calibration): sha256 of no bytes.
+EMPTY_SHA256 = hashlib.sha256(b"").hexdigest()
+
+
+def line_sha256(line: bytes) -> str:
+    """The hash chain's link: sha256 (hex) of a journal line's exact bytes, without its newline."""
+    return hashlib.sha256(line).hexdigest()
+
+
 class Journal:
     """`journal.jsonl`: one JSON event a line, flushed and fsynced before the call returns.
 
     An event is written whole or not at all: signals are held back while it is written, a failed write is
     truncated away, and a line torn by a kill (no newline at the end of the file) is dropped before the
     next event is appended, so it can never end up in the middle of the journal.
+
+    The lines form a hash chain: every event carries `prev`, the sha256 of the line before it; the first
+    carries the sha256 of `genesis` (the predecision file, written before it) or of no bytes when there is
+    none. A journal whose first event has no `prev` was written before hash chains and is continued
+    without them (`legacy`).
     """
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, genesis: Path | None = None) -> None:
         self.path = path
+        self.genesis = genesis
         self._tail_checked = False
+        self._loaded = False
+        self._head: str | None = None
+        self._legacy = False
+        # told the new chain head after every event written (JournalState.follow keeps its head in step)
+        self.after_append: Callable[[str | None], None] | None = None
+
+    @property
+    def head(self) -> str | None:
+        """sha256 of the last complete line (None: empty, or a legacy journal without a chain)."""
+        self._ensure_loaded()
+        return self._head
+
+    @property
+    def legacy(self) -> bool:
+        """Whether the journal was written before hash chains (its first event has no `prev`)."""
+        self._ensure_loaded()
+        return self._legacy
+
+    def _ensure_loaded(self) -> None:
+        if not self._loaded:
+            try:
+                content = self.path.read_bytes()
+            except FileNotFoundError:
+                content = b""
+            self._load(content[:content.rfind(b"\n") + 1])  # a torn last line is dropped by the next append
+
+    def _load(self, content: bytes) -> None:
+        """Chain state of the complete lines in `content`."""
+        lines = [line for line in content.split(b"\n") if line.strip()]
+        self._head, self._legacy = None, False
+        if lines:
+            try:
+                first = json.loads(lines[0])
+            except ValueError:
+                first = None  # damaged, not legacy: the chain goes on and verification names the line
+            self._legacy = isinstance(first, dict) and "prev" not in first
+            self._head = None if self._legacy else line_sha256(lines[-1])
+        self._loaded = True
+
+    def _anchor(self) -> str:
+        if self.genesis is not None and self.genesis.is_file():
+            return hashlib.sha256(self.genesis.read_bytes()).hexdigest()
+        return EMPTY_SHA256
 
     def append(self, event: str, **fields: Any) -> dict[str, Any]:
         """Write one event; returns it as a reader of the journal will see it (keys sorted, plain JSON)."""
-        text = json.dumps({"event": event, **fields}, sort_keys=True, allow_nan=False)
-        data = (text + "\n").encode("utf-8")
         with signals_deferred():
             size = 0
             try:
@@ -86,6 +144,11 @@ class Journal:
                 if size and not self._tail_checked:
                     size = _drop_torn_tail(fd, size)
                 self._tail_checked = True
+                if not self._loaded:
+                    self._load(_read_all(fd, size))
+                chain = {} if self._legacy else {"prev": self._head or self._anchor()}
+                text = json.dumps({"event": event, **fields, **chain}, sort_keys=True, allow_nan=False)
+                data = (text + "\n").encode("utf-8")
                 view = memoryview(data)
                 while view:
                     view = view[os.write(fd, view):]
@@ -98,6 +161,10 @@ class Journal:
                 raise self._failed(event, exc) from None
             finally:
                 os.close(fd)
+            if not self._legacy:
+                self._head = line_sha256(data[:-1])
+        if self.after_append is not None:
+            self.after_append(self._head)
         return json.loads(text)
 
     def _failed(self, event: str, exc: OSError) -> OutputError:
@@ -108,16 +175,22 @@ class Journal:
 
     def events(self) -> Iterator[Mapping[str, Any]]:
         """Every complete event; a torn last line (killed mid-write) is ignored, anything else is an error."""
+        for _, _, event in self.lines():
+            yield event
+
+    def lines(self) -> Iterator[tuple[int, bytes, Any]]:
+        """(line number, the line's exact bytes, its event) of every event, as `events` reads them."""
         try:
-            lines = self.path.read_text(encoding="utf-8").split("\n")
+            content = self.path.read_bytes()
         except FileNotFoundError:
             raise SeriesError(f"{self.path}: no journal here; is this a series directory?") from None
+        lines = content.split(b"\n")
         for number, line in enumerate(lines, 1):
             if not line.strip():
                 continue
             try:
-                yield json.loads(line)
-            except json.JSONDecodeError:
+                yield number, line, json.loads(line.decode("utf-8"))
+            except (json.JSONDecodeError, UnicodeDecodeError):
                 if number == len(lines):  # the last line lacks its newline: a write was cut off
                     return
                 raise SeriesError(f"{self.path}: line {number} is not a JSON event; the journal is damaged") from None
@@ -131,3 +204,14 @@ def _drop_torn_tail(fd: int, size: int) -> int:
     keep = content.rfind(b"\n") + 1
     os.ftruncate(fd, keep)
     return keep
+
+
+def _read_all(fd: int, size: int) -> bytes:
+    chunks, offset = [], 0
+    while offset < size:
+        chunk = os.pread(fd, size - offset, offset)
+        if not chunk:
+            break
+        chunks.append(chunk)
+        offset += len(chunk)
+    return b"".join(chunks)

@@ -205,11 +205,12 @@ def test_analyze_reproduces_the_finding_exactly(gate_dir) -> None:
     done = gate_invoke("analyze", str(series), "--json", cwd=g.root)
     assert done.returncode == 0, done.stderr
     assert done.stdout == g.findings()[0].read_text()
-    # a predecision edited after the fact is refused
+    # a predecision edited after the fact is refused: the journal's chain is anchored on its sha256
     predecision = series / "predecision.toml"
     predecision.write_text(predecision.read_text().replace('load_stat = "max"', 'load_stat = "mean"'))
     done = gate_invoke("analyze", str(series), cwd=g.root)
-    assert done.returncode == 2 and "does not match the registered" in done.stderr
+    assert done.returncode == 3 and "(series_start): prev does not match" in done.stderr
+    assert "predecision.toml" in done.stderr
 
 
 class _LoadScript:

@@ -40,17 +40,17 @@ def test_resume_replays_the_journal_once_and_hashes_each_file_once(gate_dir, mon
     gate_path, series_dir = _interrupted_series(gate_dir)
     replays: list[Path] = []
     hashed: list[str] = []
-    original_events, original_sha = Journal.events, provenance.sha256_file
+    original_lines, original_sha = Journal.lines, provenance.sha256_file
 
-    def counting_events(self):  # type: ignore[no-untyped-def]
+    def counting_lines(self):  # type: ignore[no-untyped-def]  # Journal.events reads through lines too
         replays.append(self.path)
-        return original_events(self)
+        return original_lines(self)
 
     def counting_sha(path: Path) -> str:
         hashed.append(Path(path).name)
         return original_sha(path)
 
-    monkeypatch.setattr(Journal, "events", counting_events)
+    monkeypatch.setattr(Journal, "lines", counting_lines)
     for module in (series, prereg):
         monkeypatch.setattr(module, "sha256_file", counting_sha)
     predecision_reads: list[Path] = []

@@ -147,7 +147,11 @@ def events(series: Path) -> list[dict[str, Any]]:
 
 def assert_journal_consistent(series: Path) -> list[dict[str, Any]]:
     """The journal replays: starts with series_start, every run_end follows its run_start, every finished
-    run's record.json equals its journaled record, and the run in flight (if any) has no run_end."""
+    run's record.json equals its journaled record, the hash chain is intact (`gate verify`), and the run in
+    flight (if any) has no run_end."""
+    from gatekit.verify import verify_series
+
+    verify_series(series)
     journal = events(series)
     assert journal[0]["event"] == "series_start"
     started: list[str] = []

@@ -13,6 +13,8 @@ from typing import Callable
 
 import pytest
 
+from gatekit.errors import SeriesError
+from gatekit.series import read_state
 from tests.conftest import gate_invoke
 from tests.faults.faultkit import (FaultGate, alive, assert_journal_consistent, fault_gate, finish, kill_quietly,
                                    start_gate)
@@ -158,10 +160,13 @@ def test_an_edited_journal_is_one_clear_error(finished_series: Path, tmp_path: P
     journal = series / "journal.jsonl"
     events = [json.loads(line) for line in journal.read_text().splitlines()]
     journal.write_text("".join(json.dumps(e) + "\n" for e in JOURNAL_DAMAGE[damage](events)))
+    # `gate analyze` verifies first: the edit breaks the hash chain (exit 3, naming the journal's line)
     done = gate_invoke("analyze", str(series), cwd=tmp_path)
-    assert done.returncode == 2, done.stderr
-    line = _one_error(done.stderr)
-    assert f"{journal}: event " in line and "the journal was edited or damaged" in line
+    assert done.returncode == 3, done.stderr
+    assert f"{journal}: line " in _one_error(done.stderr)
+    # replaying it (as --resume does) names the event that is not what gatekit wrote
+    with pytest.raises(SeriesError, match=r"event \d+ .* the journal was edited or damaged"):
+        read_state(series)
 
 
 @pytest.fixture(scope="module")

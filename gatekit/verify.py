@@ -1,0 +1,285 @@
+"""Verifying a series' evidence (pure reading): the journal's hash chain, the predecision it is anchored
+on, every run folder's `record.json` against its journal event, a finding against its recomputation, and
+an optional Ed25519 signature of the finding and the chain head.
+
+The first disagreement is a `VerificationError` (exit 3) naming the file and the line. What a chain can and
+cannot show is in docs/reliability.md ("Tamper evidence"): without a key, an attacker who rewrites every
+file consistently is caught only where the chain head was published elsewhere (the CI summary prints it).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping
+
+from gatekit.errors import ConfigError, GatekitError, SeriesError, VerificationError
+from gatekit.storage import EMPTY_SHA256, LEGACY_JOURNAL_WARNING, Journal, atomic_write_text, line_sha256
+
+JOURNAL_FILE = "journal.jsonl"  # series.JOURNAL_FILE (series imports the statistics; this module must not)
+PREDECISION_FILE = "predecision.toml"  # prereg.PREDECISION_FILE
+RECORD_FILE = "record.json"
+SIGNATURE_SCHEMA = "gatekit.signature/1"
+SIGN_EXTRA = "pip install 'gatekit[sign]'"
+# sections of a finding that are recomputed from the journal and must be equal (paths differ by machine)
+RECOMPUTED_SECTIONS = ("runs", "stats", "guards", "sensitivity", "verdict", "sequential")
+
+
+@dataclass(frozen=True, slots=True)
+class VerifyReport:
+    """What a verification checked: events chained, records cross-checked, finding and signature."""
+
+    series_dir: Path
+    events: int
+    chain_head: str | None  # None: a legacy journal (no chain to verify)
+    records: int
+    finding: Path | None = None
+    signature: Path | None = None
+    warnings: tuple[str, ...] = ()
+
+    @property
+    def legacy(self) -> bool:
+        return self.chain_head is None
+
+
+def verify_series(series_dir: Path, finding_path: Path | None = None, *,
+                  pubkey: Path | None = None) -> VerifyReport:
+    """Recompute the chain, check the predecision hash and every `record.json`; given a finding, check it
+    equals what `analyze_series` recomputes and records the journal's chain head; given a public key,
+    check the finding's signature. Raises VerificationError at the first disagreement."""
+    journal_path = series_dir / JOURNAL_FILE
+    events, head, run_ends = _verify_chain(series_dir, journal_path)
+    for label, (number, record) in sorted(run_ends.items()):
+        _verify_record(series_dir / label / RECORD_FILE, journal_path, number, record)
+    warnings = (LEGACY_JOURNAL_WARNING,) if head is None else ()
+    signature = None
+    if finding_path is not None:
+        _verify_finding(series_dir, finding_path, head)
+        if pubkey is not None:
+            signature = check_signature(finding_path, head, pubkey)
+    elif pubkey is not None:
+        raise ConfigError("--pubkey checks a finding's signature: name the finding too "
+                          "(gate verify SERIES_DIR FINDING --pubkey FILE)")
+    return VerifyReport(series_dir, events, head, len(run_ends), finding_path, signature, warnings)
+
+
+def _verify_chain(series_dir: Path, journal_path: Path) -> tuple[int, str | None,
+                                                                   dict[str, tuple[int, Mapping[str, Any]]]]:
+    """(events, chain head or None for a legacy journal, {label: (line, record) of its latest run_end})."""
+    if not journal_path.is_file():
+        raise SeriesError(f"{journal_path}: no journal here; is this a series directory?")
+    try:
+        lines = list(Journal(journal_path).lines())
+    except SeriesError as exc:  # a line that is not JSON in the middle of the journal
+        raise VerificationError(str(exc)) from None
+    if not lines:
+        raise VerificationError(f"{journal_path}: empty journal; nothing to verify")
+    first = lines[0][2]
+    chained = isinstance(first, Mapping) and "prev" in first
+    previous: tuple[int, bytes] | None = None
+    run_ends: dict[str, tuple[int, Mapping[str, Any]]] = {}
+    for number, line, event in lines:
+        if not isinstance(event, Mapping) or not isinstance(event.get("event"), str):
+            raise VerificationError(f"{journal_path}: line {number}: not a journal event")
+        kind = event["event"]
+        where = f"{journal_path}: line {number} ({kind})"
+        if chained:
+            if previous is None:
+                expected, source = _anchor(series_dir, event, where)
+            else:
+                expected, source = line_sha256(previous[1]), f"line {previous[0]}"
+            if "prev" not in event:
+                raise VerificationError(f"{where}: has no prev; the chain from line {lines[0][0]} is broken")
+            if event["prev"] != expected:
+                raise VerificationError(f"{where}: prev does not match {source}")
+        if kind == "series_start" and previous is None:
+            _verify_predecision(series_dir, event, where)
+        if kind == "run_end":
+            record = event.get("record")
+            label = record.get("label") if isinstance(record, Mapping) else None
+            if not isinstance(label, str) or not label or "/" in label or label.startswith("."):
+                raise VerificationError(f"{where}: has no usable record.label")
+            run_ends[label] = (number, record)
+        previous = (number, line)
+    assert previous is not None
+    return len(lines), line_sha256(previous[1]) if chained else None, run_ends
+
+
+def _anchor(series_dir: Path, event: Mapping[str, Any], where: str) -> tuple[str, str]:
+    """What the first event's prev must be: the predecision's sha256 (a series), or of no bytes."""
+    path = series_dir / PREDECISION_FILE
+    if event.get("event") == "series_start":
+        return _file_sha256(path, where), str(path)
+    return EMPTY_SHA256, "the empty anchor of a journal without a predecision"
+
+
+def _verify_predecision(series_dir: Path, start: Mapping[str, Any], where: str) -> None:
+    path = series_dir / PREDECISION_FILE
+    actual = _file_sha256(path, where)
+    if start.get("predecision_sha256") != actual:
+        raise VerificationError(f"{path}: sha256 {actual} differs from {where.split(': ', 1)[1]}'s "
+                                f"predecision_sha256 {start.get('predecision_sha256')}; the rules were changed "
+                                "after the series started")
+
+
+def _file_sha256(path: Path, where: str) -> str:
+    try:
+        return hashlib.sha256(path.read_bytes()).hexdigest()
+    except OSError as exc:
+        raise VerificationError(f"{path}: cannot read ({exc.strerror or exc}); {where} is anchored on it") from None
+
+
+def _verify_record(path: Path, journal_path: Path, number: int, journaled: Mapping[str, Any]) -> None:
+    try:
+        written = json.loads(path.read_bytes())
+    except FileNotFoundError:
+        raise VerificationError(f"{path}: missing; journal line {number} records this run") from None
+    except (OSError, ValueError) as exc:
+        raise VerificationError(f"{path}: unreadable ({exc}); journal line {number} records this run") from None
+    difference = first_difference(written, journaled)
+    if difference is not None:
+        raise VerificationError(f"{path}: differs from {journal_path.name} line {number}: {difference}")
+
+
+def first_difference(left: Any, right: Any, key: str = "") -> str | None:
+    """The first place two plain documents differ, as `dotted.key left != right`; None when equal as data."""
+    stack = [(key, left, right)]
+    while stack:
+        where, a, b = stack.pop()
+        if isinstance(a, Mapping) and isinstance(b, Mapping):
+            keys = list(dict.fromkeys([*a, *b]))
+            stack += [(f"{where}.{k}" if where else str(k), a.get(k, _MISSING), b.get(k, _MISSING))
+                      for k in reversed(keys)]
+        elif isinstance(a, list) and isinstance(b, list) and len(a) == len(b):
+            stack += [(f"{where}[{i}]", x, y) for i, (x, y) in reversed(list(enumerate(zip(a, b))))]
+        elif a != b or (type(a) is bool) != (type(b) is bool):
+            return f"{where or '(top level)'} {_show(a)} != {_show(b)}"
+    return None
+
+
+class _Missing:
+    def __repr__(self) -> str:
+        return "missing"
+
+
+_MISSING = _Missing()
+
+
+def _show(value: Any) -> str:
+    return "missing" if value is _MISSING else json.dumps(value, ensure_ascii=False)[:120]
+
+
+def _verify_finding(series_dir: Path, finding_path: Path, head: str | None) -> None:
+    """The finding's recomputed sections equal the journal's recomputation; its chain head is the journal's."""
+    from gatekit.finding import load_finding
+    from gatekit.series import analyze_unverified
+
+    written = load_finding(finding_path)
+    recomputed = analyze_unverified(series_dir)
+    if written.predecision.chain_head != head:
+        raise VerificationError(f"{finding_path}: predecision.chain_head {written.predecision.chain_head} != "
+                                f"the journal's chain head {head}")
+    if written.predecision.sha256 != recomputed.predecision.sha256:
+        raise VerificationError(f"{finding_path}: predecision.sha256 {written.predecision.sha256} != "
+                                f"{recomputed.predecision.sha256} in the journal")
+    mine, theirs = written.to_dict(), recomputed.to_dict()
+    if head is None:  # a legacy finding was written without the warning its re-analysis adds
+        theirs["verdict"]["warnings"] = [w for w in theirs["verdict"].get("warnings", [])
+                                         if w != LEGACY_JOURNAL_WARNING]
+    for section in RECOMPUTED_SECTIONS:
+        difference = first_difference(mine.get(section, _MISSING), theirs.get(section, _MISSING), section)
+        if difference is not None:
+            raise VerificationError(f"{finding_path}: differs from the finding recomputed from {series_dir}: "
+                                    f"{difference}")
+
+
+# -- signatures ------------------------------------------------------------------------------------------
+
+def signature_path(finding_path: Path) -> Path:
+    """`<out>/<id>.sig` beside `<id>.toml` and `<id>.json`."""
+    return finding_path.with_suffix(".sig")
+
+
+def _signed_message(finding_sha256: str, chain_head: str | None) -> bytes:
+    return f"{SIGNATURE_SCHEMA}\nfinding-sha256 {finding_sha256}\nchain-head {chain_head or 'none'}\n".encode()
+
+
+def _crypto() -> Any:
+    try:
+        from cryptography.hazmat.primitives import serialization
+        from cryptography.hazmat.primitives.asymmetric import ed25519
+    except ImportError:
+        raise ConfigError(f"signing needs the cryptography package: {SIGN_EXTRA}") from None
+    return serialization, ed25519
+
+
+def load_signing_key(key_path: Path) -> Any:
+    """An Ed25519 private key from a PEM file (unencrypted); ConfigError naming the file otherwise."""
+    serialization, ed25519 = _crypto()
+    try:
+        key = serialization.load_pem_private_key(key_path.read_bytes(), password=None)
+    except OSError as exc:
+        raise ConfigError(f"{key_path}: cannot read the signing key: {exc.strerror or exc}") from None
+    except (ValueError, TypeError) as exc:
+        raise ConfigError(f"{key_path}: not an unencrypted PEM private key ({exc})") from None
+    if not isinstance(key, ed25519.Ed25519PrivateKey):
+        raise ConfigError(f"{key_path}: is not an Ed25519 key (gatekit signs with Ed25519)")
+    return key
+
+
+def _public_hex(public_key: Any) -> str:
+    serialization, _ = _crypto()
+    return public_key.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw).hex()
+
+
+def sign_finding(json_path: Path, chain_head: str | None, key: Any) -> Path:
+    """Sign the finding's JSON bytes (by their sha256) and the chain head; writes and returns `<id>.sig`."""
+    finding_sha256 = hashlib.sha256(json_path.read_bytes()).hexdigest()
+    signature = key.sign(_signed_message(finding_sha256, chain_head))
+    document = {"schema": SIGNATURE_SCHEMA, "algorithm": "ed25519", "public_key": _public_hex(key.public_key()),
+                "finding": json_path.name, "finding_sha256": finding_sha256, "chain_head": chain_head,
+                "signature": signature.hex()}
+    path = signature_path(json_path)
+    try:
+        atomic_write_text(path, json.dumps(document, indent=2) + "\n")
+    except OSError as exc:
+        raise GatekitError(f"{path}: cannot write the signature: {exc.strerror or exc}") from None
+    return path
+
+
+def check_signature(finding_path: Path, chain_head: str | None, pubkey_path: Path) -> Path:
+    """Check `<id>.sig` against the public key (PEM), the finding's JSON bytes and the chain head."""
+    serialization, ed25519 = _crypto()
+    from cryptography.exceptions import InvalidSignature
+
+    try:
+        public_key = serialization.load_pem_public_key(pubkey_path.read_bytes())
+    except OSError as exc:
+        raise ConfigError(f"{pubkey_path}: cannot read the public key: {exc.strerror or exc}") from None
+    except (ValueError, TypeError) as exc:
+        raise ConfigError(f"{pubkey_path}: not a PEM public key ({exc})") from None
+    if not isinstance(public_key, ed25519.Ed25519PublicKey):
+        raise ConfigError(f"{pubkey_path}: is not an Ed25519 public key")
+    path = signature_path(finding_path)
+    try:
+        document = json.loads(path.read_bytes())
+        signature = bytes.fromhex(document["signature"])
+    except FileNotFoundError:
+        raise VerificationError(f"{path}: missing; the finding was not signed (gate run --sign-key)") from None
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise VerificationError(f"{path}: not a gatekit signature ({exc!r})") from None
+    json_path = finding_path.with_suffix(".json")
+    try:
+        finding_sha256 = hashlib.sha256(json_path.read_bytes()).hexdigest()
+    except OSError as exc:
+        raise VerificationError(f"{json_path}: cannot read the signed finding: {exc.strerror or exc}") from None
+    if document.get("public_key") != _public_hex(public_key):
+        raise VerificationError(f"{path}: signed by public key {document.get('public_key')}, not by {pubkey_path}")
+    try:
+        public_key.verify(signature, _signed_message(finding_sha256, chain_head))
+    except InvalidSignature:
+        raise VerificationError(f"{path}: the signature does not match {json_path.name} (sha256 {finding_sha256}) "
+                                f"and chain head {chain_head}") from None
+    return path

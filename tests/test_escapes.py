@@ -1,0 +1,198 @@
+"""No process escapes its run (issue 11, point 4): the exact reproduction — a trainer that starts a CPU
+burner with `Popen(..., start_new_session=True, env={})` and returns at once — with real processes.
+
+The burner leaves the trainer's process group and carries no GATEKIT_RUN_DIR, so only the child subreaper
+finds it: re-parented to the gate when the trainer exits, it is recorded, stopped and reaped at the end of
+its run, counted as evidence for that run, and journaled as `escaped`.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import sys
+import time
+import tomllib
+import uuid
+from pathlib import Path
+from typing import Iterator
+
+import psutil
+import pytest
+
+from gatekit import processes
+from gatekit.config import load_gate
+from gatekit.series import JOURNAL_FILE, SeriesRunner
+from tests.conftest import GateDir, gate_cli, write_toml
+from tests.faults.faultkit import events, finish, start_gate, wait_for
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the child subreaper is Linux-only")
+
+# Starts the burner, writes its pid, then runs the fixture trainer as usual. Every run first notes whether
+# an earlier run's burner is still alive, so the test sees what the next run saw.
+ESCAPING_TRAINER = '''
+import os, runpy, subprocess, sys, tomllib
+
+config = tomllib.load(open(sys.argv[sys.argv.index("--config") + 1], "rb"))
+escape = config["escape"]
+run = os.environ["GATEKIT_RUN"]
+if os.path.exists(escape["pid_file"]):
+    pid = open(escape["pid_file"]).read().strip()
+    try:
+        state = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        state = "gone"
+    with open(escape["seen_file"], "a") as handle:
+        handle.write(f"{run} {state}\\n")
+if escape["label"] == run:
+    burn = "import sys, time\\nend = time.monotonic() + float(sys.argv[1])\\nwhile time.monotonic() < end: pass"
+    child = subprocess.Popen([sys.executable, "-c", burn, str(escape["burn_s"]), escape["token"]],
+                             start_new_session=escape.get("setsid", True), env={}, stdin=subprocess.DEVNULL,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    with open(escape["pid_file"] + ".tmp", "w") as handle:
+        handle.write(str(child.pid))
+    os.rename(escape["pid_file"] + ".tmp", escape["pid_file"])
+    if escape.get("hold"):  # stay in the run until the gate is interrupted
+        import time
+        time.sleep(600)
+sys.argv[0] = "fake_trainer.py"
+runpy.run_path("fake_trainer.py", run_name="__main__")
+'''
+
+
+def _burners(token: str) -> list[psutil.Process]:
+    found = []
+    for process in psutil.process_iter(["cmdline"]):
+        if token in (process.info["cmdline"] or []):
+            found.append(process)
+    return found
+
+
+@pytest.fixture
+def token() -> Iterator[str]:
+    """A word only this test's burner carries; whatever carries it is killed afterwards, pass or fail."""
+    word = f"gatekit-escape-{uuid.uuid4().hex}"
+    try:
+        yield word
+    finally:
+        for process in _burners(word):
+            try:
+                process.kill()
+            except psutil.Error:
+                pass
+
+
+def _escaping_gate(gate_dir, token: str, **options: object) -> tuple[GateDir, Path, Path]:
+    g = gate_dir(off={"default_elapsed": 10.0}, on={"default_elapsed": 9.0},
+                 driver={"argv": ["{python}", "escaping_trainer.py", "--config", "{arm_config}"]})
+    (g.root / "escaping_trainer.py").write_text(ESCAPING_TRAINER)
+    pid_file, seen_file = g.root / "burner.pid", g.root / "seen.log"
+    escape = {"label": "on-r1", "burn_s": 60, "token": token, "pid_file": str(pid_file),
+              "seen_file": str(seen_file), **options}
+    for arm in ("off", "on"):
+        path = g.root / f"{arm}.toml"
+        data = tomllib.loads(path.read_text())
+        write_toml(path, {**data, "escape": escape})
+    return g, pid_file, seen_file
+
+
+def test_a_setsid_burner_with_a_cleared_environment_is_stopped_recorded_and_counted(gate_dir, token) -> None:
+    g, pid_file, seen_file = _escaping_gate(gate_dir, token)
+    config = load_gate(g.gate)
+    was_subreaper = processes.is_subreaper()
+
+    result = SeriesRunner(config, config.arm("off"), config.arm("on")).start()
+
+    pid = int(pid_file.read_text())
+    # the run after on-r1 no longer saw it: stopped and reaped (not even a zombie) when on-r1 ended
+    seen = dict(line.split() for line in seen_file.read_text().splitlines())
+    assert seen and set(seen.values()) == {"gone"}, seen
+    assert not _burners(token)
+    # the run it came from carries the evidence, in its record, the journal and the finding
+    record = json.loads((result.series_dir / "on-r1" / "record.json").read_text())
+    (line,) = record["window"]["evidence"]
+    assert line.startswith("1 process escaped the run and was stopped: ") and f"pid {pid} " in line
+    assert token in line
+    events = [json.loads(x) for x in (result.series_dir / JOURNAL_FILE).read_text().splitlines()]
+    escaped = [e for e in events if e["event"] == "escaped"]
+    assert [(e["label"], [p["pid"] for p in e["processes"]]) for e in escaped] == [("on-r1", [pid])]
+    assert token in escaped[0]["processes"][0]["command"]
+    rows = {row.label: row for row in result.finding.runs}
+    assert rows["on-r1"].window.evidence == (line,) and rows["on-r1"].load_evidence
+    assert all(not row.window.evidence for label, row in rows.items() if label != "on-r1")
+    # the escapee is counted once, not also as one the driver stopped by its environment
+    assert "gatekit_stopped_escaped_pids" not in record["outcome"].get("trace", {})
+    # the gate is a subreaper only while its run loop runs
+    assert processes.is_subreaper() == was_subreaper
+
+
+def test_a_burner_started_by_the_last_run_does_not_outlive_the_gate(gate_dir, token) -> None:
+    g, pid_file, _ = _escaping_gate(gate_dir, token)
+    for arm in ("off", "on"):  # the very last run of the series starts it
+        path = g.root / f"{arm}.toml"
+        path.write_text(path.read_text().replace('label = "on-r1"', 'label = "on-r3"'))
+    config = load_gate(g.gate)
+    result = SeriesRunner(config, config.arm("off"), config.arm("on")).start()
+    assert pid_file.exists()
+    assert not _burners(token)
+    assert [r.label for r in result.finding.runs if r.window.evidence] == ["on-r3"]
+
+
+def test_the_gate_process_leaves_no_burner_behind(gate_dir, token) -> None:
+    """The reproduction through the real entry point: `gate run` as its own process."""
+    g, pid_file, _ = _escaping_gate(gate_dir, token)
+    done = gate_cli("run", "off", "on", cwd=g.root)
+    assert done.returncode == 0, done.stderr
+    assert pid_file.exists() and not _burners(token)
+    assert f"pid {int(pid_file.read_text())} " in g.finding()["runs"][1]["window"]["evidence"][0]
+    assert "escaped the run and was stopped" in done.stdout + done.stderr
+
+
+def test_a_burner_of_an_interrupted_run_is_stopped_and_journaled(gate_dir, token) -> None:
+    """Ctrl-C during the run that started it: the group kill misses it, the subreaper does not."""
+    g, pid_file, _ = _escaping_gate(gate_dir, token, hold=True)
+    proc = start_gate("run", "off", "on", cwd=g.root)
+    try:
+        wait_for(pid_file.exists, "the burner's pid file")
+        proc.send_signal(signal.SIGINT)
+        code, _, err = finish(proc)
+        assert code == 130, err
+        assert not _burners(token)
+        (series,) = g.series_dirs()
+        escaped = [e for e in events(series) if e["event"] == "escaped"]
+        assert [(e["label"], [p["pid"] for p in e["processes"]]) for e in escaped] == \
+            [("on-r1", [int(pid_file.read_text())])]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def test_a_child_left_in_the_trainers_group_is_stopped_with_it_at_once(gate_dir, token) -> None:
+    """Re-parented to the gate and killed with the group, it would stay a zombie that keeps the group
+    'alive' for the driver's whole grace period; it is reaped at once, and it is no escapee (the group
+    kill reached it)."""
+    g, pid_file, seen_file = _escaping_gate(gate_dir, token, setsid=False)
+    config = load_gate(g.gate)
+    began = time.monotonic()
+    result = SeriesRunner(config, config.arm("off"), config.arm("on")).start()
+    assert time.monotonic() - began < 5.0  # the driver's KILL_GRACE_S, once per run, would be 5 s or more
+    assert set(dict(line.split() for line in seen_file.read_text().splitlines()).values()) == {"gone"}
+    assert not _burners(token)
+    assert not any(row.window.evidence for row in result.finding.runs)
+    events = [json.loads(x)["event"] for x in (result.series_dir / JOURNAL_FILE).read_text().splitlines()]
+    assert "escaped" not in events
+
+
+def test_no_subreaper_off_linux(monkeypatch) -> None:
+    """macOS and others have no subreaper: gatekit says so and falls back to the group kill and env scan."""
+    monkeypatch.setattr(processes.sys, "platform", "darwin")
+    processes._libc.cache_clear()
+    try:
+        assert processes.become_subreaper() is False
+        assert processes.is_subreaper() is False
+        with processes.child_subreaper() as enabled:
+            assert enabled is False
+    finally:
+        monkeypatch.undo()
+        processes._libc.cache_clear()
