@@ -299,3 +299,21 @@ def test_metric_keys_differing_only_in_lone_surrogates_stay_distinct() -> None:
     clash = safe_outcome(RunOutcome(exit_code=0, process_wallclock_s=1.0,
                                     metrics={"loss\ud800": 1.0, "loss\\ud800": 2.0}))
     assert "metric keys clash once lone surrogates are escaped: loss\\ud800" in clash.error
+
+
+def test_a_forged_process_wallclock_never_shows_in_the_progress_line() -> None:
+    """A trainer that reports its own `process_wallclock_s` does not change what the progress line (or the
+    verdict) uses: that name is gatekit's own measurement around the process (records.metric_value)."""
+    from gatekit.records import RunOutcome, RunRecord, WindowSummary
+    from gatekit.series import run_line
+
+    record = RunRecord(order=1, arm="off", label="off-r1", pair=1,
+                       outcome=RunOutcome(exit_code=0, process_wallclock_s=1.5,
+                                          metrics={"process_wallclock_s": 999.0, "train_elapsed_s": 1.25}),
+                       window=WindowSummary.of([]))
+    assert "process_wallclock_s = 1.5000" in run_line(record, "process_wallclock_s")
+    assert "999" not in run_line(record, "process_wallclock_s")
+    assert record.value_of("process_wallclock_s") == 1.5
+    missing = RunRecord(order=2, arm="on", label="on-r1", pair=1,
+                        outcome=RunOutcome(exit_code=0, process_wallclock_s=1.5), window=WindowSummary.of([]))
+    assert "train_elapsed_s = missing" in run_line(missing, "train_elapsed_s")  # never the wallclock instead
