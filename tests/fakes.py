@@ -30,6 +30,25 @@ from gatekit.errors import ConfigError
 from gatekit.records import CheckResult, RunOutcome
 
 
+def fake_gate(gate_id: str, title: str, expect_diff: Sequence[str], **sections: Mapping[str, Any]) -> dict[str, Any]:
+    """A gate file (as a dict) run by the fake driver: n = 3, abab, train_elapsed_s lower is better, a psnr_db
+    guard. load_limit is high so the preflight's real load check cannot flake on a busy machine; rule (i)
+    fires on load_rel_median instead. `sections` update single tables (e.g. rules={"sigma_ref": ...})."""
+    gate: dict[str, Any] = {
+        "gate": {"id": gate_id, "title": title, "n": 3, "order": "abab", "primary": "train_elapsed_s",
+                 "direction": "lower", "expect_diff": list(expect_diff), "out": "findings", "runs": "runs"},
+        "threshold": {"sigma_k": 2.0, "floor_pct": 1.0},
+        "guards": [{"metric": "psnr_db", "direction": "higher", "max_drop": 0.05}],
+        "rules": {"load_stat": "mean", "load_limit": 1000.0, "load_rel_median": 1.5, "sigma_k": 3.0,
+                  "sigma_ref": "arm", "max_retries": 1, "sample_interval_s": 0.05},
+        "driver": {"name": "fake"},
+        "arms": {"off": {"config": "off.toml"}, "on": {"config": "on.toml"}},
+    }
+    for name, values in sections.items():
+        gate[name] = {**gate[name], **values}
+    return gate
+
+
 class FakeDriver:
     """A gatekit.driver.Driver whose runs return what the arm config file says, in microseconds."""
 

@@ -17,21 +17,10 @@ from gatekit.driver import Driver
 from gatekit.errors import ConfigError
 from gatekit.series import SeriesRunner
 from tests.conftest import write_toml
-from tests.fakes import FakeDriver, LoadScript
+from tests.fakes import FakeDriver, LoadScript, fake_gate
 
-# The seed finding's §6 gate (tests/fixtures/seed_gate.toml), run by the fake driver. load_limit is high so
-# the preflight's real load check cannot flake on a busy machine; rule (i) fires on load_rel_median instead.
-SEED_GATE: dict[str, Any] = {
-    "gate": {"id": "s4b-12500", "title": "S4b ssim_reduce = gpu vs host", "n": 3, "order": "abab",
-             "primary": "train_elapsed_s", "direction": "lower", "expect_diff": ["ssim_reduce"],
-             "out": "findings", "runs": "runs"},
-    "threshold": {"sigma_k": 2.0, "floor_pct": 1.0},
-    "guards": [{"metric": "psnr_db", "direction": "higher", "max_drop": 0.05}],
-    "rules": {"load_stat": "mean", "load_limit": 1000.0, "load_rel_median": 1.5, "sigma_k": 3.0,
-              "sigma_ref": "arm", "max_retries": 1, "sample_interval_s": 0.05},
-    "driver": {"name": "fake"},
-    "arms": {"off": {"config": "off.toml"}, "on": {"config": "on.toml"}},
-}
+# The seed finding's §6 gate (tests/fixtures/seed_gate.toml), run by the fake driver.
+SEED_GATE: dict[str, Any] = fake_gate("s4b-12500", "S4b ssim_reduce = gpu vs host", ["ssim_reduce"])
 # seed_s6.csv: the unrounded runs behind the seed's printed table (its means 124.5549 / 122.7680)
 SEED_OFF = {"off-r1": (125.0938, 36.125), "off-r2": (124.6050, 36.154), "off-r3": (123.9659, 36.099)}
 SEED_ON = {"on-r1": (123.9873, 36.209), "on-r2": (122.0621, 36.183), "on-r3": (122.25446, 36.145)}

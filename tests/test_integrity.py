@@ -24,19 +24,10 @@ from gatekit.series import SeriesRunner, analyze_series
 from gatekit.storage import EMPTY_SHA256, LEGACY_JOURNAL_WARNING, Journal, line_sha256
 from gatekit.verify import load_signing_key, verify_series
 from tests.conftest import gate_invoke, write_toml
-from tests.fakes import FakeDriver, LoadScript
+from tests.fakes import FakeDriver, LoadScript, fake_gate
 
 V1_SERIES = Path(__file__).parent / "fixtures" / "v1-series" / "series"
-GATE: dict[str, Any] = {
-    "gate": {"id": "integrity", "title": "tamper evidence", "n": 3, "order": "abab", "primary": "train_elapsed_s",
-             "direction": "lower", "expect_diff": ["optimizer"], "out": "findings", "runs": "runs"},
-    "threshold": {"sigma_k": 2.0, "floor_pct": 1.0},
-    "guards": [{"metric": "psnr_db", "direction": "higher", "max_drop": 0.05}],
-    "rules": {"load_stat": "mean", "load_limit": 1000.0, "load_rel_median": 1.5, "sigma_k": 3.0,
-              "sigma_ref": "arm", "max_retries": 1, "sample_interval_s": 0.05},
-    "driver": {"name": "fake"},
-    "arms": {"off": {"config": "off.toml"}, "on": {"config": "on.toml"}},
-}
+GATE: dict[str, Any] = fake_gate("integrity", "tamper evidence", ["optimizer"])
 # on is 2 % slower than off: a regression, which a forged on arm could turn into an adoption
 OFF = {"off-r1": 10.0, "off-r2": 10.02, "off-r3": 9.98}
 ON = {"on-r1": 10.2, "on-r2": 10.21, "on-r3": 10.19}
