@@ -175,7 +175,11 @@ def run(off: str | None, on: str | None, gate_path: Path, n: int | None, order: 
         policy: str | None, warmup: int | None, out: Path | None, runs_dir: Path | None, as_json: bool,
         fail_on: str | None, resume: Path | None, sign_key: Path | None, summary_md: Path | None,
         junit: Path | None, exports: tuple[tuple[str, Path], ...]) -> None:
-    """Run the interleaved OFF/ON series, apply the preregistered rules and write the finding."""
+    """Run the interleaved OFF/ON series, apply the preregistered rules and write the finding.
+
+    OFF and ON are arm names of the gate file (default: its first two arms, as `gate check`) or paths to
+    arm .toml files; name both or neither.
+    """
     key = None
     if sign_key is not None:  # a missing package or a bad key is a usage error before anything runs
         from gatekit.verify import load_signing_key
@@ -192,8 +196,9 @@ def run(off: str | None, on: str | None, gate_path: Path, n: int | None, order: 
             opened = open_series(resume, gate_path if gate_path != Path("gate.toml") else None)
             _check_exports(exports, opened.config)
             return SeriesRunner(opened.config, opened.off, opened.on, report=_progress).resume(opened)
-        if not off or not on:
-            raise ConfigError("name both arms: gate run OFF ON (arm names of the gate file or arm .toml paths)")
+        if bool(off) != bool(on):
+            raise ConfigError("name both arms or neither: gate run OFF ON (arm names of the gate file or arm "
+                              ".toml paths; neither: the gate file's first two arms)")
         config = load_gate(gate_path).with_overrides(n=n, order=order, seed=seed, out=out, runs=runs_dir,
                                                      policy=policy, warmup=warmup)
         _check_exports(exports, config)
@@ -260,6 +265,8 @@ def analyze_cmd(source: Path, gate_path: Path | None, off_name: str | None, on_n
         from gatekit.csvinput import evidence_from_csv
         from gatekit.series import analyze_series
 
+        if not source.exists():  # name the missing source, not the gate file a CSV would need
+            raise ConfigError(f"{source}: no such series directory or CSV file")
         if source.is_dir():
             return analyze_series(source, load_gate(gate_path) if gate_path is not None else None)
         config = load_gate(gate_path or Path("gate.toml"))

@@ -198,6 +198,11 @@ def _check(condition: bool, path: Path, key: str, problem: str) -> None:
 _BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")
 
 
+# how a key's expected type reads in an error ("must be an integer", never "must be a int")
+_KIND_WORDS = {str: "a string", int: "an integer", float: "a number", bool: "a boolean", list: "a list",
+               dict: "a table"}
+
+
 class _Table:
     """Reads typed keys from one TOML table and rejects the keys nobody read."""
 
@@ -220,8 +225,8 @@ class _Table:
         if float in kinds and isinstance(value, int) and not isinstance(value, bool):
             value = float(value)
         ok = isinstance(value, kinds) and not (isinstance(value, bool) and bool not in kinds)
-        names = " or ".join(k.__name__.replace("str", "string").replace("float", "number") for k in kinds)
-        _check(ok, self.path, self.key(name), f"must be a {names}, got {value!r}")
+        names = " or ".join(_KIND_WORDS.get(k, f"a {k.__name__}") for k in kinds)
+        _check(ok, self.path, self.key(name), f"must be {names}, got {value!r}")
         if isinstance(value, float):
             _check(math.isfinite(value), self.path, self.key(name), f"must be a finite number, got {value!r}")
         if isinstance(value, str):

@@ -90,7 +90,8 @@ def test_unknown_driver_lists_installed(gate_dir) -> None:
     ("rules", "sigma_ref", "pooled", "must be one of arm, leave_one_out"),
     ("rules", "sample_interval_s", -1.0, "must be positive"),
     ("threshold", "floor_pct", "1%", "must be a number"),
-    ("rules", "require_window_samples", 1, "must be a bool"),
+    ("rules", "require_window_samples", 1, "must be a boolean"),
+    ("gate", "n", "3", "must be an integer"),
 ])
 def test_bad_values_name_the_key(gate_dir, section: str, key: str, value: object, problem: str) -> None:
     g = gate_dir(**{section: {key: value}})
@@ -115,3 +116,18 @@ def test_paths_resolve_relative_to_the_gate_file(gate_dir, tmp_path: Path) -> No
     assert config.driver.hash == (g.root / "fake_trainer.py",)
     done = gate_cli("check", "--gate", str(g.gate), cwd=tmp_path)  # run from elsewhere
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_analyze_names_a_missing_source_not_the_gate_file(tmp_path: Path) -> None:
+    done = gate_invoke("analyze", str(tmp_path / "nowhere"), cwd=tmp_path)
+    assert done.returncode == 2
+    assert done.stderr.strip() == f"gate: error: {tmp_path / 'nowhere'}: no such series directory or CSV file"
+
+
+def test_run_defaults_to_the_gate_files_first_two_arms_like_check(gate_dir) -> None:
+    g = gate_dir(off={"default_elapsed": 10.0}, on={"default_elapsed": 9.0})
+    done = gate_invoke("run", cwd=g.root)
+    assert done.returncode == 0, done.stderr
+    assert g.order() == ["off-r1", "on-r1", "off-r2", "on-r2", "off-r3", "on-r3"]
+    one = gate_invoke("run", "off", cwd=g.root)
+    assert one.returncode == 2 and "name both arms or neither" in one.stderr
