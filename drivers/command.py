@@ -314,19 +314,19 @@ def _json_depth(text: str) -> int:
     return deepest
 
 
-def _document_shape(text: str, toml: bool) -> tuple[int, int, int]:
-    """(deepest bracket nesting, most parts in one dotted key or table header, number of TOML keys) of a
-    JSON or TOML document, in one linear pass that skips strings and comments, so brackets inside a string value
+def _toml_shape(text: str) -> tuple[int, int, int]:
+    """(deepest bracket nesting, most parts in one dotted key or table header, number of keys) of a TOML
+    document, in one linear pass that skips strings and comments, so brackets inside a string value
     count for nothing. Checked before parsing: no parser recurses or goes quadratic on what passes."""
     depth = deepest = parts = most_parts = keys = 0
     stack: list[str] = []  # open "[" (arrays) and "{" (tables) of values
-    in_key = toml  # a TOML line begins with a key (or a table header)
+    in_key = True  # a TOML line begins with a key (or a table header)
     header = False
     i, size = 0, len(text)
     while i < size:
         char = text[i]
-        if char == '"' or (toml and char == "'"):
-            triple = toml and text.startswith(char * 3, i)
+        if char in "\"'":
+            triple = text.startswith(char * 3, i)
             end = char * 3 if triple else char
             i += len(end)
             while i < size and not text.startswith(end, i):
@@ -337,16 +337,16 @@ def _document_shape(text: str, toml: bool) -> tuple[int, int, int]:
                 i += 1
             i += len(end)
             continue
-        if toml and char == "#":
+        if char == "#":
             newline = text.find("\n", i)
             i = size if newline < 0 else newline
             continue
-        if toml and char == "\n" and not stack:
+        if char == "\n" and not stack:
             in_key, header, parts = True, False, 0
-        elif toml and (in_key or header) and char == ".":
+        elif (in_key or header) and char == ".":
             parts += 1
             most_parts = max(most_parts, parts + 1)
-        elif toml and in_key and not stack and char == "[" and not header:
+        elif in_key and not stack and char == "[" and not header:
             header, in_key, parts = True, False, 0  # [table] or [[array of tables]]: not a value bracket
         elif header and char == "]":
             header = False
@@ -356,14 +356,14 @@ def _document_shape(text: str, toml: bool) -> tuple[int, int, int]:
             stack.append(char)
             depth = len(stack)
             deepest = max(deepest, depth)
-            in_key, parts = toml and char == "{", 0
+            in_key, parts = char == "{", 0
         elif char in "]}":
             if stack:
                 stack.pop()
             in_key = False
-        elif toml and char == "," and stack and stack[-1] == "{":
+        elif char == "," and stack and stack[-1] == "{":
             in_key, parts = True, 0
-        elif toml and char == "=" and in_key:
+        elif char == "=" and in_key:
             in_key, keys = False, keys + 1
         i += 1
     return deepest, most_parts, keys
@@ -413,7 +413,7 @@ def read_result(path: Path) -> tuple[dict[str, float], dict[str, Any], dict[str,
     if toml and len(raw) > MAX_TOML_RESULT_BYTES:
         return {}, {}, {}, (f"result file {path} is TOML larger than {MAX_TOML_RESULT_BYTES >> 20} MiB; write a "
                             "large result as JSON")
-    deepest, key_parts, keys = _document_shape(text, toml) if toml else (_json_depth(text), 0, 0)
+    deepest, key_parts, keys = _toml_shape(text) if toml else (_json_depth(text), 0, 0)
     if deepest > MAX_NESTING:
         return {}, {}, {}, f"result file {path} nests deeper than {MAX_NESTING} levels"
     if key_parts > MAX_KEY_PARTS:

@@ -29,6 +29,7 @@ from typing import Iterable, Iterator
 import psutil
 
 from gatekit.contract import ENV_RUN_DIR
+from gatekit.sanitize import show_controls
 from gatekit.signals import signals_deferred
 
 _PROC = Path("/proc")
@@ -246,9 +247,8 @@ def _command_line(process: psutil.Process) -> str:
         words = process.cmdline() or [process.name()]
     except psutil.Error:
         return "?"
-    text = shlex.join(words)
     # what a trainer chose as a command line is printed on the gate's terminal: no control characters
-    text = "".join(c if c.isprintable() else ascii(c)[1:-1] for c in text)
+    text = show_controls(shlex.join(words))
     return text if len(text) <= COMMAND_CHARS else text[:COMMAND_CHARS - 1] + "…"
 
 

@@ -43,9 +43,8 @@ from gatekit.sanitize import safe_outcome
 from gatekit.sampler import LoadReader, WindowSampler, read_system_load, samples_csv
 from gatekit.schedule import Slot, extension, needs_seed, order_seed, plan, retry_slots
 from gatekit.signals import ignore_further_interrupts
-from gatekit.storage import LEGACY_JOURNAL_WARNING, Journal, atomic_write_text, line_sha256
+from gatekit.storage import JOURNAL_FILE, LEGACY_JOURNAL_WARNING, Journal, atomic_write_text, line_sha256
 
-JOURNAL_FILE = "journal.jsonl"
 DONE_FILE = "DONE"
 LOCK_FILE = ".gatekit.lock"
 RESULT_FILE = "result"
@@ -80,14 +79,6 @@ class JournalState:
     @property
     def cores(self) -> int | None:
         return self.start.get("provenance_start", {}).get("host", {}).get("cpu_count")
-
-    def follow(self, journal: Journal) -> None:
-        """Keep the chain head in step with every event appended through `journal` from now on."""
-        def advance(head: str | None) -> None:
-            self.chain_head = head
-
-        self.chain_head, self.legacy = journal.head, journal.legacy
-        journal.after_append = advance
 
 
 def read_state(series_dir: Path) -> JournalState:
@@ -456,7 +447,6 @@ class SeriesRunner:
 
     def _execute(self, opened: OpenSeries, journal: Journal) -> SeriesResult:
         series_dir, state = opened.series_dir, opened.state
-        state.follow(journal)  # the finding records the chain head as of its last event
         if state.end is not None or state.problems:  # ended (invalid or finished) before its finding
             return self._finish(opened, journal)
         slots = [Slot.from_dict(s) for s in state.start["schedule"]]
@@ -536,7 +526,9 @@ class SeriesRunner:
                                       "hash_s": hash_s},
                    "finished": now().isoformat(timespec="seconds")}
             state.end = journal.append(**end)
-        # The state is the journal as written, event for event, so this is what `gate analyze` computes.
+        # The state is the journal as written, event for event, so this is what `gate analyze` computes; the
+        # journal itself knows its chain head after the last event (escaped, retry, … included).
+        state.chain_head, state.legacy = journal.head, journal.legacy
         finding = analyze(evidence_from_state(opened))
         out_dir = Path(state.start["out_dir"])
         try:

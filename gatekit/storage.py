@@ -7,7 +7,7 @@ import json
 import os
 import tempfile
 from pathlib import Path
-from typing import Any, Callable, Iterator, Mapping
+from typing import Any, Iterator, Mapping
 
 from gatekit.errors import GatekitError, OutputError, SeriesError
 from gatekit.signals import signals_deferred
@@ -60,6 +60,7 @@ def write_output(path: Path, text: str, what: str) -> None:
         raise GatekitError(f"{path}: cannot write the {what}: {exc.strerror or exc}") from None
 
 
+JOURNAL_FILE = "journal.jsonl"  # a series' (or a calibration's) journal, in its directory
 LEGACY_JOURNAL_WARNING = "journal written before hash chains: not tamper-evident"
 # The chain's anchor when a journal has no predecision file before it (a calibration): sha256 of no bytes.
 EMPTY_SHA256 = hashlib.sha256(b"").hexdigest()
@@ -90,8 +91,6 @@ class Journal:
         self._loaded = False
         self._head: str | None = None
         self._legacy = False
-        # told the new chain head after every event written (JournalState.follow keeps its head in step)
-        self.after_append: Callable[[str | None], None] | None = None
 
     @property
     def head(self) -> str | None:
@@ -163,8 +162,6 @@ class Journal:
                 os.close(fd)
             if not self._legacy:
                 self._head = line_sha256(data[:-1])
-        if self.after_append is not None:
-            self.after_append(self._head)
         return json.loads(text)
 
     def _failed(self, event: str, exc: OSError) -> OutputError:

@@ -9,16 +9,16 @@ file consistently is caught only where the chain head was published elsewhere (t
 
 from __future__ import annotations
 
-import hashlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
 from gatekit.errors import ConfigError, GatekitError, SeriesError, VerificationError
-from gatekit.storage import EMPTY_SHA256, LEGACY_JOURNAL_WARNING, Journal, atomic_write_text, line_sha256
+from gatekit.provenance import sha256_file
+from gatekit.storage import (EMPTY_SHA256, JOURNAL_FILE, LEGACY_JOURNAL_WARNING, Journal, atomic_write_text,
+                             line_sha256)
 
-JOURNAL_FILE = "journal.jsonl"  # series.JOURNAL_FILE (series imports the statistics; this module must not)
 PREDECISION_FILE = "predecision.toml"  # prereg.PREDECISION_FILE
 RECORD_FILE = "record.json"
 SIGNATURE_SCHEMA = "gatekit.signature/1"
@@ -126,7 +126,7 @@ def _verify_predecision(series_dir: Path, start: Mapping[str, Any], where: str) 
 
 def _file_sha256(path: Path, where: str) -> str:
     try:
-        return hashlib.sha256(path.read_bytes()).hexdigest()
+        return sha256_file(path)
     except OSError as exc:
         raise VerificationError(f"{path}: cannot read ({exc.strerror or exc}); {where} is anchored on it") from None
 
@@ -236,7 +236,7 @@ def _public_hex(public_key: Any) -> str:
 
 def sign_finding(json_path: Path, chain_head: str | None, key: Any) -> Path:
     """Sign the finding's JSON bytes (by their sha256) and the chain head; writes and returns `<id>.sig`."""
-    finding_sha256 = hashlib.sha256(json_path.read_bytes()).hexdigest()
+    finding_sha256 = sha256_file(json_path)
     signature = key.sign(_signed_message(finding_sha256, chain_head))
     document = {"schema": SIGNATURE_SCHEMA, "algorithm": "ed25519", "public_key": _public_hex(key.public_key()),
                 "finding": json_path.name, "finding_sha256": finding_sha256, "chain_head": chain_head,
@@ -272,7 +272,7 @@ def check_signature(finding_path: Path, chain_head: str | None, pubkey_path: Pat
         raise VerificationError(f"{path}: not a gatekit signature ({exc!r})") from None
     json_path = finding_path.with_suffix(".json")
     try:
-        finding_sha256 = hashlib.sha256(json_path.read_bytes()).hexdigest()
+        finding_sha256 = sha256_file(json_path)
     except OSError as exc:
         raise VerificationError(f"{json_path}: cannot read the signed finding: {exc.strerror or exc}") from None
     if document.get("public_key") != _public_hex(public_key):
