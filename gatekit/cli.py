@@ -23,6 +23,7 @@ from gatekit.storage import write_output
 # reports are imported in the commands that use them, so `gate --help` and `gate check` start fast;
 # tests/test_cli_imports.py keeps it so.
 if TYPE_CHECKING:
+    from gatekit.analysis import SeriesEvidence
     from gatekit.finding import Finding
 
 EXIT_FAIL_ON = 1
@@ -527,31 +528,30 @@ def import_group() -> None:
     """Turn another tool's results into a finding (stats and verdict computed as for a gate)."""
 
 
-@import_group.command("hyperfine")
-@click.argument("results", type=click.Path(path_type=Path, dir_okay=False))
-@click.option("--off", "off_command", help="The off command: its name or 1-based position (default: the first).")
-@click.option("--on", "on_command", help="The on command: its name or 1-based position (default: the second).")
-@click.option("--id", "gate_id", help="Gate id (default: from the file name); the finding id adds the date.")
-@click.option("--title", help="Finding title.")
-@click.option("--date", help="Finding date, YYYY-MM-DD (default: today).")
-@click.option("--out", type=click.Path(path_type=Path, file_okay=False), default=Path("findings"),
-              show_default=True, help="Folder for the finding.")
-@click.option("--json", "as_json", is_flag=True, help="Print the finding as JSON on stdout.")
-@click.option("--fail-on", type=click.Choice(sorted(FAIL_ON)), help="Exit 1 on this outcome.")
-@ci_output_options
-def import_hyperfine(results: Path, off_command: str | None, on_command: str | None, gate_id: str | None,
-                     title: str | None, date: str | None, out: Path, as_json: bool, fail_on: str | None,
-                     summary_md: Path | None, junit: Path | None, exports: tuple[tuple[str, Path], ...]) -> None:
-    """Turn a hyperfine --export-json file into a finding: arms = two commands, runs = their times."""
+def import_options(command: Callable) -> Callable:
+    """The options every importer shares: the finding's identity, where it goes, and its CI outputs."""
+    for option in reversed((
+            click.option("--id", "gate_id", help="Gate id (default: from the file name); the finding id adds "
+                                                 "the date."),
+            click.option("--title", help="Finding title."),
+            click.option("--date", help="Finding date, YYYY-MM-DD (default: today)."),
+            click.option("--out", type=click.Path(path_type=Path, file_okay=False), default=Path("findings"),
+                         show_default=True, help="Folder for the finding."),
+            click.option("--json", "as_json", is_flag=True, help="Print the finding as JSON on stdout."),
+            click.option("--fail-on", type=click.Choice(sorted(FAIL_ON)), help="Exit 1 on this outcome."),
+            ci_output_options)):
+        command = option(command)
+    return command
+
+
+def _import(evidence: Callable[[], SeriesEvidence], *, out: Path, as_json: bool, fail_on: str | None,
+            summary_md: Path | None, junit: Path | None, exports: tuple[tuple[str, Path], ...]) -> None:
+    """Analyze imported evidence like a gate's own, write the finding and its CI outputs, exit by outcome."""
     def work():  # type: ignore[no-untyped-def]
         from gatekit.analysis import analyze
         from gatekit.finding import write_finding
-        from gatekit.importers import evidence_from_hyperfine
 
-        if date is not None and not _is_date(date):
-            raise ConfigError(f"--date {date!r}: expected YYYY-MM-DD")
-        finding = analyze(evidence_from_hyperfine(results, off=off_command, on=on_command, gate_id=gate_id,
-                                                  title=title, date=date))
+        finding = analyze(evidence())
         return finding, write_finding(finding, out)
 
     finding, paths = _call(work)
@@ -560,13 +560,18 @@ def import_hyperfine(results: Path, off_command: str | None, on_command: str | N
     _exit_for(finding, fail_on)
 
 
-def _is_date(text: str) -> bool:
-    import datetime as dt
-    try:
-        dt.date.fromisoformat(text)
-    except ValueError:
-        return False
-    return len(text) == 10
+@import_group.command("hyperfine")
+@click.argument("results", type=click.Path(path_type=Path, dir_okay=False))
+@click.option("--off", "off_command", help="The off command: its name or 1-based position (default: the first).")
+@click.option("--on", "on_command", help="The on command: its name or 1-based position (default: the second).")
+@import_options
+def import_hyperfine(results: Path, off_command: str | None, on_command: str | None, gate_id: str | None,
+                     title: str | None, date: str | None, **outputs) -> None:  # type: ignore[no-untyped-def]
+    """Turn a hyperfine --export-json file into a finding: arms = two commands, runs = their times."""
+    from gatekit.importers.hyperfine import evidence_from_hyperfine
+
+    _import(lambda: evidence_from_hyperfine(results, off=off_command, on=on_command, gate_id=gate_id,
+                                            title=title, date=date), **outputs)
 
 
 if __name__ == "__main__":  # pragma: no cover

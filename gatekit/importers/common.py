@@ -1,0 +1,143 @@
+"""What every importer shares: reading a tool's file, the finding's identity (id, title, date), and two
+arms of imported runs turned into series evidence."""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+from gatekit.analysis import SeriesEvidence
+from gatekit.config import ALWAYS_MEASURED, NAME_PATTERN, NAME_RULE, GuardSpec, RulesSpec, ThresholdSpec
+from gatekit.errors import ConfigError
+from gatekit.prereg import DecisionSpec
+from gatekit.records import RunOutcome, RunRecord, WindowSummary
+
+NOT_INTERLEAVED = ("each arm's runs ran back to back, not interleaved, so drift during the benchmark is "
+                   "confounded with the arm")
+NO_LOAD = "no load was sampled during the runs, so contamination cannot be judged"
+_SLUG = re.compile(r"[^a-z0-9]+")
+
+
+@dataclass(frozen=True, slots=True)
+class ImportedRun:
+    """One run as another tool recorded it."""
+
+    value: float | None  # the primary metric, in the tool's unit; None: the tool recorded no value
+    metrics: Mapping[str, float] = field(default_factory=dict)  # further metrics, usable as guards
+    error: str = ""  # why the run failed, empty when it did not
+    exit_code: int | None = 0
+    load1: float | None = None  # load average the tool recorded for the run, if any
+
+
+@dataclass(frozen=True, slots=True)
+class ImportedArm:
+    """One side of the comparison: its name, what distinguishes it, and its runs in the tool's order."""
+
+    name: str
+    config: Mapping[str, Any]
+    runs: tuple[ImportedRun, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Identity:
+    """The finding's id, title and date: the id and date name its files, so both are validated."""
+
+    gate_id: str
+    title: str
+    date: str
+
+    @classmethod
+    def of(cls, path: Path, *, gate_id: str | None, title: str | None, date: str | None,
+           default_title: str) -> Identity:
+        if gate_id is not None and not NAME_PATTERN.fullmatch(gate_id):
+            raise ConfigError(f"--id {gate_id!r}: must be {NAME_RULE} (it names the finding's files)")
+        if date is not None and not is_iso_date(date):
+            raise ConfigError(f"--date {date!r}: must be a date written YYYY-MM-DD (it names the finding's files)")
+        return cls(gate_id=gate_id or slug(path.stem), title=title or default_title,
+                   date=date or dt.date.today().isoformat())
+
+
+def slug(text: str, fallback: str = "import") -> str:
+    return _SLUG.sub("-", text.lower()).strip("-")[:64].strip("-") or fallback
+
+
+def is_iso_date(text: str) -> bool:
+    if not re.fullmatch(r"\d{4}-\d{2}-\d{2}", text):
+        return False
+    try:
+        dt.date.fromisoformat(text)
+    except ValueError:
+        return False
+    return True
+
+
+def is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def read_bytes(path: Path) -> bytes:
+    """A source file's bytes; a missing or unreadable file is a ConfigError naming it."""
+    try:
+        return path.read_bytes()
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: file not found") from None
+    except IsADirectoryError:
+        raise ConfigError(f"{path}: is a folder, not a file") from None
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read: {exc.strerror or exc}") from None
+
+
+def read_json(path: Path, what: str) -> tuple[Any, bytes]:
+    """A JSON source file, parsed; `what` names the tool output expected, for the error."""
+    raw = read_bytes(path)
+    try:
+        return json.loads(raw.decode("utf-8")), raw
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ConfigError(f"{path}: not {what}: {exc}") from None
+
+
+def imported_evidence(*, tool: str, sources: Sequence[tuple[Path, bytes]], off: ImportedArm, on: ImportedArm,
+                      identity: Identity, primary: str = ALWAYS_MEASURED, direction: str = "lower",
+                      guards: Sequence[GuardSpec] = (), threshold: ThresholdSpec = ThresholdSpec(),
+                      warnings: Sequence[str] = (NOT_INTERLEAVED, NO_LOAD), interleaved: bool = False,
+                      provenance: Mapping[str, Any] | None = None) -> SeriesEvidence:
+    """Evidence of two imported arms. Runs are numbered in the tool's order: off's then on's (blocked), or
+    alternating when `interleaved`. A run's `load1` becomes its window (one sample); with none recorded the
+    window rule is off, as there are no windows to audit."""
+    if off.name == on.name:
+        raise ConfigError(f"{sources[0][0]}: --off and --on name the same {tool} arm {off.name!r}")
+    has_load = any(run.load1 is not None for arm in (off, on) for run in arm.runs)
+    spec = DecisionSpec(
+        gate_id=identity.gate_id, title=identity.title, off_arm=off.name, on_arm=on.name,
+        n=min(len(off.runs), len(on.runs)), order="abab" if interleaved else "blocked", seed=0,
+        primary=primary, direction=direction, expect_diff=tuple(sorted(set(off.config) | set(on.config))),
+        threshold=threshold, guards=tuple(guards), rules=RulesSpec(require_window_samples=has_load))
+    slots = [(arm, k, run) for arm in (off, on) for k, run in enumerate(arm.runs, 1)]
+    if interleaved:
+        slots.sort(key=lambda slot: (slot[1], slot[0] is on))
+    records = []
+    for order, (arm, k, run) in enumerate(slots, 1):
+        metrics = dict(run.metrics)
+        wallclock = 0.0
+        if primary == ALWAYS_MEASURED:
+            wallclock = run.value if run.value is not None else 0.0
+        elif run.value is not None:
+            metrics[primary] = run.value
+        error = run.error or ("" if run.value is not None else f"{tool} recorded no value for this run")
+        outcome = RunOutcome(exit_code=run.exit_code, process_wallclock_s=wallclock, metrics=metrics,
+                             config=dict(arm.config), error=error)
+        window = WindowSummary(samples=int(run.load1 is not None), load1_mean=run.load1, load1_max=run.load1)
+        records.append(RunRecord(order=order, arm=arm.name, label=f"{arm.name}-r{k}", pair=k, outcome=outcome,
+                                 window=window))
+    imported_from = {"format": tool,
+                     "files": [{"path": str(p), "sha256": hashlib.sha256(raw).hexdigest()} for p, raw in sources]}
+    return SeriesEvidence(
+        series_id=f"{tool}:{sources[0][0].name}", finding_id=f"{identity.gate_id}-{identity.date}", spec=spec,
+        records=tuple(records), date=identity.date,
+        provenance={"imported_from": imported_from, **(provenance or {})},
+        warnings=tuple(f"imported from {tool}: {w}" for w in warnings), related_runs=tuple(str(p) for p, _ in sources))
