@@ -6,6 +6,7 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import json
+import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -53,12 +54,14 @@ class Identity:
 
     @classmethod
     def of(cls, path: Path, *, gate_id: str | None, title: str | None, date: str | None,
-           default_title: str) -> Identity:
+           tool: str, subject: str | None = None) -> Identity:
+        """The default title names what was measured and the tool; the arms follow it in every summary."""
         if gate_id is not None and not NAME_PATTERN.fullmatch(gate_id):
             raise ConfigError(f"--id {gate_id!r}: must be {NAME_RULE} (it names the finding's files)")
         if date is not None and not is_iso_date(date):
             raise ConfigError(f"--date {date!r}: must be a date written YYYY-MM-DD (it names the finding's files)")
-        return cls(gate_id=gate_id or slug(path.stem), title=title or default_title,
+        gate_id = gate_id or slug(path.stem)
+        return cls(gate_id=gate_id, title=title or f"{subject or gate_id} ({tool})",
                    date=date or dt.date.today().isoformat())
 
 
@@ -99,6 +102,60 @@ def read_json(path: Path, what: str) -> tuple[Any, bytes]:
         return json.loads(raw.decode("utf-8")), raw
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise ConfigError(f"{path}: not {what}: {exc}") from None
+
+
+_GOBENCH_LINE = re.compile(rb"^Benchmark\S*\s+\d+\s+[0-9.e+-]+ ns/op", re.MULTILINE)
+_SNIFF_LIMIT = 64 << 20  # a tool's output larger than this is not sniffed
+
+
+def import_command_for(path: Path) -> str | None:
+    """What another tool's output is and the `gate import` command that reads it (for `gate analyze`), or
+    None when the file is none of theirs."""
+    try:
+        if path.stat().st_size > _SNIFF_LIMIT:
+            return None
+        raw = path.read_bytes()
+    except OSError:
+        return None
+    if raw[:2] == b"\x1f\x8b":  # of the tools gate imports, only pyperf writes gzipped JSON
+        return "pyperf JSON (gzipped); import it with: gate import pyperf OFF.json.gz ON.json.gz"
+    if _GOBENCH_LINE.search(raw):
+        return "`go test -bench` output; import it with: gate import gobench OLD.txt NEW.txt"
+    if not raw.lstrip()[:1] == b"{":
+        return None
+    try:
+        data = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        return None
+    if not isinstance(data, dict):
+        return None
+    if isinstance(data.get("benchmarks"), list) and "machine_info" in data:
+        return "pytest-benchmark JSON; import it with: gate import pytest-benchmark FILE --off NAME --on NAME"
+    if isinstance(data.get("benchmarks"), list) and "version" in data:
+        return "pyperf JSON; import it with: gate import pyperf OFF.json ON.json"
+    if isinstance(data.get("results"), list) and all(isinstance(r, dict) and "command" in r for r in data["results"]):
+        return "hyperfine JSON; import it with: gate import hyperfine FILE"
+    if {"iters", "times"} <= data.keys() or {"group_id", "function_id"} <= data.keys() or (
+            isinstance(data.get("mean"), dict) and "point_estimate" in data["mean"]):
+        return "Criterion output; import its folder with: gate import criterion FOLDER --off ID --on ID"
+    return None
+
+
+def parse_guard(text: str, directions: Mapping[str, str], source: Path) -> GuardSpec:
+    """`--guard METRIC[:MAX_WORSE]` → a guard: on may be worse than off by at most MAX_WORSE (default 0) in the
+    metric's own unit; `directions` maps each metric the source records per run to "lower"/"higher" is better."""
+    metric, sep, limit = text.rpartition(":") if ":" in text else (text, ":", "0")
+    try:
+        max_worse = float(limit)
+    except ValueError:
+        max_worse = math.nan
+    if not math.isfinite(max_worse) or max_worse < 0:
+        raise ConfigError(f"--guard {text!r}: MAX_WORSE must be a number ≥ 0 in the metric's unit "
+                          "(write METRIC[:MAX_WORSE], e.g. memory_usage_byte:1048576)")
+    if metric not in directions:
+        known = ", ".join(directions) or "none: it records only the primary metric"
+        raise ConfigError(f"{source}: --guard {metric!r} is not a per-run metric of this file (metrics: {known})")
+    return GuardSpec(metric=metric, direction=directions[metric], max_drop=max_worse)
 
 
 def imported_evidence(*, tool: str, sources: Sequence[tuple[Path, bytes]], off: ImportedArm, on: ImportedArm,

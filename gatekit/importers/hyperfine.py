@@ -1,89 +1,190 @@
-"""Other tools' results as series evidence, analysed exactly like a gate's own (`analysis.analyze`).
+"""hyperfine's `--export-json` files as series evidence, analysed exactly like a gate's own.
 
-hyperfine (`--export-json`): `results: [{command, mean, stddev, median, user, system, min, max, times: [...],
-exit_codes: [...]}]`. Two of its commands become the arms (the command names, as `-n/--command-name`
-sets them), each entry of `times` one run measured as `process_wallclock_s`, a non-zero exit code a failed
-run. hyperfine runs all of one command's runs, then the next command's — not interleaved — and samples
-no load, so the finding says both, and the window rule is off (there are no windows to audit).
+Two shapes are understood, told apart per command by their keys:
+
+- 1.x (1.12 to 1.20, today's releases): `results: [{command, mean, stddev, median, user, system, min, max,
+  times: [...], exit_codes: [...], memory_usage_byte: [...], parameters: {NAME: VALUE}}]`. `times` and
+  `exit_codes` (1.12+) and `memory_usage_byte` (1.20+) hold one entry per run; `user` and `system` only
+  each command's mean.
+- 2.x: `results: [{command, measurements: [{time_wall_clock, time_user, time_system, peak_memory_usage,
+  exit_code}], parameters: {NAME: {value, is_unused}}}]`, each quantity written `{"value": …, "unit":
+  "second" | "byte"}` (hyperfine's `src/benchmark/measurement.rs` and `src/quantity/mod.rs`, branch
+  new-metrics). A top-level `schema_version`, where a file has one, must be 1 or 2.
+
+Two commands become the arms, chosen by name or position, or by the value of one parameter (`-P`/`-L`).
+Each run is one run measured as `process_wallclock_s`; a non-zero exit code (null: ended by a signal) makes it
+a failed run. Per-run `memory_usage_byte`, `user` and `system` ride along as metrics a guard can use.
+
+hyperfine runs all of one command's runs, then the next command's (not interleaved), and samples no load:
+the finding says both, and the window rule is off. Through a shell, hyperfine subtracts the shell's mean
+start-up time from each run and clamps at 0 (`src/benchmark/executor.rs`), so a command faster than the
+shell's start-up reads 0.0 s: below what the timer resolves, neither a failure nor a measurement. Such runs
+are left out of the arm. Each one's true time is at least 0 and below every kept run's (it was under the
+shell's start-up, the kept ones above), so leaving k of n out overstates the arm's mean, by at most k/(n − k).
+Up to ZERO_TIMES_LIMIT_FRAC of an arm's runs this is said in a warning; beyond it the finding is invalid, as
+its Δ could be an artefact of the clamp.
 """
 
 from __future__ import annotations
 
-import datetime as dt
-import hashlib
-import json
-import re
+import dataclasses
+import math
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from gatekit.config import ALWAYS_MEASURED, NAME_PATTERN, NAME_RULE, RulesSpec, ThresholdSpec
-from gatekit.errors import ConfigError
 from gatekit.analysis import SeriesEvidence
-from gatekit.prereg import DecisionSpec
-from gatekit.records import RunOutcome, RunRecord, WindowSummary
+from gatekit.config import GuardSpec, ThresholdSpec
+from gatekit.errors import ConfigError
+from gatekit.importers.common import (NO_LOAD, Identity, ImportedArm, ImportedRun, imported_evidence, is_number,
+                                      parse_guard, read_json)
 
-HYPERFINE_WARNINGS = (
-    "imported from hyperfine: each command's runs ran back to back, not interleaved, so drift during the "
-    "benchmark is confounded with the arm",
-    "imported from hyperfine: no load was sampled during the runs, so contamination cannot be judged",
-)
-_SLUG = re.compile(r"[^a-z0-9]+")
-
-
-def _slug(text: str) -> str:
-    return _SLUG.sub("-", text.lower()).strip("-") or "hyperfine"
-
-
-def _is_iso_date(text: str) -> bool:
-    if not re.fullmatch(r"\d{4}-\d{2}-\d{2}", text):
-        return False
-    try:
-        dt.date.fromisoformat(text)
-    except ValueError:
-        return False
-    return True
+VERSIONS = "hyperfine 1.x (`times` per command) and 2.x (`measurements` per command, schema_version 2)"
+SCHEMA_VERSIONS = (1, 2)
+NOT_INTERLEAVED = ("each command's runs ran back to back, not interleaved, so drift during the benchmark is "
+                   "confounded with the arm")
+ZERO_TIMES_LIMIT_FRAC = 0.01  # above this share of an arm's runs reading 0.0 s, the finding is invalid
+ZERO_TIMES_HINT = "rerun with -N/--shell=none, or give each run more work, e.g. a loop inside the command"
+# Metrics a guard can use, all lower-is-better: more memory or CPU time is worse.
+GUARD_METRICS = {
+    "memory_usage_byte": "peak resident memory of the run, in bytes",
+    "user": "CPU time in user mode, in seconds",
+    "system": "CPU time in kernel mode, in seconds",
+}
+_V2_KEYS = {"time_wall_clock": "second", "time_user": "second", "time_system": "second",
+            "peak_memory_usage": "byte"}
+_V2_METRIC = {"time_user": "user", "time_system": "system", "peak_memory_usage": "memory_usage_byte"}
+_SUMMARY_KEYS = ("mean", "stddev", "median", "user", "system", "min", "max")
 
 
-def _number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
+@dataclass(frozen=True, slots=True)
+class CommandResult:
+    """One command of a hyperfine file: its runs, parameters, and the summary hyperfine wrote (1.x)."""
+
+    command: str
+    parameters: Mapping[str, str]
+    runs: tuple[ImportedRun, ...]
+    summary: Mapping[str, float]
+    per_run_metrics: frozenset[str]  # GUARD_METRICS recorded for every run
 
 
-def read_hyperfine(path: Path) -> tuple[list[Mapping[str, Any]], bytes]:
-    """The `results` list of a hyperfine export, checked key by key; errors name the file and key."""
-    try:
-        raw = path.read_bytes()
-    except FileNotFoundError:
-        raise ConfigError(f"{path}: file not found") from None
-    except OSError as exc:
-        raise ConfigError(f"{path}: cannot read: {exc.strerror or exc}") from None
-    try:
-        data = json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ConfigError(f"{path}: not hyperfine --export-json output: {exc}") from None
-    results = data.get("results") if isinstance(data, dict) else None
+@dataclass(frozen=True, slots=True)
+class HyperfineFile:
+    path: Path
+    raw: bytes
+    version: str  # "1.x" or "2.x"
+    results: tuple[CommandResult, ...]
+
+
+def read_hyperfine(path: Path) -> HyperfineFile:
+    """A hyperfine export, checked key by key; every error names the file and the key."""
+    data, raw = read_json(path, "hyperfine --export-json output")
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: not hyperfine --export-json output: the top level must be a table")
+    schema = data.get("schema_version")
+    if "schema_version" in data and schema not in SCHEMA_VERSIONS:
+        raise ConfigError(f"{path}: key 'schema_version' is {schema!r}; understood: {VERSIONS}")
+    results = data.get("results")
     if not isinstance(results, list) or not results:
         raise ConfigError(f"{path}: key 'results' is missing or empty (expected hyperfine --export-json output)")
+    parsed, versions = [], set()
     for index, result in enumerate(results):
         where = f"{path}: key 'results[{index}]"
         if not isinstance(result, dict):
             raise ConfigError(f"{where}' must be a table")
         if not isinstance(result.get("command"), str):
             raise ConfigError(f"{where}.command' is missing")
-        times = result.get("times")
-        if not isinstance(times, list) or not times or not all(_number(t) for t in times):
-            raise ConfigError(f"{where}.times' must be a non-empty list of seconds "
-                              "(hyperfine 1.12 or newer writes it)")
-        codes = result.get("exit_codes")
-        if codes is not None and (not isinstance(codes, list) or len(codes) != len(times)
-                                  or not all(c is None or isinstance(c, int) for c in codes)):
-            raise ConfigError(f"{where}.exit_codes' must list one exit code per entry of times")
-    return results, raw
+        if "measurements" in result:
+            parsed.append(_v2_result(result, where))
+            versions.add("2.x")
+        elif "times" in result:
+            parsed.append(_v1_result(result, where))
+            versions.add("1.x")
+        else:
+            raise ConfigError(f"{where}' has neither 'times' nor 'measurements'; understood: {VERSIONS}")
+    if len(versions) > 1:
+        raise ConfigError(f"{path}: key 'results' mixes hyperfine 1.x and 2.x commands")
+    (version,) = versions
+    if schema is not None and {1: "1.x", 2: "2.x"}[schema] != version:
+        raise ConfigError(f"{path}: key 'schema_version' is {schema} but the commands are hyperfine {version}'s")
+    return HyperfineFile(path=path, raw=raw, version=version, results=tuple(parsed))
 
 
-def _pick(results: Sequence[Mapping[str, Any]], wanted: str | None, default: int, path: Path, option: str) -> int:
-    names = [str(r["command"]) for r in results]
+def _run_error(code: Any) -> str:
+    # hyperfine writes null for a run ended by a signal: a failed run too
+    return "" if code == 0 else "ended by a signal" if code is None else f"exit code {code}"
+
+
+def _v1_result(result: Mapping[str, Any], where: str) -> CommandResult:
+    times = result["times"]
+    if not isinstance(times, list) or not times or not all(is_number(t) and math.isfinite(t) for t in times):
+        raise ConfigError(f"{where}.times' must be a non-empty list of seconds (hyperfine 1.12 or newer writes it)")
+    codes = result.get("exit_codes")
+    if codes is None:
+        codes = [0] * len(times)
+    elif (not isinstance(codes, list) or len(codes) != len(times)
+          or not all(c is None or (isinstance(c, int) and not isinstance(c, bool)) for c in codes)):
+        raise ConfigError(f"{where}.exit_codes' must list one exit code per entry of times")
+    memory = result.get("memory_usage_byte")
+    if memory is not None and (not isinstance(memory, list) or len(memory) != len(times)
+                               or not all(is_number(m) and m >= 0 for m in memory)):
+        raise ConfigError(f"{where}.memory_usage_byte' must list one byte count per entry of times")
+    parameters = result.get("parameters", {})
+    if not isinstance(parameters, dict) or not all(isinstance(v, str) for v in parameters.values()):
+        raise ConfigError(f"{where}.parameters' must map each parameter name to its value")
+    runs = tuple(ImportedRun(value=float(seconds), exit_code=code, error=_run_error(code),
+                             metrics={} if memory is None else {"memory_usage_byte": float(memory[k])})
+                 for k, (seconds, code) in enumerate(zip(times, codes)))
+    return CommandResult(command=result["command"], parameters=dict(parameters), runs=runs,
+                         summary={k: result[k] for k in _SUMMARY_KEYS if is_number(result.get(k))},
+                         per_run_metrics=frozenset() if memory is None else frozenset({"memory_usage_byte"}))
+
+
+def _quantity(value: Any, unit: str, where: str) -> float:
+    """A 2.x quantity, `{"value": …, "unit": …}` (a bare number, as earlier development builds wrote it)."""
+    if isinstance(value, dict):
+        if value.get("unit") != unit:
+            raise ConfigError(f"{where}.unit' is {value.get('unit')!r}; expected {unit!r}")
+        value = value.get("value")
+    if not is_number(value) or not math.isfinite(value) or value < 0:
+        raise ConfigError(f"{where}' must be a non-negative number of {unit}s")
+    return float(value)
+
+
+def _v2_result(result: Mapping[str, Any], where: str) -> CommandResult:
+    measurements = result["measurements"]
+    if not isinstance(measurements, list) or not measurements:
+        raise ConfigError(f"{where}.measurements' must be a non-empty list, one entry per run")
+    runs = []
+    for k, measurement in enumerate(measurements):
+        at = f"{where}.measurements[{k}]"
+        if not isinstance(measurement, dict) or "time_wall_clock" not in measurement:
+            raise ConfigError(f"{at}.time_wall_clock' is missing")
+        code = measurement.get("exit_code", 0)
+        if code is not None and (not isinstance(code, int) or isinstance(code, bool)):
+            raise ConfigError(f"{at}.exit_code' must be an integer or null")
+        metrics = {_V2_METRIC[key]: _quantity(measurement[key], unit, f"{at}.{key}")
+                   for key, unit in _V2_KEYS.items() if key in _V2_METRIC and key in measurement}
+        seconds = _quantity(measurement["time_wall_clock"], "second", f"{at}.time_wall_clock")
+        runs.append(ImportedRun(value=seconds, metrics=metrics, exit_code=code, error=_run_error(code)))
+    parameters = result.get("parameters", {})
+    if not isinstance(parameters, dict) or not all(
+            isinstance(p, dict) and isinstance(p.get("value"), str) for p in parameters.values()):
+        raise ConfigError(f"{where}.parameters' must map each parameter name to {{value, is_unused}}")
+    per_run = frozenset.intersection(*(frozenset(run.metrics) for run in runs))
+    return CommandResult(command=result["command"], parameters={n: p["value"] for n, p in parameters.items()},
+                         runs=tuple(runs), summary={}, per_run_metrics=per_run)
+
+
+def _listed(results: Sequence[CommandResult]) -> str:
+    return ", ".join(f"{i}: {r.command!r}" for i, r in enumerate(results, 1))
+
+
+def _by_command(results: Sequence[CommandResult], wanted: str | None, default: int, path: Path,
+                option: str) -> int:
     if wanted is None:
         return default
+    names = [r.command for r in results]
     if wanted in names:
         if names.count(wanted) > 1:
             raise ConfigError(f"{path}: {option} {wanted!r} names {names.count(wanted)} commands; pick one by "
@@ -91,57 +192,120 @@ def _pick(results: Sequence[Mapping[str, Any]], wanted: str | None, default: int
         return names.index(wanted)
     if wanted.isdigit() and 1 <= int(wanted) <= len(results):
         return int(wanted) - 1
-    listed = ", ".join(f"{i}: {n!r}" for i, n in enumerate(names, 1))
-    raise ConfigError(f"{path}: {option} {wanted!r} is not one of the commands ({listed})")
+    raise ConfigError(f"{path}: {option} {wanted!r} is not one of the commands ({_listed(results)})")
 
 
-def evidence_from_hyperfine(path: Path, *, off: str | None = None, on: str | None = None,
-                            gate_id: str | None = None, title: str | None = None, date: str | None = None,
-                            threshold: ThresholdSpec = ThresholdSpec()) -> SeriesEvidence:
-    """Series evidence of two hyperfine commands: off (default the first) against on (default the second)."""
-    results, raw = read_hyperfine(path)
+def _by_parameter(results: Sequence[CommandResult], name: str, wanted: str | None, default: int, path: Path,
+                  option: str) -> int:
+    values = list(dict.fromkeys(r.parameters[name] for r in results))
+    if wanted is None:
+        if len(values) != 2:
+            raise ConfigError(f"{path}: parameter {name!r} takes {len(values)} values ({', '.join(values)}); "
+                              "choose two with --off and --on")
+        wanted = values[default]
+    matches = [i for i, r in enumerate(results) if r.parameters[name] == wanted]
+    if not matches:
+        raise ConfigError(f"{path}: {option} {wanted!r} is not a value of parameter {name!r} "
+                          f"(values: {', '.join(values)})")
+    if len(matches) > 1:
+        listed = ", ".join(f"{i + 1}: {results[i].command!r}" for i in matches)
+        raise ConfigError(f"{path}: {option} {name}={wanted} matches {len(matches)} commands ({listed}); the "
+                          "other parameters differ too, so pick the two commands by --off/--on without --param")
+    return matches[0]
+
+
+def _choose(data: HyperfineFile, off: str | None, on: str | None,
+            param: str | None) -> tuple[CommandResult, CommandResult]:
+    results, path = data.results, data.path
+    if param is not None:
+        missing = [r.command for r in results if param not in r.parameters]
+        if missing:
+            names = sorted({n for r in results for n in r.parameters})
+            present = f"parameters: {', '.join(names)}" if names else "it has no parameters (-P/-L)"
+            raise ConfigError(f"{path}: --param {param!r} is not a parameter of every command ({present})")
+        return (results[_by_parameter(results, param, off, 0, path, "--off")],
+                results[_by_parameter(results, param, on, 1, path, "--on")])
     if len(results) < 2:
         raise ConfigError(f"{path}: key 'results' holds one command; a gate compares two")
     if len(results) > 2 and (off is None or on is None):
-        names = ", ".join(f"{i}: {r['command']!r}" for i, r in enumerate(results, 1))
-        raise ConfigError(f"{path}: key 'results' holds {len(results)} commands ({names}); choose two with "
-                          "--off and --on")
-    off_index = _pick(results, off, 0, path, "--off")
-    on_index = _pick(results, on, 1, path, "--on")
+        raise ConfigError(f"{path}: key 'results' holds {len(results)} commands ({_listed(results)}); choose two "
+                          "with --off and --on")
+    off_index = _by_command(results, off, 0, path, "--off")
+    on_index = _by_command(results, on, 1, path, "--on")
     if off_index == on_index:
         raise ConfigError(f"{path}: --off and --on name the same command")
-    off_result, on_result = results[off_index], results[on_index]
-    off_arm, on_arm = str(off_result["command"]), str(on_result["command"])
-    # Both name the finding's files: validated like gate.id, so no id can write outside --out.
-    if gate_id is not None and not NAME_PATTERN.fullmatch(gate_id):
-        raise ConfigError(f"--id {gate_id!r}: must be {NAME_RULE} (it names the finding's files)")
-    if date is not None and not _is_iso_date(date):
-        raise ConfigError(f"--date {date!r}: must be a date written YYYY-MM-DD (it names the finding's files)")
-    date = date or dt.date.today().isoformat()
-    gate_id = gate_id or _slug(path.stem)[:64].strip("-") or "hyperfine"
-    n = min(len(off_result["times"]), len(on_result["times"]))
-    spec = DecisionSpec(
-        gate_id=gate_id, title=title or f"{on_arm} vs {off_arm} (hyperfine)", off_arm=off_arm, on_arm=on_arm,
-        n=n, order="blocked", seed=0, primary=ALWAYS_MEASURED, direction="lower", expect_diff=("command",),
-        threshold=threshold, guards=(), rules=RulesSpec(require_window_samples=False))
-    records: list[RunRecord] = []
-    order = 0
-    for result in (off_result, on_result):
-        arm = str(result["command"])
-        codes = result.get("exit_codes") or [0] * len(result["times"])
-        for k, (seconds, code) in enumerate(zip(result["times"], codes), 1):
-            order += 1
-            # hyperfine writes null for a run ended by a signal: a failed run too
-            error = "" if code == 0 else "ended by a signal" if code is None else f"exit code {code}"
-            outcome = RunOutcome(exit_code=code, process_wallclock_s=float(seconds), config={"command": arm},
-                                 error=error)
-            records.append(RunRecord(order=order, arm=arm, label=f"{arm}-r{k}", pair=k, outcome=outcome,
-                                     window=WindowSummary(samples=0, load1_mean=None, load1_max=None)))
-    summary_keys = ("mean", "stddev", "median", "user", "system", "min", "max")
-    provenance = {"imported_from": {
-        "format": "hyperfine", "path": str(path), "sha256": hashlib.sha256(raw).hexdigest(),
-        "commands": {str(r["command"]): {k: r[k] for k in summary_keys if _number(r.get(k))}
-                     for r in (off_result, on_result)}}}
-    return SeriesEvidence(
-        series_id=f"hyperfine:{path.name}", finding_id=f"{gate_id}-{date}", spec=spec, records=tuple(records),
-        date=date, provenance=provenance, warnings=HYPERFINE_WARNINGS, related_runs=(str(path),))
+    return results[off_index], results[on_index]
+
+
+def _check_guards(data: HyperfineFile, guards: Sequence[GuardSpec], chosen: Sequence[CommandResult]) -> None:
+    for guard in guards:
+        for result in chosen:
+            if guard.metric in result.per_run_metrics:
+                continue
+            index = data.results.index(result)
+            if data.version == "2.x":
+                raise ConfigError(f"{data.path}: key 'results[{index}].measurements' lacks "
+                                  f"{guard.metric!r} in some runs; --guard {guard.metric} needs it in every run")
+            if guard.metric == "memory_usage_byte":
+                raise ConfigError(f"{data.path}: key 'results[{index}].memory_usage_byte' is missing "
+                                  "(hyperfine 1.20 or newer records it per run); --guard needs per-run values")
+            raise ConfigError(f"{data.path}: key 'results[{index}].{guard.metric}' is one mean per command in "
+                              f"hyperfine {data.version}; --guard {guard.metric} needs per-run values "
+                              "(hyperfine 2.x records them)")
+
+
+def _without_zero_times(name: str, result: CommandResult) -> tuple[tuple[ImportedRun, ...], str, bool]:
+    """The runs with a 0.0 s time left out, the line that says so ('' if none), and whether too many were."""
+    kept = tuple(run for run in result.runs if run.error or run.value != 0.0)
+    zeros, n = len(result.runs) - len(kept), len(result.runs)
+    if not zeros:
+        return kept, "", False
+    line = (f"{zeros} of {n} runs of {name!r} timed 0.0 s, below the timer's resolution: hyperfine subtracts "
+            "the shell's start-up time and clamps at 0")
+    if zeros > ZERO_TIMES_LIMIT_FRAC * n:
+        return kept, (f"{line}; above {ZERO_TIMES_LIMIT_FRAC:.0%} of an arm, its mean is no measurement: "
+                      f"{ZERO_TIMES_HINT}"), True
+    overstated_pct = 100 * zeros / (n - zeros)
+    return kept, (f"{line}; they are left out, which can overstate the arm's mean by at most "
+                  f"{overstated_pct:.2g} %: {ZERO_TIMES_HINT}"), False
+
+
+def _arm(name: str, result: CommandResult, param: str | None, runs: tuple[ImportedRun, ...]) -> ImportedArm:
+    config: dict[str, Any] = {"command": result.command}
+    if param is not None:
+        config.update(result.parameters)
+    return ImportedArm(name=name, config=config, runs=runs)
+
+
+def evidence_from_hyperfine(path: Path, *, off: str | None = None, on: str | None = None,
+                            param: str | None = None, guards: Sequence[str] = (), gate_id: str | None = None,
+                            title: str | None = None, date: str | None = None,
+                            threshold: ThresholdSpec = ThresholdSpec()) -> SeriesEvidence:
+    """Series evidence of two hyperfine commands: chosen by command (off default the first, on the second)
+    or, with `param`, by that parameter's value; `guards` are `METRIC:MAX_DROP` texts (common.parse_guard)."""
+    guard_specs = [parse_guard(text, dict.fromkeys(GUARD_METRICS, "lower"), path) for text in guards]
+    data = read_hyperfine(path)
+    off_result, on_result = _choose(data, off, on, param)
+    _check_guards(data, guard_specs, (off_result, on_result))
+    if param is None:
+        names = off_result.command, on_result.command
+    else:
+        names = f"{param}={off_result.parameters[param]}", f"{param}={on_result.parameters[param]}"
+    warnings, invalid = [NOT_INTERLEAVED, NO_LOAD], []
+    arms = []
+    for name, result in zip(names, (off_result, on_result)):
+        runs, line, too_many = _without_zero_times(name, result)
+        if too_many:
+            invalid.append(f"imported from hyperfine: {line}")
+        elif line:
+            warnings.append(line)
+        arms.append(_arm(name, result, param, runs))
+    identity = Identity.of(path, gate_id=gate_id, title=title, date=date,
+                           tool="hyperfine")
+    commands = {name: {"command": r.command, **({"parameters": dict(r.parameters)} if r.parameters else {}),
+                       **dict(r.summary)} for name, r in zip(names, (off_result, on_result))}
+    evidence = imported_evidence(
+        tool="hyperfine", sources=((path, data.raw),), off=arms[0], on=arms[1], identity=identity,
+        guards=guard_specs, threshold=threshold, warnings=warnings,
+        provenance={"hyperfine": {"version": data.version, "commands": commands}})
+    return dataclasses.replace(evidence, invalid_reasons=evidence.invalid_reasons + tuple(invalid))

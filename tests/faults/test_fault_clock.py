@@ -19,7 +19,6 @@ ROOT = Path(__file__).resolve().parents[2]
 SOURCES = sorted([*(ROOT / "gatekit").rglob("*.py"), *(ROOT / "drivers").rglob("*.py")])
 # Wall-clock reads that only label things for people (ISO timestamps, dates), never measure a duration.
 WALL_CLOCK_LABELS = {("gatekit/series.py", "now"), ("gatekit/csvinput.py", "evidence_from_csv"),
-                     ("gatekit/importers/hyperfine.py", "evidence_from_hyperfine"),
                      ("gatekit/importers/common.py", "of")}  # the finding's date
 
 

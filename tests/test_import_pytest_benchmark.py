@@ -1,0 +1,129 @@
+"""`gate import pytest-benchmark FILE --off NAME --on NAME` on real pytest-benchmark files
+(tests/fixtures/imports/pytest-benchmark/SOURCES.md says how they were recorded): the arms are two benchmarks,
+the runs their rounds (`stats.data`), and the decision equals the classic rule computed here from those."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import FIXTURES, gate_invoke
+from tests.imports_kit import DATE, classic_by_hand, import_finding
+
+FOLDER = FIXTURES / "imports" / "pytest-benchmark"
+SORT = FOLDER / "sort.json"
+
+
+def _bench(name: str, path: Path = SORT) -> dict[str, Any]:
+    (bench,) = [b for b in json.loads(path.read_text())["benchmarks"] if name in (b["name"], b["fullname"])]
+    return bench
+
+
+def _import(*args: str, cwd: Path) -> tuple[Any, dict[str, Any]]:
+    return import_finding("pytest-benchmark", *args, cwd=cwd)
+
+
+@pytest.mark.parametrize("off_name, on_name", [
+    ("test_sort[shuffled]", "test_sort[presorted]"),
+    ("test_sort.py::test_sort[shuffled]", "test_sort.py::test_sort[presorted]"),  # by fullname
+])
+def test_rounds_are_runs_and_decision_is_the_classic_rule(tmp_path: Path, off_name: str, on_name: str) -> None:
+    done, finding = _import(str(SORT), "--off", off_name, "--on", on_name, cwd=tmp_path)
+    off, on = _bench("test_sort[shuffled]")["stats"]["data"], _bench("test_sort[presorted]")["stats"]["data"]
+    assert finding["gate"]["arms"] == {"off": "test_sort[shuffled]", "on": "test_sort[presorted]"}
+    assert [r["metrics"]["time_s"] for r in finding["runs"]] == off + on
+    assert [r["label"] for r in finding["runs"]][:2] == ["test_sort[shuffled]-r1", "test_sort[shuffled]-r2"]
+    assert finding["gate"]["n"] == min(len(off), len(on)) and finding["gate"]["primary"] == "time_s"
+    delta_pct, threshold_pct, decision = classic_by_hand(off, on)
+    assert finding["stats"]["delta_pct"] == pytest.approx(delta_pct, rel=1e-9)
+    assert finding["stats"]["threshold_pct"] == pytest.approx(threshold_pct, rel=1e-9)
+    assert decision == "adopted" and finding["verdict"]["decision"] == decision  # sorted input is far faster
+    warnings = " ".join(finding["verdict"]["warnings"])
+    assert "imported from pytest-benchmark: each arm's runs ran back to back, not interleaved" in warnings
+    assert "imported from pytest-benchmark: no load was sampled" in warnings
+    assert {r["window"]["samples"] for r in finding["runs"]} == {0}
+    assert finding["runs"][0]["config"] == {"benchmark": "test_sort.py::test_sort[shuffled]",
+                                            "param.order": "shuffled"}
+    assert finding["meta"]["id"] == f"sort-{DATE}"  # the gate id comes from the file name
+    assert "VERDICT: ADOPTED" in done.stderr
+
+
+def test_machine_and_commit_info_become_provenance(tmp_path: Path) -> None:
+    _, finding = _import(str(SORT), "--off", "test_sort[presorted]", "--on", "test_sum", cwd=tmp_path)
+    raw = json.loads(SORT.read_text())
+    assert finding["meta"]["commit"] == raw["commit_info"]["id"]
+    assert finding["meta"]["branch"] == raw["commit_info"]["branch"]
+    recorded = finding["provenance"]["pytest_benchmark"]
+    assert recorded["version"] == raw["version"] and recorded["commit_info"] == raw["commit_info"]
+    assert recorded["machine_info"]["node"] == raw["machine_info"]["node"]
+    assert recorded["machine_info"]["cpu"]["brand_raw"] == raw["machine_info"]["cpu"]["brand_raw"]
+    assert "flags" not in recorded["machine_info"]["cpu"]
+    # a benchmark without params: its config is its fullname alone
+    assert finding["runs"][-1]["config"] == {"benchmark": "test_sort.py::test_sum"}
+    delta_pct, _, decision = classic_by_hand(_bench("test_sort[presorted]")["stats"]["data"],
+                                      _bench("test_sum")["stats"]["data"])
+    assert finding["stats"]["delta_pct"] == pytest.approx(delta_pct, rel=1e-9)
+    assert finding["verdict"]["decision"] == decision
+
+
+def test_saved_file_without_raw_data_says_how_to_get_it(tmp_path: Path) -> None:
+    saved = FOLDER / "saved-without-data.json"
+    assert "data" not in _bench("test_sort[shuffled]", saved)["stats"]  # the real tool left it out
+    done = gate_invoke("import", "pytest-benchmark", str(saved), "--off", "test_sort[shuffled]", "--on",
+                       "test_sort[presorted]", cwd=tmp_path)
+    assert done.returncode == 2
+    (line,) = done.stderr.strip().splitlines()
+    assert line.startswith(f"gate: error: {saved}: key 'benchmarks[0].stats.data' is missing")
+    assert "--benchmark-save-data" in line
+    assert not (tmp_path / "findings").exists()
+
+
+@pytest.mark.parametrize("make, args, key", [
+    (lambda tmp: "missing.json", (), "missing.json: file not found"),
+    (lambda tmp: (tmp / "b.json").write_text("[1, 2") and "b.json", (),
+     "b.json: not pytest-benchmark --benchmark-json output"),
+    (lambda tmp: str(FIXTURES / "imports" / "pyperf" / "off.json"), (), "off.json: key 'machine_info' is missing"),
+    (lambda tmp: (tmp / "b.json").write_text('{"machine_info": {}, "benchmarks": []}') and "b.json", (),
+     "b.json: key 'benchmarks' is missing or empty"),
+    (lambda tmp: str(SORT), ("--on", "test_sorted"),
+     "sort.json: --on 'test_sorted' is not one of the benchmarks (test_sort[shuffled], test_sort[presorted], "
+     "test_sum)"),
+    (lambda tmp: str(SORT), ("--on", "test_sort.py::test_sort[shuffled]"),
+     "sort.json: --off and --on name the same benchmark 'test_sort.py::test_sort[shuffled]'"),
+])
+def test_bad_input_is_one_line_naming_file_and_key(tmp_path: Path, make: Any, args: tuple[str, ...],
+                                                   key: str) -> None:
+    options = {"--off": "test_sort[shuffled]", "--on": "test_sort[presorted]"}
+    options.update(zip(args[::2], args[1::2]))
+    done = gate_invoke("import", "pytest-benchmark", make(tmp_path), *[x for kv in options.items() for x in kv],
+                       cwd=tmp_path)
+    assert done.returncode == 2, done.stderr
+    (line,) = done.stderr.strip().splitlines()
+    assert line.startswith("gate: error: ") and key in line
+    assert not (tmp_path / "findings").exists()
+
+
+def test_bad_round_times_name_the_key(tmp_path: Path) -> None:
+    data = json.loads(SORT.read_text())
+    data["benchmarks"][1]["stats"]["data"] = []
+    (tmp_path / "b.json").write_text(json.dumps(data))
+    done = gate_invoke("import", "pytest-benchmark", "b.json", "--off", "test_sort[shuffled]", "--on",
+                       "test_sort[presorted]", cwd=tmp_path)
+    assert done.returncode == 2
+    assert done.stderr.strip() == "gate: error: b.json: key 'benchmarks[1].stats.data' must be a non-empty list " \
+                                  "of seconds"
+
+
+def test_both_arms_are_required(tmp_path: Path) -> None:
+    done = gate_invoke("import", "pytest-benchmark", str(SORT), "--off", "test_sum", cwd=tmp_path)
+    assert done.returncode == 2 and "--on" in done.stderr
+
+
+def test_analyze_on_a_pytest_benchmark_file_names_the_import_command(tmp_path: Path) -> None:
+    done = gate_invoke("analyze", str(SORT), cwd=tmp_path)
+    assert done.returncode == 2
+    assert done.stderr.strip() == f"gate: error: {SORT}: is pytest-benchmark JSON; import it with: " \
+                                  "gate import pytest-benchmark FILE --off NAME --on NAME"
