@@ -2,19 +2,30 @@
 
 Pure serializers (findings in, str out), as hyperfine's exporters are; the CLI writes the text with
 `storage.write_output`. Formats:
-- summary-md: GitHub-flavoured Markdown for `$GITHUB_STEP_SUMMARY` or a PR comment.
+- summary-md: GitHub-flavoured Markdown for `$GITHUB_STEP_SUMMARY` or a PR comment, kept under GitHub's
+  1024 KiB limit: whole gates while they fit, then a line saying how many were cut and where the rest is.
 - junit: one <testcase> per gate; <failure> on a failing decision (regression, guard_failed, invalid).
-- gab-json: github-action-benchmark's `customSmallerIsBetter` input, a list of
-  {name, unit, value, range, extra}: the primary's mean per arm (only a lower-is-better primary fits), Δ and
-  the verdict in `extra` (a ratio-based alert cannot compare a signed Δ, so Δ is not an entry of its own).
-- bmf: Bencher Metric Format, {benchmark: {measure: {value, lower_value, upper_value}}}.
+- gab-json: github-action-benchmark's custom-tool input, a list of {name, unit, value, range, extra}: the
+  primary's mean per arm, Δ and the verdict in `extra` (a ratio-based alert cannot compare a signed Δ, so Δ is
+  not an entry of its own). The same list serves `customSmallerIsBetter` and `customBiggerIsBetter`; the gate's
+  direction says which tool to configure, so one file holds one direction.
+- bmf: Bencher Metric Format, {benchmark: {measure: {value, lower_value, upper_value}}}; custom measures named
+  by the metric, or (measure "latency") Bencher's built-in `latency` in nanoseconds, as Bencher's own hyperfine
+  adapter writes it.
+
+The metric exports (gab-json, bmf) leave invalid findings out (`skipped_notes` says which, for stderr) and
+refuse to write a file with no entries (`EmptyExportError`): a consumer reads an empty file as an error of
+its own, far from its cause. Benchmark names are capped at Bencher's 1024 bytes with a stable hash suffix and
+are unique per finding: several findings of one gate are told apart by their finding ids.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 import xml.etree.ElementTree as ET
+from collections import Counter
 from typing import Any, Callable, Mapping, Sequence
 
 from gatekit.errors import ConfigError
@@ -23,6 +34,12 @@ from gatekit.report.common import (decision_words, delta_ci, fmt, fmt_signed, gu
                                    one_line_why, unit_of)
 from gatekit.report.markdown import literal
 from gatekit.stats import mean, sample_sd
+from gatekit.verdict import Decision
+
+NAME_MAX_BYTES = 1024  # Bencher's MAX_BENCHMARK_NAME_LEN (lib/bencher_valid/src/benchmark_name.rs), UTF-8 bytes
+SUMMARY_MAX_BYTES = 1_000_000  # GitHub refuses a step summary over 1024 KiB (1,048,576 bytes): keep a margin
+BMF_MEASURES = ("custom", "latency")
+GAB_TOOLS = {"lower": "customSmallerIsBetter", "higher": "customBiggerIsBetter"}
 
 # XML 1.0 cannot hold these characters at all, escaped or not.
 _XML_INVALID = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")
@@ -79,19 +96,40 @@ def _summary_one(finding: Finding) -> list[str]:
     return lines
 
 
-def summary_markdown(findings: Sequence[Finding]) -> str:
-    """Markdown for a GitHub job summary or a PR comment; an overview table first when there are several."""
-    lines: list[str] = []
+def summary_markdown(findings: Sequence[Finding], *, full_report: str = "",
+                     limit_bytes: int = SUMMARY_MAX_BYTES) -> str:
+    """Markdown for a GitHub job summary or a PR comment; an overview table first when there are several.
+
+    Whole gates are kept while the text stays under `limit_bytes` (UTF-8); the rest are cut, and a last line
+    says how many and where the full report is (`full_report`, else the finding files)."""
+    head: list[str] = []
     if len(findings) > 1:
-        lines += ["## gatekit: " + ", ".join(f"{n} {d}" for d, n in sorted(_counts(findings).items())), "",
-                  "| gate | verdict | Δ | threshold |", "| --- | --- | ---: | ---: |"]
+        head += ["## gatekit: " + ", ".join(f"{n} {d}" for d, n in sorted(_counts(findings).items())), "",
+                 "| gate | verdict | Δ | threshold |", "| --- | --- | ---: | ---: |"]
         for f in findings:
-            lines.append(f"| {literal(f.gate.id)} | {literal(f.decision.value)} | "
-                         f"{fmt_signed(f.stats.delta_pct, 2)} % | ±{fmt(f.stats.threshold_pct, 2)} % |")
-        lines.append("")
-    for f in findings:
-        lines += _summary_one(f) + [""]
-    return "\n".join(lines).rstrip() + "\n"
+            head.append(f"| {literal(f.gate.id)} | {literal(f.decision.value)} | "
+                        f"{fmt_signed(f.stats.delta_pct, 2)} % | ±{fmt(f.stats.threshold_pct, 2)} % |")
+        head.append("")
+    gates = ["\n".join(_summary_one(f) + [""]) for f in findings]
+    text = "\n".join(["\n".join(head), *gates] if head else gates).rstrip() + "\n"
+    if len(text.encode()) <= limit_bytes:
+        return text
+    where = literal(full_report) if full_report else "the finding files (`gate report FINDING… --md FILE`)"
+    # thousands of gates make the overview itself too long: then the gates' own sections carry it
+    kept = ["\n".join(head)] if head and len("\n".join(head).encode()) <= limit_bytes // 2 else []
+    shown = 0
+    for block in gates:
+        trial = "\n".join([*kept, block, _cut_line(len(gates) - shown - 1, len(gates), where)])
+        if len(trial.encode()) > limit_bytes:
+            break
+        kept.append(block)
+        shown += 1
+    return "\n".join([*kept, _cut_line(len(gates) - shown, len(gates), where)]).rstrip() + "\n"
+
+
+def _cut_line(cut: int, total: int, where: str) -> str:
+    return (f"**{cut} of {total} gate(s) cut** to keep this summary under GitHub's 1024 KiB step-summary "
+            f"limit; the full report: {where}")
 
 
 def _counts(findings: Sequence[Finding]) -> dict[str, int]:
@@ -131,36 +169,110 @@ def junit_xml(findings: Sequence[Finding]) -> str:
     return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(suites, encoding="unicode") + "\n"
 
 
-# -- github-action-benchmark ------------------------------------------------------------------------
+# -- what the metric exports hold -------------------------------------------------------------------
 
-def check_export(fmt_name: str, direction: str, primary: str, source: str) -> None:
+class EmptyExportError(ConfigError):
+    """A metric export with no entry: refused, since its consumer fails on an empty file far from the cause."""
+
+
+def check_export(fmt_name: str, primary: str, source: str, *, bmf_measure: str = "custom") -> None:
     """Refuse an export that cannot represent this gate, before anything runs."""
-    if fmt_name == "gab-json" and direction != "lower":
-        raise ConfigError(f"{source}: gate.primary '{primary}' is higher-is-better, but gab-json is "
-                          "github-action-benchmark's customSmallerIsBetter; use --export bmf instead")
+    if fmt_name == "bmf" and bmf_measure == "latency" and unit_of(primary) != "s":
+        raise ConfigError(f"{source}: gate.primary '{primary}' is not a time in seconds (a name ending in _s), "
+                          "so --bmf-measure latency (Bencher's built-in latency, nanoseconds) cannot hold it; "
+                          "drop --bmf-measure to export it as a custom measure")
 
+
+def skipped_notes(findings: Sequence[Finding]) -> list[str]:
+    """One line per finding the metric exports leave out: an invalid series is not a measurement."""
+    return [f"skipped finding {f.id} in the metric exports: {f.decision.value}: {one_line_why(f.verdict)}"
+            for f in findings if f.decision is Decision.INVALID]
+
+
+def _measured(findings: Sequence[Finding], fmt_name: str) -> list[Finding]:
+    kept = [f for f in findings if f.decision is not Decision.INVALID]
+    if not kept:
+        raise EmptyExportError(f"no {fmt_name} entry to write: every finding is invalid "
+                               f"({', '.join(f.id for f in findings) or 'none given'})")
+    return kept
+
+
+def capped_name(name: str) -> str:
+    """`name` within Bencher's 1024 UTF-8 bytes: cut at a character boundary and ended with a hash of the
+    whole name, so the same long name always gives the same benchmark and two long names stay apart."""
+    raw = name.encode()
+    if len(raw) <= NAME_MAX_BYTES:
+        return name
+    suffix = f" #{hashlib.sha256(raw).hexdigest()[:16]}"
+    return raw[:NAME_MAX_BYTES - len(suffix)].decode("utf-8", errors="ignore") + suffix
+
+
+def _qualifiers(findings: Sequence[Finding]) -> list[str]:
+    """Each finding's name prefix: its gate id, or its finding id where one export holds several findings of
+    that gate (they would overwrite each other's benchmarks otherwise)."""
+    per_gate = Counter(f.gate.id for f in findings)
+    names = [f.gate.id if per_gate[f.gate.id] == 1 else f.id for f in findings]
+    twice = [name for name, count in Counter(names).items() if count > 1]
+    if twice:
+        raise ConfigError(f"finding {twice[0]!r} is given twice to one export; give each finding once")
+    return names
+
+
+class _Names:
+    """Benchmark names handed out once each: a second entry under one name is an error, never an overwrite."""
+
+    def __init__(self) -> None:
+        self.taken: dict[str, str] = {}
+
+    def claim(self, name: str, owner: str) -> str:
+        capped = capped_name(name)
+        if capped in self.taken and self.taken[capped] != owner:
+            raise ConfigError(f"two entries would be named {capped!r} (findings {self.taken[capped]} and "
+                              f"{owner}); rename an arm or export the findings to separate files")
+        self.taken[capped] = owner
+        return capped
+
+
+# -- github-action-benchmark ------------------------------------------------------------------------
 
 def _spread(values: Sequence[float]) -> str:
     sd = sample_sd(values)
     return f"± {sd:.6g}" if is_number(sd) else ""
 
 
+def gab_tool(findings: Sequence[Finding]) -> str:
+    """The github-action-benchmark `tool` that reads these findings: one direction per file."""
+    measured = _measured(findings, "gab-json")
+    directions = {f.gate.direction for f in measured}
+    if len(directions) > 1:
+        by = {d: next(f.id for f in measured if f.gate.direction == d) for d in sorted(directions)}
+        raise ConfigError("gab-json: the findings mix directions (" + ", ".join(
+            f"{by[d]} is {d}-is-better" for d in sorted(by)) + "); github-action-benchmark reads one file with "
+            "one tool (customSmallerIsBetter or customBiggerIsBetter): export each direction to its own file")
+    return GAB_TOOLS[directions.pop()]
+
+
 def gab_json(findings: Sequence[Finding]) -> str:
-    """customSmallerIsBetter entries: per gate, the primary's mean per arm (range ± sample SD)."""
+    """Custom-tool entries: per gate, the primary's mean per arm (range ± sample SD); the tool to configure is
+    `gab_tool(findings)`. Invalid findings are left out; no entry at all is an `EmptyExportError`."""
+    gab_tool(findings)
+    measured = _measured(findings, "gab-json")
+    names = _Names()
     entries: list[dict[str, Any]] = []
-    for f in findings:
+    for f, prefix in zip(measured, _qualifiers(measured)):
         gate, s = f.gate, f.stats
         primary = gate.primary
-        check_export("gab-json", gate.direction, primary, f.id)
         extra = (f"{f.decision.value}: Δ {fmt_signed(s.delta_pct)} % vs {f.off_arm} (threshold "
                  f"±{fmt(s.threshold_pct)} %), pairs {s.pairs_consistent}, finding {f.id}")
         for arm in (f.on_arm, f.off_arm):
             values = f.used_values(arm, primary)
             if not values:
                 continue
-            entries.append({"name": f"{gate.id}/{primary} ({arm})", "unit": unit_of(primary) or "value",
-                            "value": mean(values), "range": _spread(values),
+            entries.append({"name": names.claim(f"{prefix}/{primary} ({arm})", f.id),
+                            "unit": unit_of(primary) or "value", "value": mean(values), "range": _spread(values),
                             "extra": extra + f"; {len(values)} runs of {arm}"})
+    if not entries:
+        raise EmptyExportError("no gab-json entry to write: no finding has a used run")
     return json.dumps(entries, indent=2, ensure_ascii=False, allow_nan=False) + "\n"
 
 
@@ -170,28 +282,58 @@ def _metric(values: Sequence[float]) -> dict[str, float]:
     return {"value": mean(values), "lower_value": min(values), "upper_value": max(values)}
 
 
-def bmf_json(findings: Sequence[Finding]) -> str:
-    """{"<gate>/<arm>": {<metric>: {value: mean, lower_value: min, upper_value: max}}} over used runs,
-    and "<gate>/delta": {"delta_pct": {value, lower/upper = the CI of Δ when given}}."""
+def _latency_ns(values: Sequence[float]) -> dict[str, float]:
+    """Bencher's `latency` as its hyperfine adapter writes it: mean, and mean ∓ SD as bounds, in ns."""
+    average, sd = mean(values), sample_sd(values)
+    metric = {"value": average * 1e9}
+    if is_number(sd):
+        metric.update(lower_value=(average - sd) * 1e9, upper_value=(average + sd) * 1e9)
+    return metric
+
+
+def bmf_json(findings: Sequence[Finding], *, measure: str = "custom") -> str:
+    """{"<gate>/<arm>": {<metric>: {value: mean, lower_value: min, upper_value: max}}} over used runs, and
+    "<gate>/delta": {"delta_pct": {value, lower/upper = the CI of Δ when given}}.
+
+    measure "latency": the primary (a time in seconds) becomes Bencher's built-in `latency` in nanoseconds
+    under a benchmark named by the arm alone (Bencher's hyperfine adapter names it by the command, which is the
+    arm of an imported hyperfine finding), so a history that adapter started goes on; an arm name that two
+    findings share keeps its prefix. Invalid findings are left out; no entry is an `EmptyExportError`."""
+    if measure not in BMF_MEASURES:
+        raise ConfigError(f"bmf measure {measure!r} is not one of {', '.join(BMF_MEASURES)}")
+    measured = _measured(findings, "bmf")
+    for f in measured:
+        check_export("bmf", f.gate.primary, f"finding {f.id}", bmf_measure=measure)
+    arm_owners = Counter(arm for f in measured for arm in {f.off_arm, f.on_arm})
+    names = _Names()
     out: dict[str, dict[str, dict[str, float]]] = {}
-    for f in findings:
+    for f, prefix in zip(measured, _qualifiers(measured)):
         gate, s = f.gate, f.stats
-        metrics = [gate.primary, *guard_metrics(f)]
         for arm in (f.off_arm, f.on_arm):
             measures = {}
-            for metric in metrics:
+            for metric in [gate.primary, *guard_metrics(f)]:
                 values = f.used_values(arm, metric)
-                if values:
+                if not values:
+                    continue
+                if measure == "latency" and metric == gate.primary:
+                    measures["latency"] = _latency_ns(values)
+                else:
                     measures[metric] = _metric(values)
             if measures:
-                out[f"{gate.id}/{arm}"] = measures
+                alone = measure == "latency" and arm_owners[arm] == 1 and arm != "delta"
+                out[names.claim(arm if alone else f"{prefix}/{arm}", f.id)] = measures
         if is_number(s.delta_pct):
             delta: dict[str, float] = {"value": s.delta_pct}  # type: ignore[dict-item]
             ci = delta_ci(s)
             if ci:
                 delta.update(lower_value=ci[0], upper_value=ci[1])
-            out[f"{gate.id}/delta"] = {"delta_pct": delta}
+            name = names.claim(f"{prefix}/delta", f.id)
+            if "delta_pct" in out.get(name, {}):
+                raise ConfigError(f"two entries would be named {name!r} with measure delta_pct; rename arm 'delta'")
+            out.setdefault(name, {})["delta_pct"] = delta
+    if not out:
+        raise EmptyExportError("no bmf entry to write: no finding has a used run")
     return json.dumps(out, indent=2, ensure_ascii=False, allow_nan=False) + "\n"
 
 
-EXPORTERS: Mapping[str, Callable[[Sequence[Finding]], str]] = {"gab-json": gab_json, "bmf": bmf_json}
+EXPORTERS: Mapping[str, Callable[..., str]] = {"gab-json": gab_json, "bmf": bmf_json}

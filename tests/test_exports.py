@@ -1,23 +1,28 @@
-"""CI outputs (--summary-md, --junit, --export gab-json|bmf) and `gate import hyperfine`, against golden files.
+"""CI outputs (--summary-md, --junit, --export gab-json|bmf), against golden files.
 
-The hyperfine input is a real `hyperfine --export-json` file recorded on the development machine
-(hyperfine 1.15.0, Debian package): tests/fixtures/hyperfine_sleep.json came from
-  hyperfine --runs 5 --warmup 1 --shell=none --export-json hyperfine_sleep.json -n off 'sleep 0.030' -n on 'sleep 0.025'
-and tests/fixtures/hyperfine_three.json from
-  hyperfine --runs 3 --shell=none -i --export-json hyperfine_three.json 'sleep 0.020' 'sleep 0.021' 'false'
+One input is the finding of a real hyperfine run, tests/golden/exports/hyperfine-finding.json, written (and
+regolded) by tests/test_import_hyperfine.py from tests/fixtures/hyperfine_sleep.json.
 Goldens: `GATEKIT_REGOLD=1 pytest tests` rewrites all of them (finding, report pages, exports); review the diff.
 """
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import json
+import math
 import os
+import statistics
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
+import jsonschema
 import pytest
+from lxml import etree
 
-from gatekit.exports import bmf_json, gab_json, junit_xml, summary_markdown
+from gatekit.errors import ConfigError
+from gatekit.exports import (NAME_MAX_BYTES, SUMMARY_MAX_BYTES, EmptyExportError, bmf_json, capped_name, gab_json,
+                             gab_tool, junit_xml, summary_markdown)
 from gatekit.finding import Finding
 from tests.conftest import FIXTURES, gate_invoke
 from tests.findings_kit import GOLDEN, PAYLOAD, finding_of, golden_data, hostile_data, variant, write_json
@@ -35,66 +40,6 @@ def _hyperfine_finding() -> Finding:
     return finding_of(json.loads((GOLDEN / "exports" / "hyperfine-finding.json").read_text()))
 
 
-def test_hyperfine_import_matches_golden(tmp_path: Path) -> None:
-    done = gate_invoke("import", "hyperfine", "hyperfine_sleep.json", "--date", "2026-11-30", "--out", str(tmp_path),
-                    "--json", cwd=FIXTURES)
-    assert done.returncode == 0, done.stderr
-    _golden("hyperfine-finding.json", done.stdout)
-    finding = json.loads(done.stdout)
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["hyperfine-sleep-2026-11-30.json",
-                                                          "hyperfine-sleep-2026-11-30.toml"]
-    # arms = the commands, runs = their times, analysed like a gate
-    assert finding["gate"]["arms"] == {"off": "off", "on": "on"}
-    assert finding["gate"]["primary"] == "process_wallclock_s" and finding["gate"]["order"] == "blocked"
-    raw = json.loads((FIXTURES / "hyperfine_sleep.json").read_text())["results"]
-    assert [r["process_wallclock_s"] for r in finding["runs"]] == raw[0]["times"] + raw[1]["times"]
-    assert finding["stats"]["mean_off"] == pytest.approx(raw[0]["mean"])
-    assert finding["stats"]["mean_on"] == pytest.approx(raw[1]["mean"])
-    assert finding["stats"]["delta_pct"] == pytest.approx(100 * (raw[1]["mean"] - raw[0]["mean"]) / raw[0]["mean"])
-    assert finding["verdict"]["decision"] == "adopted"
-    assert any("not interleaved" in w for w in finding["verdict"]["warnings"])
-    assert "VERDICT: ADOPTED" in done.stderr
-
-
-def test_hyperfine_choosing_commands(tmp_path: Path) -> None:
-    three = str(FIXTURES / "hyperfine_three.json")
-    done = gate_invoke("import", "hyperfine", three, "--out", str(tmp_path), cwd=tmp_path)
-    assert done.returncode == 2
-    assert "holds 3 commands (1: 'sleep 0.020', 2: 'sleep 0.021', 3: 'false'); choose two with --off and --on" \
-        in done.stderr
-    done = gate_invoke("import", "hyperfine", three, "--off", "sleep 0.020", "--on", "2", "--out", str(tmp_path),
-                    "--json", cwd=tmp_path)
-    assert done.returncode == 0, done.stderr
-    assert json.loads(done.stdout)["gate"]["arms"] == {"off": "sleep 0.020", "on": "sleep 0.021"}
-    # every run of `false` exits 1: failed runs, never numbers, so the series is invalid (exit 3)
-    done = gate_invoke("import", "hyperfine", three, "--off", "1", "--on", "false", "--out", str(tmp_path),
-                    "--json", "--junit", str(tmp_path / "j.xml"), cwd=tmp_path)
-    assert done.returncode == 3, done.stderr
-    finding = json.loads(done.stdout)
-    assert finding["verdict"]["decision"] == "invalid"
-    assert {r["reason"] for r in finding["runs"] if r["arm"] == "false"} == {"failed: exit code 1"}
-    assert ET.parse(tmp_path / "j.xml").getroot().find("testsuite/testcase/failure").get("type") == "invalid"
-    done = gate_invoke("import", "hyperfine", three, "--off", "9", "--on", "1", cwd=tmp_path)
-    assert done.returncode == 2 and "--off '9' is not one of the commands" in done.stderr
-
-
-@pytest.mark.parametrize("content, key", [
-    ('{"results": []}', "key 'results' is missing or empty"),
-    ('{"results": [{"command": "a", "times": [0.1]}, {"command": "b"}]}', "key 'results[1].times'"),
-    ('{"results": [{"command": "a", "times": [0.1], "exit_codes": [0, 0]}, {"command": "b", "times": [1]}]}',
-     "key 'results[0].exit_codes'"),
-    ('{"results": [{"times": [0.1]}]}', "key 'results[0].command' is missing"),
-    ("not json", "not hyperfine --export-json output"),
-])
-def test_bad_hyperfine_file_is_one_line_naming_file_and_key(tmp_path: Path, content: str, key: str) -> None:
-    (tmp_path / "h.json").write_text(content)
-    done = gate_invoke("import", "hyperfine", "h.json", cwd=tmp_path)
-    assert done.returncode == 2
-    (line,) = done.stderr.strip().splitlines()
-    assert line.startswith("gate: error: h.json: ") and key in line
-    assert not (tmp_path / "findings").exists()
-
-
 def test_export_formats_match_golden() -> None:
     findings = [finding_of(golden_data()), _hyperfine_finding()]
     _golden("summary.md", summary_markdown(findings))
@@ -104,6 +49,7 @@ def test_export_formats_match_golden() -> None:
 
 
 def test_gab_json_is_custom_smaller_is_better() -> None:
+    assert gab_tool([finding_of(golden_data())]) == "customSmallerIsBetter"
     entries = json.loads(gab_json([finding_of(golden_data())]))
     assert [e["name"] for e in entries] == ["golden/train_elapsed_s (on)", "golden/train_elapsed_s (off)"]
     for entry in entries:
@@ -172,12 +118,13 @@ def test_gate_run_writes_every_ci_output(gate_dir, tmp_path: Path) -> None:
     assert json.loads((out / "bmf.json").read_text())["fixture/on"]["train_elapsed_s"]["value"] == pytest.approx(11.0)
 
 
-def test_gab_json_refuses_a_higher_is_better_gate_before_running(gate_dir, tmp_path: Path) -> None:
-    g = gate_dir(gate={"direction": "higher"})
-    done = gate_invoke("run", "off", "on", "--export", "gab-json", str(tmp_path / "g.json"), cwd=g.root)
+def test_bmf_latency_needs_a_primary_in_seconds_before_running(gate_dir, tmp_path: Path) -> None:
+    g = gate_dir(gate={"primary": "psnr_db", "direction": "higher"}, guards=[])
+    done = gate_invoke("run", "off", "on", "--export", "bmf", str(tmp_path / "b.json"), "--bmf-measure", "latency",
+                       cwd=g.root)
     assert done.returncode == 2
-    assert "customSmallerIsBetter; use --export bmf instead" in done.stderr
-    assert g.order() == [] and not (tmp_path / "g.json").exists()
+    assert "gate.primary 'psnr_db' is not a time in seconds" in done.stderr and "gate.toml" in done.stderr
+    assert g.order() == [] and not (tmp_path / "b.json").exists()
 
 
 def test_report_command_writes_ci_outputs_for_many_findings(tmp_path: Path) -> None:
@@ -187,3 +134,220 @@ def test_report_command_writes_ci_outputs_for_many_findings(tmp_path: Path) -> N
     assert done.returncode == 0, done.stderr
     assert (tmp_path / "s.md").read_text().startswith("## gatekit: 1 adopted, 1 regression")
     assert ET.parse(tmp_path / "j.xml").getroot().get("failures") == "1"
+
+
+# -- what the consumers accept ----------------------------------------------------------------------
+# Schemas and rules come from the consumers' own repositories: tests/fixtures/schemas/SOURCES.md.
+
+SCHEMAS = FIXTURES / "schemas"
+
+
+def _findings_of_every_decision() -> list[Finding]:
+    return [finding_of(variant(f"g{i}-2026-11-30", "2026-11-30", decision=d, gate_id=f"g{i}"))
+            for i, d in enumerate(["adopted", "rejected", "regression", "guard_failed", "invalid"])]
+
+
+def _gab_extractor_errors(text: str) -> list[str]:
+    """github-action-benchmark v1.22.0 (commit c38cce98215cf75e178ecd5a0c1a1ab215e93006), src/extract.ts:
+    the custom tools parse the file with zod `z.array(BenchmarkResult)`, BenchmarkResult = {name: string,
+    value: number, range?: string, unit: string, extra?: string}; an empty list is "No benchmark result was
+    found"; src/write.ts matches the previous run by `benches.find(b => b.name === current.name)`, so a
+    second entry with a name already used is never compared."""
+    data = json.loads(text)
+    if not isinstance(data, list) or not data:
+        return ["not a non-empty JSON array"]
+    errors = []
+    for i, entry in enumerate(data):
+        if not isinstance(entry, dict):
+            errors.append(f"[{i}] is not an object")
+            continue
+        for key in ("name", "unit"):
+            if not isinstance(entry.get(key), str):
+                errors.append(f"[{i}].{key} is not a string")
+        value = entry.get("value")
+        if not (isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)):
+            errors.append(f"[{i}].value is not a finite number")
+        errors += [f"[{i}].{key} is not a string" for key in ("range", "extra")
+                   if key in entry and not isinstance(entry[key], str)]
+    names = [e.get("name") for e in data if isinstance(e, dict)]
+    errors += [f"name {n!r} appears twice" for n in set(names) if names.count(n) > 1]
+    return errors
+
+
+def _bmf_errors(text: str) -> list[str]:
+    """Bencher's published BMF schema (services/console/public/bmf.json) and its 1024-byte benchmark names."""
+    data = json.loads(text)
+    schema = json.loads((SCHEMAS / "bencher-bmf.json").read_text())
+    errors = [e.message for e in jsonschema.Draft7Validator(schema).iter_errors(data)]
+    errors += [f"{name[:40]}…: {len(name.encode())} bytes" for name in data if len(name.encode()) > NAME_MAX_BYTES]
+    return errors + ([] if data else ["no benchmark"])
+
+
+def test_junit_passes_jenkins_junit_10_xsd() -> None:
+    schema = etree.XMLSchema(etree.parse(str(SCHEMAS / "junit-10.xsd")))
+    for findings in ([finding_of(golden_data())], _findings_of_every_decision(), [finding_of(hostile_data())]):
+        document = etree.fromstring(junit_xml(findings).encode())
+        assert schema.validate(document), schema.error_log
+
+
+def test_a_schema_check_can_fail() -> None:
+    """The validators above reject what their consumers reject (else a passing test proves nothing)."""
+    schema = etree.XMLSchema(etree.parse(str(SCHEMAS / "junit-10.xsd")))
+    assert not schema.validate(etree.fromstring(b"<testsuites><testcase/></testsuites>"))
+    assert _bmf_errors('{"b": {"m": {"lower_value": 1}}}') and _bmf_errors(json.dumps({"x" * 1025: {}}))
+    assert _gab_extractor_errors('[{"name": "a", "unit": "s", "value": "1"}, {"name": "a", "unit": "s", "value": 1}]')
+    assert _gab_extractor_errors("[]")
+
+
+@pytest.mark.parametrize("measure", ["custom", "latency"])
+def test_bmf_passes_bencher_schema(measure: str) -> None:
+    findings = [finding_of(golden_data()), finding_of(variant("v-2026-12-01", "2026-12-01", gate_id="v")),
+                finding_of(hostile_data())]
+    findings = [f for f in findings if f.gate.primary.endswith("_s")] if measure == "latency" else findings
+    assert _bmf_errors(bmf_json(findings, measure=measure)) == []
+
+
+def test_gab_json_passes_the_extractor_rules() -> None:
+    assert _gab_extractor_errors(gab_json([finding_of(golden_data()), finding_of(hostile_data())])) == []
+    assert _gab_extractor_errors(gab_json(_findings_of_every_decision())) == []
+
+
+def test_a_higher_is_better_primary_is_custom_bigger_is_better(tmp_path: Path) -> None:
+    higher = golden_data()
+    higher["gate"].update(primary="psnr_db", direction="higher", guards=[])
+    higher["guards"] = {}
+    entries = json.loads(gab_json([finding_of(higher)]))
+    assert gab_tool([finding_of(higher)]) == "customBiggerIsBetter" and _gab_extractor_errors(json.dumps(entries)) == []
+    assert [e["name"] for e in entries] == ["golden/psnr_db (on)", "golden/psnr_db (off)"]
+    assert entries[0]["value"] == pytest.approx((30.02 + 30.06 + 30.08) / 3)  # used runs of on (on-r2 was not)
+    # one file, one tool: a lower- and a higher-is-better finding together are refused, naming both
+    lower = write_json(tmp_path / "lower.json", variant("low-2026-11-30", "2026-11-30", gate_id="low"))
+    higher["meta"]["id"] = "high-2026-11-30"
+    done = gate_invoke("report", str(lower), str(write_json(tmp_path / "high.json", higher)),
+                       "--export", "gab-json", "gab.json", cwd=tmp_path)
+    assert done.returncode == 2 and not (tmp_path / "gab.json").exists()
+    assert "gab.json" in done.stderr and "low-2026-11-30 is lower-is-better" in done.stderr
+    assert "high-2026-11-30 is higher-is-better" in done.stderr
+
+
+def test_long_names_are_capped_with_a_stable_hash() -> None:
+    long_id = "é" * 700 + "-tail"  # 1405 bytes: the cut must land on a character boundary
+    data = variant("long-2026-11-30", "2026-11-30", gate_id=long_id)
+    other = variant("long2-2026-11-30", "2026-11-30", gate_id=long_id + "2")
+    bmf = json.loads(bmf_json([finding_of(data), finding_of(other)]))
+    assert len(bmf) == 6 and _bmf_errors(json.dumps(bmf)) == []
+    for name in bmf:
+        assert len(name.encode()) <= NAME_MAX_BYTES and name.startswith("é" * 300) and " #" in name
+    assert json.loads(bmf_json([finding_of(data)])).keys() <= bmf.keys()  # same finding, same names
+    assert capped_name(f"{long_id}/on") == capped_name(f"{long_id}/on") != capped_name(f"{long_id}/off")
+    assert capped_name("short/on") == "short/on"
+    assert len(capped_name("x" * NAME_MAX_BYTES).encode()) == NAME_MAX_BYTES == len(capped_name("x" * 5000).encode())
+    gab = json.loads(gab_json([finding_of(data)]))
+    assert all(len(e["name"].encode()) <= NAME_MAX_BYTES for e in gab) and _gab_extractor_errors(json.dumps(gab)) == []
+
+
+def test_several_findings_of_one_gate_keep_every_entry() -> None:
+    monday = finding_of(variant("golden-2026-11-30", "2026-11-30", delta_pct=-5.0))
+    tuesday = finding_of(variant("golden-2026-12-01", "2026-12-01", delta_pct=-6.0))
+    bmf = json.loads(bmf_json([monday, tuesday]))
+    assert sorted(bmf) == sorted(f"golden-2026-{day}/{arm}" for day in ("11-30", "12-01")
+                                 for arm in ("off", "on", "delta"))
+    assert [bmf[f"golden-2026-{d}/delta"]["delta_pct"]["value"] for d in ("11-30", "12-01")] == [-5.0, -6.0]
+    gab = json.loads(gab_json([monday, tuesday]))
+    assert len(gab) == 4 and _gab_extractor_errors(json.dumps(gab)) == []
+    with pytest.raises(ConfigError, match="given twice"):
+        bmf_json([monday, monday])
+    # alone, a finding keeps its gate's name: a history in Bencher goes on from one day to the next
+    assert set(json.loads(bmf_json([monday]))) == {"golden/off", "golden/on", "golden/delta"}
+
+
+def test_bmf_latency_is_nanoseconds_as_bencher_hyperfine_adapter_writes_it(tmp_path: Path) -> None:
+    finding = finding_of(golden_data())
+    bmf = json.loads(bmf_json([finding], measure="latency"))
+    assert set(bmf) == {"off", "on", "golden/delta"}  # named by the arm, as the adapter names by command
+    for arm in ("off", "on"):
+        seconds = finding.used_values(arm, "train_elapsed_s")
+        mean_s, sd_s = statistics.fmean(seconds), statistics.stdev(seconds)
+        assert bmf[arm]["latency"] == pytest.approx({"value": mean_s * 1e9, "lower_value": (mean_s - sd_s) * 1e9,
+                                                     "upper_value": (mean_s + sd_s) * 1e9})
+        assert "train_elapsed_s" not in bmf[arm] and "psnr_db" in bmf[arm]  # guards stay custom measures
+    assert bmf["off"]["latency"]["value"] == pytest.approx(10.0166667e9)  # (10.0 + 9.95 + 10.1) / 3 s
+    # a primary that is not seconds has no latency; the CLI names the finding and the option
+    not_time = golden_data()
+    not_time["gate"].update(primary="psnr_db", direction="higher", guards=[])
+    not_time["guards"] = {}
+    path = write_json(tmp_path / "psnr.json", not_time)
+    done = gate_invoke("report", str(path), "--export", "bmf", "b.json", "--bmf-measure", "latency", cwd=tmp_path)
+    assert done.returncode == 2 and not (tmp_path / "b.json").exists()
+    assert "gate.primary 'psnr_db' is not a time in seconds" in done.stderr
+    done = gate_invoke("report", str(path), "--export", "bmf", "b.json", cwd=tmp_path)  # default: custom
+    assert done.returncode == 0 and "psnr_db" in json.loads((tmp_path / "b.json").read_text())["golden/on"]
+
+
+def test_invalid_findings_are_skipped_and_never_written_empty(tmp_path: Path) -> None:
+    good = write_json(tmp_path / "good.json", variant("good-2026-11-30", "2026-11-30", gate_id="good"))
+    bad = write_json(tmp_path / "bad.json", variant("bad-2026-11-30", "2026-11-30", gate_id="bad", decision="invalid"))
+    done = gate_invoke("report", str(good), str(bad), "--export", "bmf", "b.json", "--export", "gab-json", "g.json",
+                       "--junit", "j.xml", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    skipped = [line for line in done.stderr.splitlines() if "skipped" in line]
+    assert len(skipped) == 1 and "bad-2026-11-30" in skipped[0] and "invalid" in skipped[0]
+    assert {name.split("/")[0] for name in json.loads((tmp_path / "b.json").read_text())} == {"good"}
+    assert all("bad" not in e["name"] for e in json.loads((tmp_path / "g.json").read_text()))
+    assert ET.parse(tmp_path / "j.xml").getroot().get("tests") == "2"  # JUnit still reports the invalid gate
+    for fmt_name in ("bmf", "gab-json"):
+        done = gate_invoke("report", str(bad), "--export", fmt_name, "only.json", "--summary-md", "s.md", cwd=tmp_path)
+        assert done.returncode == 2 and not (tmp_path / "only.json").exists()
+        assert "only.json: not written: " in done.stderr and "every finding is invalid (bad-2026-11-30)" in done.stderr
+        assert (tmp_path / "s.md").exists()  # the summary says why
+    with pytest.raises(EmptyExportError):
+        bmf_json([finding_of(variant("bad-2026-11-30", "2026-11-30", decision="invalid"))])
+
+
+def _large_findings(count: int, runs: int) -> list[Finding]:
+    data = golden_data()
+    rows = data["runs"]
+    data["runs"] = [dict(copy.deepcopy(row), order=i + 1, label=f"{row['arm']}-r{i + 1}")
+                    for i, row in ((i, rows[i % len(rows)]) for i in range(runs))]
+    base = finding_of(data)
+    return [dataclasses.replace(base, meta=dataclasses.replace(base.meta, id=f"big{i}-2026-11-30"),
+                                gate=dataclasses.replace(base.gate, id=f"big{i}")) for i in range(count)]
+
+
+def test_summary_stays_under_github_limit_keeping_whole_gates() -> None:
+    findings = _large_findings(6, 3000)
+    one = len(summary_markdown(findings[:1]).encode())
+    assert 6 * one > 1024 * 1024  # uncapped, this summary would be refused by GitHub
+    text = summary_markdown(findings, full_report="site/index.html")
+    assert len(text.encode()) <= SUMMARY_MAX_BYTES < 1024 * 1024
+    shown = text.count("\n### gate ")
+    assert 0 < shown < 6 and (shown + 1) * one > SUMMARY_MAX_BYTES - 1000  # as many whole gates as fit
+    assert text.rstrip().endswith(f"**{6 - shown} of 6 gate(s) cut** to keep this summary under GitHub's 1024 KiB "
+                                  "step-summary limit; the full report: site/index.html")
+    for f in findings[:shown]:  # each kept gate is whole: its last table row and its finding id are there
+        section = text.split(f"### gate {f.gate.id}:")[1]
+        assert f"| {len(f.runs)} | " in section and f"Finding `{f.id}`" in section
+    assert all(f"### gate {f.gate.id}:" not in text for f in findings[shown:])
+    assert summary_markdown(findings[:1]) == summary_markdown(findings[:1], limit_bytes=one)  # fits: unchanged
+
+
+def test_summary_cut_at_a_small_limit_names_the_finding_files() -> None:
+    findings = [finding_of(variant(f"s{i}-2026-11-30", "2026-11-30", gate_id=f"s{i}")) for i in range(3)]
+    full = summary_markdown(findings)
+    text = summary_markdown(findings, limit_bytes=len(full.encode()) - 1)
+    assert text.count("### gate ") == 2 and "**1 of 3 gate(s) cut**" in text
+    assert "the finding files (`gate report FINDING… --md FILE`)" in text
+    assert len(text.encode()) < len(full.encode())
+
+
+def test_bmf_latency_of_a_hyperfine_import_equals_what_bencher_hyperfine_adapter_writes() -> None:
+    """Bencher's shell_hyperfine adapter (lib/bencher_adapter/src/adapters/shell/hyperfine.rs) reads the same
+    hyperfine file as: benchmark = command, latency = mean × 1e9 ns, bounds = (mean ∓ stddev) × 1e9."""
+    text = bmf_json([_hyperfine_finding()], measure="latency")
+    _golden("bmf-latency.json", text)
+    bmf = json.loads(text)
+    for result in json.loads((FIXTURES / "hyperfine_sleep.json").read_text())["results"]:
+        mean_s, sd_s = result["mean"], result["stddev"]
+        assert bmf[result["command"]]["latency"] == pytest.approx(
+            {"value": mean_s * 1e9, "lower_value": (mean_s - sd_s) * 1e9, "upper_value": (mean_s + sd_s) * 1e9})
+    assert _bmf_errors(text) == []
