@@ -89,8 +89,15 @@ def config_check(records: Sequence[RunRecord], off_arm: str, on_arm: str,
     for record in records:
         if not record.failed and record.arm in by_arm:
             by_arm[record.arm].append(record.outcome.config)
-    if not all(any(c) for c in by_arm.values()):
-        note = "the trainer echoed no effective config, so the arms' difference is unchecked"
+    # An arm whose every run failed echoed nothing because nothing finished: the failures say so already.
+    silent = [arm for arm, configs in by_arm.items() if configs and not any(configs)]
+    if silent or not all(by_arm.values()):
+        if len(silent) == 2:
+            note = "the trainer echoed no effective config, so the arms' difference is unchecked"
+        elif silent:
+            note = f"the trainer echoed no effective config for arm {silent[0]}, so the arms' difference is unchecked"
+        else:
+            return [], []
         return [], [note + f" (expect_diff = {list(expect_diff)})"] if expect_diff else [note]
     invalid = []
     for arm, configs in by_arm.items():
@@ -250,7 +257,8 @@ def _meta(evidence: SeriesEvidence, decision: Decision) -> Meta:
     spec = evidence.spec
     git_start = evidence.provenance.get("git", {}).get("start", {})
     return Meta(
-        id=evidence.finding_id, title=spec.title or f"{spec.gate_id}: {spec.on_arm} vs {spec.off_arm}",
+        # without a title, the gate id: reports already say "on vs off" beside the title
+        id=evidence.finding_id, title=spec.title or spec.gate_id,
         date=evidence.date, status="invalid" if decision is Decision.INVALID else "final", category="gate",
         polarity=decision.polarity, tags=(spec.gate_id, f"gate-{decision.value}", *spec.expect_diff),
         commit=git_start.get("rev"), branch=git_start.get("branch"), series_id=evidence.series_id,

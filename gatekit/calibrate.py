@@ -8,7 +8,6 @@ any comparison: measure the noise and the warm-up of the system first, then plan
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path

@@ -76,8 +76,15 @@ def ci_output_options(command: Callable) -> Callable:
     """--summary-md, --junit and --export: CI outputs of the finding, written atomically after it."""
     command = click.option("--export", "exports", type=(click.Choice(EXPORT_FORMATS), click.Path(path_type=Path)),
                            multiple=True, metavar="FORMAT FILE",
-                           help="Also write FILE in FORMAT: gab-json (github-action-benchmark "
-                                "customSmallerIsBetter) or bmf (Bencher Metric Format). Repeatable.")(command)
+                           help="Also write FILE in FORMAT: gab-json (github-action-benchmark; configure "
+                                "tool customSmallerIsBetter for a lower-is-better primary, customBiggerIsBetter "
+                                "for a higher-is-better one) or bmf (Bencher Metric Format). Invalid findings "
+                                "are left out (one line on stderr each). Repeatable.")(command)
+    command = click.option("--bmf-measure", "bmf_measure", type=click.Choice(["custom", "latency"]),
+                           default="custom", show_default=True,
+                           help="bmf: the primary as a custom measure named by the metric, or as Bencher's "
+                                "built-in latency in nanoseconds (a primary in seconds; continues a history "
+                                "that Bencher's hyperfine adapter started).")(command)
     command = click.option("--junit", "junit", type=click.Path(path_type=Path),
                            help="Write JUnit XML: one testcase per gate, failed on regression, guard_failed "
                                 "or invalid.")(command)
@@ -86,19 +93,37 @@ def ci_output_options(command: Callable) -> Callable:
 
 
 def _write_ci_outputs(findings: list[Finding], summary_md: Path | None, junit: Path | None,
-                      exports: tuple[tuple[str, Path], ...], finding_paths: tuple[str, ...] = ()) -> None:
+                      exports: tuple[tuple[str, Path], ...], finding_paths: tuple[str, ...] = (), *,
+                      bmf_measure: str = "custom", full_report: str = "", exits_invalid: bool = False) -> None:
     """Write the CI outputs; `finding_paths` names the finding a series just wrote (runs happened, so a
-    failed write is exit 4 and says how to write the output again)."""
-    from gatekit.exports import EXPORTERS, junit_xml, summary_markdown
+    failed write is exit 4 and says how to write the output again). The metric exports leave invalid
+    findings out, one stderr line each; an export left with no entry is never written empty: it is refused
+    (exit 2), or, where the command then exits 3 for the invalid finding (`exits_invalid`), left unwritten
+    with a line saying so."""
+    from functools import partial
+
+    from gatekit.exports import EXPORTERS, EmptyExportError, junit_xml, skipped_notes, summary_markdown
 
     def work() -> None:
-        outputs = [(summary_md, summary_markdown, "summary"), (junit, junit_xml, "JUnit report")]
-        outputs += [(path, EXPORTERS[name], f"{name} export") for name, path in exports]
+        summary = partial(summary_markdown, full_report=full_report or (finding_paths[0] if finding_paths else ""))
+        outputs = [(summary_md, summary, "summary"), (junit, junit_xml, "JUnit report")]
+        renderers = {**EXPORTERS, "bmf": partial(EXPORTERS["bmf"], measure=bmf_measure)}
+        outputs += [(path, renderers[name], f"{name} export") for name, path in exports]
+        if exports:
+            for note in skipped_notes(findings):
+                _stderr(note)
         for path, render, what in outputs:
             if path is None:
                 continue
             try:
                 write_output(path, render(findings), what)
+            except EmptyExportError as exc:
+                if not exits_invalid:
+                    raise ConfigError(f"{path}: not written: {exc}") from None
+                _stderr(f"{path}: not written: {exc}")
+            except ConfigError as exc:  # what the findings hold cannot be this output (exit 2)
+                written = f"; the finding is written ({finding_paths[-1]})" if finding_paths else ""
+                raise ConfigError(f"{path}: not written: {exc}{written}") from None
             except GatekitError as exc:
                 if not finding_paths:
                     raise
@@ -175,11 +200,12 @@ def check(off: str | None, on: str | None, gate_path: Path) -> None:
 def run(off: str | None, on: str | None, gate_path: Path, n: int | None, order: str | None, seed: int | None,
         policy: str | None, warmup: int | None, out: Path | None, runs_dir: Path | None, as_json: bool,
         fail_on: str | None, resume: Path | None, sign_key: Path | None, summary_md: Path | None,
-        junit: Path | None, exports: tuple[tuple[str, Path], ...]) -> None:
+        junit: Path | None, exports: tuple[tuple[str, Path], ...], bmf_measure: str) -> None:
     """Run the interleaved OFF/ON series, apply the preregistered rules and write the finding.
 
-    OFF and ON are arm names of the gate file (default: its first two arms, as `gate check`) or paths to
-    arm .toml files; name both or neither.
+    OFF is the baseline arm and ON the arm with the change; each is an arm name of the gate file or a
+    path to an arm .toml file. Name both or neither (default: the gate file's first two arms, OFF then
+    ON, as `gate check`).
     """
     key = None
     if sign_key is not None:  # a missing package or a bad key is a usage error before anything runs
@@ -195,14 +221,14 @@ def run(off: str | None, on: str | None, gate_path: Path, n: int | None, order: 
                 raise ConfigError("--resume continues a series exactly as registered; "
                                   "drop OFF/ON, --n, --order, --seed, --policy, --warmup, --out and --runs")
             opened = open_series(resume, gate_path if gate_path != Path("gate.toml") else None)
-            _check_exports(exports, opened.config)
+            _check_exports(exports, opened.config, bmf_measure)
             return SeriesRunner(opened.config, opened.off, opened.on, report=_progress).resume(opened)
         if bool(off) != bool(on):
             raise ConfigError("name both arms or neither: gate run OFF ON (arm names of the gate file or arm "
                               ".toml paths; neither: the gate file's first two arms)")
         config = load_gate(gate_path).with_overrides(n=n, order=order, seed=seed, out=out, runs=runs_dir,
                                                      policy=policy, warmup=warmup)
-        _check_exports(exports, config)
+        _check_exports(exports, config, bmf_measure)
         off_arm, on_arm = _two_arms(config, off, on)
         return SeriesRunner(config, off_arm, on_arm, report=_progress).start()
 
@@ -215,20 +241,22 @@ def run(off: str | None, on: str | None, gate_path: Path, n: int | None, order: 
         signed = _call(lambda: sign_finding(json_path, result.finding.predecision.chain_head, key))
         paths += (str(signed),)
     _emit(result.finding, as_json, paths)
-    _write_ci_outputs([result.finding], summary_md, junit, exports, paths)
+    _write_ci_outputs([result.finding], summary_md, junit, exports, paths, bmf_measure=bmf_measure,
+                      exits_invalid=True)
     _exit_for(result.finding, fail_on)
 
 
-def _check_exports(exports: tuple[tuple[str, Path], ...], config: GateConfig) -> None:
+def _check_exports(exports: tuple[tuple[str, Path], ...], config: GateConfig, bmf_measure: str) -> None:
     from gatekit.exports import check_export
 
     for name, _ in exports:
-        check_export(name, config.gate.direction, config.gate.primary, str(config.path))
+        check_export(name, config.gate.primary, str(config.path), bmf_measure=bmf_measure)
 
 
 def _emit(finding: Finding, as_json: bool, paths: tuple[str, ...] = ()) -> None:
     from gatekit.report.terminal import summary
 
+    paths = tuple(str(Path(p).absolute()) for p in paths)  # every path gate prints is absolute
     if as_json:
         click.echo(finding.to_json(), nl=False)
         _stderr(summary(finding, paths))
@@ -254,7 +282,7 @@ def _exit_for(finding: Finding, fail_on: str | None) -> None:
 @ci_output_options
 def analyze_cmd(source: Path, gate_path: Path | None, off_name: str | None, on_name: str | None, as_json: bool,
                 fail_on: str | None, summary_md: Path | None, junit: Path | None,
-                exports: tuple[tuple[str, Path], ...]) -> None:
+                exports: tuple[tuple[str, Path], ...], bmf_measure: str) -> None:
     """Recompute stats and verdict offline from a series directory or a CSV.
 
     A series directory is analysed with the rules of its predecision file, after verifying its sha256,
@@ -270,13 +298,18 @@ def analyze_cmd(source: Path, gate_path: Path | None, off_name: str | None, on_n
             raise ConfigError(f"{source}: no such series directory or CSV file")
         if source.is_dir():
             return analyze_series(source, load_gate(gate_path) if gate_path is not None else None)
+        from gatekit.importers.common import import_command_for
+
+        tool_output = import_command_for(source)  # another tool's file would fail as a CSV, confusingly
+        if tool_output is not None:
+            raise ConfigError(f"{source}: is {tool_output}")
         config = load_gate(gate_path or Path("gate.toml"))
         off_arm, on_arm = _two_arms(config, off_name, on_name)
         return analyze(evidence_from_csv(source, config, off_arm.name, on_arm.name))
 
     finding = _call(work)
     _emit(finding, as_json)
-    _write_ci_outputs([finding], summary_md, junit, exports)
+    _write_ci_outputs([finding], summary_md, junit, exports, bmf_measure=bmf_measure, exits_invalid=True)
     _exit_for(finding, fail_on)
 
 
@@ -437,7 +470,8 @@ def _prepare(paths: list[Path], runs_roots: tuple[Path, ...]):  # type: ignore[n
 @runs_root_option
 @ci_output_options
 def report_cmd(findings: tuple[Path, ...], html_dir: Path | None, md_file: Path | None, runs_roots: tuple[Path, ...],
-               summary_md: Path | None, junit: Path | None, exports: tuple[tuple[str, Path], ...]) -> None:
+               summary_md: Path | None, junit: Path | None, exports: tuple[tuple[str, Path], ...],
+               bmf_measure: str) -> None:
     """Render finding files (.json or .toml) as HTML pages and/or Markdown, and CI outputs."""
     if not (html_dir or md_file or summary_md or junit or exports):
         raise click.UsageError("say what to write: --html DIR, --md FILE, --summary-md, --junit or --export")
@@ -456,7 +490,8 @@ def report_cmd(findings: tuple[Path, ...], html_dir: Path | None, md_file: Path 
         for item in prepared:
             for note in item.run_files.notes:
                 _stderr(f"{item.finding.id}: {note}")
-        _write_ci_outputs([f.finding for f in loaded], summary_md, junit, exports)
+        _write_ci_outputs([f.finding for f in loaded], summary_md, junit, exports, bmf_measure=bmf_measure,
+                          full_report=str(md_file or html_dir or ""))
         return written
 
     for path in _call(work):
@@ -479,7 +514,7 @@ def site_cmd(findings_dir: Path, site_dir: Path, runs_roots: tuple[Path, ...]) -
             raise GatekitError(f"{findings_dir}: no findings here (*.json or *.toml)")
         _, prepared = _prepare(files, runs_roots)
         write_files(site_dir, report_files(prepared, with_index=True))
-        return site_dir / "index.html"
+        return (site_dir / "index.html").absolute()
 
     click.echo(f"site: {_call(work)}")
 
@@ -545,7 +580,8 @@ def import_options(command: Callable) -> Callable:
 
 
 def _import(evidence: Callable[[], SeriesEvidence], *, out: Path, as_json: bool, fail_on: str | None,
-            summary_md: Path | None, junit: Path | None, exports: tuple[tuple[str, Path], ...]) -> None:
+            summary_md: Path | None, junit: Path | None, exports: tuple[tuple[str, Path], ...],
+            bmf_measure: str = "custom") -> None:
     """Analyze imported evidence like a gate's own, write the finding and its CI outputs, exit by outcome."""
     def work():  # type: ignore[no-untyped-def]
         from gatekit.analysis import analyze
@@ -556,22 +592,95 @@ def _import(evidence: Callable[[], SeriesEvidence], *, out: Path, as_json: bool,
 
     finding, paths = _call(work)
     _emit(finding, as_json, tuple(str(p) for p in paths))
-    _write_ci_outputs([finding], summary_md, junit, exports)
+    _write_ci_outputs([finding], summary_md, junit, exports, bmf_measure=bmf_measure, full_report=str(paths[-1]),
+                      exits_invalid=True)
     _exit_for(finding, fail_on)
 
 
 @import_group.command("hyperfine")
 @click.argument("results", type=click.Path(path_type=Path, dir_okay=False))
-@click.option("--off", "off_command", help="The off command: its name or 1-based position (default: the first).")
-@click.option("--on", "on_command", help="The on command: its name or 1-based position (default: the second).")
+@click.option("--off", "off_command", help="The off command: its name or 1-based position (default: the first); "
+                                            "with --param, the off value.")
+@click.option("--on", "on_command", help="The on command: its name or 1-based position (default: the second); "
+                                          "with --param, the on value.")
+@click.option("--param", metavar="NAME", help="Choose the arms by this parameter's value (hyperfine -P/-L).")
+@click.option("--guard", "guards", multiple=True, metavar="METRIC:MAX_DROP",
+              help="On may exceed off by at most MAX_DROP in METRIC: memory_usage_byte (bytes), user or system "
+                   "(seconds), where the file has them per run. Repeatable.")
 @import_options
-def import_hyperfine(results: Path, off_command: str | None, on_command: str | None, gate_id: str | None,
-                     title: str | None, date: str | None, **outputs) -> None:  # type: ignore[no-untyped-def]
-    """Turn a hyperfine --export-json file into a finding: arms = two commands, runs = their times."""
+def import_hyperfine(results: Path, off_command: str | None, on_command: str | None, param: str | None,
+                     guards: tuple[str, ...], gate_id: str | None, title: str | None, date: str | None,
+                     **outputs) -> None:  # type: ignore[no-untyped-def]
+    """Turn a hyperfine --export-json file (1.x or 2.x) into a finding: arms = two commands, runs = their
+    times, per-run memory and CPU times usable as guards."""
     from gatekit.importers.hyperfine import evidence_from_hyperfine
 
-    _import(lambda: evidence_from_hyperfine(results, off=off_command, on=on_command, gate_id=gate_id,
-                                            title=title, date=date), **outputs)
+    _import(lambda: evidence_from_hyperfine(results, off=off_command, on=on_command, param=param, guards=guards,
+                                            gate_id=gate_id, title=title, date=date), **outputs)
+
+
+@import_group.command("pyperf")
+@click.argument("off_file", type=click.Path(path_type=Path, dir_okay=False))
+@click.argument("on_file", type=click.Path(path_type=Path, dir_okay=False))
+@click.option("--benchmark", help="The benchmark to compare, by name (needed when a file holds several).")
+@import_options
+def import_pyperf(off_file: Path, on_file: Path, benchmark: str | None, gate_id: str | None, title: str | None,
+                  date: str | None, **outputs) -> None:  # type: ignore[no-untyped-def]
+    """Turn two pyperf JSON files (off, on) into a finding: runs = each pyperf run's mean value."""
+    from gatekit.importers.pyperf import evidence_from_pyperf
+
+    _import(lambda: evidence_from_pyperf(off_file, on_file, benchmark=benchmark, gate_id=gate_id, title=title,
+                                         date=date), **outputs)
+
+
+@import_group.command("pytest-benchmark")
+@click.argument("results", type=click.Path(path_type=Path, dir_okay=False))
+@click.option("--off", "off_name", required=True, help="The off benchmark: its name or fullname.")
+@click.option("--on", "on_name", required=True, help="The on benchmark: its name or fullname.")
+@import_options
+def import_pytest_benchmark(results: Path, off_name: str, on_name: str, gate_id: str | None, title: str | None,
+                            date: str | None, **outputs) -> None:  # type: ignore[no-untyped-def]
+    """Turn a pytest-benchmark --benchmark-json file into a finding: arms = two benchmarks, runs = their
+    rounds (stats.data)."""
+    from gatekit.importers.pytest_benchmark import evidence_from_pytest_benchmark
+
+    _import(lambda: evidence_from_pytest_benchmark(results, off=off_name, on=on_name, gate_id=gate_id,
+                                                   title=title, date=date), **outputs)
+
+
+@import_group.command("criterion")
+@click.argument("folder", type=click.Path(path_type=Path))
+@click.option("--off", "off_id", required=True,
+              help="The off benchmark: its id as Criterion prints it (fib/20), optionally @BASELINE (default @new).")
+@click.option("--on", "on_id", required=True,
+              help="The on benchmark: its id, optionally @BASELINE; with one benchmark in FOLDER, @BASELINE alone.")
+@import_options
+def import_criterion(folder: Path, off_id: str, on_id: str, gate_id: str | None, title: str | None,
+                     date: str | None, **outputs) -> None:  # type: ignore[no-untyped-def]
+    """Turn Criterion.rs output (target/criterion, or one benchmark's folder) into a finding: arms = two
+    benchmarks or baselines, runs = their samples (time per iteration)."""
+    from gatekit.importers.criterion import evidence_from_criterion
+
+    _import(lambda: evidence_from_criterion(folder, off=off_id, on=on_id, gate_id=gate_id, title=title,
+                                            date=date), **outputs)
+
+
+@import_group.command("gobench")
+@click.argument("old_file", type=click.Path(path_type=Path, dir_okay=False))
+@click.argument("new_file", type=click.Path(path_type=Path, dir_okay=False))
+@click.option("--bench", help="The benchmark to compare, e.g. Join (needed when the files hold several).")
+@click.option("--guard", "guards", multiple=True, metavar="UNIT[:MAX_WORSE]",
+              help="Guard a unit of the benchmark, e.g. B/op:0 or allocs/op:1 (repeatable; MB/s and other "
+                   "rates are higher-is-better, the rest lower).")
+@import_options
+def import_gobench(old_file: Path, new_file: Path, bench: str | None, guards: tuple[str, ...], gate_id: str | None,
+                   title: str | None, date: str | None, **outputs) -> None:  # type: ignore[no-untyped-def]
+    """Turn two `go test -bench` outputs (OLD = off, NEW = on, as benchstat) into a finding: runs = the
+    benchmark's result lines (-count N), ns/op as time_s."""
+    from gatekit.importers.gobench import evidence_from_gobench
+
+    _import(lambda: evidence_from_gobench(old_file, new_file, bench=bench, guards=guards, gate_id=gate_id,
+                                          title=title, date=date), **outputs)
 
 
 if __name__ == "__main__":  # pragma: no cover

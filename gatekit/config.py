@@ -5,13 +5,14 @@ Every error names the file and the dotted key, so a mistyped path is caught befo
 
 from __future__ import annotations
 
+import difflib
 import json
 import math
 import re
 import tomllib
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 from gatekit.errors import ConfigError
 from gatekit.records import PROCESS_WALLCLOCK, Record
@@ -209,6 +210,7 @@ class _Table:
     def __init__(self, path: Path, prefix: str, data: Any) -> None:
         _check(isinstance(data, dict), path, prefix, "must be a table")
         self.path, self.prefix, self.data = path, prefix, dict(data)
+        self.known: list[str] = []  # every key asked for, so a misspelt one can be matched against them
 
     def key(self, name: str) -> str:
         # a key that is not a bare TOML key (spaces, dots, quotes) is shown quoted, as TOML writes it
@@ -216,6 +218,7 @@ class _Table:
         return f"{self.prefix}.{shown}" if self.prefix else shown
 
     def take(self, name: str, kind: type | tuple[type, ...], default: Any = ..., choices: tuple = ()) -> Any:
+        self.known.append(name)
         if name not in self.data:
             _check(default is not ..., self.path, self.key(name), "is required")
             return default
@@ -250,7 +253,14 @@ class _Table:
 
     def done(self) -> None:
         for unknown in self.data:
-            raise ConfigError(f"{self.path}: {self.key(unknown)}: unknown key (check its spelling against the docs)")
+            hint = unknown_key_hint(unknown, self.known)
+            raise ConfigError(f"{self.path}: {self.key(unknown)}: unknown key ({hint})")
+
+
+def unknown_key_hint(unknown: str, known: Sequence[str]) -> str:
+    """'did you mean 'X'?' when a known key is close to the unknown one, else a pointer to the docs."""
+    close = difflib.get_close_matches(unknown, known, n=1)
+    return f"did you mean '{close[0]}'?" if close else "check its spelling against the docs"
 
 
 def _resolve(base: Path, value: str) -> Path:
@@ -389,12 +399,33 @@ def load_gate(path: Path | str) -> GateConfig:
         arm_t.done()
     _check(len(arms) >= 2, path, "arms", "needs at least two arms (e.g. [arms.off] and [arms.on])")
     root.done()
+    if driver.name == "command":
+        _check_shell_args(path, driver.options.get("argv"), arms)
 
     primary_needed = {gate.primary} - {ALWAYS_MEASURED}
     _check(not ({g.metric for g in guards} & primary_needed), path, "guards",
            f"the primary metric '{gate.primary}' cannot also be a guard")
     return GateConfig(path=path, gate=gate, threshold=threshold, guards=tuple(guards), rules=rules,
                       driver=driver, arms=arms, backend=backend)
+
+
+SHELLS = ("sh", "bash", "dash", "zsh", "ksh", "mksh", "ash")
+
+
+def _check_shell_args(path: Path, argv: Any, arms: Mapping[str, ArmSpec]) -> None:
+    """Refuse arm `args` that a `sh -c SCRIPT` argv would swallow: the command driver appends them to argv,
+    and the shell makes the first argument after the script `$0`, not `$1` — `-9` would silently vanish."""
+    if not (isinstance(argv, list) and len(argv) == 3 and all(isinstance(a, str) for a in argv)):
+        return
+    shell, flag = Path(argv[0]).name, argv[1]
+    if shell not in SHELLS or not (flag.startswith("-") and flag.endswith("c")):
+        return
+    for arm in arms.values():
+        if arm.args:
+            fixed = json.dumps([argv[0], flag, "SCRIPT", shell])
+            raise ConfigError(f"{path}: arms.{arm.name}.args: driver.argv runs `{shell} {flag} SCRIPT`, which makes "
+                              f"the first appended argument ({arm.args[0]!r}) $0, not $1, so the script never sees "
+                              f"it; name $0 after the script (argv = {fixed}) and use \"$@\" in it")
 
 
 def calibration_path(config: GateConfig) -> Path:

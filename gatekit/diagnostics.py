@@ -312,7 +312,9 @@ def classic_warnings(diag: Diagnostics, *, order: str, direction: str, sigma_off
             f"{diag.ci_high_pct:+.4f} %] includes no change (one-sided p {diag.p_one_sided:.4f}); "
             "the sequential policy would run more rounds before deciding")
     bias, gap = diag.order_bias_pct, diag.order_gap_runs
-    if math.isfinite(bias) and math.isfinite(delta_pct) and gap != 0:
+    # Blocked runs (an import) confound drift with the arm: no correction is meaningful, and the finding
+    # already warns that the runs were not interleaved.
+    if math.isfinite(bias) and math.isfinite(delta_pct) and gap != 0 and order != "blocked":
         corrected = delta_pct - bias
         flips = decide(corrected, threshold_pct) != decide(delta_pct, threshold_pct)
         if flips or abs(bias) >= 0.5 * threshold_pct:

@@ -9,19 +9,18 @@ Everything the policies share (the run table, the classic figures, guards, diagn
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, replace
 from typing import Any, Mapping, Protocol, Sequence
 
 import numpy as np
 import pandas as pd
 
-from gatekit import diagnostics, rules, sequential, stats
+from gatekit import diagnostics, rules, sequential
 from gatekit.config import POLICIES, SEQUENTIAL_ORDER, SEQUENTIAL_RUNS, RulesSpec, ThresholdSpec
 from gatekit.diagnostics import welch_arrays
 from gatekit.finding import SensitivityRow, SequentialInfo
 from gatekit.records import RunRecord
-from gatekit.verdict import ADOPTED, CONTINUE, REGRESSION, REJECTED, Decision, Verdict, classic_codes
+from gatekit.verdict import CONTINUE, Decision, Verdict, classic_codes
 
 Flagged = Mapping[str, Mapping[str, object]]  # run label -> {contaminated, z, detail}
 

@@ -188,14 +188,21 @@ class Record:
             key = f.metadata.get("key", f.name)
             has_default = f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING
             if key not in data or (data[key] is None and has_default):
-                if not has_default:
+                if has_default:
+                    continue
+                if not _admits_none(hints[f.name]):
                     raise RecordError(_join(path, key), "is missing")
+                kwargs[f.name] = None  # TOML has no null: a None field is left out of the file
                 continue
             kwargs[f.name] = _decode(hints[f.name], data[key], _join(path, key))
         if EXTRA in {f.name for f in dataclasses.fields(cls)}:  # type: ignore[arg-type]
             known = cls._keys()
             kwargs[EXTRA] = {k: v for k, v in data.items() if k not in known}
         return cls(**kwargs)
+
+
+def _admits_none(hint: Any) -> bool:
+    return type(None) in typing.get_args(hint)
 
 
 @dataclass(frozen=True, slots=True)

@@ -39,9 +39,10 @@ from gatekit.provenance import (REDACTED_PREFIX, artifact_bytes, changed_artifac
                                 git_state, hash_artifacts_timed, host_fingerprint, redacted_env, sha256_file,
                                 software_versions)
 from gatekit.records import CheckResult, RunRecord, WindowSummary
+from gatekit.report.common import number_text
 from gatekit.sanitize import safe_outcome
 from gatekit.sampler import LoadReader, WindowSampler, read_system_load, samples_csv
-from gatekit.schedule import Slot, extension, needs_seed, order_seed, plan, retry_slots
+from gatekit.schedule import WARMUP_ROUND, Slot, extension, needs_seed, order_seed, plan, retry_slots
 from gatekit.signals import ignore_further_interrupts
 from gatekit.storage import JOURNAL_FILE, LEGACY_JOURNAL_WARNING, Journal, atomic_write_text, line_sha256
 
@@ -219,9 +220,10 @@ class RunLoop:
     def run(self, series_dir: Path, journal: Journal, state: JournalState, slots: list[Slot], *, primary: str,
             start_artifacts: Mapping[str, str], resume_hint: str,
             more: Callable[[JournalState], list[Slot]] = lambda state: [],
-            check: Callable[[RunRecord], None] = lambda record: None) -> list[str]:
+            check: Callable[[RunRecord], Sequence[str] | None] = lambda record: None) -> list[str]:
         """Run every slot not yet in `state`, then whatever `more(state)` adds, until it adds nothing.
-        Returns the changed-artifact messages that stopped it early (empty when every slot ran)."""
+        `check(record)` sees each finished run; what it returns stops the loop there. Returns the messages
+        that stopped it early — changed artifacts, or what `check` returned — empty when every slot ran."""
         # The subreaper adopts every descendant whose parent exits, so a run's escapees are found after it.
         with _interrupt_on_sigterm(), child_subreaper():
             try:
@@ -237,7 +239,7 @@ class RunLoop:
 
     def _run(self, series_dir: Path, journal: Journal, state: JournalState, slots: list[Slot], primary: str,
              start_artifacts: Mapping[str, str], resume_hint: str, more: Callable[[JournalState], list[Slot]],
-             check: Callable[[RunRecord], None]) -> list[str]:
+             check: Callable[[RunRecord], Sequence[str] | None]) -> list[str]:
         series_began = time.monotonic()
         durations: list[float] = []
         while True:
@@ -266,10 +268,12 @@ class RunLoop:
                 written = journal.append("run_end", record=record.to_dict(), hash_s=[hash_before_s, hash_after_s])
                 state.hash_s += [hash_before_s, hash_after_s]
                 record = state.records[record.label] = RunRecord.from_dict(written["record"])
-                self.report(run_line(record, primary))
+                self.report(run_line(record, primary, series_dir))
                 if changed:
                     return changed
-                check(record)
+                stop = check(record)
+                if stop:
+                    return list(stop)
             added = more(state)
             if not added:
                 return []
@@ -453,16 +457,42 @@ class SeriesRunner:
         slots += [s for r in state.retries for s in
                   retry_slots(self.off.name, self.on.name, r["round"], r["replaces"], r.get("first"))]
         slots += [Slot.from_dict(s) for e in state.extensions for s in e["slots"]]
-        changed = self.loop.run(series_dir, journal, state, slots, primary=self.spec.primary,
-                                start_artifacts={**state.start["provenance_start"]["artifacts"],
-                                                 **_arm_config_hashes(opened.predecision)},
-                                resume_hint=f"resume with: gate run --resume {series_dir}",
-                                more=lambda current: self._more_slots(opened, journal))
+        logs: dict[str, Path] = {}  # a stop's message -> the failed run's log, printed (absolute) beside it
+
+        def stop_at_unretryable(record: RunRecord) -> list[str]:
+            message = self._unretryable(state, record, slots)
+            if message:
+                logs[message] = (series_dir / record.label / "stderr.log").absolute()
+            return [message] if message else []
+
+        # a series cut off between a failed run and its stop (killed, power loss) stops on resume, too
+        stops = [m for r in sorted(state.records.values(), key=lambda r: r.order) for m in stop_at_unretryable(r)]
+        changed = stops[:1] or self.loop.run(series_dir, journal, state, slots, primary=self.spec.primary,
+                                         start_artifacts={**state.start["provenance_start"]["artifacts"],
+                                                          **_arm_config_hashes(opened.predecision)},
+                                         resume_hint=f"resume with: gate run --resume {series_dir}",
+                                         more=lambda current: self._more_slots(opened, journal),
+                                         check=stop_at_unretryable)
         for message in changed:
             journal.append("invalid", reason=message)
             state.problems.append(message)
-            self.report(f"INVALID: {message}")
+            self.report(f"INVALID: {message}" + (f"; its log: {logs[message]}" if message in logs else ""))
         return self._finish(opened, journal)
+
+    def _unretryable(self, state: JournalState, record: RunRecord, slots: Sequence[Slot]) -> str:
+        """Why the series stops after `record`, or '' to go on. A failed run that its policy leaves unresolved
+        and that no retry is left for makes the series invalid by the preregistered rules, whatever runs next
+        (analysis: "… and its pair has no retry left"), so the runs still to come would only cost time."""
+        if not record.failed or record.pair == WARMUP_ROUND:  # a failed warm-up run is discarded, never retried
+            return ""
+        classified = classify(list(state.records.values()), self.spec, replacements(state.retries), state.cores)
+        unresolved = set(classified.loc[self.policy.unresolved(classified), "label"])
+        if record.label not in unresolved or any(r["replaces"] == record.pair for r in self._plan_retries(state)):
+            return ""
+        left = sum(1 for s in slots if s.label not in state.records)
+        return (f"stopped after {record.label}: its failure cannot be retried (rules.max_retries = "
+                f"{self.spec.rules.max_retries}), so the series is invalid whatever runs next; {left} scheduled "
+                "run(s) not run")
 
     def _more_slots(self, opened: OpenSeries, journal: Journal) -> list[Slot]:
         """Retries of flagged pairs; when none are due, the policy's next stage if it asks for one."""
@@ -545,12 +575,14 @@ class SeriesRunner:
         return SeriesResult(series_dir, finding, paths)
 
 
-def run_line(record: RunRecord, primary: str) -> str:
-    """The progress line of a finished run, its primary metric under its own name."""
+def run_line(record: RunRecord, primary: str, series_dir: Path | None = None) -> str:
+    """The progress line of a finished run, its primary metric under its own name; a failed run's log by its
+    absolute path (given the series folder), as every other path gate prints."""
     if record.failed:
-        return f"      {record.label} FAILED: {record.outcome.error} (see {record.label}/stderr.log)"
+        log = (series_dir / record.label / "stderr.log").absolute() if series_dir else f"{record.label}/stderr.log"
+        return f"      {record.label} FAILED: {record.outcome.error} (see {log})"
     value = record.value_of(primary)
-    shown = f"{value:.4f}" if value is not None else "missing"
+    shown = number_text(value) if value is not None else "missing"
     return (f"      {record.label} {primary} = {shown}, wallclock {record.outcome.process_wallclock_s:.2f} s, "
             f"load1 mean {record.window.load1_mean or 0:.2f} over {record.window.samples} samples"
             + "".join(f"; evidence: {line}" for line in record.window.evidence))

@@ -18,21 +18,31 @@ def is_number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
+def number_text(value: float, digits: int = 4, sign: str = "") -> str:
+    """`digits` decimals, or `digits` significant digits where the decimals would show fewer than two of
+    them: 0.000012345 reads 1.234e-05, never 0.0000 (a loss of 1e-05 is a metric too). sign "+" signs it."""
+    if value != 0 and abs(round(value, digits)) < 10.0 ** (1 - digits):  # rounded: 0.0099999 is 0.010
+        return f"{value:{sign}.{digits}g}"
+    return f"{value:{sign}.{digits}f}"
+
+
 def fmt(value: Any, digits: int = 4) -> str:
-    """A number with fixed decimals; '—' for missing or non-finite values; other values as text."""
+    """A number with `digits` decimals (significant digits when small, see number_text); '—' for missing or
+    non-finite values; other values as text."""
     if value is None or (isinstance(value, float) and not math.isfinite(value)):
         return "—"
     if isinstance(value, bool):
         return "yes" if value else "no"
     if isinstance(value, float):
-        return f"{value:.{digits}f}"
+        return number_text(value, digits)
     return str(value)
 
 
 def fmt_signed(value: Any, digits: int = 4) -> str:
+    """A number with its sign, as `fmt` writes it; '—' for missing or non-finite values."""
     if not is_number(value):
         return "—"
-    return f"{value:+.{digits}f}"
+    return number_text(float(value), digits, "+")
 
 
 def unit_of(metric: str) -> str:

@@ -9,20 +9,21 @@ from typing import Any
 
 from gatekit import diagnostics
 from gatekit.finding import Finding, Section, Stats
+from gatekit.report.common import number_text
 
 
 def _fmt(value: Any, digits: int = 4) -> str:
     if value is None or (isinstance(value, float) and not math.isfinite(value)):
         return "—"
     if isinstance(value, float):
-        return f"{value:.{digits}f}"
+        return number_text(value, digits)
     return str(value)
 
 
 def _signed(value: Any, digits: int = 4, unit: str = " %") -> str:
     if value is None or (isinstance(value, float) and not math.isfinite(value)):
         return "—"
-    return f"{value:+.{digits}f}{unit}"
+    return number_text(float(value), digits, "+") + unit
 
 
 def _section(type_: str, **content: Any) -> Section:
@@ -36,7 +37,8 @@ def narrative(finding: Finding) -> tuple[Section, ...]:
     guard_names = [g.metric for g in gate.guards]
     off_arm, on_arm = finding.off_arm, finding.on_arm
     decision = verdict.decision
-    lead = (f"Interleaved {gate.order} gate of `{on_arm}` against `{off_arm}`, {gate.n} runs per arm, "
+    kind = "Blocked (not interleaved) comparison" if gate.order == "blocked" else f"Interleaved {gate.order} gate"
+    lead = (f"{kind} of `{on_arm}` against `{off_arm}`, {gate.n} runs per arm, "
             f"deciding on {primary} ({gate.direction} is better). Decision: **{decision.value}** — "
             f"Δ {_fmt(s.delta_pct)} % against a threshold of {_fmt(s.threshold_pct)} %.")
     seq = finding.sequential

@@ -26,7 +26,24 @@ if TYPE_CHECKING:  # figures import matplotlib; the page only reads their names 
 Block = dict[str, Any]
 # Stats the Decision block shows in its own rows (the CI of Δ on one line); the page lists every other one.
 _SHOWN_STATS = {"n_off", "n_on", "mean_off", "mean_on", "sigma_off_pct", "sigma_on_pct", "delta_pct",
-                "threshold_pct", "pairs_consistent"}
+                "threshold_pct", "pairs_consistent", "ci_low_pct", "ci_high_pct", "ci_level"}
+# How the Decision block names the diagnostics (docs/statistics.md explains each), with their units.
+# A statistic not listed here (one a newer or hand-extended finding adds) is shown under its own key.
+STAT_LABELS: dict[str, tuple[str, str]] = {
+    "gm_delta_pct": ("Δ as a ratio of geometric means", " %"),
+    "welch_df": ("Welch degrees of freedom (log values)", ""),
+    "p_one_sided": ("one-sided p (on better)", ""),
+    "mde_pct": ("minimum detectable effect", " %"),
+    "mde_alpha": ("minimum detectable effect: one-sided α", ""),
+    "mde_power": ("minimum detectable effect: power", ""),
+    "hl_shift_pct": ("Hodges–Lehmann shift", " %"),
+    "drift_off_pct_per_run": ("drift per run, off arm", " %/run"),
+    "drift_on_pct_per_run": ("drift per run, on arm", " %/run"),
+    "drift_pct_per_run": ("drift per run, pooled", " %/run"),
+    "order_gap_runs": ("order gap (on runs after off runs, on average)", " runs"),
+    "order_bias_pct": ("order bias (pooled drift × order gap)", " %"),
+    "pairs_sign_p": ("sign test of the pairs: one-sided p", ""),
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,12 +114,13 @@ def stats_blocks(finding: Finding) -> list[Block]:
              ("pairs where on is better", fmt(s.pairs_consistent))]
     ci = delta_ci(s)
     if ci is not None:
-        items.append((f"{ci[2]} of Δ", f"[{ci[0]:+.4f}, {ci[1]:+.4f}] %"))
+        items.append((f"{ci[2]} of Δ", f"[{fmt_signed(ci[0])}, {fmt_signed(ci[1])}] %"))
     for key, value in _further_stats(s):
+        label, unit = STAT_LABELS.get(key, (key, ""))
         if isinstance(value, (str, int, float)) and not isinstance(value, bool):
-            items.append((key, fmt(value)))
+            items.append((label, fmt(value) + unit if is_number(value) else fmt(value)))
         elif isinstance(value, bool):
-            items.append((key, "yes" if value else "no"))
+            items.append((label, "yes" if value else "no"))
     return [_table(["", finding.off_arm, finding.on_arm], ["left", "right", "right"], arm_rows), _kv(items)]
 
 
@@ -162,9 +180,11 @@ def provenance_blocks(finding: Finding) -> list[Block]:
     if prov.software:
         items.append(("software", ", ".join(f"{k} {v}" for k, v in prov.software.items())))
     imported = prov.extra_keys.get("imported_from")
-    if isinstance(imported, Mapping):
-        items.append(("imported from", f"{imported.get('format', '')} file {imported.get('path', '')} "
-                                       f"sha256 {imported.get('sha256', '')}"))
+    if isinstance(imported, Mapping):  # one file (`path`, `sha256`), or several (`files`: one table each)
+        files = imported.get("files")
+        sources = [f for f in files if isinstance(f, Mapping)] if isinstance(files, list) else [imported]
+        items.append(("imported from", f"{imported.get('format', '')} " + "; ".join(
+            f"file {f.get('path', '')} sha256 {f.get('sha256', '')}" for f in sources)))
     if meta.config_paths:
         items.append(("arm configs", ", ".join(meta.config_paths)))
     if meta.commit:
@@ -312,6 +332,6 @@ def headline_numbers(finding: Finding) -> tuple[str, str]:
     guard_text = "—"
     for name, g in finding.guards.items():
         if is_number(g.delta):
-            guard_text = f"{name} {g.delta:+.3f}"
+            guard_text = f"{name} {fmt_signed(g.delta, 3)}"
         break
     return delta_text, guard_text

@@ -132,6 +132,10 @@ def load_run_files(finding: Finding, finding_path: Path | None, runs_roots: Sequ
     labels = {run.label for run in finding.runs}
     folders = {Path(r).name: r for r in finding.meta.related_runs if Path(r).name in labels}
     if not folders:
+        imported = finding.provenance.extra_keys.get("imported_from")
+        if isinstance(imported, dict):
+            return RunFiles(notes=(f"imported from {imported.get('format', 'another tool')}, which records no "
+                                   "load timelines or traces per run",))
         return RunFiles(notes=("the finding names no run folders (meta.related_runs); load timelines and "
                                "ms_per_iter traces are left out",))
     roots = candidate_roots(finding_path, runs_roots, cwd)

@@ -115,7 +115,8 @@ def markdown_files(prepared: Sequence[Prepared], md_name: str) -> dict[str, byte
 
 
 def write_files(root: Path, files: Mapping[str, bytes]) -> list[Path]:
-    """The one writer of report output: every file atomically, under root only."""
+    """The one writer of report output: every file atomically, under root only. Returns the paths written,
+    absolute (gate prints them beside the finding paths, which are absolute too)."""
     written = []
     resolved_root = root.resolve()
     for relative, content in files.items():
@@ -126,5 +127,5 @@ def write_files(root: Path, files: Mapping[str, bytes]) -> list[Path]:
             atomic_write_bytes(path, content)
         except OSError as exc:
             raise GatekitError(f"{path}: cannot write the report: {exc.strerror or exc}") from None
-        written.append(path)
+        written.append(path.absolute())
     return written

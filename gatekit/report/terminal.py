@@ -6,6 +6,7 @@ import math
 from typing import Any
 
 from gatekit.finding import Finding
+from gatekit.report.common import number_text
 from gatekit.sanitize import show_controls
 
 
@@ -18,7 +19,7 @@ def clean_terminal_text(text: str) -> str:
 def _num(value: Any, digits: int = 4) -> str:
     if value is None or (isinstance(value, float) and not math.isfinite(value)):
         return "—"
-    return f"{value:.{digits}f}" if isinstance(value, float) else str(value)
+    return number_text(value, digits) if isinstance(value, float) else str(value)
 
 
 def render_table(header: list[str], rows: list[list[str]], right: set[int]) -> list[str]:
