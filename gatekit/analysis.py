@@ -195,7 +195,7 @@ def assess(evidence: SeriesEvidence) -> Assessment:
     max_z = stats.max_attainable_z(len(off)) if spec.rules.sigma_ref == "arm" else None
     sensitivity = rules.exclusion_sensitivity(
         used, off_arm, on_arm, sigma_k=spec.threshold.sigma_k, floor_pct=spec.threshold.floor_pct,
-        direction=spec.direction, load_stat=spec.rules.load_stat)
+        direction=spec.direction, load_stat=spec.rules.load_stat, max_threshold_pct=spec.rules.max_threshold_pct)
     diag = diagnostics.diagnose(
         off, on, used.loc[used["arm"] == off_arm, "order"].tolist(), used.loc[used["arm"] == on_arm, "order"].tolist(),
         direction=spec.direction, pairs_better=better, pairs=len(pairs))
@@ -206,7 +206,8 @@ def assess(evidence: SeriesEvidence) -> Assessment:
         sensitivity=sensitivity, guard_warnings=guard_warnings, invalid=bool(invalid), cores=evidence.cores))
 
     classic = decide(delta_pct=delta, threshold_pct=threshold, direction=spec.direction, primary=spec.primary,
-                     guards=list(guard_rows.values()), invalid_reasons=invalid, warnings=warnings)
+                     guards=list(guard_rows.values()), invalid_reasons=invalid, warnings=warnings,
+                     max_threshold_pct=spec.rules.max_threshold_pct, mde_pct=diag.mde_pct)
     decided = policy.decide(classic, table, records, off_arm=off_arm, on_arm=on_arm, primary=spec.primary,
                             direction=spec.direction, guards=spec.guards, floor_pct=spec.threshold.floor_pct,
                             warnings=warnings)

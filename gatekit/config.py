@@ -73,6 +73,13 @@ class RulesSpec(Record):
     sample_interval_s: float = 1.0
     sigma_history_pct: float = 0.0  # σ for sigma_ref = "history"; 0: from the latest `gate calibrate`
     load_per_core_limit: float = 1.5  # sequential policy: a run is flagged above this load1 per core
+    # A threshold above this means the series could not have seen an effect that size: `inconclusive`, not
+    # `rejected`. 0: no limit, as for a series preregistered before the rule (gate files default to
+    # DEFAULT_MAX_THRESHOLD_PCT).
+    max_threshold_pct: float = field(default=0.0, metadata={"omit": 0.0})
+
+
+DEFAULT_MAX_THRESHOLD_PCT = 10.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -354,6 +361,7 @@ def load_gate(path: Path | str) -> GateConfig:
         sample_interval_s=rules_t.take_positive("sample_interval_s", 1.0),
         sigma_history_pct=rules_t.take_positive("sigma_history_pct", 0.0, allow_zero=True),
         load_per_core_limit=rules_t.take_positive("load_per_core_limit", 1.5),
+        max_threshold_pct=rules_t.take_positive("max_threshold_pct", DEFAULT_MAX_THRESHOLD_PCT, allow_zero=True),
     )
     rules_t.done()
     _check(rules.max_retries >= 0, path, "rules.max_retries", "must be 0 or more")

@@ -167,7 +167,7 @@ def _delta_and_threshold(used: pd.DataFrame, off_arm: str, on_arm: str, sigma_k:
 
 
 def exclusion_sensitivity(used: pd.DataFrame, off_arm: str, on_arm: str, *, sigma_k: float, floor_pct: float,
-                          direction: str, load_stat: str) -> list[SensitivityRow]:
+                          direction: str, load_stat: str, max_threshold_pct: float = 0.0) -> list[SensitivityRow]:
     """The verdict with all used runs, without the most deviant run and its pair, and without the
     highest-load run and its pair (the seed's §6 check that one point does not flip the decision)."""
     variants: list[tuple[str, tuple[str, ...]]] = [("all used runs", ())]
@@ -190,7 +190,7 @@ def exclusion_sensitivity(used: pd.DataFrame, off_arm: str, on_arm: str, *, sigm
         kept = used[~used["label"].isin(dropped)]
         delta, threshold = _delta_and_threshold(kept, off_arm, on_arm, sigma_k, floor_pct)
         rows.append(SensitivityRow(name, dropped, delta, threshold,
-                                   decision=classic_decision(delta, threshold, direction)))
+                                   decision=classic_decision(delta, threshold, direction, max_threshold_pct)))
     return rows
 
 

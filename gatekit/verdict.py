@@ -56,19 +56,32 @@ CODE_NAMES = {CONTINUE: "continue", ADOPTED: "adopted", REGRESSION: "regression"
               REJECTED: "rejected", INCONCLUSIVE: "inconclusive"}
 
 
-def classic_codes(delta_pct: np.ndarray | float, threshold_pct: np.ndarray | float, direction: str) -> np.ndarray:
+def classic_codes(delta_pct: np.ndarray | float, threshold_pct: np.ndarray | float, direction: str,
+                  max_threshold_pct: float = 0.0) -> np.ndarray:
     """The classic rule (DESIGN step 6), for any number of gates at once: adopted iff Δ clears the threshold
-    in the better direction, regression iff it clears it in the other, else rejected."""
+    in the better direction, regression iff it clears it in the other, else rejected — or inconclusive where
+    the threshold exceeds `max_threshold_pct` (> 0): too noisy to tell."""
     delta, threshold = np.asarray(delta_pct, float), np.asarray(threshold_pct, float)
     improvement = -delta if direction == "lower" else delta
-    return np.select([improvement >= threshold, improvement <= -threshold], [ADOPTED, REGRESSION], default=REJECTED)
+    too_noisy = threshold > max_threshold_pct if max_threshold_pct > 0 else np.zeros(threshold.shape, bool)
+    return np.select([improvement >= threshold, improvement <= -threshold, too_noisy],
+                     [ADOPTED, REGRESSION, INCONCLUSIVE], default=REJECTED)
 
 
-def classic_decision(delta_pct: float, threshold_pct: float, direction: str) -> Decision:
+def classic_decision(delta_pct: float, threshold_pct: float, direction: str,
+                     max_threshold_pct: float = 0.0) -> Decision:
     """The classic rule for one gate, from Δ and the threshold alone (no guards); NaN Δ is invalid."""
     if math.isnan(delta_pct):
         return Decision.INVALID
-    return Decision(CODE_NAMES[int(classic_codes(delta_pct, threshold_pct, direction))])
+    return Decision(CODE_NAMES[int(classic_codes(delta_pct, threshold_pct, direction, max_threshold_pct))])
+
+
+def too_noisy_reason(threshold_pct: float, mde_pct: float | None = None) -> str:
+    """Why a series that could not have seen the effect is inconclusive (the classic and sequential policies)."""
+    mde = f"; its minimum detectable effect was {mde_pct:.4g} %" if mde_pct is not None and math.isfinite(mde_pct) \
+        else ""
+    return (f"too noisy to tell: this series could not have detected an effect smaller than {threshold_pct:.4g} % "
+            f"(the threshold){mde}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,24 +118,29 @@ class Verdict(Record):
 
 
 def decide(*, delta_pct: float, threshold_pct: float, direction: str, primary: str,
-           guards: Sequence[GuardResult], invalid_reasons: Sequence[str], warnings: Sequence[str]) -> Verdict:
+           guards: Sequence[GuardResult], invalid_reasons: Sequence[str], warnings: Sequence[str],
+           max_threshold_pct: float = 0.0, mde_pct: float | None = None) -> Verdict:
     """Adopt iff Δ clears the threshold in the right direction AND every guard holds.
 
-    Precedence: invalid > regression > guard_failed > adopted | rejected — a quality loss is never
-    hidden behind a time regression's label, both reasons are listed.
+    Precedence: invalid > regression > guard_failed > adopted | rejected | inconclusive — a quality loss is
+    never hidden behind a time regression's label, both reasons are listed. Inconclusive: what would be
+    rejected with a threshold above `max_threshold_pct`, which no plausible effect could clear.
     """
     if invalid_reasons:
         return Verdict(Decision.INVALID, tuple(invalid_reasons), tuple(warnings))
     if math.isnan(delta_pct):
         return Verdict(Decision.INVALID, ("no usable runs in one of the arms",), tuple(warnings))
     better = "lower" if direction == "lower" else "higher"
-    decision = classic_decision(delta_pct, threshold_pct, direction)
-    reasons = [{
+    decision = classic_decision(delta_pct, threshold_pct, direction, max_threshold_pct)
+    reasons = [too_noisy_reason(threshold_pct, mde_pct)] if decision is Decision.INCONCLUSIVE else []
+    reasons += [{
         Decision.ADOPTED: f"{primary} Δ {delta_pct:+.4f} % clears the threshold ±{threshold_pct:.4f} % "
                           f"({better} is better)",
         Decision.REGRESSION: f"{primary} Δ {delta_pct:+.4f} % is beyond the threshold ±{threshold_pct:.4f} % "
                              f"in the wrong direction ({better} is better)",
         Decision.REJECTED: f"{primary} Δ {delta_pct:+.4f} % is within the threshold ±{threshold_pct:.4f} %",
+        Decision.INCONCLUSIVE: f"{primary} Δ {delta_pct:+.4f} % is within the threshold ±{threshold_pct:.4f} %, "
+                               f"which is above rules.max_threshold_pct = {max_threshold_pct:g} %",
     }[decision]]
     for guard in guards:
         if guard.passed:

@@ -270,7 +270,10 @@ def test_thousands_of_runs_of_a_fast_command() -> None:
     better = sum(b < a for a, b in zip(off["times"], on["times"]))
     expected_p = sps.binomtest(better, 2000, 0.5, alternative="greater").pvalue
     assert finding.stats.pairs_sign_p == pytest.approx(expected_p, rel=1e-9, abs=1e-300)
-    assert finding.verdict.decision.value in ("adopted", "rejected", "regression")
+    # σ_off of a ~1 ms command is tens of %: the classic threshold says the series could not tell
+    assert finding.stats.threshold_pct > 10
+    assert finding.verdict.decision.value == "inconclusive"
+    assert finding.verdict.reasons[0].startswith("too noisy to tell")
 
 
 # -- times of 0.0 -------------------------------------------------------------------------------------

@@ -13,7 +13,8 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from gatekit.analysis import SeriesEvidence
-from gatekit.config import ALWAYS_MEASURED, NAME_PATTERN, NAME_RULE, GuardSpec, RulesSpec, ThresholdSpec
+from gatekit.config import (ALWAYS_MEASURED, DEFAULT_MAX_THRESHOLD_PCT, NAME_PATTERN, NAME_RULE, GuardSpec, RulesSpec,
+                            ThresholdSpec)
 from gatekit.errors import ConfigError
 from gatekit.prereg import DecisionSpec
 from gatekit.records import RunOutcome, RunRecord, WindowSummary
@@ -173,7 +174,8 @@ def imported_evidence(*, tool: str, sources: Sequence[tuple[Path, bytes]], off: 
         gate_id=identity.gate_id, title=identity.title, off_arm=off.name, on_arm=on.name,
         n=min(len(off.runs), len(on.runs)), order="abab" if interleaved else "blocked", seed=0,
         primary=primary, direction=direction, expect_diff=tuple(sorted(set(off.config) | set(on.config))),
-        threshold=threshold, guards=tuple(guards), rules=RulesSpec(require_window_samples=has_load))
+        threshold=threshold, guards=tuple(guards),
+        rules=RulesSpec(require_window_samples=has_load, max_threshold_pct=DEFAULT_MAX_THRESHOLD_PCT))
     slots = [(arm, k, run) for arm in (off, on) for k, run in enumerate(arm.runs, 1)]
     if interleaved:
         slots.sort(key=lambda slot: (slot[1], slot[0] is on))
