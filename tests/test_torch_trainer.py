@@ -168,7 +168,7 @@ def _gate_copy(tmp_path: Path, gate: str, steps: int) -> Path:
 
 def test_resident_mlp_gate_runs_on_cpu(tmp_path: Path) -> None:
     gate = _gate_copy(tmp_path, "resident-mlp.toml", steps=300)
-    done = gate_cli("run", "host", "resident", "--gate", str(gate), "--out", str(tmp_path / "out"),
+    done = gate_cli("run", "host", "resident", "--gate", str(gate), "--n", "2", "--out", str(tmp_path / "out"),
                     "--runs", str(tmp_path / "runs"), "--json", cwd=tmp_path, timeout=600)
     assert done.returncode in (0, 1), done.stderr
     finding = json.loads(done.stdout)
@@ -181,7 +181,7 @@ def test_a_silent_capture_fallback_cannot_pass_the_gate(tmp_path: Path) -> None:
     if torch.cuda.is_available():
         pytest.skip("CUDA is available here: graph capture does not fall back")
     gate = _gate_copy(tmp_path, "resident-graph.toml", steps=50)
-    done = gate_cli("run", "resident", "graph", "--gate", str(gate), "--out", str(tmp_path / "out"),
+    done = gate_cli("run", "resident", "graph", "--gate", str(gate), "--n", "2", "--out", str(tmp_path / "out"),
                     "--runs", str(tmp_path / "runs"), "--json", cwd=tmp_path, timeout=600)
     assert done.returncode == 3
     reasons = " ".join(json.loads(done.stdout)["verdict"]["reasons"])
