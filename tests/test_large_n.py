@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 from fractions import Fraction
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -64,7 +65,6 @@ def test_a_hyperfine_import_of_thousands_of_runs_writes_its_finding(tmp_path) ->
     the import crashed in the sign test (OverflowError above ~1 025 pairs) and wrote nothing. (Kept just
     above that size: writing a finding of thousands of runs as TOML takes a while.)"""
     import json
-    from pathlib import Path
 
     from tests.conftest import gate_invoke
 
@@ -82,3 +82,19 @@ def test_a_hyperfine_import_of_thousands_of_runs_writes_its_finding(tmp_path) ->
     assert finding["stats"]["n_off"] == 1100 and finding["stats"]["n_on"] == 1400
     assert 0 <= finding["stats"]["pairs_sign_p"] <= 1
     assert list((tmp_path / "findings").glob("*.json"))
+
+
+def test_the_narrative_runs_table_stops_at_its_cap_and_says_so() -> None:
+    """A runs table of thousands of rows reads as nothing (and TOML writers grow quadratically with an
+    array): the narrative shows the first RUNS_TABLE_MAX; every run stays in the finding's runs."""
+    from gatekit.analysis import analyze
+    from gatekit.importers.hyperfine import evidence_from_hyperfine
+    from gatekit.report.narrative import RUNS_TABLE_MAX, narrative
+    source = Path(__file__).parent / "fixtures" / "imports" / "hyperfine" / "hyperfine_true_n.json"
+    finding = analyze(evidence_from_hyperfine(source))
+    assert len(finding.runs) == 4000
+    sections = narrative(finding)
+    (table,) = [s for s in sections if s.type == "table" and "run" in (s.columns or ())]
+    assert [row[2] for row in table.rows] == [run.label for run in finding.runs[:RUNS_TABLE_MAX]]
+    assert any(s.type == "list" and s.items == (f"the first {RUNS_TABLE_MAX} of 4000 runs; every run is in the "
+                                                "finding's runs",) for s in sections)

@@ -30,6 +30,11 @@ def _section(type_: str, **content: Any) -> Section:
     return Section(type_, generated=True, **content)
 
 
+# The narrative's runs table stops here: a table of thousands of rows reads as nothing (the runs themselves are
+# all in the finding), and TOML writers grow quadratically with an array's length.
+RUNS_TABLE_MAX = 200
+
+
 def narrative(finding: Finding) -> tuple[Section, ...]:
     """Narrative blocks in the seed finding's shape (lead, heading, table, kv, callout, list)."""
     gate, s, verdict = finding.gate, finding.stats, finding.verdict
@@ -54,7 +59,7 @@ def narrative(finding: Finding) -> tuple[Section, ...]:
                 f"{_fmt(s.threshold_pct)} % is reported beside it.")
     columns = ("order", "arm", "run", primary, *guard_names, "load1 mean/max", "used")
     rows = []
-    for run in finding.runs:
+    for run in finding.runs[:RUNS_TABLE_MAX]:
         load = f"{_fmt(run.window.load1_mean, 2)} / {_fmt(run.window.load1_max, 2)}"
         rows.append((str(run.order), run.arm, run.label, _fmt(run.value_of(primary)),
                      *[_fmt(run.metrics.get(g)) for g in guard_names], load,
@@ -75,6 +80,8 @@ def narrative(finding: Finding) -> tuple[Section, ...]:
         _section("heading", text="Runs (execution order)"),
         _section("table", columns=columns, align=("right", "left", "left", "right", *["right"] * len(guard_names),
                                                   "right", "left"), rows=tuple(rows)),
+        *([_section("list", items=(f"the first {RUNS_TABLE_MAX} of {len(finding.runs)} runs; every run is in "
+                                    "the finding's runs",))] if len(finding.runs) > RUNS_TABLE_MAX else []),
         _section("heading", text="Decision"),
         _section("kv", items=tuple(stat_items)),
         _section("callout", label=f"Verdict: {decision.value}", variant=decision.severity,
