@@ -1,5 +1,16 @@
-"""The sequential policy: two looks (4, then 8 runs per arm, Thue–Morse order), a Welch test on log values
-at one-sided α = 0.0325 per look, equivalence, paired non-inferiority guards, telemetry-only contamination.
+"""The sequential policy (v3): two looks (4, then 8 rounds, Thue–Morse order) on the rounds' pair differences
+of log values, a Hodges–Lehmann estimate studentized by a robust scale, a Pocock boundary calibrated by
+simulation, equivalence, a group-sequential paired guard, telemetry-only contamination.
+
+Each round is an adjacent AB or BA pair, so its difference d = log on − log off carries a linear drift only as
+±(drift per run), and the Thue–Morse order balances AB against BA in every block of four rounds: the drift
+cancels from the centre and only widens the spread. A slow run moves one d; the Hodges–Lehmann estimate (the
+median of the Walsh averages) and a capped mean absolute deviation from the median keep it from deciding alone.
+The statistic HL/S has no textbook distribution, so its critical values come from
+benchmarks/sequential_calibration.py (normal pair differences, the seed and draws below): each look spends
+the same null probability and both looks together CALIBRATION_ALPHA = 4.5 % one-sided (Pocock's equal
+spending), half a point under the 5 % bound to leave room for drift, heavy tails and outliers. The paired
+guard looks twice too, at a per-look level calibrated the same way.
 
 Outcomes follow Chromium Pinpoint's SAME / DIFFERENT / UNKNOWN: adopted or regression (different by at least
 the floor), equivalent (CI inside ±floor: same), rejected (an improvement of the floor is ruled out),
@@ -20,13 +31,23 @@ from scipy import stats as sps
 
 from gatekit import rules, stats
 from gatekit.config import SEQUENTIAL_RUNS, GuardSpec, RulesSpec
-from gatekit.diagnostics import ci_arrays, log_values, p_better_arrays, pct, welch_arrays
+from gatekit.diagnostics import log_values, pct
 from gatekit.finding import Look, PairedGuard, SequentialInfo
 from gatekit.verdict import ADOPTED, CODE_NAMES, CONTINUE, EQUIVALENT, INCONCLUSIVE, REGRESSION, REJECTED
 
-ALPHA = 0.0325  # one-sided, per look
-GUARD_LEVEL = 0.95  # one-sided bound of the paired guard difference
-DF_MODE = "conservative"  # min(n_off, n_on) − 1; docs/statistics.md shows why (Satterthwaite df: 6 % at σ_on = 4σ_off)
+VERSION = 3
+ALPHA = 0.05  # one-sided, over both looks together: the bound on false adoption and on a guard's false pass
+CALIBRATION_ALPHA = 0.045  # what the constants hold under normal noise: a margin for drift, tails and outliers
+INTERVAL_LEVEL = 1 - 2 * CALIBRATION_ALPHA  # HL ± c·S covers the true difference at both looks with at least this
+METHOD = "pair differences of log values, Hodges-Lehmann / capped mean absolute deviation, Pocock boundary"
+# benchmarks/sequential_calibration.py, seed CALIBRATION_SEED, CALIBRATION_DRAWS normal null gates:
+CALIBRATION_SEED = 20261130
+CALIBRATION_DRAWS = 2_000_000
+CRITICAL = (6.1577, 3.5745)  # HL/S beyond c_k at look k: equal null probability per look, CALIBRATION_ALPHA in all
+GUARD_LOOK_LEVEL = 0.97437  # per-look one-sided level of the guard bound: false pass CALIBRATION_ALPHA in all
+GUARD_LEVEL = GUARD_LOOK_LEVEL
+SCALE_CAP = 4.0  # robust_scale caps each absolute deviation at this many median absolute deviations
+DF_MODE = "none: calibrated critical value"
 
 STAGE1_ROUNDS = SEQUENTIAL_RUNS[0]
 
@@ -41,26 +62,57 @@ def gain_bounds(floor_pct: float, direction: str) -> tuple[float, float]:
     return math.log1p(f), math.log1p(-f)
 
 
-def look_codes(diff: np.ndarray, se: np.ndarray, df: np.ndarray, *, floor_pct: float, direction: str,
-               final: bool, alpha: float = ALPHA) -> np.ndarray:
+def hodges_lehmann(d: np.ndarray) -> np.ndarray:
+    """The median of the Walsh averages (d_i + d_j)/2, i ≤ j, over the last axis."""
+    d = np.asarray(d, float)
+    i, j = np.triu_indices(d.shape[-1])
+    return np.median((d[..., i] + d[..., j]) / 2, axis=-1)
+
+
+def robust_scale(d: np.ndarray) -> np.ndarray:
+    """The studentizing scale over the last axis: mean(min(|d − median d|, SCALE_CAP · median|d − median d|))
+    / sqrt(n) — the mean absolute deviation with each deviation capped at SCALE_CAP times the median one, so
+    one slowed run cannot inflate it."""
+    d = np.asarray(d, float)
+    deviation = np.abs(d - np.median(d, axis=-1, keepdims=True))
+    cap = SCALE_CAP * np.median(deviation, axis=-1, keepdims=True)
+    return np.mean(np.minimum(deviation, cap), axis=-1) / math.sqrt(d.shape[-1])
+
+
+def pair_arrays(off_log: np.ndarray, on_log: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(estimate, scale) of the pair differences on − off, paired by column (round)."""
+    d = np.asarray(on_log, float) - np.asarray(off_log, float)
+    return hodges_lehmann(d), robust_scale(d)
+
+
+def statistic(diff: np.ndarray, scale: np.ndarray) -> np.ndarray:
+    """HL / S; ±inf when the scale is 0 and the estimate is not, 0 when both are."""
+    diff, scale = np.asarray(diff, float), np.asarray(scale, float)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(scale == 0, np.where(diff == 0, 0.0, np.sign(diff) * np.inf), diff / scale)
+
+
+def look_codes(diff: np.ndarray, scale: np.ndarray, *, floor_pct: float, direction: str, final: bool,
+               critical: float | None = None) -> np.ndarray:
     """The primary metric's outcome at one look, for any number of gates at once.
 
-    diff = mean(log on) − mean(log off). Adopted: p(on better) < α AND at least floor better. Regression:
-    p(on worse) < α AND at least floor worse. Equivalent: the (1 − 2α) CI of the ratio inside ±floor.
-    Rejected: that CI excludes a floor-sized improvement. Else continue (look 1) or inconclusive (final).
+    diff = HL of the pair differences log on − log off, scale = S. Adopted: HL/S beyond the critical value
+    on the better side AND at least the floor better. Regression: the same on the worse side. Equivalent:
+    the interval HL ± c·S inside ±floor. Rejected: that interval excludes a floor-sized improvement. Else
+    continue (look 1) or inconclusive (final).
     """
-    diff, se, df = np.asarray(diff, float), np.asarray(se, float), np.asarray(df, float)
+    c = CRITICAL[1 if final else 0] if critical is None else critical
+    diff, scale = np.asarray(diff, float), np.asarray(scale, float)
     sign = -1.0 if direction == "lower" else 1.0
     gain = sign * diff
+    t_gain = sign * statistic(diff, scale)
     g_adopt, g_regress = gain_bounds(floor_pct, direction)
-    p_better = p_better_arrays(diff, se, df, direction)
-    p_worse = p_better_arrays(diff, se, df, "higher" if direction == "lower" else "lower")
-    lo, hi = ci_arrays(diff, se, df, 1 - 2 * alpha)
+    lo, hi = diff - c * scale, diff + c * scale
     gain_hi = np.maximum(sign * lo, sign * hi)
     f = floor_pct / 100
-    valid = np.isfinite(diff) & np.isfinite(se)
-    adopted = valid & (p_better < alpha) & (gain >= g_adopt)
-    regression = valid & (p_worse < alpha) & (gain <= g_regress)
+    valid = np.isfinite(diff) & np.isfinite(scale)
+    adopted = valid & (t_gain > c) & (gain >= g_adopt)
+    regression = valid & (t_gain < -c) & (gain <= g_regress)
     equivalent = valid & (lo > math.log1p(-f)) & (hi < math.log1p(f))
     rejected = valid & (gain_hi < g_adopt)
     rest = INCONCLUSIVE if final else CONTINUE
@@ -70,34 +122,43 @@ def look_codes(diff: np.ndarray, se: np.ndarray, df: np.ndarray, *, floor_pct: f
 
 # -- guards ------------------------------------------------------------------------------------------
 
-def paired_guard(spec: GuardSpec, pairs: Sequence[tuple[float, float]]) -> PairedGuard:
-    """Pass iff the one-sided 95 % bound of mean(on − off) clears the limit (lower bound ≥ −max_drop when
-    higher is better); fail iff the opposite bound is beyond it; otherwise inconclusive, never a pass."""
+def paired_guard(spec: GuardSpec, pairs: Sequence[tuple[float, float]], level: float = GUARD_LEVEL) -> PairedGuard:
+    """Pass iff the one-sided `level` bound of mean(on − off) clears the limit (lower bound ≥ −max_drop when
+    higher is better); fail iff the opposite bound is beyond it; otherwise inconclusive, never a pass. The
+    default level is the per-look level that holds a false pass to ALPHA over both looks."""
     limit = -spec.max_drop if spec.direction == "higher" else spec.max_drop
     diffs = [on - off for off, on in pairs]
     if len(diffs) < 2:
         return PairedGuard(spec.metric, spec.direction, limit, len(diffs), stats.mean(diffs) if diffs else None,
-                           None, None, GUARD_LEVEL, status="inconclusive")
+                           None, None, level, status="inconclusive")
     m, s = stats.mean(diffs), stats.sample_sd(diffs)
-    half = float(sps.t.ppf(GUARD_LEVEL, len(diffs) - 1)) * s / math.sqrt(len(diffs)) if s > 0 else 0.0
+    half = float(sps.t.ppf(level, len(diffs) - 1)) * s / math.sqrt(len(diffs)) if s > 0 else 0.0
     if spec.direction == "higher":
         bound, far = m - half, m + half
         status = "pass" if bound >= limit else "fail" if far < limit else "inconclusive"
     else:
         bound, far = m + half, m - half
         status = "pass" if bound <= limit else "fail" if far > limit else "inconclusive"
-    return PairedGuard(spec.metric, spec.direction, limit, len(diffs), m, bound, far, GUARD_LEVEL, status=status)
+    return PairedGuard(spec.metric, spec.direction, limit, len(diffs), m, bound, far, level, status=status)
+
+
+def guard_pass_arrays(diffs: np.ndarray, drop_limit: float, level: float = GUARD_LEVEL) -> np.ndarray:
+    """Vectorised pass of a higher-is-better guard: the one-sided `level` bound of mean(on − off) over the
+    last axis is at least −drop_limit (what paired_guard says "pass" to)."""
+    n = diffs.shape[-1]
+    half = sps.t.ppf(level, n - 1) * diffs.std(axis=-1, ddof=1) / math.sqrt(n)
+    return diffs.mean(axis=-1) - half >= -drop_limit
 
 
 # -- contamination from telemetry alone ------------------------------------------------------------
 
 def telemetry_flags(table: pd.DataFrame, rule_set: RulesSpec, cores: int | None) -> tuple[pd.Series, pd.Series]:
-    """(flagged, detail) per run, from the run window only — never from the run's result: load1 per core
-    above `load_per_core_limit` (the window's `load_stat`), the machine on battery, or the backend's
-    evidence for the window (another process on the GPU, a thermal or power-brake slowdown, …)."""
-    stat = table[f"load1_{rule_set.load_stat}"].astype(float)
-    per_core = stat / cores if cores else pd.Series(math.nan, index=table.index)
-    loaded = (per_core > rule_set.load_per_core_limit).fillna(False).astype(bool)
+    """(flagged, detail) per run, from the run window only — never from the run's result: the load evidence
+    `rules.evidence` preregisters (load1 per core above `load_per_core_limit`, pressure stall, steal), the
+    machine on battery, or the backend's evidence for the window (another process on the GPU, a thermal or
+    power-brake slowdown, …)."""
+    loaded, load_words = rules.per_core_load1(table, rule_set, cores)
+    window = rules.window_evidence(table, rule_set, loaded, load_words)
     if "on_ac" in table:  # True / False / None (no battery); pandas may hold numpy booleans
         on_battery = table["on_ac"].map(lambda v: v is not None and not pd.isna(v) and not bool(v))
     else:
@@ -108,12 +169,12 @@ def telemetry_flags(table: pd.DataFrame, rule_set: RulesSpec, cores: int | None)
         parts = []
         if backend[index]:
             parts.append(str(table.at[index, "backend_evidence"]))
-        if loaded[index]:
-            parts.append(f"load1 {rule_set.load_stat} per core {per_core[index]:.2f} > {rule_set.load_per_core_limit:g}")
+        if window.flagged[index]:
+            parts.append(str(window.detail[index]))
         if on_battery[index]:
             parts.append("on battery")
         details.append("flagged: " + " and ".join(parts) if parts else "")
-    return (loaded | on_battery | backend).astype(bool), pd.Series(details, index=table.index)
+    return (window.flagged | on_battery | backend).astype(bool), pd.Series(details, index=table.index)
 
 
 def classify(table: pd.DataFrame, rule_set: RulesSpec, replaced: Mapping[int, rules.Replacement],
@@ -168,23 +229,32 @@ class SequentialOutcome:
     looks: tuple[Look, ...] = ()
     extend: bool = False  # look 1 did not decide and stage 2 has not run yet
     warnings: tuple[str, ...] = field(default_factory=tuple)
+    statistics: tuple[float, ...] = ()  # HL/S at each look
 
     def info(self, floor_pct: float) -> SequentialInfo:
-        """The looks and constants as the finding records them."""
+        """The looks and constants as the finding records them (v3's own keys beside the v2 ones)."""
         return SequentialInfo(ALPHA, DF_MODE, floor_pct, SEQUENTIAL_RUNS, GUARD_LEVEL, self.looks, self.decision,
-                              "extend" if self.extend else "stop")
+                              "extend" if self.extend else "stop", extra_keys={
+                                  "version": VERSION, "method": METHOD, "critical": list(CRITICAL),
+                                  "calibration_alpha": CALIBRATION_ALPHA,
+                                  "guard_look_level": GUARD_LOOK_LEVEL,
+                                  "calibration": {"script": "benchmarks/sequential_calibration.py",
+                                                  "seed": CALIBRATION_SEED, "draws": CALIBRATION_DRAWS},
+                                  "statistics": list(self.statistics)})
 
 
-def _look(number: int, off: Sequence[float], on: Sequence[float], guard_pairs: Mapping[str, list[tuple[float, float]]],
-          guard_specs: Sequence[GuardSpec], *, floor_pct: float, direction: str, final: bool) -> Look:
-    off_logs, on_logs = log_values(off), log_values(on)
-    if off_logs is None or on_logs is None:
-        nan = math.nan
-        diff = se = df = np.float64(nan)
+def _look(number: int, pairs_primary: Sequence[tuple[float, float]],
+          guard_pairs: Mapping[str, list[tuple[float, float]]], guard_specs: Sequence[GuardSpec], *,
+          floor_pct: float, direction: str, final: bool) -> tuple[Look, float]:
+    off_logs = log_values([off for off, _ in pairs_primary])
+    on_logs = log_values([on for _, on in pairs_primary])
+    if off_logs is None or on_logs is None or len(pairs_primary) < 2:
+        diff = scale = np.float64(math.nan)
     else:
-        diff, se, df = welch_arrays(off_logs, on_logs, DF_MODE)
-    code = int(look_codes(diff, se, df, floor_pct=floor_pct, direction=direction, final=final))
-    lo, hi = ci_arrays(diff, se, df, 1 - 2 * ALPHA)
+        diff, scale = pair_arrays(off_logs, on_logs)
+    code = int(look_codes(diff, scale, floor_pct=floor_pct, direction=direction, final=final))
+    c = CRITICAL[1 if final else 0]
+    lo, hi = diff - c * scale, diff + c * scale
     guards = {g.metric: paired_guard(g, guard_pairs.get(g.metric, [])) for g in guard_specs}
     statuses = [g.status for g in guards.values()]
     primary = CODE_NAMES[code]
@@ -196,31 +266,37 @@ def _look(number: int, off: Sequence[float], on: Sequence[float], guard_pairs: M
         decision = "adopted" if all(s == "pass" for s in statuses) else ("inconclusive" if final else "continue")
     else:
         decision = primary
-    p_b = float(p_better_arrays(diff, se, df, direction))
-    p_w = float(p_better_arrays(diff, se, df, "higher" if direction == "lower" else "lower"))
-    return Look(number, len(off), len(on), pct(float(diff)), pct(float(lo)), pct(float(hi)), 1 - 2 * ALPHA,
-                float(df), p_b, p_w, primary=primary, guards=guards, decision=decision)
+    n = len(pairs_primary)
+    look = Look(number, n, n, pct(float(diff)), pct(float(lo)), pct(float(hi)), INTERVAL_LEVEL, None, None, None,
+                primary=primary, guards=guards, decision=decision)
+    return look, float(statistic(diff, scale))
 
 
-def _reasons(look: Look, floor_pct: float, primary: str) -> list[str]:
-    level = f"{100 * (1 - 2 * ALPHA):g} %"
-    head = (f"look {look.look} ({look.n_off}+{look.n_on} runs): {primary} Δ {look.delta_pct:+.4f} % (ratio of "
-            f"geometric means), {level} CI [{look.ci_low_pct:+.4f} %, {look.ci_high_pct:+.4f} %], one-sided "
-            f"p(on better) {look.p_better:.4f}, p(on worse) {look.p_worse:.4f}, α {ALPHA:g}, floor ±{floor_pct:g} %")
+def _reasons(look: Look, t: float, floor_pct: float, primary: str) -> list[str]:
+    c = CRITICAL[look.look - 1]
+    head = (f"look {look.look} ({look.n_off} AB/BA pairs): {primary} Δ {look.delta_pct:+.4f} % (Hodges–Lehmann "
+            f"of the pair differences of log values), interval HL ± {c:g}·S [{look.ci_low_pct:+.4f} %, "
+            f"{look.ci_high_pct:+.4f} %], HL/S {t:+.3f} vs ±{c:g} (one-sided α {ALPHA:g} over both looks), "
+            f"floor ±{floor_pct:g} %")
     why = {"adopted": "significantly better by at least the floor",
            "regression": "significantly worse by at least the floor",
-           "equivalent": f"the CI lies inside ±{floor_pct:g} %",
-           "rejected": f"the CI rules out an improvement of {floor_pct:g} %",
+           "equivalent": f"the interval lies inside ±{floor_pct:g} %",
+           "rejected": f"the interval rules out an improvement of {floor_pct:g} %",
            "inconclusive": "neither a floor-sized difference nor equivalence is shown",
            "continue": "undecided: extend to the next stage"}
     lines = [f"{head} → {look.primary} ({why[look.primary]})"]
+    if look.primary == "inconclusive" and look.ci_low_pct is not None and look.ci_high_pct is not None:
+        # the same words as the classic policy's "too noisy to tell"
+        half_width = (look.ci_high_pct - look.ci_low_pct) / 2
+        lines.insert(0, f"too noisy to tell: this series could not have detected an effect smaller than "
+                        f"{half_width:.4g} % (half the width of its interval at look {look.look})")
     for guard in look.guards.values():
         if guard.bound is None:
             lines.append(f"guard {guard.metric}: {guard.pairs} pair(s), too few for a bound → {guard.status}")
         else:
             lines.append(f"guard {guard.metric}: mean(on − off) {guard.mean_diff:+.4f} over {guard.pairs} pairs, "
-                         f"one-sided {100 * GUARD_LEVEL:g} % bound {guard.bound:+.4f} vs limit {guard.limit:+g} "
-                         f"→ {guard.status}")
+                         f"one-sided {100 * GUARD_LEVEL:.3f} % bound (per look) {guard.bound:+.4f} vs limit "
+                         f"{guard.limit:+g} → {guard.status}")
     if look.primary == "adopted" and look.decision in ("continue", "inconclusive"):
         lines.append("a guard's bound is too wide to pass: " + ("extend" if look.decision == "continue"
                                                                else "inconclusive, never a pass"))
@@ -248,25 +324,30 @@ def decide(classified: pd.DataFrame, guard_values: Mapping[str, Mapping[str, flo
                                                   "inconclusive",))
     reasons: list[str] = []
     looks: list[Look] = []
+    ts: list[float] = []
     has_stage2 = bool((stage == 2).any())
     for number, stages in ((1, (1,)), (2, (1, 2))):
         rows = classified[classified["used"] & stage.isin(stages)]
-        off = rows.loc[rows["arm"] == off_arm, "value"].astype(float).tolist()
-        on = rows.loc[rows["arm"] == on_arm, "value"].astype(float).tolist()
+        primary_pairs: list[tuple[float, float]] = []
         pairs: dict[str, list[tuple[float, float]]] = {}
-        for metric, by_label in guard_values.items():
-            for _, round_rows in rows.groupby("pair"):
-                values = {r.arm: by_label.get(r.label) for r in round_rows.itertuples()}
+        for _, round_rows in rows.groupby("pair"):
+            by_arm = {r.arm: r for r in round_rows.itertuples()}
+            if off_arm in by_arm and on_arm in by_arm:
+                primary_pairs.append((float(by_arm[off_arm].value), float(by_arm[on_arm].value)))
+            for metric, by_label in guard_values.items():
+                values = {arm: by_label.get(r.label) for arm, r in by_arm.items()}
                 if values.get(off_arm) is not None and values.get(on_arm) is not None:
                     pairs.setdefault(metric, []).append((values[off_arm], values[on_arm]))
-        look = _look(number, off, on, pairs, guard_specs, floor_pct=floor_pct, direction=direction,
-                     final=number == 2)
+        look, t = _look(number, primary_pairs, pairs, guard_specs, floor_pct=floor_pct, direction=direction,
+                        final=number == 2)
         looks.append(look)
-        reasons += _reasons(look, floor_pct, primary)
+        ts.append(t)
+        reasons += _reasons(look, t, floor_pct, primary)
         if look.decision != "continue":
             warnings = (("stage 2 ran although look 1 had decided; look 1 decides",)
                         if number == 1 and has_stage2 else ())
-            return SequentialOutcome(look.decision, tuple(reasons), tuple(looks), warnings=warnings)
+            return SequentialOutcome(look.decision, tuple(reasons), tuple(looks), warnings=warnings,
+                                     statistics=tuple(ts))
         if not has_stage2:
-            return SequentialOutcome("continue", tuple(reasons), tuple(looks), extend=True)
+            return SequentialOutcome("continue", tuple(reasons), tuple(looks), extend=True, statistics=tuple(ts))
     raise AssertionError("look 2 always decides")  # pragma: no cover

@@ -1,9 +1,13 @@
 """`gate simulate`: Monte-Carlo of a decision policy under a noise scenario, vectorised over gates.
 
 Run times are lognormal: log x = log(1 + effect)·[on] + log(1 + drift)·position + log(1 + cold)·[first run]
-+ σ_arm·ε, σ_arm = sqrt(log(1 + CV²)), ε standard normal — the effect is on the median (geometric mean),
-which is what a do-nothing change leaves equal. Lower is better. Guards and contamination are not modelled:
-every simulated run is clean and every guard holds, so the rates are those of the primary rule alone.
++ log(1 + outlier)·[slowed] + σ_arm·ε, σ_arm = sqrt(log(1 + CV²)), ε standard normal (or, with `tails`,
+Student t with that many degrees of freedom scaled to unit variance, so the CV stays the same) — the effect
+is on the median (geometric mean), which is what a do-nothing change leaves equal. A fraction `outlier_rate`
+of runs, drawn independently, is slowed by `outlier_pct`. Lower is better. Contamination is not modelled and
+the primary rule sees every run. A guard scenario (`guard_drop`, `guard_sd`) draws each round's guard
+difference on − off as normal(−drop, sd) and reports how often the sequential guard passes at a look — with
+the drop at the limit, its false-pass rate (every look counted: the worst case, where the primary adopts).
 
 The real policies (classic, sequential) are simulated by their own objects' vectorised forms
 (`Policy.simulate`: the same verdict.classic_codes and sequential.look_codes a gate runs); welch and
@@ -20,11 +24,11 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from gatekit.config import ORDERS, POLICIES, SIM_POLICIES, ThresholdSpec
+from gatekit.config import ORDERS, POLICIES, SEQUENTIAL_RUNS, SIM_POLICIES, ThresholdSpec
 from gatekit.diagnostics import p_better_arrays, welch_arrays
 from gatekit.errors import ConfigError
 from gatekit.policy import policy_for
-from gatekit.sequential import gain_bounds
+from gatekit.sequential import gain_bounds, guard_pass_arrays
 from gatekit.verdict import ADOPTED, CODE_NAMES, REGRESSION, REJECTED
 from gatekit.schedule import round_orders, thue_morse
 
@@ -47,6 +51,12 @@ class Scenario:
     order: str | None = None  # None: the policy's own (abab classic, thue-morse sequential)
     n: int = 3  # runs per arm for fixed-n policies; the sequential policy runs 4, then 8
     warmup: int = 0
+    outlier_rate: float = 0.0  # fraction of runs slowed by outlier_pct
+    outlier_pct: float = 0.0
+    tails: float | None = None  # Student-t degrees of freedom of the log noise; None: normal
+    guard_drop: float | None = None  # true quality drop (higher-is-better guard, limit guard_limit)
+    guard_sd: float = 0.0  # SD of a round's guard difference on − off
+    guard_limit: float | None = None  # the guard's max_drop; None: equal to guard_drop
     name: str = ""
 
     @property
@@ -64,7 +74,17 @@ class Scenario:
             parts.append(f"cold first run {self.cold_first_pct:+g} %")
         if self.warmup:
             parts.append(f"warm-up {self.warmup}")
+        if self.outlier_rate:
+            parts.append(f"outliers {100 * self.outlier_rate:g} % × {self.outlier_pct:+g} %")
+        if self.tails is not None:
+            parts.append(f"t tails df {self.tails:g}")
+        if self.guard_drop is not None:
+            parts.append(f"guard drop {self.guard_drop:g} (limit {self.limit:g}), pair SD {self.guard_sd:g}")
         return ", ".join(parts)
+
+    @property
+    def limit(self) -> float:
+        return (self.guard_drop or 0.0) if self.guard_limit is None else self.guard_limit
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,6 +111,7 @@ class SimulationResult:
     rates: dict[str, Rate]
     runs_per_arm: float
     runs_per_arm_se: float
+    guard_pass: Rate | None = None  # guard scenarios: how often the guard passes at a look
 
     @property
     def adopted(self) -> Rate:
@@ -111,6 +132,8 @@ class SimulationResult:
             "adopted_means": self.meaning,
             "rates_pct": {k: {"value": r.pct, "se": r.se_pct} for k, r in self.rates.items()},
             "runs_per_arm": {"mean": self.runs_per_arm, "se": self.runs_per_arm_se},
+            **({"guard_pass_pct": {"value": self.guard_pass.pct, "se": self.guard_pass.se_pct}}
+               if self.guard_pass is not None else {}),
         }
 
 
@@ -142,10 +165,22 @@ def simulate_runs(scenario: Scenario, order: str, rounds: int, draws: int, rng: 
     sigma_on = math.sqrt(math.log1p((scenario.cv_on / 100) ** 2))
     drift = math.log1p(scenario.drift_pct_per_run / 100)
     cold = math.log1p(scenario.cold_first_pct / 100)
-    off = sigma_off * rng.standard_normal((draws, rounds)) + drift * pos_off + cold * (pos_off == 0)
-    on = (math.log1p(scenario.effect_pct / 100) + sigma_on * rng.standard_normal((draws, rounds))
+    off = sigma_off * _noise(scenario, draws, rounds, rng) + drift * pos_off + cold * (pos_off == 0)
+    on = (math.log1p(scenario.effect_pct / 100) + sigma_on * _noise(scenario, draws, rounds, rng)
           + drift * pos_on + cold * (pos_on == 0))
+    if scenario.outlier_rate:
+        slow = math.log1p(scenario.outlier_pct / 100)
+        off = off + slow * (rng.random((draws, rounds)) < scenario.outlier_rate)
+        on = on + slow * (rng.random((draws, rounds)) < scenario.outlier_rate)
     return off, on, pos_off, pos_on
+
+
+def _noise(scenario: Scenario, draws: int, rounds: int, rng: np.random.Generator) -> np.ndarray:
+    """Unit-variance noise: standard normal, or Student t(df) · sqrt((df − 2)/df)."""
+    if scenario.tails is None:
+        return rng.standard_normal((draws, rounds))
+    df = scenario.tails
+    return rng.standard_t(df, (draws, rounds)) * math.sqrt((df - 2) / df)
 
 
 # -- the policies ------------------------------------------------------------------------------------
@@ -216,9 +251,20 @@ def validate(policy: str, scenario: Scenario, draws: int) -> None:
         if not value >= 0:
             raise ConfigError(f"{name}: must be a non-negative percentage, got {value}")
     for name, value in (("--effect", scenario.effect_pct), ("--drift", scenario.drift_pct_per_run),
-                        ("--cold-first", scenario.cold_first_pct)):
+                        ("--cold-first", scenario.cold_first_pct), ("--outlier-pct", scenario.outlier_pct)):
         if not value > -100:
             raise ConfigError(f"{name}: must be above −100 %, got {value}")
+    if not 0 <= scenario.outlier_rate <= 1:
+        raise ConfigError(f"--outlier-rate: must be a fraction from 0 to 1, got {scenario.outlier_rate}")
+    if scenario.tails is not None and not scenario.tails > 2:
+        raise ConfigError(f"--tails: must be above 2 degrees of freedom (finite variance), got {scenario.tails}")
+    if scenario.guard_drop is not None:
+        if policy != "sequential":
+            raise ConfigError(f"--guard-drop: guard scenarios need --policy sequential, got {policy!r}")
+        if not scenario.guard_sd > 0:
+            raise ConfigError(f"--guard-sd: must be positive with --guard-drop, got {scenario.guard_sd}")
+        if not scenario.limit >= 0:
+            raise ConfigError(f"--guard-drop: must be non-negative, got {scenario.guard_drop}")
 
 
 def simulate(policy: str, scenario: Scenario, *, draws: int = 100_000, seed: int = 0,
@@ -230,10 +276,12 @@ def simulate(policy: str, scenario: Scenario, *, draws: int = 100_000, seed: int
     rng = np.random.default_rng(seed)
     per_gate = {"bootstrap": 4 * math.comb(2 * rounds - 1, rounds) ** 2}.get(policy, 4 * rounds)
     chunk = max(1, min(draws, CHUNK_VALUES // per_gate))
-    codes_parts, runs_parts = [], []
+    codes_parts, runs_parts, guard_parts = [], [], []
     for start in range(0, draws, chunk):
         size = min(chunk, draws - start)
         off, on, _, _ = simulate_runs(scenario, order, rounds, size, rng)
+        if scenario.guard_drop is not None:
+            guard_parts.append(guard_passes(scenario, size, rng))
         if policy in POLICIES:
             codes, runs = policy_for(policy).simulate(off, on, thresholds)
         else:
@@ -244,49 +292,107 @@ def simulate(policy: str, scenario: Scenario, *, draws: int = 100_000, seed: int
     codes, runs = np.concatenate(codes_parts), np.concatenate(runs_parts).astype(float)
     code_of = {name: code for code, name in CODE_NAMES.items()}
     rates = {name: Rate.of(codes == code_of[name]) for name in OUTCOMES}
+    guard = Rate.of(np.concatenate(guard_parts)) if guard_parts else None
     return SimulationResult(policy, order, scenario, thresholds, draws, seed, rates, float(runs.mean()),
-                            float(runs.std(ddof=1) / math.sqrt(draws)))
+                            float(runs.std(ddof=1) / math.sqrt(draws)), guard)
+
+
+def guard_passes(scenario: Scenario, draws: int, rng: np.random.Generator) -> np.ndarray:
+    """Does the sequential guard pass at look 1 or look 2? Each round's difference is normal(−drop, sd)."""
+    first, last = SEQUENTIAL_RUNS
+    diffs = -(scenario.guard_drop or 0.0) + scenario.guard_sd * rng.standard_normal((draws, last))
+    return (guard_pass_arrays(diffs[:, :first], scenario.limit) | guard_pass_arrays(diffs, scenario.limit))
 
 
 # -- the issue's scenarios -----------------------------------------------------------------------------
 
-SUITE = (
-    Scenario(cv_off_pct=0.5, name="A/A, CV 0.5 %"),
-    Scenario(cv_off_pct=2.0, name="A/A, CV 2 %"),
-    Scenario(cv_off_pct=0.5, cv_on_pct=2.0, name="A/A, σ_on = 4σ_off (0.5 → 2 %)"),
-    Scenario(cv_off_pct=2.0, cv_on_pct=8.0, name="A/A, σ_on = 4σ_off (2 → 8 %)"),
-    Scenario(cv_off_pct=0.5, drift_pct_per_run=-0.25, name="A/A, CV 0.5 %, drift −0.25 %/run"),
-    Scenario(cv_off_pct=2.0, drift_pct_per_run=-0.25, name="A/A, CV 2 %, drift −0.25 %/run"),
-    Scenario(cv_off_pct=0.5, cold_first_pct=3.0, name="A/A, CV 0.5 %, +3 % cold first run"),
-    Scenario(cv_off_pct=2.0, cold_first_pct=3.0, name="A/A, CV 2 %, +3 % cold first run"),
-    Scenario(cv_off_pct=0.5, cv_on_pct=2.0, drift_pct_per_run=-0.25, cold_first_pct=3.0,
-             name="A/A, σ_on 4×, drift −0.25 %/run, +3 % cold"),
-    Scenario(cv_off_pct=0.5, effect_pct=-2.0, name="−2 %, CV 0.5 %"),
-    Scenario(cv_off_pct=0.5, effect_pct=-2.0, cold_first_pct=3.0, name="−2 %, CV 0.5 %, +3 % cold first run"),
-    Scenario(cv_off_pct=0.5, effect_pct=-2.0, cold_first_pct=3.0, warmup=1,
-             name="−2 %, CV 0.5 %, +3 % cold first run, warm-up 1"),
-    Scenario(cv_off_pct=2.0, effect_pct=-5.0, name="−5 %, CV 2 %"),
-    Scenario(cv_off_pct=0.5, effect_pct=-2.0, drift_pct_per_run=-0.25, cold_first_pct=3.0,
-             name="−2 %, CV 0.5 %, drift −0.25 %/run, +3 % cold"),
+FALSE_ADOPTION, POWER, GUARD_PASS = "false adoption ≤ 5.0 %", "power ≥ 95 %", "guard false pass ≤ 5.0 %"
+FAST = "runs/arm ≤ 5"
+OUTLIERS = {"outlier_rate": 0.05, "outlier_pct": 10.0}
+
+
+def _s(name: str, target: str, **fields: Any) -> tuple[Scenario, str]:
+    return Scenario(name=name, **fields), target
+
+
+# The issue's targets, one row each (the sequential policy must meet the target; mean runs per arm ≤ 8
+# holds everywhere by construction: the policy never runs more than 8 rounds).
+TARGETS: tuple[tuple[Scenario, str], ...] = (
+    _s("A/A, CV 0.5 %", FALSE_ADOPTION, cv_off_pct=0.5),
+    _s("A/A, CV 2 %", FALSE_ADOPTION, cv_off_pct=2.0),
+    _s("A/A, σ_on = 4σ_off (0.5 → 2 %)", FALSE_ADOPTION, cv_off_pct=0.5, cv_on_pct=2.0),
+    _s("A/A, σ_on = 4σ_off (2 → 8 %)", FALSE_ADOPTION, cv_off_pct=2.0, cv_on_pct=8.0),
+    _s("A/A, σ_on = 10σ_off (1 → 10 %)", FALSE_ADOPTION, cv_off_pct=1.0, cv_on_pct=10.0),
+    _s("A/A, σ_on = 10σ_off (2 → 20 %)", FALSE_ADOPTION, cv_off_pct=2.0, cv_on_pct=20.0),
+    _s("A/A, σ_on = 10σ_off (3 → 30 %)", FALSE_ADOPTION, cv_off_pct=3.0, cv_on_pct=30.0),
+    _s("A/A, CV 0.5 %, drift +0.25 %/run", FALSE_ADOPTION, cv_off_pct=0.5, drift_pct_per_run=0.25),
+    _s("A/A, CV 0.5 %, drift −0.25 %/run", FALSE_ADOPTION, cv_off_pct=0.5, drift_pct_per_run=-0.25),
+    _s("A/A, CV 0.5 %, drift +0.5 %/run", FALSE_ADOPTION, cv_off_pct=0.5, drift_pct_per_run=0.5),
+    _s("A/A, CV 0.5 %, drift −0.5 %/run", FALSE_ADOPTION, cv_off_pct=0.5, drift_pct_per_run=-0.5),
+    _s("A/A, CV 2 %, drift −0.5 %/run", FALSE_ADOPTION, cv_off_pct=2.0, drift_pct_per_run=-0.5),
+    _s("A/A, CV 0.5 %, +3 % cold first run", FALSE_ADOPTION, cv_off_pct=0.5, cold_first_pct=3.0),
+    _s("A/A, CV 2 %, +3 % cold first run", FALSE_ADOPTION, cv_off_pct=2.0, cold_first_pct=3.0),
+    _s("A/A, CV 0.5 %, drift −0.5 %/run, +3 % cold", FALSE_ADOPTION, cv_off_pct=0.5, drift_pct_per_run=-0.5,
+       cold_first_pct=3.0),
+    _s("A/A, CV 0.5 %, drift +0.5 %/run, +3 % cold", FALSE_ADOPTION, cv_off_pct=0.5, drift_pct_per_run=0.5,
+       cold_first_pct=3.0),
+    _s("A/A, CV 0.5 %, t tails df 3", FALSE_ADOPTION, cv_off_pct=0.5, tails=3.0),
+    _s("A/A, CV 2 %, t tails df 3", FALSE_ADOPTION, cv_off_pct=2.0, tails=3.0),
+    _s("A/A, CV 0.5 %, outliers 5 % × +10 %", FALSE_ADOPTION, cv_off_pct=0.5, **OUTLIERS),
+    _s("A/A, CV 2 %, outliers 5 % × +10 %", FALSE_ADOPTION, cv_off_pct=2.0, **OUTLIERS),
+    _s("guard drop at the limit 0.05 dB, pair SD 0.02 dB", GUARD_PASS, guard_drop=0.05, guard_sd=0.02),
+    _s("guard drop at the limit 0.05 dB, pair SD 0.05 dB", GUARD_PASS, guard_drop=0.05, guard_sd=0.05),
+    _s("−2 %, CV 0.5 %", POWER, cv_off_pct=0.5, effect_pct=-2.0),
+    _s("−5 %, CV 2 %", POWER, cv_off_pct=2.0, effect_pct=-5.0),
+    _s("−2 %, CV 0.5 %, drift −0.5 %/run", POWER, cv_off_pct=0.5, effect_pct=-2.0, drift_pct_per_run=-0.5),
+    _s("−2 %, CV 0.5 %, +3 % cold first run", POWER, cv_off_pct=0.5, effect_pct=-2.0, cold_first_pct=3.0),
+    _s("−2 %, CV 0.5 %, outliers 5 % × +10 %", POWER, cv_off_pct=0.5, effect_pct=-2.0, **OUTLIERS),
+    _s("−5 %, CV 2 %, outliers 5 % × +10 %", POWER, cv_off_pct=2.0, effect_pct=-5.0, **OUTLIERS),
+    _s("−2 %, CV 0.5 %, t tails df 3", POWER, cv_off_pct=0.5, effect_pct=-2.0, tails=3.0),
+    _s("−5 %, CV 0.5 %", FAST, cv_off_pct=0.5, effect_pct=-5.0),
 )
+SUITE = tuple(scenario for scenario, _ in TARGETS)
+TARGET_OF = {scenario.name: target for scenario, target in TARGETS}
+
+
+def meets(result: SimulationResult) -> bool | None:
+    """Whether a sequential result meets its scenario's target (None: no target for this policy or row)."""
+    target = TARGET_OF.get(result.scenario.name)
+    if target is None or result.policy != "sequential":
+        return None
+    if target == GUARD_PASS:
+        return result.guard_pass is not None and result.guard_pass.pct <= 5.0
+    ok = result.runs_per_arm <= 8
+    if target == FALSE_ADOPTION:
+        return ok and result.adopted.pct <= 5.0
+    if target == POWER:
+        return ok and result.adopted.pct >= 95.0
+    return ok and result.runs_per_arm <= 5
 
 
 def run_suite(policies: Sequence[str], *, draws: int, seed: int, order: str | None = None,
               thresholds: ThresholdSpec = ThresholdSpec()) -> list[SimulationResult]:
-    """Every scenario of SUITE under every policy (the same seed for each, so columns are comparable)."""
+    """Every scenario of SUITE under every policy (the same seed for each, so columns are comparable); guard
+    scenarios only under the sequential policy, the only one with a paired guard."""
     return [simulate(policy, replace(scenario, order=order), draws=draws, seed=seed, thresholds=thresholds)
-            for scenario in SUITE for policy in policies]
+            for scenario in SUITE for policy in policies
+            if scenario.guard_drop is None or policy == "sequential"]
 
 
 def table(results: Sequence[SimulationResult]) -> str:
-    """A Markdown table: adoption (false adoption or power) ± its Monte-Carlo SE, other outcomes, runs."""
+    """A Markdown table: adoption (false adoption or power) ± its Monte-Carlo SE, other outcomes, runs, and
+    for the suite's rows the target and whether the sequential policy meets it."""
     header = ["scenario", "policy", "order", "adopted %", "means", "regression %", "equivalent %",
-              "inconclusive %", "runs/arm"]
+              "inconclusive %", "runs/arm", "guard pass %", "target", "met"]
     rows = []
     for r in results:
+        met = meets(r)
+        guard = f"{r.guard_pass.pct:.2f} ± {r.guard_pass.se_pct:.2f}" if r.guard_pass is not None else "—"
         rows.append([r.scenario.describe(), r.policy, r.order, f"{r.adopted.pct:.2f} ± {r.adopted.se_pct:.2f}",
                      r.meaning, f"{r.rates['regression'].pct:.2f}", f"{r.rates['equivalent'].pct:.2f}",
-                     f"{r.rates['inconclusive'].pct:.2f}", f"{r.runs_per_arm:.2f}"])
+                     f"{r.rates['inconclusive'].pct:.2f}", f"{r.runs_per_arm:.2f}", guard,
+                     TARGET_OF.get(r.scenario.name, "—") if r.policy == "sequential" else "—",
+                     "—" if met is None else "yes" if met else "**NO**"])
     lines = ["| " + " | ".join(header) + " |", "|" + "|".join(" --- " for _ in header) + "|"]
     lines += ["| " + " | ".join(row) + " |" for row in rows]
     return "\n".join(lines)

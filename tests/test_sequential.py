@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import math
+import statistics
 import tomllib
 
 import numpy as np
@@ -13,7 +15,6 @@ from scipy import stats as sps
 
 from gatekit import sequential as sq
 from gatekit.config import GuardSpec, load_gate
-from gatekit.diagnostics import welch_arrays
 from gatekit.errors import SeriesInterrupted
 from gatekit.schedule import extension, order_seed, plan, thue_morse
 from gatekit.series import SeriesRunner, analyze_series
@@ -21,34 +22,78 @@ from tests.conftest import gate_invoke
 
 
 def code(off: list[float], on: list[float], *, final: bool, direction: str = "lower") -> str:
-    diff, se, df = welch_arrays(np.log(off), np.log(on), sq.DF_MODE)
-    return sq.CODE_NAMES[int(sq.look_codes(diff, se, df, floor_pct=1.0, direction=direction, final=final))]
+    diff, scale = sq.pair_arrays(np.log(off), np.log(on))
+    return sq.CODE_NAMES[int(sq.look_codes(diff, scale, floor_pct=1.0, direction=direction, final=final))]
+
+
+def hand_hl(d: list[float]) -> float:
+    return statistics.median((a + b) / 2 for a, b in itertools.combinations_with_replacement(d, 2))
+
+
+def hand_scale(d: list[float]) -> float:
+    centre = statistics.median(d)
+    deviations = [abs(x - centre) for x in d]
+    cap = sq.SCALE_CAP * statistics.median(deviations)
+    return sum(min(x, cap) for x in deviations) / len(d) / math.sqrt(len(d))
 
 
 # -- the rule -----------------------------------------------------------------------------------------
 
-def test_look_p_value_is_welch_t_with_conservative_df() -> None:
-    off, on = np.log([10.0, 10.3, 9.8, 10.2]), np.log([9.9, 9.6, 10.0, 9.5])
-    diff, se, df = welch_arrays(off, on, sq.DF_MODE)
-    welch = sps.ttest_ind(on, off, equal_var=False)
-    assert float(diff / se) == pytest.approx(welch.statistic, rel=1e-12)  # Welch's statistic …
-    assert float(df) == 3.0  # … with df = min(4, 4) − 1
-    from gatekit.diagnostics import p_better_arrays
-    assert float(p_better_arrays(diff, se, df, "lower")) == pytest.approx(sps.t.cdf(welch.statistic, 3))
+def test_estimate_and_scale_by_hand() -> None:
+    off, on = [10.0, 10.3, 9.8, 10.2], [9.9, 9.6, 10.0, 9.5]
+    d = [math.log(b) - math.log(a) for a, b in zip(off, on)]
+    diff, scale = sq.pair_arrays(np.log(off), np.log(on))
+    assert float(diff) == pytest.approx(hand_hl(d), rel=1e-12)
+    assert float(scale) == pytest.approx(hand_scale(d), rel=1e-12)
+    assert float(sq.statistic(diff, scale)) == pytest.approx(hand_hl(d) / hand_scale(d), rel=1e-12)
+    # a deviation beyond SCALE_CAP median deviations is capped: one slowed run cannot inflate the scale
+    slow = [0.01, -0.01, 0.0, 0.02, 0.5]
+    centre, med_dev = 0.01, 0.01  # median 0.01; deviations 0, 0.02, 0.01, 0.01, 0.49 → median 0.01
+    expected = (0 + 0.02 + 0.01 + 0.01 + sq.SCALE_CAP * med_dev) / 5 / math.sqrt(5)
+    assert float(sq.robust_scale(np.array(slow))) == pytest.approx(expected, rel=1e-12) and centre == 0.01
+    assert float(sq.hodges_lehmann(np.array(slow))) == pytest.approx(hand_hl(slow), rel=1e-12)
+    # the scale-0 cases: a perfect difference is infinitely significant, no difference is 0
+    assert float(sq.statistic(np.float64(-0.1), np.float64(0.0))) == -math.inf
+    assert float(sq.statistic(np.float64(0.0), np.float64(0.0))) == 0.0
+
+
+def test_a_linear_drift_cancels_from_the_estimate_in_thue_morse_order() -> None:
+    # rounds A B B A (A = off first): on runs one slot later in AB rounds, one earlier in BA rounds
+    drift, effect = math.log1p(0.005), math.log(0.97)
+    first_off = [thue_morse(k) == 0 for k in range(8)]
+    for rounds in (4, 8):
+        off = [drift * (2 * k + (0 if first_off[k] else 1)) for k in range(rounds)]
+        on = [effect + drift * (2 * k + (1 if first_off[k] else 0)) for k in range(rounds)]
+        diff, _ = sq.pair_arrays(np.array(off), np.array(on))
+        assert float(diff) == pytest.approx(effect, abs=1e-15)
 
 
 def test_each_outcome_at_a_look() -> None:
     assert code([10.0, 10.1, 9.9, 10.0], [9.0, 9.1, 8.9, 9.0], final=False) == "adopted"
     assert code([9.0, 9.1, 8.9, 9.0], [10.0, 10.1, 9.9, 10.0], final=False) == "regression"
     assert code([10.0, 10.02, 9.98, 10.01], [10.01, 9.99, 10.0, 10.02], final=False) == "equivalent"
-    # a tight 0.6 % improvement: its CI lies inside ±1 %, so it is equivalent, not adopted
+    # a tight 0.6 % improvement: its interval lies inside ±1 %, so it is equivalent, not adopted
     assert code([10.0, 10.001, 9.999, 10.0], [9.94, 9.941, 9.939, 9.94], final=False) == "equivalent"
-    # +0.5 %, CI [−0.50 %, +1.51 %]: a 1 % improvement is ruled out, a 1 % regression is not
-    assert code([10.0, 10.05, 9.95, 10.0], [10.05, 10.12, 9.98, 10.05], final=False) == "rejected"
+    # HL +0.75 %, interval about [−0.33 %, +1.8 %]: a 1 % improvement is ruled out, a 1 % regression is not
+    worse = [10.0 * math.exp(x) for x in (0.001, 0.013, 0.007, 0.009)]
+    assert code([10.0] * 4, worse, final=False) == "rejected"
     assert code([10.0, 10.3, 9.8, 10.2], [9.9, 9.6, 10.0, 9.5], final=False) == "continue"
     assert code([10.0, 10.3, 9.8, 10.2], [9.9, 9.6, 10.0, 9.5], final=True) == "inconclusive"
     # higher is better flips adopted and regression
     assert code([10.0, 10.1, 9.9, 10.0], [9.0, 9.1, 8.9, 9.0], final=False, direction="higher") == "regression"
+    # one run 10x slower does not turn a clear −10 % into anything else
+    assert code([10.0, 10.1, 9.9, 10.0, 10.0, 10.1, 9.9, 10.0], [9.0, 90.0, 8.9, 9.0, 9.0, 9.1, 8.9, 9.05],
+                final=True) == "adopted"
+
+
+def test_the_look_follows_its_critical_values() -> None:
+    d = np.array([-0.02, -0.025, -0.03, -0.015])
+    diff, scale = sq.pair_arrays(np.zeros(4), d)
+    t = float(sq.statistic(diff, scale))
+    assert -t > sq.CRITICAL[0]  # beyond c1 and 2 % better than the floor of 1 %
+    at_t = sq.look_codes(diff, scale, floor_pct=1.0, direction="lower", final=False, critical=-t * 1.0001)
+    below_t = sq.look_codes(diff, scale, floor_pct=1.0, direction="lower", final=False, critical=-t * 0.9999)
+    assert sq.CODE_NAMES[int(below_t)] == "adopted" and sq.CODE_NAMES[int(at_t)] != "adopted"
 
 
 def test_floor_is_required_for_adoption() -> None:
@@ -58,14 +103,33 @@ def test_floor_is_required_for_adoption() -> None:
     assert f == pytest.approx((-math.log(0.99), -math.log(1.01)))
 
 
+def test_calibration_script_reproduces_the_constants_and_the_guard_level() -> None:
+    from benchmarks.sequential_calibration import calibrate
+    result = calibrate(100_000, 7)
+    c1, c2 = result["critical"]
+    assert c1 == pytest.approx(sq.CRITICAL[0], rel=0.05) and c2 == pytest.approx(sq.CRITICAL[1], rel=0.03)
+    assert result["guard_look_level"] == pytest.approx(sq.GUARD_LOOK_LEVEL, abs=0.002)
+    # Pocock's per-look level lies between no correction and Bonferroni
+    assert 1 - sq.CALIBRATION_ALPHA < sq.GUARD_LOOK_LEVEL < 1 - sq.CALIBRATION_ALPHA / 2
+    # the guard's two looks at the calibrated level: exact for look 1 alone (scipy), and over both looks
+    # within a loose Monte-Carlo bound of CALIBRATION_ALPHA
+    rng = np.random.default_rng(3)
+    diffs = -0.05 + 0.02 * rng.standard_normal((100_000, 8))
+    first = sq.guard_pass_arrays(diffs[:, :4], 0.05)
+    assert first.mean() == pytest.approx(1 - sq.GUARD_LOOK_LEVEL, abs=0.003)
+    either = first | sq.guard_pass_arrays(diffs, 0.05)
+    assert either.mean() == pytest.approx(sq.CALIBRATION_ALPHA, abs=0.004)
+
+
 def test_paired_guard_bounds_match_scipy() -> None:
     guard = GuardSpec("psnr_db", "higher", 0.05)
     pairs = [(30.0, 30.02), (30.1, 30.09), (30.05, 30.08), (29.98, 30.0)]
     result = sq.paired_guard(guard, pairs)
     diffs = [on - off for off, on in pairs]
-    ci90 = sps.ttest_1samp(diffs, 0.0).confidence_interval(0.90)  # two-sided 90 % = one-sided 95 % bounds
-    assert result.bound == pytest.approx(ci90.low) and result.far_bound == pytest.approx(ci90.high)
-    assert result.status == "pass"
+    two_sided = sps.ttest_1samp(diffs, 0.0).confidence_interval(2 * sq.GUARD_LEVEL - 1)
+    assert result.bound == pytest.approx(two_sided.low) and result.far_bound == pytest.approx(two_sided.high)
+    assert result.level == sq.GUARD_LEVEL and result.status == "pass"
+    assert bool(sq.guard_pass_arrays(np.array(diffs), 0.05)) == (result.status == "pass")
     wide = sq.paired_guard(guard, [(30.0, 30.12), (30.0, 29.88), (30.0, 30.12), (30.0, 29.88)])
     assert wide.mean_diff == pytest.approx(0.0) and wide.status == "inconclusive"  # never a pass
     assert sq.paired_guard(guard, [(30.0, 29.8), (30.0, 29.81), (30.0, 29.79)]).status == "fail"
@@ -125,7 +189,9 @@ def test_sequential_adopts_at_look_1_and_analyze_reproduces_it(gate_dir) -> None
     assert finding["gate"]["policy"] == "sequential" and finding["gate"]["order"] == "thue-morse"
     assert finding["verdict"]["decision"] == "adopted"
     assert [look["look"] for look in finding["sequential"]["looks"]] == [1]
-    assert finding["sequential"]["alpha"] == 0.0325 and finding["sequential"]["next"] == "stop"
+    assert finding["sequential"]["alpha"] == sq.ALPHA and finding["sequential"]["next"] == "stop"
+    assert finding["sequential"]["version"] == 3 and finding["sequential"]["critical"] == list(sq.CRITICAL)
+    assert finding["sequential"]["statistics"][0] < -sq.CRITICAL[0]  # HL/S beyond c1 on the better side
     assert len(g.order()) == 8
     # the classic Δ and threshold are still reported beside it
     # σ_off = 0.0816/10 → threshold 2·0.8165 %

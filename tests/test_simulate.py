@@ -11,6 +11,7 @@ import math
 
 import numpy as np
 import pytest
+from scipy import stats as sps
 
 from gatekit import sequential, stats
 from gatekit.policy import CLASSIC, SEQUENTIAL
@@ -58,22 +59,60 @@ def test_percentile_bootstrap_at_n3_declares_do_nothing_changes_different() -> N
 
 # -- the sequential policy: the targets ------------------------------------------------------
 
-NULL_SCENARIOS = [s for s in SUITE if s.effect_pct == 0]
+SMALL = 20_000  # a few fast checks with loose Monte-Carlo bounds; docs/statistics.md has the 200 000-draw suite
+NULL_CHECKS = ["A/A, σ_on = 10σ_off (2 → 20 %)", "A/A, CV 0.5 %, drift +0.5 %/run, +3 % cold",
+               "A/A, CV 2 %, t tails df 3", "A/A, CV 2 %, outliers 5 % × +10 %"]
+POWER_CHECKS = ["−5 %, CV 2 %", "−2 %, CV 0.5 %, drift −0.5 %/run", "−2 %, CV 0.5 %, outliers 5 % × +10 %"]
+BY_NAME = {s.name: s for s in SUITE}
 
 
-@pytest.mark.parametrize("scenario", NULL_SCENARIOS, ids=[s.name for s in NULL_SCENARIOS])
-def test_sequential_false_adoption_at_most_5_percent(scenario: Scenario) -> None:
-    result = simulate("sequential", scenario, draws=DRAWS, seed=1)
-    assert result.adopted.pct + 2 * result.adopted.se_pct <= 5.0
+@pytest.mark.parametrize("name", NULL_CHECKS)
+def test_sequential_false_adoption_at_most_5_percent(name: str) -> None:
+    result = simulate("sequential", BY_NAME[name], draws=SMALL, seed=1)
+    assert result.adopted.pct - 3 * result.adopted.se_pct <= 5.0
     assert result.runs_per_arm <= 8.0
 
 
-@pytest.mark.parametrize("cv, effect", [(0.5, -2.0), (2.0, -5.0)])
-def test_sequential_power_at_least_95_percent(cv: float, effect: float) -> None:
-    result = simulate("sequential", Scenario(cv_off_pct=cv, effect_pct=effect), draws=DRAWS, seed=2)
-    assert result.adopted.pct - 2 * result.adopted.se_pct >= 95.0
-    assert result.runs_per_arm <= 8.0
-    assert result.rates["regression"].pct == 0.0
+@pytest.mark.parametrize("name", POWER_CHECKS)
+def test_sequential_power_at_least_95_percent(name: str) -> None:
+    result = simulate("sequential", BY_NAME[name], draws=SMALL, seed=2)
+    assert result.adopted.pct + 3 * result.adopted.se_pct >= 95.0
+    assert result.rates["regression"].pct < 1.0
+
+
+def test_guard_scenario_false_pass_and_its_monte_carlo_bound() -> None:
+    result = simulate("sequential", BY_NAME["guard drop at the limit 0.05 dB, pair SD 0.02 dB"], draws=SMALL, seed=3)
+    assert result.guard_pass is not None
+    assert abs(result.guard_pass.pct - 100 * sequential.CALIBRATION_ALPHA) <= 4 * result.guard_pass.se_pct
+    # a drop well inside the limit passes nearly always; one well beyond it almost never
+    easy = simulate("sequential", Scenario(guard_drop=0.0, guard_limit=0.05, guard_sd=0.02), draws=2000, seed=3)
+    hard = simulate("sequential", Scenario(guard_drop=0.1, guard_limit=0.05, guard_sd=0.02), draws=2000, seed=3)
+    assert easy.guard_pass.pct > 99 and hard.guard_pass.pct < 1
+
+
+def test_outliers_and_tails_are_drawn_as_stated() -> None:
+    rng = np.random.default_rng(5)
+    off, on, _, _ = simulate_runs(Scenario(cv_off_pct=0.0, outlier_rate=0.05, outlier_pct=10.0), "abab", 8,
+                                  50_000, rng)
+    values = np.concatenate([off, on]).ravel()
+    assert set(np.round(values, 12)) == {0.0, round(math.log(1.1), 12)}
+    assert np.mean(values > 0) == pytest.approx(0.05, abs=0.002)
+    off, _, _, _ = simulate_runs(Scenario(cv_off_pct=2.0, tails=3.0), "abab", 8, 50_000, rng)
+    sigma = math.sqrt(math.log1p(0.02 ** 2))
+    # the same CV (log-scale SD) as the lognormal; Student t(3) tails: kurtosis far above the normal's 3
+    assert off.std() == pytest.approx(sigma, rel=0.1)
+    assert sps.kurtosis(off.ravel(), fisher=False) > 6
+
+
+def test_every_target_row_is_in_the_suite() -> None:
+    names = [s.name for s in SUITE]
+    assert len(names) == len(set(names))
+    for name in ("A/A, σ_on = 10σ_off (1 → 10 %)", "A/A, σ_on = 10σ_off (3 → 30 %)",
+                 "A/A, CV 0.5 %, drift −0.25 %/run", "A/A, CV 0.5 %, drift +0.5 %/run",
+                 "A/A, CV 0.5 %, t tails df 3", "A/A, CV 0.5 %, outliers 5 % × +10 %",
+                 "guard drop at the limit 0.05 dB, pair SD 0.05 dB", "−2 %, CV 0.5 %, +3 % cold first run",
+                 "−5 %, CV 2 %, outliers 5 % × +10 %", "−2 %, CV 0.5 %, t tails df 3", "−5 %, CV 0.5 %"):
+        assert name in names
 
 
 def test_monte_carlo_error_bars_are_binomial() -> None:
@@ -101,14 +140,14 @@ def test_vectorised_classic_equals_the_scalar_rule() -> None:
 
 def test_vectorised_sequential_equals_the_scalar_looks() -> None:
     rng = np.random.default_rng(6)
-    off, on, _, _ = simulate_runs(Scenario(cv_off_pct=2.0, effect_pct=-2.0), "thue-morse", 8, 600, rng)
+    off, on, _, _ = simulate_runs(Scenario(cv_off_pct=2.0, effect_pct=-2.0, outlier_rate=0.05, outlier_pct=10.0),
+                                  "thue-morse", 8, 600, rng)
     codes, runs = SEQUENTIAL.simulate(off, on, ThresholdSpec())
     for row in range(600):
-        first = sequential._look(1, np.exp(off[row, :4]).tolist(), np.exp(on[row, :4]).tolist(), {}, (),
-                                 floor_pct=1.0, direction="lower", final=False)
+        pairs = list(zip(np.exp(off[row]).tolist(), np.exp(on[row]).tolist()))
+        first, _ = sequential._look(1, pairs[:4], {}, (), floor_pct=1.0, direction="lower", final=False)
         look = first if first.decision != "continue" else sequential._look(
-            2, np.exp(off[row]).tolist(), np.exp(on[row]).tolist(), {}, (), floor_pct=1.0, direction="lower",
-            final=True)
+            2, pairs, {}, (), floor_pct=1.0, direction="lower", final=True)[0]
         assert CODE_NAMES[int(codes[row])] == look.decision
         assert runs[row] == (4 if first.decision != "continue" else 8)
 
@@ -144,3 +183,20 @@ def test_gate_simulate_table_and_json(tmp_path) -> None:
     assert set(result["rates_pct"]) == {"adopted", "regression", "rejected", "equivalent", "inconclusive"}
     bad = gate_invoke("simulate", "--policy", "bootstrap", "--n", "9", cwd=tmp_path)
     assert bad.returncode == 2 and bad.stderr.strip() == "gate: error: --n: the exact bootstrap needs n ≤ 5, got 9"
+    done = gate_invoke("simulate", "--policy", "sequential", "--guard-drop", "0.05", "--guard-sd", "0.02",
+                       "--outlier-rate", "0.05", "--outlier-pct", "10", "--tails", "3", "--draws", "5000", "--json",
+                       cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    (result,) = json.loads(done.stdout)["simulations"]
+    assert result["scenario"]["outlier_rate"] == 0.05 and result["scenario"]["tails"] == 3.0
+    assert 0 < result["guard_pass_pct"]["value"] < 10
+    for args, message in ((["--tails", "2"], "--tails: must be above 2 degrees of freedom (finite variance), got 2.0"),
+                          (["--outlier-rate", "1.5"], "--outlier-rate: must be a fraction from 0 to 1, got 1.5"),
+                          (["--guard-drop", "0.05"], "--guard-drop: guard scenarios need --policy sequential, "
+                                                     "got 'classic'")):
+        bad = gate_invoke("simulate", *args, cwd=tmp_path)
+        assert bad.returncode == 2 and bad.stderr.strip() == f"gate: error: {message}"
+    suite = gate_invoke("simulate", "--suite", "--policy", "sequential", "--draws", "2000", cwd=tmp_path)
+    assert suite.returncode == 0, suite.stderr
+    rows = [line for line in suite.stdout.splitlines() if line.startswith("| ") and "sequential" in line]
+    assert len(rows) == len(SUITE) and all(row.rstrip(" |").endswith(("yes", "**NO**")) for row in rows)
