@@ -4,6 +4,10 @@ whether it drifts or shifts, and how many runs a gate needs to see a stated effe
 The result is stored as `<runs>/calibration.toml`, where a later gate with `sigma_ref = "history"` reads
 its σ (frozen into that gate's predecision file). Kalibera & Jones (ISMM 2013) ask for exactly this before
 any comparison: measure the noise and the warm-up of the system first, then plan the repetitions.
+
+The plan is made by simulating the gate's own policy at the measured CV (gatekit.simulate, the code behind
+`gate simulate`), so its threshold, floor and looks count: a t-test's sample size would promise power the
+floor takes away. `gate plan` makes the same plan from a CV and an effect without any runs.
 """
 
 from __future__ import annotations
@@ -17,8 +21,8 @@ import numpy as np
 import tomlkit
 
 from gatekit import __version__, stats
-from gatekit.config import CALIBRATION_FILE, ArmSpec, GateConfig
-from gatekit.diagnostics import MDE_ALPHA, MDE_POWER, mde_log, n_for_effect, ols_slope, pct
+from gatekit.config import CALIBRATION_FILE, POLICIES, SEQUENTIAL_RUNS, ArmSpec, GateConfig, ThresholdSpec
+from gatekit.diagnostics import MDE_POWER, ols_slope
 from gatekit.driver import ChosenBackend, Driver, make_backend, make_driver
 from gatekit.errors import CalibrationError, ConfigError, GatekitError, OutputError, PreflightError, ProvenanceError
 from gatekit.finding import plain
@@ -28,6 +32,7 @@ from gatekit.records import RunRecord
 from gatekit.sampler import LoadReader, read_system_load
 from gatekit.schedule import Slot
 from gatekit.series import JOURNAL_FILE, JournalState, RunLoop, new_series_dir, now, runs_lock
+from gatekit.simulate import Scenario, simulate
 from gatekit.storage import Journal, write_output
 
 CALIBRATION_SCHEMA = "gatekit.calibration/1"
@@ -108,6 +113,165 @@ def change_point(values: Sequence[float], seed: int = 0) -> ChangePoint | None:
     return ChangePoint(k, 100 * (after / before - 1) if before else math.nan, float(observed[0]), p)
 
 
+# -- planning by simulation ------------------------------------------------------------------------------
+
+PLAN_POWER = MDE_POWER
+PLAN_DRAWS = 20_000  # simulated gates per candidate n: the power's MC standard error is ≤ 0.35 points
+PLAN_SEED = 20261130
+PLAN_MAX_N = 64
+PLAN_SCAN = (3, 4, 6, 8, 12, 16, 24, 32, 48, 64)  # candidate n (3: the gate's default), then bisection
+MDE_TOLERANCE_PCT = 0.01  # the simulated MDE is bisected to this many percentage points
+MDE_DRAWS = 10_000  # simulated gates per bisection step
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """Runs per arm for a target power at a true effect, found by simulating the policy itself (its floor,
+    threshold and looks included), as `gate simulate` does."""
+
+    policy: str
+    cv_pct: float
+    effect_pct: float  # negative: on is faster
+    thresholds: ThresholdSpec
+    power_target_pct: float
+    n: int | None  # classic: the fewest runs per arm reaching the target (None: none up to PLAN_MAX_N);
+    #                sequential: its own fixed design, 4 then 8 (None when that misses the target)
+    power_pct: float  # at n; classic and unreachable: at PLAN_MAX_N; sequential: of its design
+    runs_per_arm: float  # mean runs per arm at that power (the sequential policy may stop at 4)
+    tried: tuple[tuple[int, float], ...]  # (runs per arm, simulated power %), classic only
+    draws: int
+    seed: int
+    reason: str = ""  # why the target is out of reach, when it is
+
+    @property
+    def reached(self) -> bool:
+        return self.power_pct >= self.power_target_pct
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"policy": self.policy, "cv_pct": self.cv_pct, "effect_pct": self.effect_pct,
+                "sigma_k": self.thresholds.sigma_k, "floor_pct": self.thresholds.floor_pct,
+                "power_target_pct": self.power_target_pct, "n": self.n, "power_pct": self.power_pct,
+                "reached": self.reached, "runs_per_arm": self.runs_per_arm,
+                "tried": [{"n": n, "power_pct": pw} for n, pw in self.tried], "draws": self.draws,
+                "seed": self.seed, "reason": self.reason}
+
+    def describe(self) -> str:
+        head = (f"{self.policy} policy, CV {self.cv_pct:g} %, true effect {self.effect_pct:+g} %, floor "
+                f"{self.thresholds.floor_pct:g} %, target power {self.power_target_pct:g} % "
+                f"({self.draws} simulated gates per n, seed {self.seed})")
+        if self.policy == "sequential":
+            verdict = "reaches" if self.reached else "does NOT reach"
+            body = (f"the sequential policy runs 4, then 8 runs per arm: power {self.power_pct:.1f} % "
+                    f"({verdict} {self.power_target_pct:g} %), {self.runs_per_arm:.2f} runs per arm on average")
+        elif self.n is not None:
+            body = f"runs per arm: {self.n} (simulated power {self.power_pct:.1f} %)"
+        else:
+            body = f"runs per arm: none up to {PLAN_MAX_N} (power {self.power_pct:.1f} % at {PLAN_MAX_N})"
+        lines = [head, body]
+        if self.tried:
+            lines.append("power by runs per arm: " + ", ".join(f"n={n}: {pw:.1f} %" for n, pw in self.tried))
+        if self.reason:
+            lines.append(f"  ! {self.reason}")
+        return "\n".join(lines)
+
+
+def _plan_scenario(cv_pct: float, effect_pct: float, n: int) -> Scenario:
+    return Scenario(cv_off_pct=cv_pct, effect_pct=effect_pct, n=n)
+
+
+def _check_plan_input(policy: str, cv_pct: float, effect_pct: float, power: float) -> None:
+    if policy not in POLICIES:
+        raise ConfigError(f"--policy: must be one of {', '.join(POLICIES)}, got {policy!r}")
+    if not (math.isfinite(cv_pct) and cv_pct > 0):
+        raise ConfigError(f"--cv: must be a positive percentage, got {cv_pct}")
+    if not (math.isfinite(effect_pct) and -100 < effect_pct < 0):
+        raise ConfigError(f"--effect: must be an improvement between −100 and 0 % (negative: on is faster), "
+                          f"got {effect_pct}")
+    if not 0 < power < 1:
+        raise ConfigError(f"--power: must be between 0 and 1, got {power}")
+
+
+def plan_runs(policy: str, cv_pct: float, effect_pct: float, *, thresholds: ThresholdSpec = ThresholdSpec(),
+              power: float = PLAN_POWER, draws: int = PLAN_DRAWS, seed: int = PLAN_SEED) -> Plan:
+    """Runs per arm for `power` at a true `effect_pct` under `policy`, by simulation (gatekit.simulate).
+
+    Classic: the power at n = 3, 4, 6, 8, … 64 runs per arm until one reaches the target, then bisection
+    between it and the n before; the classic rule adopts only beyond max(k·σ_off, floor), which more runs do
+    not lower, so an effect inside it is out of reach at any n. Sequential: its looks are fixed (4, then 8
+    runs per arm), so the plan is its power at the effect and whether that reaches the target.
+    """
+    _check_plan_input(policy, cv_pct, effect_pct, power)
+    target_pct = 100 * power
+    if policy == "sequential":
+        result = simulate(policy, _plan_scenario(cv_pct, effect_pct, SEQUENTIAL_RUNS[0]), draws=draws, seed=seed,
+                          thresholds=thresholds)
+        reached = result.adopted.pct >= target_pct
+        reason = "" if reached else ("the sequential policy's looks are fixed (4, then 8 runs per arm), so more "
+                                     "runs cannot lift its power here: lower the noise or state a larger effect")
+        return Plan(policy, cv_pct, effect_pct, thresholds, target_pct, SEQUENTIAL_RUNS[-1] if reached else None,
+                    result.adopted.pct, result.runs_per_arm, (), draws, seed, reason)
+    powers: dict[int, float] = {}
+
+    def power_at(n: int) -> float:
+        if n not in powers:
+            powers[n] = simulate(policy, _plan_scenario(cv_pct, effect_pct, n), draws=draws, seed=seed,
+                                 thresholds=thresholds).adopted.pct
+        return powers[n]
+
+    floor_pct = thresholds.floor_pct
+    # Δ must pass the floor whatever n is, and Δ̂ centres on the true effect: inside the floor the power stays
+    # near or below 50 % at every n, so the first and the last n of the scan show it and the rest are skipped
+    scan = (PLAN_SCAN[0], PLAN_SCAN[-1]) if -effect_pct <= floor_pct and power >= 0.5 else PLAN_SCAN
+    below, found = PLAN_SCAN[0] - 1, None
+    for n in scan:
+        if power_at(n) >= target_pct:
+            found = n
+            break
+        below = n
+    if found is not None:
+        while found - below > 1:
+            middle = (found + below) // 2
+            if power_at(middle) >= target_pct:
+                found = middle
+            else:
+                below = middle
+    tried = tuple(sorted(powers.items()))
+    if found is not None:
+        return Plan(policy, cv_pct, effect_pct, thresholds, target_pct, found, powers[found], float(found), tried,
+                    draws, seed)
+    limit = max(thresholds.sigma_k * cv_pct, floor_pct)
+    if -effect_pct <= limit:
+        reason = (f"the classic rule adopts only when Δ is beyond max({thresholds.sigma_k:g}·σ_off, floor "
+                  f"{thresholds.floor_pct:g} %) ≈ {limit:g} %, and more runs do not lower that: a true "
+                  f"{effect_pct:+g} % is not beyond it; state a larger effect, lower the noise or the floor")
+    else:
+        reason = f"more than {PLAN_MAX_N} runs per arm are needed: lower the noise first"
+    return Plan(policy, cv_pct, effect_pct, thresholds, target_pct, None, powers[PLAN_SCAN[-1]],
+                float(PLAN_SCAN[-1]), tried, draws, seed, reason)
+
+
+def policy_mde(policy: str, cv_pct: float, n: int, *, thresholds: ThresholdSpec = ThresholdSpec(),
+               power: float = PLAN_POWER, draws: int = MDE_DRAWS, seed: int = PLAN_SEED) -> float:
+    """The smallest improvement (in %, positive) the policy adopts with `power` at n runs per arm (the
+    sequential policy: its own design), by bisection on simulated power; the same seed for every effect
+    makes the power monotone in it. NaN when even −90 % is not found."""
+    target_pct = 100 * power
+
+    def power_at(size_pct: float) -> float:
+        return simulate(policy, _plan_scenario(cv_pct, -size_pct, n), draws=draws, seed=seed,
+                        thresholds=thresholds).adopted.pct
+
+    low, high = 0.0, max(2 * max(thresholds.sigma_k * cv_pct, thresholds.floor_pct), 0.5)
+    while power_at(high) < target_pct:
+        if high >= 90:
+            return math.nan
+        low, high = high, min(2 * high, 90.0)
+    while high - low > MDE_TOLERANCE_PCT:
+        middle = (low + high) / 2
+        low, high = (low, middle) if power_at(middle) >= target_pct else (middle, high)
+    return high
+
+
 @dataclass(frozen=True, slots=True)
 class CalibrationStats:
     n: int
@@ -117,30 +281,34 @@ class CalibrationStats:
     drift_pct_per_run: float
     change_point: ChangePoint | None
     min_effect_pct: float
-    n_needed: int | None  # runs per arm for min_effect at MDE_POWER, one-sided MDE_ALPHA
-    mde_pct: Mapping[int, float]  # minimum detectable effect at n runs per arm
+    n_needed: int | None  # runs per arm for min_effect at PLAN_POWER under the policy (see plan)
+    mde_pct: Mapping[int, float]  # smallest effect the policy adopts with PLAN_POWER at n runs per arm
     warnings: tuple[str, ...] = ()
+    policy: str = "classic"
+    plan: Plan | None = None  # None when the CV is 0 or undefined
 
     def to_dict(self) -> dict[str, Any]:
         return {"n": self.n, "warmup_runs": self.warmup_runs, "cv_pct": self.cv_pct, "cv_all_pct": self.cv_all_pct,
                 "drift_pct_per_run": self.drift_pct_per_run,
                 "change_point": self.change_point.to_dict() if self.change_point else None,
-                "min_effect_pct": self.min_effect_pct, "n_needed": self.n_needed,
-                "alpha": MDE_ALPHA, "power": MDE_POWER,
+                "min_effect_pct": self.min_effect_pct, "n_needed": self.n_needed, "policy": self.policy,
+                "power": PLAN_POWER, "planning": "simulated under the policy, floor and threshold included",
+                "plan": self.plan.to_dict() if self.plan else None,
                 "mde_pct": {str(n): v for n, v in self.mde_pct.items()}, "warnings": list(self.warnings)}
 
 
-def analyze_calibration(values: Sequence[float], min_effect_pct: float) -> CalibrationStats:
-    """Everything a calibration reports, from the A/A values in execution order."""
+def analyze_calibration(values: Sequence[float], min_effect_pct: float, *, policy: str = "classic",
+                        thresholds: ThresholdSpec = ThresholdSpec()) -> CalibrationStats:
+    """Everything a calibration reports, from the A/A values in execution order; the runs needed and the
+    minimum detectable effects are simulated under `policy` with its thresholds (plan_runs, policy_mde)."""
+    if not (math.isfinite(min_effect_pct) and 0 < min_effect_pct < 100):
+        raise ConfigError(f"--min-effect: must be a percentage between 0 and 100, got {min_effect_pct}")
     w = warmup_length(values)
     steady = list(values[w:])
     cv = stats.relative_sd_pct(steady)
     mean = stats.mean(steady)
     drift = 100 * ols_slope(list(range(w, len(values))), steady) / mean if mean else math.nan
     cp = change_point(steady)
-    sigma = math.sqrt(math.log1p((cv / 100) ** 2)) if math.isfinite(cv) else math.nan
-    mde = {n: -pct(-mde_log(sigma * math.sqrt(2 / n), 2 * n - 2)) for n in MDE_AT_N}
-    needed = n_for_effect(cv, min_effect_pct) if math.isfinite(cv) else None
     warnings = []
     if w:
         warnings.append(f"the first {w} run(s) are warm-up outliers: set `warmup = {min(w, 2)}` in the gate")
@@ -148,10 +316,18 @@ def analyze_calibration(values: Sequence[float], min_effect_pct: float) -> Calib
         warnings.append(f"the A/A series shifts by {cp.shift_pct:+.3f} % at run {w + cp.index + 1} "
                         f"(permutation p {cp.p:.4f}): this machine is not stationary; find the cause "
                         "(thermal or frequency limits, background jobs) and calibrate again")
-    if needed is None:
-        warnings.append("no n up to 10 000 runs per arm reaches the stated effect: lower the noise first")
+    plan: Plan | None = None
+    mde: dict[int, float] = {}
+    if math.isfinite(cv) and cv > 0:
+        plan = plan_runs(policy, cv, -min_effect_pct, thresholds=thresholds)
+        sizes = MDE_AT_N if policy == "classic" else (SEQUENTIAL_RUNS[-1],)
+        mde = {n: policy_mde(policy, cv, n, thresholds=thresholds) for n in sizes}
+        if plan.reason:
+            warnings.append(plan.reason)
+    else:
+        warnings.append("the runs do not vary (CV 0 or undefined): nothing to plan from")
     return CalibrationStats(len(values), w, cv, stats.relative_sd_pct(list(values)), drift, cp, min_effect_pct,
-                            needed, mde, tuple(warnings))
+                            plan.n if plan else None, mde, tuple(warnings), policy, plan)
 
 
 # -- the runs ------------------------------------------------------------------------------------------
@@ -221,7 +397,7 @@ def run_calibration(config: GateConfig, arm: ArmSpec, n: int, *, min_effect_pct:
             raise ProvenanceError(f"{series_dir}: " + "; ".join(changed) + "; the calibration is not usable")
         records = sorted(state.records.values(), key=lambda r: r.order)
         values = [float(r.value_of(primary)) for r in records]  # type: ignore[arg-type]
-        result = analyze_calibration(values, effect)
+        result = analyze_calibration(values, effect, policy=config.gate.policy, thresholds=config.threshold)
         document = calibration_document(arm=arm.name, primary=primary, gate_path=config.path,
                                         series_dir=series_dir, records=records, values=values, result=result,
                                         started=started.isoformat(timespec="seconds"), artifacts=artifacts)
@@ -248,10 +424,20 @@ def summary(calibration: Calibration) -> str:
         cp = s.change_point
         lines.append(f"change point: largest shift {cp.shift_pct:+.4f} % at run {s.warmup_runs + cp.index + 1}, "
                      f"permutation p {cp.p:.4f}" + (" — NOT stationary" if cp.p < CHANGE_POINT_ALPHA else ""))
-    needed = s.n_needed if s.n_needed is not None else "more than 10 000"
-    lines.append(f"runs per arm to find a {s.min_effect_pct:g} % effect with {100 * MDE_POWER:g} % power "
-                 f"(one-sided α {MDE_ALPHA:g}): {needed}")
-    lines.append("minimum detectable effect: " + ", ".join(f"n={n}: {v:.3f} %" for n, v in s.mde_pct.items()))
+    if s.plan is not None and s.policy == "sequential":
+        lines.append(f"the sequential policy (4, then 8 runs per arm) finds a {s.min_effect_pct:g} % effect with "
+                     f"{s.plan.power_pct:.1f} % power (simulated; {100 * PLAN_POWER:g} % "
+                     f"{'reached' if s.plan.reached else 'NOT reached'})")
+    elif s.plan is not None:
+        needed = (s.n_needed if s.n_needed is not None
+                  else f"more than {PLAN_MAX_N} (power {s.plan.power_pct:.1f} % there)")
+        lines.append(f"runs per arm to find a {s.min_effect_pct:g} % effect with {100 * PLAN_POWER:g} % power under "
+                     f"the classic policy (simulated, threshold and floor {s.plan.thresholds.floor_pct:g} % "
+                     f"included): {needed}")
+    if s.mde_pct:
+        lines.append(f"minimum detectable effect under the {s.policy} policy ({100 * PLAN_POWER:g} % power, "
+                     "simulated): " + ", ".join(f"{'4, then 8 runs' if s.policy == 'sequential' else f'n={n}'}: "
+                                                f"{v:.2f} %" for n, v in s.mde_pct.items()))
     lines += [f"  ! {w}" for w in s.warnings]
     lines += ["", f"stored: {calibration.path}", f"latest: {calibration.latest} (used by sigma_ref = \"history\")"]
     return "\n".join(lines)

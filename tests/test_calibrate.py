@@ -7,12 +7,14 @@ import math
 import tomllib
 
 import numpy as np
+import pandas as pd
 import pytest
 from scipy import stats as sps
 
 from gatekit import stats
-from gatekit.calibrate import analyze_calibration, change_point, warmup_length
+from gatekit.calibrate import analyze_calibration, change_point, plan_runs, warmup_length
 from gatekit.config import load_gate
+from gatekit.rules import deviation_z, history_deviation_sigma_pct
 from gatekit.diagnostics import n_for_effect
 from gatekit.series import SeriesRunner
 from tests.conftest import gate_invoke, write_toml
@@ -48,13 +50,38 @@ def test_analyze_calibration_by_hand() -> None:
     assert result.warmup_runs == 1
     assert result.cv_pct == pytest.approx(100 * np.std(STEADY, ddof=1) / np.mean(STEADY), rel=1e-12)
     assert result.cv_all_pct > 5 * result.cv_pct
-    assert result.n_needed == n_for_effect(result.cv_pct, 1.0) == 4
+    # a t test (no floor) would promise 80 % power at n = 4; the classic rule adopts only beyond the 1 % floor,
+    # so a true 1 % is out of reach at any n, and the calibration says so
+    assert n_for_effect(result.cv_pct, 1.0) == 4
+    assert result.n_needed is None and result.plan is not None and result.plan.power_pct < 50
+    assert any("floor 1 %" in w for w in result.warnings)
+    larger = analyze_calibration([12.0, *STEADY], min_effect_pct=2.0)
+    assert larger.n_needed == plan_runs("classic", larger.cv_pct, -2.0).n == 3
+    sequential = analyze_calibration(STEADY, min_effect_pct=2.0, policy="sequential")
+    assert sequential.plan is not None and sequential.plan.reached and list(sequential.mde_pct) == [8]
     assert result.drift_pct_per_run == pytest.approx(
         100 * sps.linregress(range(1, 10), STEADY).slope / np.mean(STEADY), rel=1e-9)
     assert result.mde_pct[3] > result.mde_pct[4] > result.mde_pct[8]
     assert any("warmup = 1" in w for w in result.warnings)
     shifted = analyze_calibration([10.0, 10.1, 9.9, 10.0, 10.05, 11.0, 11.1, 10.9, 11.0, 11.05], 1.0)
     assert any("not stationary" in w for w in shifted.warnings)
+
+
+def test_history_z_exceeds_3_in_0_27_pct_of_clean_runs() -> None:
+    # clean arms of n = 3 runs, CV 1 %: the z of rule (ii) with sigma_ref = "history" is standard normal, so
+    # |z| > 3 in 2·(1 − Φ(3)) = 0.27 % of runs; against σ_hist alone it was 2·(1 − Φ(3/sqrt(1.5))) = 1.42 %
+    rng = np.random.default_rng(5)
+    arms = 100.0 * (1 + 0.01 * rng.standard_normal((40_000, 3)))
+    widened = history_deviation_sigma_pct(1.0, 3)
+    z = np.array([stats.history_z_scores(list(arm), widened) for arm in arms]).ravel()
+    expected = 2 * sps.norm.sf(3)
+    assert abs(np.mean(z > 3) - expected) < 4 * math.sqrt(expected / z.size)  # 4 MC standard errors
+    assert np.mean(z ** 2) == pytest.approx(1.0, abs=0.03)  # |z|² of a standard normal has mean 1
+    # the rule's own entry point scores an arm the same way
+    table = pd.DataFrame({"arm": ["off"] * 3 + ["on"] * 3, "value": [*arms[0], *arms[1]]})
+    scored = deviation_z(table, pd.Series(True, index=table.index), "history", 1.0)
+    assert list(scored[:3]) == pytest.approx(stats.history_z_scores(list(arms[0]), widened), rel=1e-12)
+    assert history_deviation_sigma_pct(1.0, 3) == pytest.approx(math.sqrt(1.5))
 
 
 def elapsed(values: list[float], arm: str = "off") -> dict[str, float]:
@@ -121,8 +148,9 @@ def test_history_sigma_lets_rule_ii_fire_at_n3(gate_dir) -> None:
     cv = stats.relative_sd_pct(STEADY)
     assert data["rules"]["sigma_ref"] == "history" and data["rules"]["sigma_history_pct"] == pytest.approx(cv)
     runs = {r["label"]: r for r in data["runs"]}
-    # z = |10.3 − mean(10.0, 10.02)| / (cv % of 10.01) = 0.29 / 0.04581 = 6.33
-    assert runs["off-r2"]["z"] == pytest.approx(0.29 / (cv / 100 * 10.01), rel=1e-9)
+    # z = |10.3 − mean(10.0, 10.02)| / (cv % of 10.01 · sqrt(1 + 1/2)) = 0.29 / 0.05611 = 5.17: the deviation
+    # from the mean of two others has SD σ·sqrt(1.5)
+    assert runs["off-r2"]["z"] == pytest.approx(0.29 / (cv / 100 * 10.01 * math.sqrt(1.5)), rel=1e-9)
     assert runs["off-r2"]["contaminated"] and not runs["off-r2"]["used"] and runs["off-r4"]["used"]
     assert g.order()[-2:] == ["off-r4", "on-r4"]
     # The attainable-z bound limits σ_arm at small n; with σ_hist it does not apply (rule (ii) just fired

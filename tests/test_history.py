@@ -1,23 +1,77 @@
-"""`gate history`: a metric across findings, change points from ruptures (PELT), `--fail-on change`."""
+"""`gate history`: a metric across findings, PELT candidates kept by a permutation test, `--fail-on change`."""
 
 from __future__ import annotations
 
+import itertools
 import json
+import math
 from pathlib import Path
 
+import numpy as np
 import pytest
+from scipy.stats import rankdata
 
-from gatekit.history import change_point_indices, metric_value, noise_sigma
+from gatekit.history import change_point_indices, lone_outliers, metric_value, noise_sigma, permutation_p
 from tests.conftest import gate_invoke
 from tests.findings_kit import finding_of, golden_data, variant, write_json
 
 STEP = [10.0, 10.1, 9.9, 10.05, 9.95, 11.0, 11.1, 10.9, 11.05, 10.95]
+# 20 findings of Gaussian noise (σ = 1 around 100), fixed so the tests are deterministic
+NOISE = [float(v) for v in 100 + np.random.default_rng(7).standard_normal(20)]
+
+
+def _hand_p(values: list[float]) -> float:
+    """Every ordering of the ranks; the share whose best one-split mean shift (segments of ≥ 2) reaches the
+    observed one, written out with plain loops."""
+    def best(order: tuple[float, ...]) -> float:
+        m = len(order)
+        return max(k * (m - k) / m * (sum(order[k:]) / (m - k) - sum(order[:k]) / k) ** 2 for k in range(2, m - 1))
+    r = tuple(rankdata(values))
+    observed = best(r)
+    orderings = list(itertools.permutations(r))
+    return sum(best(o) >= observed - 1e-9 for o in orderings) / len(orderings)
+
+
+def test_permutation_p_is_exact_on_tiny_series() -> None:
+    # four values, one split (2|2): {1,2} or {3,4} in front, 2·2!·2! = 8 of 4! = 24 orderings
+    assert permutation_p([1.0, 2.0, 3.0, 4.0]) == pytest.approx(8 / 24)
+    # eight in order: only the 4|4 split in either direction reaches it, 2·4!·4! of 8!
+    assert permutation_p(list(range(8)), permutations=50_000) == pytest.approx(2 * 24 * 24 / math.factorial(8))
+    tiny = [3.0, 1.0, 4.0, 1.5, 5.0, 9.0]
+    assert permutation_p(tiny) == pytest.approx(_hand_p(tiny))
+    # random orderings estimate the same p (Phipson & Smyth: (1 + hits) / (1 + permutations))
+    sampled = permutation_p(tiny, permutations=700, rng=np.random.default_rng(1))
+    assert abs(sampled - _hand_p(tiny)) < 4 * math.sqrt(_hand_p(tiny) / 700) + 1 / 700
 
 
 def test_a_step_in_the_mean_is_one_change_point() -> None:
-    indices, sigma, penalty = change_point_indices(STEP)
-    assert indices == [5]
-    assert sigma > 0 and penalty == pytest.approx(2 * sigma ** 2 * __import__("math").log(len(STEP)))
+    changes, sigma, penalty, candidates, outliers = change_point_indices(STEP, permutations=199)
+    assert [i for i, _ in changes] == [5] and changes[0][1] <= 0.05 and candidates >= 1 and outliers == []
+    assert sigma > 0 and penalty == pytest.approx(2 * sigma ** 2 * math.log(len(STEP)))
+    step = [v + (3.0 if i >= 12 else 0.0) for i, v in enumerate(NOISE)]  # a 3σ step at index 12 of 20
+    assert [i for i, _ in change_point_indices(step, permutations=199)[0]] == [12]
+
+
+def test_a_lone_spike_is_not_a_change_point() -> None:
+    assert change_point_indices(NOISE, permutations=199)[0] == []
+    for where in (0, 1, 10, 18, 19):
+        spiked = [v + (10.0 if i == where else 0.0) for i, v in enumerate(NOISE)]
+        changes, _, _, _, outliers = change_point_indices(spiked, permutations=199)
+        assert changes == [] and outliers == [where], where
+    # two findings in a row are a segment, not a lone spike: a step at the newest two is tested
+    assert lone_outliers([*NOISE[:18], 110.0, 110.5], noise_sigma(NOISE)) == []
+    assert [i for i, _ in change_point_indices([*NOISE[:14], *(v + 10 for v in NOISE[14:])])[0]] == [14]
+
+
+def test_alpha_and_the_seed_decide() -> None:
+    assert change_point_indices(STEP, alpha=0.001, permutations=199)[0] == []  # p ≥ 1/200 > 0.001
+    assert change_point_indices(STEP, seed=3) == change_point_indices(STEP, seed=3)
+
+
+def test_flat_series_rarely_raise_a_change_point() -> None:
+    rng = np.random.default_rng(11)
+    alarms = sum(bool(change_point_indices(list(rng.standard_normal(12)), permutations=99)[0]) for _ in range(150))
+    assert alarms / 150 <= 0.12  # α = 0.05; the benchmark measures it at 5 000 series
 
 
 def test_noise_alone_has_no_change_point() -> None:
@@ -26,11 +80,13 @@ def test_noise_alone_has_no_change_point() -> None:
 
 
 def test_degenerate_series() -> None:
-    assert change_point_indices([5.0] * 8) == ([], 0.0, 0.0)  # no variation at all
+    assert change_point_indices([5.0] * 8) == ([], 0.0, 0.0, 0, [])  # no variation at all
     assert change_point_indices([1.0, 2.0, 3.0])[0] == []  # too short for two segments of two
-    # flat segments: most differences are exactly 0 (MAD = 0), the fallback σ still finds the step
+    # flat segments: most differences are exactly 0 (MAD = 0), the fallback σ still finds the step; ties share
+    # ranks, and 4|4 in order is exact p 2·4!·4!/8! (8! > 999: sampled, so approximately)
     assert noise_sigma([1, 1, 1, 1, 2, 2, 2, 2]) > 0
-    assert change_point_indices([1.0, 1.0, 1.0, 1.0, 2.0, 2.0, 2.0, 2.0])[0] == [4]
+    ((index, p),) = change_point_indices([1.0, 1.0, 1.0, 1.0, 2.0, 2.0, 2.0, 2.0])[0]
+    assert index == 4 and p == pytest.approx(2 / 70, abs=0.015)
 
 
 def test_metric_lookup() -> None:
@@ -56,7 +112,8 @@ def test_history_cli_table_plot_and_fail_on_change(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     assert "mean_on: stats.mean_on of each finding, 10 findings of gate golden" in done.stdout
     assert "golden-2026-11-06" in done.stdout.split("<- change")[0].splitlines()[-1]
-    assert "from golden-2026-11-06 (2026-11-06): mean 10.0000 -> 11.0000 (+10.00 %)" in done.stdout
+    assert "from golden-2026-11-06 (2026-11-06): mean 10.0000 -> 11.0000 (+10.00 %, p 0.0" in done.stdout
+    assert "kept at permutation p ≤ 0.05" in done.stdout
     assert (tmp_path / "h.png").read_bytes().startswith(b"\x89PNG")
     done = gate_invoke("history", str(folder), "--metric", "mean_on", "--fail-on", "change", cwd=tmp_path)
     assert done.returncode == 1 and "1 change point(s) in mean_on" in done.stderr
@@ -64,6 +121,22 @@ def test_history_cli_table_plot_and_fail_on_change(tmp_path: Path) -> None:
     done = gate_invoke("history", str(folder), "--metric", "mean_on", "--fail-on", "change", "--recent", "3",
                     cwd=tmp_path)
     assert done.returncode == 0, done.stderr
+    # a stricter α than the permutations can resolve for this series keeps nothing
+    done = gate_invoke("history", str(folder), "--metric", "mean_on", "--fail-on", "change", "--alpha", "0.0001",
+                       cwd=tmp_path)
+    assert done.returncode == 0 and "change points: none" in done.stdout, done.stderr
+    done = gate_invoke("history", str(folder), "--metric", "mean_on", "--alpha", "1.5", cwd=tmp_path)
+    assert done.returncode == 2 and "--alpha: must be between 0 and 1, got 1.5" in done.stderr
+
+
+def test_history_marks_a_lone_spike(tmp_path: Path) -> None:
+    folder = _folder(tmp_path, [*NOISE[:9], NOISE[9] + 10, *NOISE[10:]])
+    done = gate_invoke("history", str(folder), "--metric", "mean_on", "--fail-on", "change", "--json", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    data = json.loads(done.stdout)
+    assert data["change_points"] == [] and data["outliers"] == ["golden-2026-11-10"]
+    table = gate_invoke("history", str(folder), "--metric", "mean_on", cwd=tmp_path).stdout
+    assert "golden-2026-11-10" in table.split("(lone outlier, not a change)")[0].splitlines()[-1]
 
 
 def test_history_without_change_passes_and_json(tmp_path: Path) -> None:
@@ -72,7 +145,7 @@ def test_history_without_change_passes_and_json(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     data = json.loads(done.stdout)
     assert data["change_points"] == [] and [p["value"] for p in data["points"]] == [10.0, 10.1, 9.9, 10.05, 9.95, 10.02]
-    assert data["method"].startswith("ruptures PELT")
+    assert data["method"].startswith("ruptures PELT") and data["alpha"] == 0.05 and data["permutations"] == 999
 
 
 def test_history_is_in_date_order_and_filters_gates(tmp_path: Path) -> None:
