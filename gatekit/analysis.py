@@ -72,7 +72,7 @@ def records_table(records: Sequence[RunRecord], primary: str) -> pd.DataFrame:
                      "value": value, "failed": bool(error), "error": error, "samples": record.window.samples,
                      "load1_mean": record.window.load1_mean, "load1_max": record.window.load1_max,
                      "backend_evidence": "; ".join(record.window.evidence),
-                     "on_ac": record.window.on_ac, "retry_of": record.retry_of})
+                     "on_ac": record.window.on_ac, "retry_of": record.retry_of, **rules.window_columns(record.window)})
     return rules.run_table(rows)
 
 
@@ -162,6 +162,7 @@ def assess(evidence: SeriesEvidence) -> Assessment:
         [r for r in records if r.label in used_labels], off_arm, on_arm, spec.expect_diff)
     invalid += config_invalid
     warnings += config_warnings
+    warnings += rules.evidence_warnings(table, spec.rules)
 
     off = used.loc[used["arm"] == off_arm, "value"].tolist()
     on = used.loc[used["arm"] == on_arm, "value"].tolist()

@@ -346,7 +346,8 @@ def verify_cmd(series_dir: Path, finding: Path | None, pubkey: Path | None) -> N
 @click.option("--json", "as_json", is_flag=True, help="Print the calibration as JSON on stdout.")
 def calibrate(arm: str | None, gate_path: Path, n: int, min_effect_pct: float | None, runs_dir: Path | None,
               as_json: bool) -> None:
-    """A/A runs of one arm (default: the gate's first): CV, warm-up, drift, change point, runs needed.
+    """A/A runs of one arm (default: the gate's first): CV, warm-up, drift, change point, runs needed
+    (simulated under the gate's policy, as `gate plan`).
 
     Stored as <runs>/calibration.toml, where sigma_ref = "history" finds it.
     """
@@ -376,6 +377,12 @@ def calibrate(arm: str | None, gate_path: Path, n: int, min_effect_pct: float | 
 @click.option("--drift", "drift_pct", type=float, default=0.0, show_default=True, help="Drift per run, in %.")
 @click.option("--cold-first", "cold_pct", type=float, default=0.0, show_default=True,
               help="The series' first run is this much slower, in %.")
+@click.option("--outlier-rate", type=float, default=0.0, show_default=True,
+              help="Fraction of runs (each drawn independently) slowed by --outlier-pct.")
+@click.option("--outlier-pct", type=float, default=0.0, show_default=True, help="How much an outlier run is slower, %.")
+@click.option("--tails", type=float, help="Student-t noise with this many degrees of freedom (> 2), same CV.")
+@click.option("--guard-drop", type=float, help="Guard scenario (sequential): true quality drop; the limit equals it.")
+@click.option("--guard-sd", type=float, default=0.0, show_default=True, help="SD of a round's guard difference.")
 @click.option("--order", type=click.Choice(ORDERS), help="Run order (default: the policy's own).")
 @click.option("--n", type=int, default=3, show_default=True, help="Runs per arm of fixed-n policies.")
 @click.option("--warmup", type=click.IntRange(0, 2), default=0, show_default=True, help="Discarded warm-up runs.")
@@ -386,11 +393,14 @@ def calibrate(arm: str | None, gate_path: Path, n: int, min_effect_pct: float | 
 @click.option("--suite", is_flag=True, help="Every scenario of docs/statistics.md instead of the one given.")
 @click.option("--json", "as_json", is_flag=True, help="Print the results as JSON on stdout.")
 def simulate_cmd(policies: tuple[str, ...], cv_pct: float, cv_on_pct: float | None, effect_pct: float,
-                 drift_pct: float, cold_pct: float, order: str | None, n: int, warmup: int, sigma_k: float,
-                 floor_pct: float, draws: int, seed: int, suite: bool, as_json: bool) -> None:
+                 drift_pct: float, cold_pct: float, outlier_rate: float, outlier_pct: float, tails: float | None,
+                 guard_drop: float | None, guard_sd: float, order: str | None, n: int, warmup: int,
+                 sigma_k: float, floor_pct: float, draws: int, seed: int, suite: bool, as_json: bool) -> None:
     """Monte-Carlo of a decision policy: false adoption, power and runs per arm, with their MC errors.
 
-    Run times are lognormal with the given CVs; the true effect is on the median. Example:
+    Run times are lognormal with the given CVs (Student t on the log scale with --tails); the true effect is
+    on the median. A guard scenario (--guard-drop D --guard-sd S) also reports how often the sequential
+    guard passes with the true drop at its limit: its false-pass rate. Example:
     gate simulate --policy classic --policy sequential --cv 2 --cv-on 8
     """
     from gatekit.simulate import Scenario, run_suite, simulate, table
@@ -403,7 +413,9 @@ def simulate_cmd(policies: tuple[str, ...], cv_pct: float, cv_on_pct: float | No
             return run_suite(policies or ("classic", "sequential"), draws=draws, seed=seed, order=order,
                              thresholds=thresholds)
         scenario = Scenario(cv_off_pct=cv_pct, cv_on_pct=cv_on_pct, effect_pct=effect_pct,
-                            drift_pct_per_run=drift_pct, cold_first_pct=cold_pct, order=order, n=n, warmup=warmup)
+                            drift_pct_per_run=drift_pct, cold_first_pct=cold_pct, order=order, n=n, warmup=warmup,
+                            outlier_rate=outlier_rate, outlier_pct=outlier_pct, tails=tails, guard_drop=guard_drop,
+                            guard_sd=guard_sd)
         return [simulate(policy, scenario, draws=draws, seed=seed, thresholds=thresholds)
                 for policy in policies or ("classic",)]
 
@@ -414,6 +426,36 @@ def simulate_cmd(policies: tuple[str, ...], cv_pct: float, cv_on_pct: float | No
         click.echo(table(results))
     _stderr(f"{len(results)} simulation(s) of {draws} gates in {time.monotonic() - began:.1f} s; "
             "± is one Monte-Carlo standard error")
+
+
+@main.command("plan")
+@click.option("--cv", "cv_pct", type=float, required=True, help="Coefficient of variation of the run times, in %.")
+@click.option("--effect", "effect_pct", type=float, required=True,
+              help="The true change to find, in % (negative: on is faster, e.g. -2).")
+@click.option("--policy", type=click.Choice(POLICIES), default="classic", show_default=True, help="Decision policy.")
+@click.option("--floor-pct", type=float, default=1.0, show_default=True, help="Threshold floor / sequential floor, %.")
+@click.option("--sigma-k", type=float, default=2.0, show_default=True, help="Classic threshold's σ multiple.")
+@click.option("--power", type=float, default=0.8, show_default=True, help="Target power (a fraction).")
+@click.option("--draws", type=int, default=20_000, show_default=True, help="Simulated gates per candidate n.")
+@click.option("--seed", type=int, default=20261130, show_default=True, help="Seed of the simulation.")
+@click.option("--json", "as_json", is_flag=True, help="Print the plan as JSON on stdout.")
+def plan_cmd(cv_pct: float, effect_pct: float, policy: str, floor_pct: float, sigma_k: float, power: float,
+             draws: int, seed: int, as_json: bool) -> None:
+    """Runs per arm for a target power at a true effect under the policy, by simulating that policy.
+
+    The floor and threshold count, so the answer agrees with `gate simulate`. Example:
+    gate plan --cv 2 --effect -5 --policy classic
+    """
+    from gatekit.calibrate import plan_runs
+
+    def work():  # type: ignore[no-untyped-def]
+        if draws < 100:
+            raise ConfigError(f"--draws: must be at least 100, got {draws}")
+        return plan_runs(policy, cv_pct, effect_pct, thresholds=ThresholdSpec(sigma_k=sigma_k, floor_pct=floor_pct),
+                         power=power, draws=draws, seed=seed)
+
+    plan = _call(work)
+    click.echo(json.dumps(plan.to_dict(), indent=2, allow_nan=False) if as_json else plan.describe())
 
 
 @main.command()
@@ -534,14 +576,17 @@ def site_cmd(findings_dir: Path, site_dir: Path, runs_roots: tuple[Path, ...]) -
               help="Exit 1 when a change point is found (for CI).")
 @click.option("--recent", type=click.IntRange(min=1),
               help="With --fail-on change: only change points among the last N findings count.")
+@click.option("--alpha", type=float, default=0.05, show_default=True,
+              help="A change point is kept when its permutation p-value is at most this.")
 def history_cmd(findings_dir: Path, metric: str, arm_key: str, gate_id: str | None, plot_path: Path | None,
-                as_json: bool, fail_on: str | None, recent: int | None) -> None:
-    """A metric across findings over time, with change points (ruptures PELT; see docs)."""
+                as_json: bool, fail_on: str | None, recent: int | None, alpha: float) -> None:
+    """A metric across findings over time, with change points (ruptures PELT, each kept by a permutation
+    test at --alpha; see docs)."""
     def work():  # type: ignore[no-untyped-def]
         from gatekit.findingset import load_folder
         from gatekit.history import build_history, history_json, history_plot, history_table, recent_changes
 
-        history = build_history(load_folder(findings_dir), metric, arm_key=arm_key, gate_id=gate_id)
+        history = build_history(load_folder(findings_dir), metric, arm_key=arm_key, gate_id=gate_id, alpha=alpha)
         if plot_path is not None:
             from gatekit.storage import atomic_write_bytes
             try:

@@ -59,6 +59,13 @@ class GuardSpec(Record):
     max_drop: float = 0.0
 
 
+# Load evidence limits for rules.evidence = "psi" / "steal": a window whose pressure stall (the `some` total's
+# growth over the window) exceeds this share of its wall time, or whose CPU steal exceeds this share of its CPU
+# time. An idle machine shows well under 1 % of either; one busy loop per core beside a run gives ~50 % CPU stall.
+DEFAULT_PSI_LIMIT_PCT = 20.0
+DEFAULT_STEAL_LIMIT_PCT = 10.0
+
+
 @dataclass(frozen=True, slots=True)
 class RulesSpec(Record):
     """Preregistered contamination rules: (i) load evidence AND (ii) deviation beyond sigma_k."""
@@ -77,9 +84,27 @@ class RulesSpec(Record):
     # `rejected`. 0: no limit, as for a series preregistered before the rule (gate files default to
     # DEFAULT_MAX_THRESHOLD_PCT).
     max_threshold_pct: float = field(default=0.0, metadata={"omit": 0.0})
+    # Which window telemetry is load evidence (EVIDENCE_KINDS). "load1" is the rule as it was before the others
+    # existed (a series preregistered then reads as "load1"); gate files default to the policy's
+    # DEFAULT_EVIDENCE. The limits are stated in the document only when another kind is in use.
+    evidence: str = field(default="load1", metadata={"omit": "load1"})
+    psi_limit_pct: float = DEFAULT_PSI_LIMIT_PCT
+    steal_limit_pct: float = DEFAULT_STEAL_LIMIT_PCT
+
+    def to_dict(self) -> dict[str, Any]:
+        data = Record.to_dict(self)
+        if self.evidence == "load1":  # a load1 rule set reads exactly as before the other evidence existed
+            data.pop("psi_limit_pct", None)
+            data.pop("steal_limit_pct", None)
+        return data
 
 
 DEFAULT_MAX_THRESHOLD_PCT = 10.0
+# rules.evidence: load1 (the classic load rule, or load per core under the sequential policy), psi (pressure
+# stall), steal (hypervisor CPU steal), any (the three together). psi and steal fall back to load1 for a
+# window that did not record them (a warning says so).
+EVIDENCE_KINDS = ("load1", "psi", "steal", "any")
+DEFAULT_EVIDENCE = {"classic": "load1", "sequential": "psi"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,6 +167,7 @@ class GateConfig:
     driver: DriverSpec
     arms: Mapping[str, ArmSpec]
     backend: BackendSpec = field(default_factory=BackendSpec)
+    evidence_stated: bool = False  # rules.evidence is in the file; otherwise it follows the policy (--policy too)
 
     @property
     def base_dir(self) -> Path:
@@ -195,7 +221,10 @@ class GateConfig:
             gate = replace(gate, out=out.resolve())
         if runs is not None:
             gate = replace(gate, runs=runs.resolve())
-        return replace(self, gate=gate)
+        rules = self.rules
+        if policy is not None and not self.evidence_stated:
+            rules = replace(rules, evidence=DEFAULT_EVIDENCE[policy])
+        return replace(self, gate=gate, rules=rules)
 
 
 def _check(condition: bool, path: Path, key: str, problem: str) -> None:
@@ -350,6 +379,7 @@ def load_gate(path: Path | str) -> GateConfig:
         guard_t.done()
 
     rules_t = _Table(path, "rules", root.take("rules", dict, {}))
+    evidence_stated = "evidence" in rules_t.data
     rules = RulesSpec(
         load_stat=rules_t.take("load_stat", str, "max", LOAD_STATS),
         load_limit=rules_t.take_positive("load_limit", 6.0),
@@ -362,9 +392,15 @@ def load_gate(path: Path | str) -> GateConfig:
         sigma_history_pct=rules_t.take_positive("sigma_history_pct", 0.0, allow_zero=True),
         load_per_core_limit=rules_t.take_positive("load_per_core_limit", 1.5),
         max_threshold_pct=rules_t.take_positive("max_threshold_pct", DEFAULT_MAX_THRESHOLD_PCT, allow_zero=True),
+        evidence=rules_t.take("evidence", str, DEFAULT_EVIDENCE[gate.policy], EVIDENCE_KINDS),
+        psi_limit_pct=rules_t.take_positive("psi_limit_pct", DEFAULT_PSI_LIMIT_PCT),
+        steal_limit_pct=rules_t.take_positive("steal_limit_pct", DEFAULT_STEAL_LIMIT_PCT),
     )
     rules_t.done()
     _check(rules.max_retries >= 0, path, "rules.max_retries", "must be 0 or more")
+    for key in ("psi_limit_pct", "steal_limit_pct"):
+        _check(getattr(rules, key) < 100, path, f"rules.{key}", f"must be below 100 (a share of the run window, "
+               f"in %), got {getattr(rules, key):g}")
     _check(rules.sample_interval_s >= MIN_SAMPLE_INTERVAL_S, path, "rules.sample_interval_s",
            f"must be at least {MIN_SAMPLE_INTERVAL_S:g} s, got {rules.sample_interval_s:g}")
 
@@ -414,7 +450,7 @@ def load_gate(path: Path | str) -> GateConfig:
     _check(not ({g.metric for g in guards} & primary_needed), path, "guards",
            f"the primary metric '{gate.primary}' cannot also be a guard")
     return GateConfig(path=path, gate=gate, threshold=threshold, guards=tuple(guards), rules=rules,
-                      driver=driver, arms=arms, backend=backend)
+                      driver=driver, arms=arms, backend=backend, evidence_stated=evidence_stated)
 
 
 SHELLS = ("sh", "bash", "dash", "zsh", "ksh", "mksh", "ash")

@@ -17,7 +17,6 @@ import pandas as pd
 
 from gatekit import diagnostics, rules, sequential
 from gatekit.config import POLICIES, SEQUENTIAL_ORDER, SEQUENTIAL_RUNS, RulesSpec, ThresholdSpec
-from gatekit.diagnostics import welch_arrays
 from gatekit.finding import SensitivityRow, SequentialInfo
 from gatekit.records import RunRecord
 from gatekit.verdict import CONTINUE, Decision, Verdict, classic_codes
@@ -166,8 +165,9 @@ class ClassicPolicy:
 
 
 class SequentialPolicy:
-    """Two looks (4, then 8 runs per arm, Thue–Morse order), Welch on log values, equivalence, paired
-    guards, telemetry-only contamination (gatekit.sequential holds its statistics)."""
+    """Two looks (4, then 8 runs per arm, Thue–Morse order) on the AB/BA pair differences: a robust estimate,
+    a calibrated Pocock boundary, equivalence, group-sequential paired guards, telemetry-only contamination
+    (gatekit.sequential holds its statistics)."""
 
     name = "sequential"
     default_order = SEQUENTIAL_ORDER
@@ -178,23 +178,31 @@ class SequentialPolicy:
     def stated_rules(self, primary: str, rules_spec: RulesSpec, threshold: ThresholdSpec) -> list[str]:
         first, last = SEQUENTIAL_RUNS
         floor, alpha, level = threshold.floor_pct, sequential.ALPHA, sequential.GUARD_LEVEL
+        c1, c2 = sequential.CRITICAL
         return [
             f"Policy sequential: look 1 after {first} runs per arm, look 2 after {last}; stop at the first look "
             "that decides. The classic Delta and threshold are reported beside it and decide nothing.",
-            f"At each look: Welch t on log values (statistic as Welch 1947, conservative df = min(n_off, n_on) - 1), "
-            f"one-sided alpha {alpha:g} per look. Adopted iff p(on better) < {alpha:g} AND the ratio of geometric "
-            f"means is at least {floor:g} % better AND every guard passes. Regression iff p(on worse) < {alpha:g} "
-            f"AND at least {floor:g} % worse.",
-            f"Equivalent iff the {100 * (1 - 2 * alpha):g} % CI of the ratio lies inside +/-{floor:g} %. Rejected iff "
-            f"that CI excludes an improvement of {floor:g} % (stops look 1 too). At look 2 anything else is "
-            "inconclusive.",
+            f"At each look: the rounds' pair differences d = ln(on) - ln(off) (each round an adjacent AB or BA "
+            f"pair; the Thue-Morse order balances them, so a linear drift cancels from the centre); estimate HL = "
+            f"Hodges-Lehmann median of the Walsh averages of d, scale S = mean(min(|d - median d|, "
+            f"{sequential.SCALE_CAP:g} median|d - median d|)) / sqrt(n). Adopted iff "
+            f"HL/S is beyond c = {c1:g} (look 1), {c2:g} (look 2) on the better side (a Pocock "
+            f"boundary calibrated by simulation to {100 * sequential.CALIBRATION_ALPHA:g} % under normal noise: "
+            f"one-sided alpha at most {alpha:g} over both looks) AND HL is at least {floor:g} % better AND every guard "
+            f"passes. Regression iff HL/S is beyond c on the worse side AND at least "
+            f"{floor:g} % worse.",
+            f"Equivalent iff HL +/- c S lies inside +/-{floor:g} %. Rejected iff that interval "
+            f"excludes an improvement of {floor:g} % (stops look 1 too). At look 2 anything else is inconclusive.",
             f"Guards: paired non-inferiority on the rounds' (off, on) pairs: pass iff the one-sided "
-            f"{100 * level:g} % bound of mean(on - off) clears -max_drop (+max_drop for lower-is-better "
-            "guards); fail iff the opposite bound is beyond it; otherwise the guard is inconclusive and an "
-            "adoption waits for look 2, then becomes inconclusive — never a pass.",
-            f"Contamination only from telemetry that does not look at the result: the run window's "
-            f"{rules_spec.load_stat} of load1 per core above {rules_spec.load_per_core_limit:g}, or the machine on "
-            "battery. A flagged run's pair is re-run once at the end of its stage in the mirror order; "
+            f"{100 * level:.3f} % t bound of mean(on - off) clears -max_drop (+max_drop for lower-is-better "
+            f"guards); that per-look level holds a false pass to {100 * sequential.CALIBRATION_ALPHA:g} % over both "
+            "looks when the true drop equals the limit. Fail iff the opposite "
+            "bound is beyond it; otherwise the guard is inconclusive and an adoption waits for look 2, then "
+            "becomes inconclusive — never a pass.",
+            f"Contamination only from telemetry that does not look at the result: the load evidence of "
+            f"rules.evidence = {rules_spec.evidence} (load1: the window's {rules_spec.load_stat} of load1 per core "
+            f"above {rules_spec.load_per_core_limit:g}; psi and steal: see the common rules, with that load1 rule "
+            "where a window did not record them), the backend's evidence, or the machine on battery. A flagged run's pair is re-run once at the end of its stage in the mirror order; "
             f"needing more than {rules_spec.max_retries} re-run(s) for a pair makes the outcome inconclusive.",
         ]
 
@@ -240,14 +248,13 @@ class SequentialPolicy:
         return Decided(Verdict(Decision(decision), tuple(reasons), all_warnings), outcome.info(floor_pct),
                        outcome.extend)
 
-    def simulate(self, off_log: np.ndarray, on_log: np.ndarray, thresholds: ThresholdSpec,
-                 df_mode: str = sequential.DF_MODE) -> tuple[np.ndarray, np.ndarray]:
-        """The two looks (sequential.look_codes, the function behind `gate run`); `df_mode` exists to show
-        what the conservative df buys (docs/statistics.md)."""
+    def simulate(self, off_log: np.ndarray, on_log: np.ndarray, thresholds: ThresholdSpec
+                 ) -> tuple[np.ndarray, np.ndarray]:
+        """The two looks (sequential.look_codes, the function behind `gate run`), columns paired by round."""
         first, last = SEQUENTIAL_RUNS
-        look1 = sequential.look_codes(*welch_arrays(off_log[:, :first], on_log[:, :first], df_mode),
+        look1 = sequential.look_codes(*sequential.pair_arrays(off_log[:, :first], on_log[:, :first]),
                                       floor_pct=thresholds.floor_pct, direction="lower", final=False)
-        look2 = sequential.look_codes(*welch_arrays(off_log[:, :last], on_log[:, :last], df_mode),
+        look2 = sequential.look_codes(*sequential.pair_arrays(off_log[:, :last], on_log[:, :last]),
                                       floor_pct=thresholds.floor_pct, direction="lower", final=True)
         decided = look1 != CONTINUE
         return np.where(decided, look1, look2), np.where(decided, first, last)

@@ -13,7 +13,7 @@ from typing import Any, Mapping
 
 import tomlkit
 
-from gatekit import PREDECISION_SCHEMA, __version__, stats
+from gatekit import PREDECISION_SCHEMA, __version__, rules, stats
 from gatekit.config import SEEDED_ORDERS, GateConfig, GuardSpec, RulesSpec, ThresholdSpec, resolve_history_sigma
 from gatekit.errors import SeriesError
 from gatekit.policy import policy_for
@@ -109,6 +109,7 @@ def stated_rules(spec: DecisionSpec) -> list[str]:
            "leave_one_out": "the arm's other runs (leave-one-out), mean also without the run.",
            "history": f"history: {r.sigma_history_pct:g} % of the mean of the arm's other runs (calibrated "
                       "before the series, so a run cannot inflate its own sigma)."}[r.sigma_ref],
+        *filter(None, [rules.stated_evidence(r)]),
         "A run is contaminated only if (i) AND (ii); (ii) alone never triggers a retry.",
         f"A contaminated or failed pair is re-run at the end of the series, at most {r.max_retries} "
         "time(s) per pair; no retry chains; discarded runs stay in the record.",

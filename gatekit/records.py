@@ -218,6 +218,26 @@ class LoadSample(Record):
     on_ac: bool | None = None  # None: the machine has no battery
     phase: str = "tick"  # open | tick | close
     extra: Mapping[str, float | int | str | None] = field(default_factory=dict)  # backend telemetry
+    # Linux pressure-stall information (/proc/pressure/<resource>, the `some` line) and the CPU time counters
+    # steal is a share of; None where the OS does not report them, left out of the document then.
+    psi_cpu_avg10: float | None = field(default=None, metadata={"omit": None})
+    psi_io_avg10: float | None = field(default=None, metadata={"omit": None})
+    psi_memory_avg10: float | None = field(default=None, metadata={"omit": None})
+    psi_cpu_total_us: int | None = field(default=None, metadata={"omit": None})  # stall time since boot, µs
+    psi_io_total_us: int | None = field(default=None, metadata={"omit": None})
+    psi_memory_total_us: int | None = field(default=None, metadata={"omit": None})
+    cpu_steal_s: float | None = field(default=None, metadata={"omit": None})  # psutil.cpu_times(), all CPUs
+    cpu_total_s: float | None = field(default=None, metadata={"omit": None})
+
+
+PSI_RESOURCES = ("cpu", "io", "memory")
+
+
+def _window_share_pct(first: float | None, last: float | None, span: float | None) -> float | None:
+    """100 × (last − first) / span, or None when a counter or the span is missing (or the span is not positive)."""
+    if first is None or last is None or span is None or not span > 0:
+        return None
+    return min(100.0, max(0.0, 100.0 * (last - first) / span))
 
 
 @dataclass(frozen=True, slots=True)
@@ -235,6 +255,16 @@ class WindowSummary(Record):
     on_ac: bool | None = None
     evidence: tuple[str, ...] = field(default=(), metadata={"omit": ()})
     telemetry: Mapping[str, float | int | str | bool | None] = field(default_factory=dict, metadata={"omit": {}})
+    # Pressure stall over the window: the share of its wall time in which some task waited for the resource
+    # (the `total` counter's delta from the first to the last sample), and the highest `some avg10` sampled.
+    # None where the OS has no /proc/pressure (and in windows recorded before gatekit read it).
+    psi_cpu_pct: float | None = field(default=None, metadata={"omit": None})
+    psi_io_pct: float | None = field(default=None, metadata={"omit": None})
+    psi_memory_pct: float | None = field(default=None, metadata={"omit": None})
+    psi_cpu_avg10_max: float | None = field(default=None, metadata={"omit": None})
+    psi_io_avg10_max: float | None = field(default=None, metadata={"omit": None})
+    psi_memory_avg10_max: float | None = field(default=None, metadata={"omit": None})
+    steal_pct: float | None = field(default=None, metadata={"omit": None})  # CPU time stolen by the hypervisor
 
     @classmethod
     def of(cls, samples: tuple[LoadSample, ...] | list[LoadSample], *, evidence: tuple[str, ...] = (),
@@ -244,6 +274,16 @@ class WindowSummary(Record):
                        telemetry=dict(telemetry or {}))
         loads = [s.load1 for s in samples]
         ac = [s.on_ac for s in samples if s.on_ac is not None]
+        first, last = samples[0], samples[-1]
+        span_us = 1e6 * (last.t_s - first.t_s)
+        pressure: dict[str, float | None] = {}
+        for resource in PSI_RESOURCES:
+            pressure[f"psi_{resource}_pct"] = _window_share_pct(
+                getattr(first, f"psi_{resource}_total_us"), getattr(last, f"psi_{resource}_total_us"), span_us)
+            avg10 = [v for s in samples if (v := getattr(s, f"psi_{resource}_avg10")) is not None]
+            pressure[f"psi_{resource}_avg10_max"] = max(avg10) if avg10 else None
+        cpu_span = (last.cpu_total_s - first.cpu_total_s
+                    if last.cpu_total_s is not None and first.cpu_total_s is not None else None)
         return cls(
             samples=len(samples),
             load1_mean=sum(loads) / len(loads),
@@ -251,6 +291,8 @@ class WindowSummary(Record):
             on_ac=all(ac) if ac else None,
             evidence=evidence,
             telemetry=dict(telemetry or {}),
+            steal_pct=_window_share_pct(first.cpu_steal_s, last.cpu_steal_s, cpu_span),
+            **pressure,  # type: ignore[arg-type]
         )
 
 

@@ -2,7 +2,12 @@
 
 The run table has one row per executed run with columns
 `order, arm, label, pair, value, failed, error, samples, load1_mean, load1_max, backend_evidence, on_ac,
-retry_of` (`backend_evidence`: the backend's evidence lines for the window joined with "; ", empty when none).
+retry_of, psi_cpu_pct, psi_io_pct, psi_memory_pct, steal_pct` (`backend_evidence`: the backend's evidence lines
+for the window joined with "; ", empty when none; the pressure and steal columns NaN where the window did not
+record them).
+
+Which window telemetry counts as load evidence is preregistered as `rules.evidence` (`window_evidence`, shared
+by the policies): load1, pressure stall (psi), CPU steal, or any of them.
 """
 
 from __future__ import annotations
@@ -16,10 +21,12 @@ import pandas as pd
 from gatekit import stats
 from gatekit.config import RulesSpec
 from gatekit.finding import SensitivityRow
+from gatekit.records import PSI_RESOURCES, WindowSummary
 from gatekit.verdict import classic_decision
 
+PRESSURE_COLUMNS = (*(f"psi_{resource}_pct" for resource in PSI_RESOURCES), "steal_pct")
 RUN_COLUMNS = ("order", "arm", "label", "pair", "value", "failed", "error", "samples", "load1_mean", "load1_max",
-               "backend_evidence", "on_ac", "retry_of")
+               "backend_evidence", "on_ac", "retry_of", *PRESSURE_COLUMNS)
 
 
 def load_over_limit(table: pd.DataFrame, rules: RulesSpec) -> pd.Series:
@@ -38,18 +45,152 @@ def backend_evidence(table: pd.DataFrame) -> pd.Series:
     return table["backend_evidence"].fillna("").astype(str).str.len() > 0
 
 
+def window_columns(window: WindowSummary) -> dict[str, float | None]:
+    """The run table's pressure-stall and steal columns of one run window."""
+    return {column: getattr(window, column) for column in PRESSURE_COLUMNS}
+
+
+@dataclass(frozen=True, slots=True)
+class WindowEvidence:
+    """Load evidence per run under `rules.evidence`, from the run window alone (never the run's result)."""
+
+    flagged: pd.Series  # bool
+    detail: pd.Series  # what fired, in words; "" where nothing did
+    fell_back: pd.Series  # bool: the window lacks what rules.evidence asks for, so load1 decided
+
+
+def _numbers(table: pd.DataFrame, column: str) -> pd.Series:
+    if column not in table:
+        return pd.Series(math.nan, index=table.index)
+    return pd.to_numeric(table[column], errors="coerce").astype(float)
+
+
+def _over(table: pd.DataFrame, checks: Sequence[tuple[str, str, float]]) -> tuple[pd.Series, pd.Series, pd.Series]:
+    """(over, detail, recorded) for (column, words, limit) checks: over where some column exceeds its limit,
+    recorded where some column has a value."""
+    over = pd.Series(False, index=table.index)
+    recorded = pd.Series(False, index=table.index)
+    words: list[list[str]] = [[] for _ in table.index]
+    for column, name, limit in checks:
+        values = _numbers(table, column)
+        recorded |= values.notna()
+        hit = (values > limit).fillna(False).astype(bool)
+        over |= hit
+        for position, (is_hit, value) in enumerate(zip(hit, values)):
+            if is_hit:
+                words[position].append(f"{name} {value:.1f} % of the window > {limit:g} %")
+    return over, pd.Series(["; ".join(w) for w in words], index=table.index), recorded
+
+
+def pressure_over_limit(table: pd.DataFrame, rules: RulesSpec) -> tuple[pd.Series, pd.Series, pd.Series]:
+    """(over, detail, recorded): some task stalled on CPU, I/O or memory for more than psi_limit_pct of the
+    window (Linux PSI `some`, the total's growth over the window)."""
+    return _over(table, [(f"psi_{resource}_pct", f"{resource} pressure stall", rules.psi_limit_pct)
+                         for resource in PSI_RESOURCES])
+
+
+def steal_over_limit(table: pd.DataFrame, rules: RulesSpec) -> tuple[pd.Series, pd.Series, pd.Series]:
+    """(over, detail, recorded): the hypervisor took more than steal_limit_pct of the window's CPU time."""
+    return _over(table, [("steal_pct", "CPU steal", rules.steal_limit_pct)])
+
+
+def window_evidence(table: pd.DataFrame, rules: RulesSpec, load1_flagged: pd.Series,
+                    load1_detail: pd.Series) -> WindowEvidence:
+    """Load evidence as `rules.evidence` preregisters it, given the policy's own load1 rule and its words.
+
+    load1: the policy's load1 rule alone (the classic behaviour). psi / steal: that telemetry, and the load1
+    rule for a window that did not record it (`fell_back`; `evidence_warnings` says so). any: any of the three
+    that fires on what the window recorded. The backend's evidence is the caller's to add.
+    """
+    load1_flagged = load1_flagged.astype(bool)
+    load1_detail = load1_detail.where(load1_flagged, "")
+    none = pd.Series(False, index=table.index)
+    if rules.evidence == "load1":
+        return WindowEvidence(load1_flagged, load1_detail, none)
+    found = {"psi": pressure_over_limit(table, rules), "steal": steal_over_limit(table, rules)}
+    if rules.evidence == "any":
+        flagged = load1_flagged | found["psi"][0] | found["steal"][0]
+        parts = pd.concat([load1_detail, found["psi"][1], found["steal"][1]], axis=1)
+        detail = parts.apply(lambda row: "; ".join(part for part in row if part), axis=1)
+        return WindowEvidence(flagged.astype(bool), detail.astype(str), none)
+    over, words, recorded = found[rules.evidence]
+    return WindowEvidence(over.where(recorded, load1_flagged).astype(bool),
+                          words.where(recorded, load1_detail).astype(str), ~recorded)
+
+
+def stated_evidence(rules: RulesSpec) -> str | None:
+    """rules.evidence in words for the predecision file; None for load1 (the load rule is stated already)."""
+    psi = (f"some task waited for CPU, I/O or memory for more than {rules.psi_limit_pct:g} % of the run window's "
+           "wall time (Linux pressure-stall information, the `some` total's growth from window open to close)")
+    steal = f"the hypervisor stole more than {rules.steal_limit_pct:g} % of the window's CPU time (psutil cpu_times)"
+    fallback = "; a window that did not record it falls back to the load1 rule, and a warning names it"
+    return {
+        "load1": None,
+        "psi": f"Load evidence = psi, in place of load1: {psi}{fallback}.",
+        "steal": f"Load evidence = steal, in place of load1: {steal}{fallback}.",
+        "any": f"Load evidence = any: the load1 rule, OR {psi}, OR {steal} (each where the window recorded it).",
+    }[rules.evidence]
+
+
+EVIDENCE_SOURCES = {"psi": "pressure-stall information (Linux /proc/pressure)", "steal": "CPU steal time"}
+
+
+def evidence_warnings(table: pd.DataFrame, rules: RulesSpec) -> list[str]:
+    """A warning naming the runs whose window lacked what rules.evidence asks for (load1 decided for them)."""
+    if rules.evidence not in EVIDENCE_SOURCES:
+        return []
+    check = pressure_over_limit if rules.evidence == "psi" else steal_over_limit
+    recorded = check(table, rules)[2]
+    labels = table.loc[~recorded, "label"].tolist()
+    if not labels:
+        return []
+    shown = ", ".join(map(str, labels[:6])) + (f" and {len(labels) - 6} more" if len(labels) > 6 else "")
+    return [f"rules.evidence = \"{rules.evidence}\" but {len(labels)} of {len(table)} run window(s) recorded no "
+            f"{EVIDENCE_SOURCES[rules.evidence]}, so the load1 rule decided their load evidence: {shown}"]
+
+
+def classic_load1_detail(table: pd.DataFrame, rules: RulesSpec) -> pd.Series:
+    """The classic load1 rule's words for each run: `load1 max 7.10`."""
+    stat = table[f"load1_{rules.load_stat}"].astype(float)
+    return stat.map(lambda value: f"load1 {rules.load_stat} {value:.2f}")
+
+
+def per_core_load1(table: pd.DataFrame, rules: RulesSpec, cores: int | None) -> tuple[pd.Series, pd.Series]:
+    """The sequential policy's load1 rule and its words: the window's `load_stat` of load1 per core above
+    `load_per_core_limit` (never fires when the core count is unknown)."""
+    stat = table[f"load1_{rules.load_stat}"].astype(float)
+    per_core = stat / cores if cores else pd.Series(math.nan, index=table.index)
+    loaded = (per_core > rules.load_per_core_limit).fillna(False).astype(bool)
+    words = per_core.map(lambda value: f"load1 {rules.load_stat} per core {value:.2f} > {rules.load_per_core_limit:g}")
+    return loaded, words.where(loaded, "").astype(str)
+
+
+def classic_window_evidence(table: pd.DataFrame, rules: RulesSpec) -> WindowEvidence:
+    """The classic policy's window evidence: its load1 rule (load_over_limit) under rules.evidence."""
+    return window_evidence(table, rules, load_over_limit(table, rules), classic_load1_detail(table, rules))
+
+
 def load_evidence(table: pd.DataFrame, rules: RulesSpec) -> pd.Series:
-    """Rule (i): load evidence (the classic rule) OR the backend's evidence for the window."""
-    return load_over_limit(table, rules) | backend_evidence(table)
+    """Rule (i): the window's load evidence (rules.evidence; load1: the classic rule) OR the backend's evidence
+    for the window."""
+    return classic_window_evidence(table, rules).flagged | backend_evidence(table)
+
+
+def history_deviation_sigma_pct(sigma_history_pct: float, n: int) -> float:
+    """The SD (in % of the mean) of a run's deviation from the mean of its arm's n − 1 other runs, when each
+    run has SD σ_hist: x − mean(others) has variance σ²(1 + 1/(n − 1)), so a z against it exceeds 3 in
+    0.27 % of clean runs, not the 1.42 % that σ_hist alone gives at n = 3. σ_hist counts as known: the
+    calibration's own sampling error is not included."""
+    return sigma_history_pct * math.sqrt(1 + 1 / (n - 1)) if n > 1 else sigma_history_pct
 
 
 def deviation_z(table: pd.DataFrame, in_play: pd.Series, sigma_ref: str,
                 sigma_history_pct: float = 0.0) -> pd.Series:
     """Rule (ii)'s |x − arm mean| / σ for in-play runs, σ from the arm (classic), leave-one-out, or history
-    (a calibrated CV, so the rule can fire at n = 3)."""
+    (a calibrated CV, so the rule can fire at n = 3; the deviation's SD, see history_deviation_sigma_pct)."""
     if sigma_ref == "history":
         def score(values: list[float]) -> list[float]:
-            return stats.history_z_scores(values, sigma_history_pct)
+            return stats.history_z_scores(values, history_deviation_sigma_pct(sigma_history_pct, len(values)))
     else:
         score = stats.z_scores if sigma_ref == "arm" else stats.leave_one_out_z_scores
     z = pd.Series(0.0, index=table.index)
@@ -76,12 +217,9 @@ class Replacement:
 def _problem(row: object, rules: RulesSpec) -> str:
     if row.failed:  # type: ignore[attr-defined]
         return f"failed: {row.error}"  # type: ignore[attr-defined]
-    stat = getattr(row, f"load1_{rules.load_stat}")
     found = getattr(row, "backend_evidence", "") or ""
-    if found and not row.load_over:  # type: ignore[attr-defined]
-        evidence = found
-    else:  # the classic wording, with the backend's evidence after it when there is some
-        evidence = f"load1 {rules.load_stat} {stat:.2f}" + (f"; {found}" if found else "")
+    # the window's evidence in words (the classic wording under load1), the backend's after it when there is some
+    evidence = "; ".join(part for part in (row.window_detail, found) if part)  # type: ignore[attr-defined]
     return f"contaminated: {evidence} and {row.z:.2f}σ > {rules.sigma_k:g}σ"  # type: ignore[attr-defined]
 
 
@@ -99,8 +237,9 @@ def classify(table: pd.DataFrame, rules: RulesSpec, replaced: Mapping[int, Repla
     if "backend_evidence" not in out:
         out["backend_evidence"] = ""
     out["backend_evidence"] = out["backend_evidence"].fillna("").astype(str)
-    out["load_over"] = load_over_limit(out, rules)
-    out["load_evidence"] = load_evidence(out, rules)
+    window = classic_window_evidence(out, rules)
+    out["window_detail"] = window.detail
+    out["load_evidence"] = window.flagged | backend_evidence(out)
     out["z"] = deviation_z(out, in_play, rules.sigma_ref, rules.sigma_history_pct)
     out["contaminated"] = in_play & out["load_evidence"] & (out["z"] > rules.sigma_k)
     for index, row in out[out["replaced"]].iterrows():
@@ -199,7 +338,7 @@ def run_table(rows: Sequence[Mapping[str, object]]) -> pd.DataFrame:
     table = pd.DataFrame(list(rows), columns=list(RUN_COLUMNS))
     table["failed"] = table["failed"].astype(bool)
     table["samples"] = table["samples"].fillna(0).astype(int)
-    for column in ("value", "load1_mean", "load1_max"):
+    for column in ("value", "load1_mean", "load1_max", *PRESSURE_COLUMNS):
         table[column] = pd.to_numeric(table[column], errors="coerce").astype(float)
     # rows without the column (CSV input, sequential telemetry tables) come in as all-NaN floats
     table["backend_evidence"] = table["backend_evidence"].astype(object).where(

@@ -12,19 +12,65 @@ import io
 import os
 import threading
 import time
+from pathlib import Path
 from typing import Callable, Mapping
 
 import psutil
 
-from gatekit.records import LoadSample
+from gatekit.records import PSI_RESOURCES, LoadSample
 
 LoadReader = Callable[[], Mapping[str, float | bool | None]]
 TelemetryReader = Callable[[], Mapping[str, float | int | str | None]]
 SAMPLE_FIELDS = ("t_s", "phase", "load1", "load5", "load15", "cpu_pct", "mem_pct", "on_ac")
+# Written only when some sample of the window has them, so a machine without them writes the file as before.
+PRESSURE_FIELDS = (*(f"psi_{r}_avg10" for r in PSI_RESOURCES), *(f"psi_{r}_total_us" for r in PSI_RESOURCES),
+                   "cpu_steal_s", "cpu_total_s")
+PRESSURE_DIR = Path("/proc/pressure")
+
+
+def parse_pressure(text: str) -> tuple[float, int] | None:
+    """(`some` avg10 in %, `some` total in µs) of a /proc/pressure file, None when it has no `some` line.
+
+    Format (Documentation/accounting/psi.rst): `some avg10=0.12 avg60=0.30 avg300=0.63 total=749208067`.
+    """
+    for line in text.splitlines():
+        kind, _, rest = line.partition(" ")
+        if kind != "some":
+            continue
+        fields = dict(part.split("=", 1) for part in rest.split() if "=" in part)
+        try:
+            return float(fields["avg10"]), int(fields["total"])
+        except (KeyError, ValueError):
+            return None
+    return None
+
+
+def read_pressure(folder: Path = PRESSURE_DIR) -> dict[str, float | int]:
+    """psi_<resource>_avg10 and psi_<resource>_total_us for each resource the kernel reports (empty when the
+    OS has no pressure-stall information: not Linux, a kernel before 4.20, or psi=0 at boot)."""
+    found: dict[str, float | int] = {}
+    for resource in PSI_RESOURCES:
+        try:
+            parsed = parse_pressure((folder / resource).read_text())
+        except OSError:  # absent, or present but unsupported (EOPNOTSUPP when psi is disabled)
+            continue
+        if parsed is not None:
+            found[f"psi_{resource}_avg10"], found[f"psi_{resource}_total_us"] = parsed
+    return found
+
+
+def read_cpu_times() -> dict[str, float]:
+    """cpu_steal_s and cpu_total_s of psutil.cpu_times() (all CPUs); empty where the OS reports no steal."""
+    times = psutil.cpu_times()
+    steal = getattr(times, "steal", None)
+    if steal is None:
+        return {}
+    return {"cpu_steal_s": float(steal), "cpu_total_s": round(float(sum(times)), 3)}
 
 
 def read_system_load() -> dict[str, float | bool | None]:
-    """load1/5/15, CPU %, memory % and power source from psutil (on_ac None without a battery)."""
+    """load1/5/15, CPU %, memory % and power source from psutil (on_ac None without a battery), with the
+    pressure-stall information and CPU time counters where the OS has them."""
     load1, load5, load15 = os.getloadavg()
     battery = psutil.sensors_battery() if hasattr(psutil, "sensors_battery") else None
     return {
@@ -34,7 +80,13 @@ def read_system_load() -> dict[str, float | bool | None]:
         "cpu_pct": psutil.cpu_percent(interval=None),
         "mem_pct": psutil.virtual_memory().percent,
         "on_ac": None if battery is None else bool(battery.power_plugged),
+        **read_pressure(),
+        **read_cpu_times(),
     }
+
+
+def _number_or_none(value: object) -> float | int | None:
+    return value if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
 class WindowSampler:
@@ -63,6 +115,7 @@ class WindowSampler:
             on_ac=reading.get("on_ac"),  # type: ignore[arg-type]
             phase=phase,
             extra=dict(self.telemetry()) if self.telemetry is not None else {},
+            **{key: _number_or_none(reading.get(key)) for key in PRESSURE_FIELDS},  # type: ignore[arg-type]
         ))
 
     def _loop(self) -> None:
@@ -88,13 +141,17 @@ class WindowSampler:
 def samples_csv(samples: tuple[LoadSample, ...]) -> str:
     """samples.csv content: one row per sample, empty cells for what the machine does not report.
 
-    The backend's telemetry columns follow the core ones, in the order they first appear.
+    The pressure-stall and CPU time columns follow the core ones where some sample has them, then the
+    backend's telemetry columns in the order they first appear.
     """
+    pressure_fields = [key for key in PRESSURE_FIELDS if any(getattr(s, key) is not None for s in samples)]
     extra_fields = list(dict.fromkeys(key for sample in samples for key in sample.extra))
+    columns = [*SAMPLE_FIELDS, *pressure_fields, *extra_fields]
     buffer = io.StringIO()
-    writer = csv.DictWriter(buffer, fieldnames=[*SAMPLE_FIELDS, *extra_fields], lineterminator="\n")
+    writer = csv.DictWriter(buffer, fieldnames=columns, lineterminator="\n")
     writer.writeheader()
+    core = {*SAMPLE_FIELDS, *pressure_fields}
     for sample in samples:
-        row = {**sample.extra, **{k: v for k, v in sample.to_dict().items() if k in SAMPLE_FIELDS}}
-        writer.writerow({k: "" if row.get(k) is None else row[k] for k in (*SAMPLE_FIELDS, *extra_fields)})
+        row = {**sample.extra, **{k: v for k, v in sample.to_dict().items() if k in core}}
+        writer.writerow({k: "" if row.get(k) is None else row[k] for k in columns})
     return buffer.getvalue()

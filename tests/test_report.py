@@ -15,6 +15,7 @@ import pytest
 
 from gatekit.report.rundata import NO_RUNS, RunFiles, RunTrace, parse_result_trace, parse_samples
 from gatekit.report.site import markdown_files, prepare, report_files
+from gatekit.sampler import read_pressure
 from tests.conftest import gate_invoke
 from tests.findings_kit import GOLDEN, SEED_SECTIONS, finding_of, golden_data, hostile_data, variant, write_json
 
@@ -205,8 +206,9 @@ def test_report_cli_finds_the_run_folders(real_gate: Path, tmp_path: Path) -> No
     page_path = tmp_path / "html" / finding.stem / "index.html"
     assert f"report: {page_path}" in done.stdout and f"report: {tmp_path / 'r.md'}" in done.stdout
     folder = page_path.parent
+    pressure = {"pressure.png"} if read_pressure() else set()  # the CPU stall timeline where the OS records it
     assert {p.name for p in folder.iterdir()} == {"index.html", "runs.png", "delta.png", "load.png",
-                                                   "ms_per_iter.png"}
+                                                   "ms_per_iter.png", *pressure}
     assert oct(folder.joinpath("index.html").stat().st_mode & 0o777) == oct(0o666 & ~_umask())
     assert "Left out" not in page_path.read_text()
     md = (tmp_path / "r.md").read_text()

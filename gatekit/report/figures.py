@@ -191,6 +191,41 @@ def load_figure(finding: Finding, run_files: RunFiles) -> FigureImage | None:
     return FigureImage("load.png", caption, "Line chart of load1 over each run window", png, width, height)
 
 
+def pressure_figure(finding: Finding, run_files: RunFiles) -> FigureImage | None:
+    """CPU pressure stall over each run window (Linux PSI, per sample interval), one line per run, with the
+    preregistered psi_limit_pct when rules.evidence uses it; the caption gives the windows' highest I/O and
+    memory stall and CPU steal."""
+    series = []
+    for run in finding.runs:
+        trace = run_files.traces.get(run.label)
+        if trace is not None and trace.psi_cpu:
+            xs, ys = zip(*trace.psi_cpu)
+            series.append((run.label, run.arm, (list(xs), list(ys))))
+    if not series:
+        return None
+    figure, ax = _trace_axes(finding, series)
+    spec = finding.rules.spec
+    if spec.evidence in ("psi", "any"):
+        ax.axhline(spec.psi_limit_pct, color="#D55E00", linewidth=1, linestyle=":",
+                   label=f"psi_limit_pct {spec.psi_limit_pct:g} (for the whole window)")
+        ax.legend(loc="best")
+    ax.set_xlabel("seconds since the run window opened")
+    ax.set_ylabel("CPU pressure stall (%)")
+    ax.set_ylim(0, 100)
+    png, width, height = _png(figure)
+    peaks = []
+    for name, column in (("I/O stall", "psi_io_pct"), ("memory stall", "psi_memory_pct"), ("CPU steal", "steal_pct")):
+        values = [v for run in finding.runs if (v := getattr(run.window, column)) is not None]
+        if values:
+            peaks.append(f"{name} {max(values):.1f} %")
+    caption = ("CPU pressure stall during every run window: the share of each sample interval in which some task "
+               "waited for a CPU (Linux /proc/pressure/cpu)")
+    if peaks:
+        caption += "; highest over a whole window: " + ", ".join(peaks)
+    return FigureImage("pressure.png", caption, "Line chart of CPU pressure stall over each run window", png,
+                       width, height)
+
+
 def ms_per_iter_figure(finding: Finding, run_files: RunFiles) -> FigureImage | None:
     """The trainer's own per-iteration times (`trace.ms_per_iter`), one line per run."""
     series = []
@@ -213,5 +248,6 @@ def report_figures(finding: Finding, run_files: RunFiles) -> dict[str, FigureIma
     """Every figure the finding (and the run folders found) can support, keyed by kind."""
     with matplotlib.rc_context(STYLE):
         made = {"runs": runs_figure(finding), "delta": delta_figure(finding),
-                "load": load_figure(finding, run_files), "ms_per_iter": ms_per_iter_figure(finding, run_files)}
+                "load": load_figure(finding, run_files), "pressure": pressure_figure(finding, run_files),
+                "ms_per_iter": ms_per_iter_figure(finding, run_files)}
     return {kind: image for kind, image in made.items() if image is not None}

@@ -33,6 +33,7 @@ class RunTrace:
     folder: str
     load1: tuple[tuple[float, float], ...] = ()  # (seconds since the window opened, load1)
     ms_per_iter: tuple[float, ...] = ()
+    psi_cpu: tuple[tuple[float, float], ...] = ()  # (end of a sample interval, % of it some task waited for CPU)
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,6 +96,24 @@ def parse_samples(text: str, source: str) -> tuple[tuple[tuple[float, float], ..
     return tuple(points), ""
 
 
+def parse_pressure_trace(text: str) -> tuple[tuple[float, float], ...]:
+    """(t_s, CPU pressure stall % of the interval since the previous sample) of a samples.csv that has the
+    psi_cpu_total_us column (µs of `some` stall since boot); empty for a file without it (older series, or a
+    machine without /proc/pressure) or with a row that is not a number."""
+    reader = csv.DictReader(io.StringIO(text))
+    if not reader.fieldnames or not {"t_s", "psi_cpu_total_us"} <= set(reader.fieldnames):
+        return ()
+    try:
+        rows = [(float(row["t_s"]), float(row["psi_cpu_total_us"])) for row in reader]
+    except (TypeError, ValueError):
+        return ()
+    points = []
+    for (t0, total0), (t1, total1) in zip(rows, rows[1:]):
+        if t1 > t0:
+            points.append((t1, min(100.0, max(0.0, (total1 - total0) / (1e4 * (t1 - t0))))))  # µs / (s · 1e6) · 100
+    return tuple(points)
+
+
 def parse_result_trace(raw: bytes, source: str) -> tuple[tuple[float, ...], str]:
     """`trace.ms_per_iter` of a result file (JSON or TOML), and a note when present but unusable."""
     try:
@@ -150,11 +169,14 @@ def load_run_files(finding: Finding, finding_path: Path | None, runs_roots: Sequ
             missing.append(relative)
             continue
         load1: tuple[tuple[float, float], ...] = ()
+        psi_cpu: tuple[tuple[float, float], ...] = ()
         samples = _read(folder / SAMPLES_FILE)
         if samples is None:
             notes.append(f"{relative}/{SAMPLES_FILE} is missing or unreadable; its load timeline is left out")
         else:
-            load1, note = parse_samples(samples.decode("utf-8", errors="replace"), f"{relative}/{SAMPLES_FILE}")
+            text = samples.decode("utf-8", errors="replace")
+            load1, note = parse_samples(text, f"{relative}/{SAMPLES_FILE}")
+            psi_cpu = parse_pressure_trace(text)
             if note:
                 notes.append(note)
         ms: tuple[float, ...] = ()
@@ -163,7 +185,7 @@ def load_run_files(finding: Finding, finding_path: Path | None, runs_roots: Sequ
             ms, note = parse_result_trace(result, f"{relative}/{RESULT_FILE}")
             if note:
                 notes.append(note)
-        traces[label] = RunTrace(label=label, folder=relative, load1=load1, ms_per_iter=ms)
+        traces[label] = RunTrace(label=label, folder=relative, load1=load1, ms_per_iter=ms, psi_cpu=psi_cpu)
     if missing:
         shown = ", ".join(missing[:2]) + (f" and {len(missing) - 2} more" if len(missing) > 2 else "")
         notes.insert(0, f"run folder(s) not found {where}: {shown}; their load timelines and ms_per_iter traces "
