@@ -165,14 +165,21 @@ def _trace_axes(finding: Finding, series: Sequence[tuple[str, str, Sequence[Any]
     return figure, ax
 
 
-def load_figure(finding: Finding, run_files: RunFiles) -> FigureImage | None:
-    """load1 over each run window, one line per run, with the preregistered load limit when it is near."""
+def _window_series(finding: Finding, run_files: RunFiles, trace_field: str) -> list[tuple[str, str, tuple[list, list]]]:
+    """(label, arm, (seconds, values)) of one sampled quantity over each run window that recorded it."""
     series = []
     for run in finding.runs:
         trace = run_files.traces.get(run.label)
-        if trace is not None and trace.load1:
-            xs, ys = zip(*trace.load1)
+        points = getattr(trace, trace_field) if trace is not None else None
+        if points:
+            xs, ys = zip(*points)
             series.append((run.label, run.arm, (list(xs), list(ys))))
+    return series
+
+
+def load_figure(finding: Finding, run_files: RunFiles) -> FigureImage | None:
+    """load1 over each run window, one line per run, with the preregistered load limit when it is near."""
+    series = _window_series(finding, run_files, "load1")
     if not series:
         return None
     figure, ax = _trace_axes(finding, series)
@@ -195,12 +202,7 @@ def pressure_figure(finding: Finding, run_files: RunFiles) -> FigureImage | None
     """CPU pressure stall over each run window (Linux PSI, per sample interval), one line per run, with the
     preregistered psi_limit_pct when rules.evidence uses it; the caption gives the windows' highest I/O and
     memory stall and CPU steal."""
-    series = []
-    for run in finding.runs:
-        trace = run_files.traces.get(run.label)
-        if trace is not None and trace.psi_cpu:
-            xs, ys = zip(*trace.psi_cpu)
-            series.append((run.label, run.arm, (list(xs), list(ys))))
+    series = _window_series(finding, run_files, "psi_cpu")
     if not series:
         return None
     figure, ax = _trace_axes(finding, series)
