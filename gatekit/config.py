@@ -16,6 +16,7 @@ from typing import Any, Mapping, Sequence
 
 from gatekit.errors import ConfigError
 from gatekit.records import PROCESS_WALLCLOCK, Record
+from gatekit.storage import read_input
 
 ORDERS = ("abab", "abba", "random", "thue-morse")
 SEEDED_ORDERS = ("random", "thue-morse")  # orders that draw from the seed
@@ -306,13 +307,9 @@ def _resolve(base: Path, value: str) -> Path:
 
 def load_toml(path: Path) -> dict[str, Any]:
     """Parse a TOML file, turning every failure into one ConfigError line."""
+    raw = read_input(path, "a TOML file")
     try:
-        with path.open("rb") as handle:
-            return tomllib.load(handle)
-    except FileNotFoundError:
-        raise ConfigError(f"{path}: file not found") from None
-    except IsADirectoryError:
-        raise ConfigError(f"{path}: is a directory, expected a TOML file") from None
+        return tomllib.loads(raw.decode("utf-8"))
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path}: malformed TOML: {exc}") from None
     except UnicodeDecodeError:

@@ -7,6 +7,7 @@ column — never a silently missing number and never a traceback.
 from __future__ import annotations
 
 import csv
+import io
 import datetime as dt
 import re
 from pathlib import Path
@@ -17,6 +18,7 @@ from gatekit.analysis import SeriesEvidence
 from gatekit.prereg import DecisionSpec
 from gatekit.records import RunOutcome, RunRecord, WindowSummary
 from gatekit.sanitize import MAX_METRIC_MAGNITUDE, usable_metric
+from gatekit.storage import read_input
 
 REQUIRED = ("arm", "label")
 WINDOW_COLUMNS = ("load1_mean", "load1_max", "samples")
@@ -25,15 +27,9 @@ _MAX_EXIT_CODE = 1 << 31
 
 
 def _read_rows(path: Path) -> tuple[list[str], list[list[str]]]:
+    raw = read_input(path, "a CSV file")
     try:
-        with path.open(newline="", encoding="utf-8-sig") as handle:
-            rows = list(csv.reader(handle))
-    except FileNotFoundError:
-        raise ConfigError(f"{path}: file not found") from None
-    except IsADirectoryError:
-        raise ConfigError(f"{path}: is a directory, expected a CSV file") from None
-    except OSError as exc:
-        raise ConfigError(f"{path}: cannot read: {exc.strerror or exc}") from None
+        rows = list(csv.reader(io.StringIO(raw.decode("utf-8-sig"), newline="")))
     except UnicodeDecodeError as exc:
         raise ConfigError(f"{path}: not UTF-8 text: {exc}") from None
     except csv.Error as exc:

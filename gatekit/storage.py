@@ -9,7 +9,7 @@ import tempfile
 from pathlib import Path
 from typing import Any, Iterator, Mapping
 
-from gatekit.errors import GatekitError, OutputError, SeriesError
+from gatekit.errors import ConfigError, GatekitError, OutputError, SeriesError
 from gatekit.signals import signals_deferred
 
 
@@ -212,3 +212,16 @@ def _read_all(fd: int, size: int) -> bytes:
         chunks.append(chunk)
         offset += len(chunk)
     return b"".join(chunks)
+
+
+def read_input(path: Path, expected: str) -> bytes:
+    """An input file's bytes (a gate file, a CSV, another tool's output); a missing, folder or unreadable
+    path is one ConfigError line naming it and what was `expected` there (e.g. "a TOML file")."""
+    try:
+        return path.read_bytes()
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: file not found") from None
+    except IsADirectoryError:
+        raise ConfigError(f"{path}: is a directory, expected {expected}") from None
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read: {exc.strerror or exc}") from None

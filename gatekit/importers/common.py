@@ -18,6 +18,7 @@ from gatekit.config import (ALWAYS_MEASURED, DEFAULT_MAX_THRESHOLD_PCT, NAME_PAT
 from gatekit.errors import ConfigError
 from gatekit.prereg import DecisionSpec
 from gatekit.records import RunOutcome, RunRecord, WindowSummary
+from gatekit.storage import read_input
 
 NOT_INTERLEAVED = ("each arm's runs ran back to back, not interleaved, so drift during the benchmark is "
                    "confounded with the arm")
@@ -86,14 +87,7 @@ def is_number(value: Any) -> bool:
 
 def read_bytes(path: Path) -> bytes:
     """A source file's bytes; a missing or unreadable file is a ConfigError naming it."""
-    try:
-        return path.read_bytes()
-    except FileNotFoundError:
-        raise ConfigError(f"{path}: file not found") from None
-    except IsADirectoryError:
-        raise ConfigError(f"{path}: is a folder, not a file") from None
-    except OSError as exc:
-        raise ConfigError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    return read_input(path, "a file")
 
 
 def read_json(path: Path, what: str) -> tuple[Any, bytes]:
