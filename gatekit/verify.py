@@ -218,14 +218,21 @@ def _crypto() -> Any:
 def load_signing_key(key_path: Path) -> Any:
     """An Ed25519 private key from a PEM file (unencrypted); ConfigError naming the file otherwise."""
     serialization, ed25519 = _crypto()
+    return _pem_key(key_path, lambda data: serialization.load_pem_private_key(data, password=None),
+                    ed25519.Ed25519PrivateKey, what="the signing key", pem="an unencrypted PEM private key",
+                    ed25519_name="an Ed25519 key (gatekit signs with Ed25519)")
+
+
+def _pem_key(path: Path, load: Any, key_type: type, *, what: str, pem: str, ed25519_name: str) -> Any:
+    """A key read from a PEM file and checked to be Ed25519; one ConfigError line naming the file otherwise."""
     try:
-        key = serialization.load_pem_private_key(key_path.read_bytes(), password=None)
+        key = load(path.read_bytes())
     except OSError as exc:
-        raise ConfigError(f"{key_path}: cannot read the signing key: {exc.strerror or exc}") from None
+        raise ConfigError(f"{path}: cannot read {what}: {exc.strerror or exc}") from None
     except (ValueError, TypeError) as exc:
-        raise ConfigError(f"{key_path}: not an unencrypted PEM private key ({exc})") from None
-    if not isinstance(key, ed25519.Ed25519PrivateKey):
-        raise ConfigError(f"{key_path}: is not an Ed25519 key (gatekit signs with Ed25519)")
+        raise ConfigError(f"{path}: not {pem} ({exc})") from None
+    if not isinstance(key, key_type):
+        raise ConfigError(f"{path}: is not {ed25519_name}")
     return key
 
 
@@ -254,14 +261,8 @@ def check_signature(finding_path: Path, chain_head: str | None, pubkey_path: Pat
     serialization, ed25519 = _crypto()
     from cryptography.exceptions import InvalidSignature
 
-    try:
-        public_key = serialization.load_pem_public_key(pubkey_path.read_bytes())
-    except OSError as exc:
-        raise ConfigError(f"{pubkey_path}: cannot read the public key: {exc.strerror or exc}") from None
-    except (ValueError, TypeError) as exc:
-        raise ConfigError(f"{pubkey_path}: not a PEM public key ({exc})") from None
-    if not isinstance(public_key, ed25519.Ed25519PublicKey):
-        raise ConfigError(f"{pubkey_path}: is not an Ed25519 public key")
+    public_key = _pem_key(pubkey_path, serialization.load_pem_public_key, ed25519.Ed25519PublicKey,
+                          what="the public key", pem="a PEM public key", ed25519_name="an Ed25519 public key")
     path = signature_path(finding_path)
     try:
         document = json.loads(path.read_bytes())
