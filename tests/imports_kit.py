@@ -31,3 +31,14 @@ def import_finding(tool: str, *args: str, cwd: Path) -> tuple[Any, dict[str, Any
     done = gate_invoke("import", tool, *args, "--date", DATE, "--out", str(cwd / "findings"), "--json", cwd=cwd)
     assert done.returncode == 0, done.stderr
     return done, json.loads(done.stdout)
+
+
+def import_error(tool: str, *args: str, cwd: Path) -> str:
+    """`gate import TOOL ARGS` that must refuse its input: exit 2, no finding written, one line on stderr."""
+    cwd.mkdir(parents=True, exist_ok=True)
+    done = gate_invoke("import", tool, *args, "--out", str(cwd / "findings"), cwd=cwd)
+    assert done.returncode == 2, (done.stdout, done.stderr)
+    assert not (cwd / "findings").exists()
+    lines = [line for line in done.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, done.stderr
+    return lines[0]

@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import FIXTURES, gate_invoke
-from tests.imports_kit import classic_by_hand, import_finding
+from tests.conftest import FIXTURES
+from tests.imports_kit import classic_by_hand, import_error, import_finding
 
 CRITERION = FIXTURES / "imports" / "criterion"
 FIB = CRITERION / "fib"  # bench_function("fib 20 - slow") and ("fib 20 - fast"), criterion 0.3
@@ -30,13 +30,7 @@ def _import(root: Path, *args: str, cwd: Path) -> dict[str, Any]:
 
 
 def _fails(root: Path, *args: str, cwd: Path) -> str:
-    cwd.mkdir(parents=True, exist_ok=True)
-    done = gate_invoke("import", "criterion", str(root), *args, "--out", str(cwd / "findings"), cwd=cwd)
-    assert done.returncode == 2, (done.stdout, done.stderr)
-    assert not (cwd / "findings").exists()
-    lines = [line for line in done.stderr.splitlines() if line.strip()]
-    assert len(lines) == 1, done.stderr
-    return lines[0]
+    return import_error("criterion", str(root), *args, cwd=cwd)
 
 
 def test_samples_are_runs_and_decision_is_the_classic_rule(tmp_path: Path) -> None:

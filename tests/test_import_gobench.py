@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import FIXTURES, gate_invoke
-from tests.imports_kit import classic_by_hand, import_finding
+from tests.imports_kit import classic_by_hand, import_error, import_finding
 
 GOBENCH = FIXTURES / "imports" / "gobench"
 OLD, NEW = GOBENCH / "old.txt", GOBENCH / "new.txt"
@@ -34,12 +34,7 @@ def _import(*args: str, cwd: Path) -> tuple[Any, dict[str, Any]]:
 
 
 def _fails(*args: str, cwd: Path) -> str:
-    done = gate_invoke("import", "gobench", *args, "--out", str(cwd / "findings"), cwd=cwd)
-    assert done.returncode == 2, (done.stdout, done.stderr)
-    assert not (cwd / "findings").exists()
-    lines = [line for line in done.stderr.splitlines() if line.strip()]
-    assert len(lines) == 1, done.stderr
-    return lines[0]
+    return import_error("gobench", *args, cwd=cwd)
 
 
 def test_each_line_is_a_run_and_decision_is_the_classic_rule(tmp_path: Path) -> None:
