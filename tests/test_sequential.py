@@ -177,7 +177,9 @@ def times(prefix: str, values: list[float]) -> dict[str, float]:
     return {f"{prefix}-r{k}": v for k, v in enumerate(values, 1)}
 
 
-SEQ_RULES = {"load_per_core_limit": 1000.0}
+# load1 evidence, and a limit nothing reaches: these tests inject their own load (or none), so the machine's
+# own pressure-stall readings (busy on a shared CI runner) must not replace runs behind their back
+SEQ_RULES = {"load_per_core_limit": 1000.0, "evidence": "load1"}
 
 
 def test_sequential_adopts_at_look_1_and_analyze_reproduces_it(gate_dir) -> None:
@@ -280,7 +282,7 @@ def _runner(g, loaded: set[str]) -> SeriesRunner:
 def test_a_flagged_run_is_replaced_once_in_the_mirror_slot(gate_dir) -> None:
     # off-r2 runs during a load spike; it is no slower — telemetry flags it, never its result
     g = gate_dir(off={"elapsed": times("off", [10.0, 10.1, 9.9, 10.0, 10.05])},
-                 on={"elapsed": times("on", [9.0, 9.1, 8.9, 9.0, 9.05])}, rules={"load_per_core_limit": 1.0})
+                 on={"elapsed": times("on", [9.0, 9.1, 8.9, 9.0, 9.05])}, rules={"load_per_core_limit": 1.0, "evidence": "load1"})
     result = _runner(g, {"off-r2"}).start()
     runs = {r["label"]: r for r in result.finding.to_dict()["runs"]}
     assert runs["off-r2"]["contaminated"] and not runs["off-r2"]["used"] and not runs["on-r2"]["used"]
@@ -297,7 +299,7 @@ def test_a_flagged_run_is_replaced_once_in_the_mirror_slot(gate_dir) -> None:
 
 def test_a_second_replacement_makes_the_gate_inconclusive(gate_dir) -> None:
     g = gate_dir(off={"elapsed": times("off", [10.0, 10.1, 9.9, 10.0, 10.05])},
-                 on={"elapsed": times("on", [9.0, 9.1, 8.9, 9.0, 9.05])}, rules={"load_per_core_limit": 1.0})
+                 on={"elapsed": times("on", [9.0, 9.1, 8.9, 9.0, 9.05])}, rules={"load_per_core_limit": 1.0, "evidence": "load1"})
     result = _runner(g, {"off-r2", "on-r5"}).start()
     assert result.finding.decision == "inconclusive"
     assert "no replacement left" in result.finding.to_dict()["verdict"]["reasons"][0]
