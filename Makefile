@@ -11,14 +11,14 @@ DEMO_DIR ?= demo-out
 
 .PHONY: setup browser test regold demo bench clean
 
-# The demo needs only the core; the tests also install the test and torch extras.
+# The demo needs only the core; the tests also install the test, torch and ray extras.
 $(CORE_STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --disable-pip-version-check -e .
 	touch $(CORE_STAMP)
 
 $(TEST_STAMP): pyproject.toml $(CORE_STAMP)
-	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[test,torch]' '$(TORCH_PIN)'
+	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[test,torch,ray]' '$(TORCH_PIN)'
 	touch $(TEST_STAMP)
 
 # The browser test drives Debian's chromium; installed here when missing (root + apt-get), never downloaded.
@@ -27,8 +27,10 @@ browser:
 
 setup: $(TEST_STAMP)
 
+# Two workers (-n 2): most tests wait on real processes. Each test file runs on one worker (--dist loadfile),
+# so the tests of one file never overlap (e.g. two torch gates, which refuse to start beside a running trainer).
 test: $(TEST_STAMP) browser
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n 2 --dist loadfile
 
 # Rewrite the golden files (finding, report pages, CI exports) after an intended format change; review the diff.
 regold: $(TEST_STAMP)

@@ -2,15 +2,23 @@
 
 Under the null every round's pair difference d = log on − log off is normal with mean 0 (the statistic HL/S
 and the guard's t statistic are scale-free, so σ = 1 serves every noise level). Rounds 1–4 make look 1,
-rounds 1–8 look 2.
+rounds 1–8 look 2, rounds 1–12 look 3 (v4). The statistic is taken on the improvement side of a
+lower-is-better metric, −HL/S.
 
-- CRITICAL: per-look values (c1, c2) with P(HL/S > c1) = P(HL/S > c2) = a at look 1 and look 2 and
-  P(HL/S > c1 at look 1 or > c2 at look 2) = CALIBRATION_ALPHA (Pocock's equal spending, on the probability
-  scale: HL/S has a heavier tail at 4 pairs than at 8).
-- GUARD_LOOK_LEVEL: the per-look one-sided level L of the paired guard's t bound (df 3, then 7) with
-  P(the bound clears the limit at look 1 or at look 2) = CALIBRATION_ALPHA when the true drop equals the limit.
+Version 4 (the current design; `--version 4`, 1 000 000 draws):
+- c1, c2: P(HL/S > c1 at look 1) = P(HL/S > c2 at look 2) with P(either) = EARLY_ALPHA = 3 % (Pocock's equal
+  spending over looks 1–2, ignoring the early stop: the stop only removes gates, so this is conservative).
+- c3: among the gates that reach look 3 — look 1 neither beyond c1 nor stopped (−2 ≤ HL/S < 0), look 2 not
+  beyond c2 but within 3 of it — the value that brings P(beyond the boundary at any look) to
+  CALIBRATION_ALPHA = 4.5 %.
+- GUARD_LOOK_LEVEL: the per-look one-sided level L of the paired guard's t bound (df 3, 7, 11) with
+  P(the bound clears the limit at any of the three looks) = CALIBRATION_ALPHA when the true drop equals the
+  limit (the worst case: every look counted).
 
-Run: .venv/bin/python benchmarks/sequential_calibration.py [--draws N] [--seed S]
+Version 3 (`--version 3`, 2 000 000 draws): two looks, c1 and c2 Pocock at CALIBRATION_ALPHA, the guard over
+two looks. A series preregistered under v3 keeps these.
+
+Run: .venv/bin/python benchmarks/sequential_calibration.py [--version 4] [--draws N] [--seed S]
 """
 
 from __future__ import annotations
@@ -21,50 +29,84 @@ import math
 import numpy as np
 from scipy import stats as sps
 
-from gatekit.config import SEQUENTIAL_RUNS
-from gatekit.sequential import CALIBRATION_ALPHA, CALIBRATION_DRAWS, CALIBRATION_SEED, pair_arrays, statistic
+from gatekit.sequential import CALIBRATION_ALPHA, CALIBRATION_SEED, DESIGNS, Design, pair_arrays, statistic
 
-CHUNK = 250_000
+CHUNK = 200_000
 
 
-def null_statistics(draws: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
-    """[draws, 2]: HL/S and the paired t statistic at both looks, from the same normal pair differences."""
+def null_statistics(draws: int, seed: int, looks: tuple[int, ...], sign: float
+                    ) -> tuple[np.ndarray, np.ndarray]:
+    """[draws, looks]: sign·HL/S and the paired t statistic at every look, from the same normal pair
+    differences."""
     rng = np.random.default_rng(seed)
-    looks = SEQUENTIAL_RUNS
     robust, paired = [], []
     for start in range(0, draws, CHUNK):
         d = rng.standard_normal((min(CHUNK, draws - start), looks[-1]))
-        robust.append(np.stack([statistic(*pair_arrays(np.zeros_like(d[:, :n]), d[:, :n])) for n in looks], 1))
+        robust.append(np.stack([sign * statistic(*pair_arrays(np.zeros_like(d[:, :n]), d[:, :n])) for n in looks],
+                               1))
         paired.append(np.stack([d[:, :n].mean(1) / (d[:, :n].std(1, ddof=1) / math.sqrt(n)) for n in looks], 1))
     return np.concatenate(robust), np.concatenate(paired)
 
 
-def calibrate(draws: int, seed: int, alpha: float = CALIBRATION_ALPHA) -> dict[str, object]:
-    robust, paired = null_statistics(draws, seed)
-    low, high = alpha / len(SEQUENTIAL_RUNS), alpha  # the per-look share lies between Bonferroni and alpha
+def pocock(robust: np.ndarray, alpha: float) -> tuple[np.ndarray, float, float]:
+    """Per-look critical values with equal null shares and P(beyond at any look) = alpha, by bisection on
+    the share (it lies between Bonferroni and alpha)."""
+    low, high = alpha / robust.shape[1], alpha
     for _ in range(50):
         share = (low + high) / 2
         critical = np.quantile(robust, 1 - share, axis=0)
         either = float(np.mean((robust > critical).any(axis=1)))
         low, high = (share, high) if either < alpha else (low, share)
-    # the guard passes at a look when its p-value (t upper tail) is below 1 − L
-    p = np.stack([sps.t.sf(paired[:, k], n - 1) for k, n in enumerate(SEQUENTIAL_RUNS)], 1)
+    return critical, share, either
+
+
+def guard_level(paired: np.ndarray, looks: tuple[int, ...], alpha: float) -> tuple[float, float]:
+    """The per-look level whose bound clears the limit at some look with probability alpha (a pass at a
+    look: the t upper-tail p-value below 1 − L)."""
+    p = np.stack([sps.t.sf(paired[:, k], n - 1) for k, n in enumerate(looks)], 1)
     guard_alpha = float(np.quantile(p.min(axis=1), alpha))
-    return {"critical": [float(c) for c in critical], "share": share, "either_rate": either,
-            "guard_look_level": 1 - guard_alpha, "guard_either_rate": float(np.mean(p.min(axis=1) < guard_alpha))}
+    return 1 - guard_alpha, float(np.mean(p.min(axis=1) < guard_alpha))
+
+
+def calibrate(design: Design, draws: int, seed: int, alpha: float = CALIBRATION_ALPHA) -> dict[str, object]:
+    if design.looks == 2:  # v3: Pocock at alpha over both looks (the statistic on the +HL/S side, as then)
+        robust, paired = null_statistics(draws, seed, design.runs, 1.0)
+        critical, share, either = pocock(robust, alpha)
+        level, guard_rate = guard_level(paired, design.runs, alpha)
+        return {"critical": [float(c) for c in critical], "share": share, "either_rate": either,
+                "guard_look_level": level, "guard_either_rate": guard_rate}
+    assert design.stop_band is not None and design.extend_window is not None
+    robust, paired = null_statistics(draws, seed, design.runs, -1.0)
+    (c1, c2), share, _ = pocock(robust[:, :2], design.early_alpha)
+    low, high = design.stop_band
+    alive = (robust[:, 0] >= high) | (robust[:, 0] < low)  # not stopped at look 1
+    early = (robust[:, 0] > c1) | (alive & (robust[:, 0] <= c1) & (robust[:, 1] > c2))
+    reach3 = alive & (robust[:, 0] <= c1) & (robust[:, 1] <= c2) & (robust[:, 1] > c2 - design.extend_window)
+    third = np.sort(robust[reach3, 2])[::-1]
+    c3 = float(third[int((alpha - early.mean()) * len(robust))])
+    total = float(np.mean(early | (reach3 & (robust[:, 2] > c3))))
+    level, guard_rate = guard_level(paired, design.runs, alpha)
+    return {"critical": [float(c1), float(c2), c3], "share": share, "either_rate": total,
+            "early_rate": float(early.mean()), "reach_look3": float(reach3.mean()),
+            "guard_look_level": level, "guard_either_rate": guard_rate}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--draws", type=int, default=CALIBRATION_DRAWS)
+    parser.add_argument("--version", type=int, choices=sorted(DESIGNS), default=max(DESIGNS))
+    parser.add_argument("--draws", type=int, help="default: the draws the version was calibrated with")
     parser.add_argument("--seed", type=int, default=CALIBRATION_SEED)
     args = parser.parse_args()
-    result = calibrate(args.draws, args.seed)
-    print(f"# seed {args.seed}, {args.draws} draws, CALIBRATION_ALPHA {CALIBRATION_ALPHA}")
-    print(f"CRITICAL = ({result['critical'][0]:.4f}, {result['critical'][1]:.4f})")
+    design = DESIGNS[args.version]
+    draws = args.draws or design.calibration_draws
+    result = calibrate(design, draws, args.seed)
+    print(f"# version {design.version}, seed {args.seed}, {draws} draws, CALIBRATION_ALPHA {CALIBRATION_ALPHA}")
+    print("CRITICAL = (" + ", ".join(f"{c:.4f}" for c in result["critical"]) + ")")  # type: ignore[union-attr]
     print(f"GUARD_LOOK_LEVEL = {result['guard_look_level']:.5f}")
-    print(f"# per-look null share {result['share']:.5f}, either look {result['either_rate']:.5f}; "
-          f"guard either look {result['guard_either_rate']:.5f}")
+    extra = (f", looks 1–2 {result['early_rate']:.5f}, reach look 3 {result['reach_look3']:.4f}"
+             if "early_rate" in result else "")
+    print(f"# per-look null share {result['share']:.5f}, any look {result['either_rate']:.5f}{extra}; "
+          f"guard any look {result['guard_either_rate']:.5f}")
 
 
 if __name__ == "__main__":

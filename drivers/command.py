@@ -145,14 +145,17 @@ class CommandDriver:
                                 result=request.result_path)
         env = {**os.environ, **self.env, **request.arm.env,
                ENV_ARM: request.arm.name, ENV_RUN: request.label,
-               ENV_RUN_DIR: str(request.run_dir), ENV_RESULT: str(request.result_path)}
+               ENV_RUN_DIR: str(request.run_dir), ENV_RESULT: str(request.result_path), **request.env}
+        cpus = set(request.cpus)
         with request.stdout_path.open("wb") as out, request.stderr_path.open("wb") as err:
             started = time.perf_counter()
             try:
                 # A new session makes the trainer a process-group leader, so a timeout or an
                 # interrupt can stop it together with every process it spawned.
+                # A duet slot's cores are set in the child before exec, so everything it starts inherits them.
                 proc = subprocess.Popen(argv, cwd=self.cwd, env=env, stdin=subprocess.DEVNULL,
-                                        stdout=out, stderr=err, start_new_session=True)
+                                        stdout=out, stderr=err, start_new_session=True,
+                                        preexec_fn=(lambda: os.sched_setaffinity(0, cpus)) if cpus else None)
             except OSError as exc:
                 return RunOutcome(exit_code=None, process_wallclock_s=0.0,
                                   error=f"cannot start {argv[0]!r}: {exc.strerror or exc}")

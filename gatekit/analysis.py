@@ -16,7 +16,7 @@ from gatekit.finding import (Arms, Finding, GateInfo, GuardRow, Meta, Predecisio
                              Stats, ThresholdRule)
 from gatekit.policy import Decided, Evidence, Policy, policy_for
 from gatekit.prereg import DecisionSpec
-from gatekit.records import RunRecord
+from gatekit.records import RunRecord, startup_overhead_s
 from gatekit.report.narrative import narrative
 from gatekit.schedule import WARMUP_ROUND, needs_seed, order_seed
 from gatekit.verdict import Decision, Verdict, decide, evaluate_guard
@@ -72,14 +72,16 @@ def records_table(records: Sequence[RunRecord], primary: str) -> pd.DataFrame:
                      "value": value, "failed": bool(error), "error": error, "samples": record.window.samples,
                      "load1_mean": record.window.load1_mean, "load1_max": record.window.load1_max,
                      "backend_evidence": "; ".join(record.window.evidence),
-                     "on_ac": record.window.on_ac, "retry_of": record.retry_of, **rules.window_columns(record.window)})
+                     "on_ac": record.window.on_ac, "retry_of": record.retry_of, "slot": record.slot,
+                     **rules.window_columns(record.window)})
     return rules.run_table(rows)
 
 
 def classify(records: Sequence[RunRecord], spec: DecisionSpec, replaced: Mapping[int, rules.Replacement],
              cores: int | None) -> pd.DataFrame:
     """The run table classified by the spec's policy: used or not, and why."""
-    return policy_for(spec.policy).classify(records_table(records, spec.primary), spec.rules, replaced, cores)
+    policy = policy_for(spec.policy, spec.sequential_version)
+    return policy.classify(records_table(records, spec.primary), spec.rules, replaced, cores)
 
 
 def config_check(records: Sequence[RunRecord], off_arm: str, on_arm: str,
@@ -144,7 +146,7 @@ def _used_values(used: pd.DataFrame, by_label: Mapping[str, RunRecord], arm: str
 def assess(evidence: SeriesEvidence) -> Assessment:
     """Classify, compute the figures and let the policy decide: a pure function of the evidence."""
     spec, records = evidence.spec, evidence.records
-    policy: Policy = policy_for(spec.policy)
+    policy: Policy = policy_for(spec.policy, spec.sequential_version)
     off_arm, on_arm = spec.off_arm, spec.on_arm
     by_label = {r.label: r for r in records}
     table = classify(records, spec, evidence.replaced, evidence.cores)
@@ -236,12 +238,13 @@ def analyze(evidence: SeriesEvidence) -> Finding:
         provenance=Provenance.from_dict(evidence.provenance),
         rules=RulesInfo(spec.rules, assessment.max_z,
                         None if assessment.max_z is None else assessment.max_z >= spec.rules.sigma_k),
-        runs=_run_rows(assessment.table, evidence.records),
+        runs=_run_rows(assessment.table, evidence.records, spec.primary),
         stats=assessment.stats,
         guards=assessment.guards,
         sensitivity=assessment.sensitivity,
         verdict=assessment.verdict,
         sequential=assessment.decided.sequential,
+        duet=assessment.decided.duet,
     )
     return dataclasses.replace(finding, sections=narrative(finding))
 
@@ -267,24 +270,26 @@ def _meta(evidence: SeriesEvidence, decision: Decision) -> Meta:
         config_paths=evidence.config_paths, related_runs=evidence.related_runs, related_findings=())
 
 
-def _run_rows(table: pd.DataFrame, records: Sequence[RunRecord]) -> tuple[RunRow, ...]:
+def _run_rows(table: pd.DataFrame, records: Sequence[RunRecord], primary: str) -> tuple[RunRow, ...]:
     by_label = {r.label: r for r in records}
     rows = []
     for row in table.sort_values("order").itertuples():
         record = by_label[row.label]
-        rows.append(_run_row(record, load_evidence=bool(row.load_evidence), z=float(row.z),
+        rows.append(_run_row(record, primary, load_evidence=bool(row.load_evidence), z=float(row.z),
                              contaminated=bool(row.contaminated), used=bool(row.used), reason=row.reason))
     warmups = [r for r in records if r.pair == WARMUP_ROUND]
     for record in warmups:
         reason = "warm-up run, discarded by preregistration" + (f" (failed: {record.outcome.error})"
                                                                  if record.failed else "")
-        rows.append(_run_row(record, used=False, reason=reason, warmup=True))
+        rows.append(_run_row(record, primary, used=False, reason=reason, warmup=True))
     return tuple(sorted(rows, key=lambda row: row.order)) if warmups else tuple(rows)
 
 
-def _run_row(record: RunRecord, **classified: Any) -> RunRow:
+def _run_row(record: RunRecord, primary: str, **classified: Any) -> RunRow:
     outcome = record.outcome
+    startup_s = startup_overhead_s(outcome.metrics, outcome.process_wallclock_s, primary)
     return RunRow(order=record.order, arm=record.arm, label=record.label, pair=record.pair,
                   exit_code=outcome.exit_code, timed_out=outcome.timed_out, metrics=dict(outcome.metrics),
                   process_wallclock_s=outcome.process_wallclock_s, window=record.window, retry_of=record.retry_of,
-                  started_at=record.started_at, config=dict(outcome.config), **classified)
+                  started_at=record.started_at, config=dict(outcome.config), slot=record.slot, startup_s=startup_s,
+                  **classified)

@@ -21,7 +21,8 @@ import numpy as np
 import tomlkit
 
 from gatekit import __version__, stats
-from gatekit.config import CALIBRATION_FILE, POLICIES, SEQUENTIAL_RUNS, ArmSpec, GateConfig, ThresholdSpec
+from gatekit.config import (CALIBRATION_FILE, DUET_POLICY, POLICIES, SEQUENTIAL_RUNS, SEQUENTIAL_RUNS_WORDS, ArmSpec,
+                            GateConfig, ThresholdSpec)
 from gatekit.diagnostics import MDE_POWER, ols_slope
 from gatekit.driver import ChosenBackend, Driver, make_backend, make_driver
 from gatekit.errors import CalibrationError, ConfigError, GatekitError, OutputError, PreflightError, ProvenanceError
@@ -135,7 +136,7 @@ class Plan:
     thresholds: ThresholdSpec
     power_target_pct: float
     n: int | None  # classic: the fewest runs per arm reaching the target (None: none up to PLAN_MAX_N);
-    #                sequential: its own fixed design, 4 then 8 (None when that misses the target)
+    #                sequential: its own fixed design's most, 12 (None when that misses the target)
     power_pct: float  # at n; classic and unreachable: at PLAN_MAX_N; sequential: of its design
     runs_per_arm: float  # mean runs per arm at that power (the sequential policy may stop at 4)
     tried: tuple[tuple[int, float], ...]  # (runs per arm, simulated power %), classic only
@@ -161,7 +162,7 @@ class Plan:
                 f"({self.draws} simulated gates per n, seed {self.seed})")
         if self.policy == "sequential":
             verdict = "reaches" if self.reached else "does NOT reach"
-            body = (f"the sequential policy runs 4, then 8 runs per arm: power {self.power_pct:.1f} % "
+            body = (f"the sequential policy runs {SEQUENTIAL_RUNS_WORDS}: power {self.power_pct:.1f} % "
                     f"({verdict} {self.power_target_pct:g} %), {self.runs_per_arm:.2f} runs per arm on average")
         elif self.n is not None:
             body = f"runs per arm: {self.n} (simulated power {self.power_pct:.1f} %)"
@@ -197,8 +198,9 @@ def plan_runs(policy: str, cv_pct: float, effect_pct: float, *, thresholds: Thre
 
     Classic: the power at n = 3, 4, 6, 8, … 64 runs per arm until one reaches the target, then bisection
     between it and the n before; the classic rule adopts only beyond max(k·σ_off, floor), which more runs do
-    not lower, so an effect inside it is out of reach at any n. Sequential: its looks are fixed (4, then 8
-    runs per arm), so the plan is its power at the effect and whether that reaches the target.
+    not lower, so an effect inside it is out of reach at any n. Sequential: its looks are fixed (4, 8, then
+    12 runs per arm when look 2 is close), so the plan is its power at the effect and whether that reaches the
+    target.
     """
     _check_plan_input(policy, cv_pct, effect_pct, power)
     target_pct = 100 * power
@@ -206,8 +208,9 @@ def plan_runs(policy: str, cv_pct: float, effect_pct: float, *, thresholds: Thre
         result = simulate(policy, _plan_scenario(cv_pct, effect_pct, SEQUENTIAL_RUNS[0]), draws=draws, seed=seed,
                           thresholds=thresholds)
         reached = result.adopted.pct >= target_pct
-        reason = "" if reached else ("the sequential policy's looks are fixed (4, then 8 runs per arm), so more "
-                                     "runs cannot lift its power here: lower the noise or state a larger effect")
+        reason = "" if reached else (f"the sequential policy's looks are fixed ({SEQUENTIAL_RUNS_WORDS}), so "
+                                     "more runs cannot lift its power here: lower the noise or state a larger "
+                                     "effect")
         return Plan(policy, cv_pct, effect_pct, thresholds, target_pct, SEQUENTIAL_RUNS[-1] if reached else None,
                     result.adopted.pct, result.runs_per_arm, (), draws, seed, reason)
     powers: dict[int, float] = {}
@@ -219,18 +222,21 @@ def plan_runs(policy: str, cv_pct: float, effect_pct: float, *, thresholds: Thre
         return powers[n]
 
     floor_pct = thresholds.floor_pct
+    # a duet runs an even number of pairs, at least 4 (its slots swap every pair)
+    step = 2 if policy == DUET_POLICY else 1
+    candidates = tuple(n for n in PLAN_SCAN if n >= 4 and n % 2 == 0) if step == 2 else PLAN_SCAN
     # Δ must pass the floor whatever n is, and Δ̂ centres on the true effect: inside the floor the power stays
     # near or below 50 % at every n, so the first and the last n of the scan show it and the rest are skipped
-    scan = (PLAN_SCAN[0], PLAN_SCAN[-1]) if -effect_pct <= floor_pct and power >= 0.5 else PLAN_SCAN
-    below, found = PLAN_SCAN[0] - 1, None
+    scan = (candidates[0], candidates[-1]) if -effect_pct <= floor_pct and power >= 0.5 else candidates
+    below, found = candidates[0] - step, None
     for n in scan:
         if power_at(n) >= target_pct:
             found = n
             break
         below = n
     if found is not None:
-        while found - below > 1:
-            middle = (found + below) // 2
+        while found - below > step:
+            middle = below + (found - below) // (2 * step) * step
             if power_at(middle) >= target_pct:
                 found = middle
             else:
@@ -240,14 +246,19 @@ def plan_runs(policy: str, cv_pct: float, effect_pct: float, *, thresholds: Thre
         return Plan(policy, cv_pct, effect_pct, thresholds, target_pct, found, powers[found], float(found), tried,
                     draws, seed)
     limit = max(thresholds.sigma_k * cv_pct, floor_pct)
-    if -effect_pct <= limit:
+    if policy == DUET_POLICY and -effect_pct <= floor_pct:
+        reason = (f"the duet policy adopts only when its whole interval is beyond the floor {floor_pct:g} %: a true "
+                  f"{effect_pct:+g} % is not beyond it; state a larger effect or lower the floor")
+    elif policy == DUET_POLICY:
+        reason = f"more than {candidates[-1]} pairs are needed: lower the noise first"
+    elif -effect_pct <= limit:
         reason = (f"the classic rule adopts only when Δ is beyond max({thresholds.sigma_k:g}·σ_off, floor "
                   f"{thresholds.floor_pct:g} %) ≈ {limit:g} %, and more runs do not lower that: a true "
                   f"{effect_pct:+g} % is not beyond it; state a larger effect, lower the noise or the floor")
     else:
         reason = f"more than {PLAN_MAX_N} runs per arm are needed: lower the noise first"
-    return Plan(policy, cv_pct, effect_pct, thresholds, target_pct, None, powers[PLAN_SCAN[-1]],
-                float(PLAN_SCAN[-1]), tried, draws, seed, reason)
+    return Plan(policy, cv_pct, effect_pct, thresholds, target_pct, None, powers[candidates[-1]],
+                float(candidates[-1]), tried, draws, seed, reason)
 
 
 def policy_mde(policy: str, cv_pct: float, n: int, *, thresholds: ThresholdSpec = ThresholdSpec(),
@@ -425,7 +436,8 @@ def summary(calibration: Calibration) -> str:
         lines.append(f"change point: largest shift {cp.shift_pct:+.4f} % at run {s.warmup_runs + cp.index + 1}, "
                      f"permutation p {cp.p:.4f}" + (" — NOT stationary" if cp.p < CHANGE_POINT_ALPHA else ""))
     if s.plan is not None and s.policy == "sequential":
-        lines.append(f"the sequential policy (4, then 8 runs per arm) finds a {s.min_effect_pct:g} % effect with "
+        lines.append(f"the sequential policy ({SEQUENTIAL_RUNS_WORDS}) finds a {s.min_effect_pct:g} % "
+                     "effect with "
                      f"{s.plan.power_pct:.1f} % power (simulated; {100 * PLAN_POWER:g} % "
                      f"{'reached' if s.plan.reached else 'NOT reached'})")
     elif s.plan is not None:
@@ -435,9 +447,9 @@ def summary(calibration: Calibration) -> str:
                      f"the classic policy (simulated, threshold and floor {s.plan.thresholds.floor_pct:g} % "
                      f"included): {needed}")
     if s.mde_pct:
+        sizes = {n: SEQUENTIAL_RUNS_WORDS if s.policy == "sequential" else f"n={n}" for n in s.mde_pct}
         lines.append(f"minimum detectable effect under the {s.policy} policy ({100 * PLAN_POWER:g} % power, "
-                     "simulated): " + ", ".join(f"{'4, then 8 runs' if s.policy == 'sequential' else f'n={n}'}: "
-                                                f"{v:.2f} %" for n, v in s.mde_pct.items()))
+                     "simulated): " + ", ".join(f"{sizes[n]}: {v:.2f} %" for n, v in s.mde_pct.items()))
     lines += [f"  ! {w}" for w in s.warnings]
     lines += ["", f"stored: {calibration.path}", f"latest: {calibration.latest} (used by sigma_ref = \"history\")"]
     return "\n".join(lines)

@@ -14,6 +14,7 @@ from gatekit import __version__
 from gatekit.config import EXPORT_FORMATS, ORDERS, POLICIES, SIM_POLICIES, GateConfig, ThresholdSpec, load_gate
 from gatekit.driver import (BACKEND_GROUP, DRIVER_GROUP, installed_backends, installed_drivers, load_backend,
                             make_backend, make_driver)
+from gatekit.engines import ENGINES
 from gatekit.errors import ConfigError, DriverError, GatekitError, OutputError, SeriesInterrupted
 from gatekit.preflight import run_checks
 from gatekit.sanitize import show_controls  # control characters and bidi overrides shown as escapes
@@ -182,7 +183,7 @@ def check(off: str | None, on: str | None, gate_path: Path) -> None:
 @click.option("--seed", type=int, help="Seed of a random or thue-morse order (overrides gate.seed; default: "
               "derived from the predecision's sha256).")
 @click.option("--policy", type=click.Choice(POLICIES),
-              help="Decision policy (overrides gate.policy): classic, or sequential (4 then 8 runs per arm).")
+              help="Decision policy (overrides gate.policy): classic, or sequential (4, then 8, then 12 runs per arm).")
 @click.option("--warmup", type=click.IntRange(0, 2),
               help="Discarded warm-up runs before round 1: 1 the first arm, 2 both (overrides gate.warmup).")
 @click.option("--out", type=click.Path(path_type=Path), help="Folder for the finding (overrides gate.out).")
@@ -383,6 +384,10 @@ def calibrate(arm: str | None, gate_path: Path, n: int, min_effect_pct: float | 
 @click.option("--tails", type=float, help="Student-t noise with this many degrees of freedom (> 2), same CV.")
 @click.option("--guard-drop", type=float, help="Guard scenario (sequential): true quality drop; the limit equals it.")
 @click.option("--guard-sd", type=float, default=0.0, show_default=True, help="SD of a round's guard difference.")
+@click.option("--shared-cv", "shared_cv_pct", type=float, default=0.0, show_default=True,
+              help="CV in % of noise common to both runs of a pair (the host's, shared by a duet pair).")
+@click.option("--slot-effect", "slot_effect_pct", type=float, default=0.0, show_default=True,
+              help="Duet: a run on slot 1 is this much slower than on slot 0, in %.")
 @click.option("--order", type=click.Choice(ORDERS), help="Run order (default: the policy's own).")
 @click.option("--n", type=int, default=3, show_default=True, help="Runs per arm of fixed-n policies.")
 @click.option("--warmup", type=click.IntRange(0, 2), default=0, show_default=True, help="Discarded warm-up runs.")
@@ -394,7 +399,8 @@ def calibrate(arm: str | None, gate_path: Path, n: int, min_effect_pct: float | 
 @click.option("--json", "as_json", is_flag=True, help="Print the results as JSON on stdout.")
 def simulate_cmd(policies: tuple[str, ...], cv_pct: float, cv_on_pct: float | None, effect_pct: float,
                  drift_pct: float, cold_pct: float, outlier_rate: float, outlier_pct: float, tails: float | None,
-                 guard_drop: float | None, guard_sd: float, order: str | None, n: int, warmup: int,
+                 guard_drop: float | None, guard_sd: float, shared_cv_pct: float, slot_effect_pct: float,
+                 order: str | None, n: int, warmup: int,
                  sigma_k: float, floor_pct: float, draws: int, seed: int, suite: bool, as_json: bool) -> None:
     """Monte-Carlo of a decision policy: false adoption, power and runs per arm, with their MC errors.
 
@@ -402,6 +408,9 @@ def simulate_cmd(policies: tuple[str, ...], cv_pct: float, cv_on_pct: float | No
     on the median. A guard scenario (--guard-drop D --guard-sd S) also reports how often the sequential
     guard passes with the true drop at its limit: its false-pass rate. Example:
     gate simulate --policy classic --policy sequential --cv 2 --cv-on 8
+
+    A duet (--policy duet --n 8) runs both arms of a pair at once: --shared-cv adds noise common to both,
+    --slot-effect makes slot 1 slower than slot 0.
     """
     from gatekit.simulate import Scenario, run_suite, simulate, table
 
@@ -415,7 +424,7 @@ def simulate_cmd(policies: tuple[str, ...], cv_pct: float, cv_on_pct: float | No
         scenario = Scenario(cv_off_pct=cv_pct, cv_on_pct=cv_on_pct, effect_pct=effect_pct,
                             drift_pct_per_run=drift_pct, cold_first_pct=cold_pct, order=order, n=n, warmup=warmup,
                             outlier_rate=outlier_rate, outlier_pct=outlier_pct, tails=tails, guard_drop=guard_drop,
-                            guard_sd=guard_sd)
+                            guard_sd=guard_sd, shared_cv_pct=shared_cv_pct, slot_effect_pct=slot_effect_pct)
         return [simulate(policy, scenario, draws=draws, seed=seed, thresholds=thresholds)
                 for policy in policies or ("classic",)]
 
@@ -559,6 +568,52 @@ def site_cmd(findings_dir: Path, site_dir: Path, runs_roots: tuple[Path, ...]) -
         return (site_dir / "index.html").absolute()
 
     click.echo(f"site: {_call(work)}")
+
+
+@main.command("campaign")
+@click.argument("campaign_file", type=click.Path(path_type=Path, dir_okay=False))
+@click.option("--engine", type=click.Choice(ENGINES), default="local", show_default=True,
+              help="local: gates as processes on this host; ray: each gate a Ray task (pip install 'gatekit[ray]').")
+@click.option("--address", help="Ray: join the cluster at this address (e.g. auto or HOST:6379); default: start a "
+                                "local Ray.")
+@click.option("--max-parallel", type=click.IntRange(min=1),
+              help="Local engine: gates at once, each on its own GPU(s) and an equal share of the CPU cores "
+                   "[default: 1].")
+@click.option("--resume", type=click.Path(path_type=Path, file_okay=False),
+              help="Continue the campaign folder DIR: finished gates are skipped, interrupted ones resumed.")
+@click.option("--fail-on", type=click.Choice(sorted(FAIL_ON)), help="Exit 1 when any gate has this outcome.")
+@ci_output_options
+def campaign_cmd(campaign_file: Path, engine: str, address: str | None, max_parallel: int | None,
+                 resume: Path | None, fail_on: str | None, summary_md: Path | None, junit: Path | None,
+                 exports: tuple[tuple[str, Path], ...], bmf_measure: str) -> None:
+    """Run every gate of a campaign file; write each finding, one summary of all gates and the findings site.
+
+    Exit 3 if any gate is invalid (or could not run), else 130 if any is interrupted (resume with --resume
+    DIR), else 1 if a --fail-on condition is met by any gate, else 0.
+    """
+    def work():  # type: ignore[no-untyped-def]
+        from gatekit.campaign import CampaignOptions, load_campaign, run_campaign
+        from gatekit.exports import check_export
+
+        campaign = load_campaign(campaign_file)
+        for name, _ in exports:  # an export that cannot hold a gate is refused before anything runs
+            for gate in campaign.gates:
+                check_export(name, gate.primary, str(gate.gate_path), bmf_measure=bmf_measure)
+        options = CampaignOptions(engine=engine, address=address, max_parallel=max_parallel, resume=resume)
+        return run_campaign(campaign, options, report=_progress)
+
+    from gatekit.campaign import describe, resume_hint
+
+    result = _call(work)
+    for line in describe(result):
+        click.echo(line)
+    findings = [f.finding for f in result.findings]
+    if findings:
+        _write_ci_outputs(findings, summary_md, junit, exports, tuple(str(f.path) for f in result.findings),
+                          bmf_measure=bmf_measure, full_report=str(result.site_index or ""), exits_invalid=True)
+    if resume_hint(result):
+        _stderr(resume_hint(result))
+    raise SystemExit(result.exit_code(FAIL_ON[fail_on] if fail_on else ()))
 
 
 @main.command("history")

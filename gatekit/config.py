@@ -16,15 +16,26 @@ from typing import Any, Mapping, Sequence
 
 from gatekit.errors import ConfigError
 from gatekit.records import PROCESS_WALLCLOCK, Record
+from gatekit.slots import DeviceSlot, SlotError, parse_slots
 from gatekit.storage import read_input
 
 ORDERS = ("abab", "abba", "random", "thue-morse")
+# interleaved: one run at a time, the arms taking turns; duet: both arms of a pair at once, on twin slots
+MODES = ("interleaved", "duet")
+DUET_POLICY = "duet"  # the policy of a duet gate (it pairs the runs that ran together)
+DUET_PAIRS_RULE = "a duet runs n pairs, an even number of at least 4 (the slots swap every pair)"
+
+
+def _duet_pairs_ok(n: int) -> bool:
+    return n >= 4 and n % 2 == 0
 SEEDED_ORDERS = ("random", "thue-morse")  # orders that draw from the seed
-POLICIES = ("classic", "sequential")  # gatekit.policy holds the objects; config checks only their names
+POLICIES = ("classic", "sequential", "duet")  # gatekit.policy holds the objects; config checks only their names
 # Names the command line offers, here so `gate --help` need not import the modules that implement them.
-SIM_POLICIES = ("classic", "sequential", "welch", "bootstrap")  # gate simulate --policy: gatekit.simulate
+SIM_POLICIES = ("classic", "sequential", "duet", "welch", "bootstrap")  # gate simulate --policy: gatekit.simulate
 EXPORT_FORMATS = ("gab-json", "bmf")  # --export FORMAT: gatekit.exports.EXPORTERS
-SEQUENTIAL_RUNS = (4, 8)  # runs per arm at the sequential policy's two looks
+SEQUENTIAL_RUNS = (4, 8, 12)  # runs per arm at the sequential policy's looks (v4; 12 only when look 2 is close)
+SEQUENTIAL_RUNS_WORDS = "4, then 8, then 12 runs per arm"  # 12 only when look 2 is close
+SEQUENTIAL_VERSION = 4  # the design a new series preregisters; a predecision without the key is v3 (4, then 8)
 SEQUENTIAL_ORDER = "thue-morse"
 # Policies that fix their own schedule: policy -> (runs per arm at the first look, order). A gate file or
 # option that sets n or order for them is refused rather than silently overridden.
@@ -105,7 +116,7 @@ DEFAULT_MAX_THRESHOLD_PCT = 10.0
 # stall), steal (hypervisor CPU steal), any (the three together). psi and steal fall back to load1 for a
 # window that did not record them (a warning says so).
 EVIDENCE_KINDS = ("load1", "psi", "steal", "any")
-DEFAULT_EVIDENCE = {"classic": "load1", "sequential": "psi"}
+DEFAULT_EVIDENCE = {"classic": "load1", "sequential": "psi", "duet": "psi"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,6 +165,18 @@ class GateSpec:
     policy: str = "classic"
     warmup: int = 0  # discarded warm-up runs before round 1 (1: the first arm, 2: both arms)
     record_env: tuple[str, ...] = ()  # arm env variables written down verbatim; all others only as a hash
+    mode: str = "interleaved"
+
+
+@dataclass(frozen=True, slots=True)
+class DuetSpec:
+    """The [duet] table: the two twin slots (slot 0 first) and whether slots that differ are allowed."""
+
+    slots: tuple[DeviceSlot, DeviceSlot]
+    allow_unequal_slots: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"slots": [s.text for s in self.slots], "allow_unequal_slots": self.allow_unequal_slots}
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,6 +192,7 @@ class GateConfig:
     arms: Mapping[str, ArmSpec]
     backend: BackendSpec = field(default_factory=BackendSpec)
     evidence_stated: bool = False  # rules.evidence is in the file; otherwise it follows the policy (--policy too)
+    duet: DuetSpec | None = None  # gate.mode = "duet" only
 
     @property
     def base_dir(self) -> Path:
@@ -194,12 +218,18 @@ class GateConfig:
                        warmup: int | None = None) -> GateConfig:
         """Command-line overrides, validated like the file's own values."""
         gate = self.gate
+        if gate.mode == "duet":
+            _check(policy in (None, DUET_POLICY) and order is None and not warmup, self.path,
+                   "--policy" if policy not in (None, DUET_POLICY) else "--order" if order is not None else "--warmup",
+                   "does not apply to a duet gate (gate.mode = \"duet\"); drop it")
+            _check(n is None or _duet_pairs_ok(n), self.path, "--n", f"{DUET_PAIRS_RULE}, got {n}")
+            policy = None
         if policy is not None:
             _check(policy in POLICIES, self.path, "--policy", f"must be one of {', '.join(POLICIES)}")
             fixed = FIXED_SCHEDULES.get(policy)
             if fixed is not None:
                 _check(n is None and order in (None, fixed[1]), self.path, "--policy",
-                       f"{policy} runs {SEQUENTIAL_RUNS[0]} then {SEQUENTIAL_RUNS[1]} runs per arm in "
+                       f"{policy} runs {SEQUENTIAL_RUNS_WORDS} in "
                        f"{fixed[1]} order; drop --n and --order")
                 gate = replace(gate, n=fixed[0], order=fixed[1])
             gate = replace(gate, policy=policy)
@@ -339,8 +369,20 @@ def load_gate(path: Path | str) -> GateConfig:
         policy=gate_t.take("policy", str, "classic", POLICIES),
         warmup=gate_t.take("warmup", int, 0),
         record_env=gate_t.take_str_list("record_env"),
+        mode=gate_t.take("mode", str, "interleaved", MODES),
     )
     gate_t.done()
+    if gate.mode == "duet":
+        _check(gate.policy in ("classic", DUET_POLICY) and "order" not in explicit, path,
+               "gate.policy" if gate.policy not in ("classic", DUET_POLICY) else "gate.order",
+               f"does not apply to mode = \"duet\" (both arms of a pair run at once; the {DUET_POLICY} policy "
+               "decides); remove it")
+        _check(gate.warmup == 0, path, "gate.warmup", "does not apply to mode = \"duet\"; remove it")
+        _check(_duet_pairs_ok(gate.n), path, "gate.n", f"{DUET_PAIRS_RULE}, got {gate.n}")
+        gate = replace(gate, policy=DUET_POLICY)
+    else:
+        _check(gate.policy != DUET_POLICY, path, "gate.policy",
+               f"\"{DUET_POLICY}\" needs gate.mode = \"duet\" and a [duet] table of two slots")
     for index, var in enumerate(gate.record_env):
         _check(bool(ENV_NAME_PATTERN.fullmatch(var)), path, f"gate.record_env[{index}]",
                f"{var!r} is not an environment variable name (letters, digits and '_', not starting with a digit)")
@@ -350,7 +392,7 @@ def load_gate(path: Path | str) -> GateConfig:
     fixed = FIXED_SCHEDULES.get(gate.policy)
     if fixed is not None:
         _check("n" not in explicit, path, "gate.n", f"does not apply to policy = \"{gate.policy}\" (it runs "
-               f"{SEQUENTIAL_RUNS[0]}, then {SEQUENTIAL_RUNS[1]} runs per arm); remove it")
+               f"{SEQUENTIAL_RUNS_WORDS}); remove it")
         _check(gate.order == fixed[1] or "order" not in explicit, path, "gate.order",
                f"policy = \"{gate.policy}\" runs in {fixed[1]} order; remove it or set it to {fixed[1]}")
         gate = replace(gate, n=fixed[0], order=fixed[1])
@@ -439,6 +481,7 @@ def load_gate(path: Path | str) -> GateConfig:
         )
         arm_t.done()
     _check(len(arms) >= 2, path, "arms", "needs at least two arms (e.g. [arms.off] and [arms.on])")
+    duet = _duet_table(path, root.take("duet", dict, None), gate.mode)
     root.done()
     if driver.name == "command":
         _check_shell_args(path, driver.options.get("argv"), arms)
@@ -447,7 +490,25 @@ def load_gate(path: Path | str) -> GateConfig:
     _check(not ({g.metric for g in guards} & primary_needed), path, "guards",
            f"the primary metric '{gate.primary}' cannot also be a guard")
     return GateConfig(path=path, gate=gate, threshold=threshold, guards=tuple(guards), rules=rules,
-                      driver=driver, arms=arms, backend=backend, evidence_stated=evidence_stated)
+                      driver=driver, arms=arms, backend=backend, evidence_stated=evidence_stated, duet=duet)
+
+
+def _duet_table(path: Path, data: Any, mode: str) -> DuetSpec | None:
+    """The [duet] table: required by mode = "duet", refused without it."""
+    if mode != "duet":
+        _check(data is None, path, "duet", "applies only to gate.mode = \"duet\"; set it or remove [duet]")
+        return None
+    _check(data is not None, path, "duet", "gate.mode = \"duet\" needs a [duet] table with slots = [\"cuda:0\", "
+           "\"cuda:1\"] (or cpu core sets such as [\"cpu:0-3\", \"cpu:4-7\"])")
+    duet_t = _Table(path, "duet", data)
+    texts = duet_t.take_str_list("slots")
+    allow = duet_t.take("allow_unequal_slots", bool, False)
+    duet_t.done()
+    try:
+        slots = parse_slots(texts)
+    except SlotError as exc:
+        raise ConfigError(f"{path}: duet.slots: {exc}") from None
+    return DuetSpec(slots=slots, allow_unequal_slots=allow)
 
 
 SHELLS = ("sh", "bash", "dash", "zsh", "ksh", "mksh", "ash")

@@ -40,7 +40,8 @@ class ArmInput:
 
 @dataclass(frozen=True, slots=True)
 class RunRequest:
-    """One run to execute: which arm, its label, where to put its files, how long it may take."""
+    """One run to execute: which arm, its label, where to put its files, how long it may take; in a duet,
+    the slot's environment (GATEKIT_SLOT, CUDA_VISIBLE_DEVICES) and the cores the run is pinned to."""
 
     arm: ArmInput
     label: str
@@ -49,6 +50,8 @@ class RunRequest:
     timeout_s: float
     stdout_path: Path
     stderr_path: Path
+    env: Mapping[str, str] = field(default_factory=dict)
+    cpus: tuple[int, ...] = ()  # empty: wherever the gate itself may run
 
 
 @runtime_checkable

@@ -148,6 +148,9 @@ class RunRow(Record):
     started_at: str = ""
     config: Mapping[str, Any] = field(default_factory=dict)
     warmup: bool = field(default=False, metadata={"omit": False})
+    slot: str | None = field(default=None, metadata={"omit": None})  # the duet slot it ran on
+    # start-up overhead: process wallclock − primary, when the primary is a time (records.startup_overhead_s)
+    startup_s: float | None = field(default=None, metadata={"omit": None})
     extra_keys: Mapping[str, Any] = field(default_factory=dict)
 
     def value_of(self, metric: str) -> float | None:
@@ -258,6 +261,35 @@ class SequentialInfo(Record):
 
 
 @dataclass(frozen=True, slots=True)
+class DuetInfo(Record):
+    """The duet policy's estimate, slot effect and constants, as the finding records them (gatekit.duet)."""
+
+    version: int
+    method: str
+    alpha: float  # the bound on false adoption
+    test_alpha: float  # the one-sided level the rule tests at (a margin under alpha)
+    interval_level: float
+    floor_pct: float
+    n_pairs: int
+    pairs_on_slot1: int  # pairs with on on slot 1 (σ = +1)
+    pairs_on_slot0: int  # pairs with on on slot 0 (σ = −1)
+    df: int | None = None
+    critical: float | None = None  # t_{1−α, df}
+    delta_pct: float | None = None  # the slot effect removed; ratio of geometric means − 1
+    ci_low_pct: float | None = None
+    ci_high_pct: float | None = None
+    slot_effect_pct: float | None = None  # a run on slot 1 against the same run on slot 0
+    slot_ci_low_pct: float | None = None
+    slot_ci_high_pct: float | None = None
+    slots: tuple[str, ...] = ()  # (slot 0, slot 1) as the runs recorded them
+    guard_level: float | None = None
+    guards: Mapping[str, PairedGuard] = field(default_factory=dict)
+    primary: str = field(kw_only=True)  # the primary metric's own outcome
+    decision: str = field(kw_only=True)  # after the guards
+    extra_keys: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
 class Section(Record):
     """A narrative block in the seed finding's shape: lead, heading, table, kv, callout or list."""
 
@@ -288,6 +320,7 @@ class Finding(Record):
     sensitivity: tuple[SensitivityRow, ...]
     verdict: Verdict
     sequential: SequentialInfo | None = None
+    duet: DuetInfo | None = None  # the duet policy's estimate and slot effect
     sections: tuple[Section, ...] = ()
     extra_keys: Mapping[str, Any] = field(default_factory=dict)
     upgraded_from: str | None = field(default=None, compare=False, metadata={"internal": True})

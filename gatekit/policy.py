@@ -15,11 +15,11 @@ from typing import Any, Mapping, Protocol, Sequence
 import numpy as np
 import pandas as pd
 
-from gatekit import diagnostics, rules, sequential
-from gatekit.config import POLICIES, SEQUENTIAL_ORDER, SEQUENTIAL_RUNS, RulesSpec, ThresholdSpec
-from gatekit.finding import SensitivityRow, SequentialInfo
+from gatekit import diagnostics, duet, rules, sequential
+from gatekit.config import POLICIES, SEQUENTIAL_ORDER, RulesSpec, ThresholdSpec
+from gatekit.finding import DuetInfo, SensitivityRow, SequentialInfo
 from gatekit.records import RunRecord
-from gatekit.verdict import CONTINUE, Decision, Verdict, classic_codes
+from gatekit.verdict import Decision, Verdict, classic_codes
 
 Flagged = Mapping[str, Mapping[str, object]]  # run label -> {contaminated, z, detail}
 
@@ -57,12 +57,21 @@ class Evidence:
 
 @dataclass(frozen=True, slots=True)
 class Decided:
-    """A policy's decision: the verdict, the sequential looks (None for a fixed-n policy), and whether the
-    series must extend before it can decide."""
+    """A policy's decision: the verdict, the sequential looks (None for a fixed-n policy), whether the
+    series must extend before it can decide, and the duet estimate with its slot effect (duet policy only)."""
 
     verdict: Verdict
     sequential: SequentialInfo | None = None
     extend: bool = False
+    duet: DuetInfo | None = None
+
+
+def _guard_values(classified: pd.DataFrame, records: Sequence[RunRecord],
+                  guards: Sequence[Any]) -> dict[str, dict[str, float]]:
+    """Each guard metric's value in each classified run that has it (the paired policies' guard input)."""
+    by_label = {r.label: r for r in records}
+    return {g.metric: {label: value for label in classified["label"]
+                       if (value := by_label[label].value_of(g.metric)) is not None} for g in guards}
 
 
 class Policy(Protocol):
@@ -165,20 +174,68 @@ class ClassicPolicy:
 
 
 class SequentialPolicy:
-    """Two looks (4, then 8 runs per arm, Thue–Morse order) on the AB/BA pair differences: a robust estimate,
-    a calibrated Pocock boundary, equivalence, group-sequential paired guards, telemetry-only contamination
-    (gatekit.sequential holds its statistics)."""
+    """Up to three looks (v4: 4, 8, then 12 runs per arm, Thue–Morse order; v3: 4, then 8) on the AB/BA pair
+    differences: a robust estimate, a calibrated boundary, an early stop, equivalence, group-sequential paired
+    guards, telemetry-only contamination (gatekit.sequential holds its statistics). One object per design
+    version: a series is decided by the version its predecision records."""
 
     name = "sequential"
     default_order = SEQUENTIAL_ORDER
 
+    def __init__(self, design: sequential.Design = sequential.CURRENT) -> None:
+        self.design = design
+
     def max_rounds(self, n: int) -> int:
-        return SEQUENTIAL_RUNS[1]
+        return self.design.runs[-1]
 
     def stated_rules(self, primary: str, rules_spec: RulesSpec, threshold: ThresholdSpec) -> list[str]:
-        first, last = SEQUENTIAL_RUNS
-        floor, alpha, level = threshold.floor_pct, sequential.ALPHA, sequential.GUARD_LEVEL
-        c1, c2 = sequential.CRITICAL
+        if self.design.looks == 2:
+            return self._v3_rules(rules_spec, threshold)
+        first, second, third = self.design.runs
+        floor, alpha, level = threshold.floor_pct, sequential.ALPHA, self.design.guard_look_level
+        c1, c2, c3 = self.design.critical
+        low, high = self.design.stop_band or (0.0, 0.0)
+        window = self.design.extend_window
+        return [
+            f"Policy sequential (version {self.design.version}): look 1 after {first} runs per arm, look 2 after "
+            f"{second}, look 3 after {third} only when look 2 is undecided and its HL/S lies within {window:g} of "
+            f"c2 on the better side; stop at the first look that decides. Look 1 stops early as inconclusive when "
+            f"HL/S on the better side is at least {low:g} and below {high:g} (on is not ahead). The classic Delta "
+            "and threshold are reported beside it and decide nothing.",
+            f"At each look: the rounds' pair differences d = ln(on) - ln(off) (each round an adjacent AB or BA "
+            f"pair; the Thue-Morse order balances them, so a linear drift cancels from the centre); estimate HL = "
+            f"Hodges-Lehmann median of the Walsh averages of d, scale S = mean(min(|d - median d|, "
+            f"{sequential.SCALE_CAP:g} median|d - median d|)) / sqrt(n). Adopted iff "
+            f"HL/S is beyond c = {c1:g} (look 1), {c2:g} (look 2), {c3:g} (look 3) on the better side (calibrated "
+            f"by simulation under normal noise: looks 1 and 2 spend {100 * self.design.early_alpha:g} % in equal "
+            f"shares, look 3 the rest of {100 * sequential.CALIBRATION_ALPHA:g} %: one-sided alpha at most "
+            f"{alpha:g} over all looks) AND HL is at least {floor:g} % better AND every guard passes. Regression "
+            f"iff HL/S is beyond c on the worse side AND at least {floor:g} % worse.",
+            f"Equivalent iff HL +/- c S lies inside +/-{floor:g} %. Rejected iff that interval "
+            f"excludes an improvement of {floor:g} % (at any look). At the last look run anything else is "
+            "inconclusive.",
+            f"Guards: paired non-inferiority on the rounds' (off, on) pairs: pass iff the one-sided "
+            f"{100 * level:.3f} % t bound of mean(on - off) clears -max_drop (+max_drop for lower-is-better "
+            f"guards); that per-look level holds a false pass to {100 * sequential.CALIBRATION_ALPHA:g} % over "
+            "three looks when the true drop equals the limit. Fail iff the opposite "
+            "bound is beyond it; otherwise the guard is inconclusive and an adoption waits for the next look, "
+            "then becomes inconclusive — never a pass.",
+            self._contamination_rule(rules_spec),
+        ]
+
+    def _contamination_rule(self, rules_spec: RulesSpec) -> str:
+        return (f"Contamination only from telemetry that does not look at the result: the load evidence of "
+                f"rules.evidence = {rules_spec.evidence} (load1: the window's {rules_spec.load_stat} of load1 per "
+                f"core above {rules_spec.load_per_core_limit:g}; psi and steal: see the common rules, with that "
+                "load1 rule where a window did not record them), the backend's evidence, or the machine on "
+                "battery. A flagged run's pair is re-run once at the end of its stage in the mirror order; "
+                f"needing more than {rules_spec.max_retries} re-run(s) for a pair makes the outcome inconclusive.")
+
+    def _v3_rules(self, rules_spec: RulesSpec, threshold: ThresholdSpec) -> list[str]:
+        """Version 3's words, unchanged (a v3 predecision states them)."""
+        first, last = self.design.runs
+        floor, alpha, level = threshold.floor_pct, sequential.ALPHA, self.design.guard_look_level
+        c1, c2 = self.design.critical
         return [
             f"Policy sequential: look 1 after {first} runs per arm, look 2 after {last}; stop at the first look "
             "that decides. The classic Delta and threshold are reported beside it and decide nothing.",
@@ -229,20 +286,19 @@ class SequentialPolicy:
                on_arm: str, primary: str, direction: str, guards: Sequence[Any], floor_pct: float,
                warnings: Sequence[str]) -> Decided:
         """The sequential looks decide; the classic verdict is reported beside it as one reason."""
-        by_label = {r.label: r for r in records}
-        guard_values = {g.metric: {label: value for label in classified["label"]
-                                   if (value := by_label[label].value_of(g.metric)) is not None}
-                        for g in guards}
+        guard_values = _guard_values(classified, records, guards)
         outcome = sequential.decide(classified, guard_values, off_arm=off_arm, on_arm=on_arm, guard_specs=guards,
-                                    floor_pct=floor_pct, direction=direction, primary=primary)
+                                    floor_pct=floor_pct, direction=direction, primary=primary,
+                                    design=self.design)
         all_warnings = (*warnings, *outcome.warnings)
         if classic.decision is Decision.INVALID:  # nothing to extend: the series cannot be trusted
             info = replace(outcome, extend=False).info(floor_pct)
             return Decided(Verdict(Decision.INVALID, classic.reasons, all_warnings), info)
         decision, reasons = outcome.decision, list(outcome.reasons)
-        if decision == "continue":  # look 1 undecided and stage 2 never ran
+        if decision == "continue":  # a look undecided and the next stage never ran
             decision = "inconclusive"
-            reasons.append("stage 2 did not run, so look 2 is missing")
+            missing = len(outcome.looks) + 1
+            reasons.append(f"stage {missing} did not run, so look {missing} is missing")
         reasons.append(f"classic rule beside it (decides nothing here): {classic.decision.value} — "
                        + (classic.reasons[0] if classic.reasons else ""))
         return Decided(Verdict(Decision(decision), tuple(reasons), all_warnings), outcome.info(floor_pct),
@@ -250,21 +306,95 @@ class SequentialPolicy:
 
     def simulate(self, off_log: np.ndarray, on_log: np.ndarray, thresholds: ThresholdSpec
                  ) -> tuple[np.ndarray, np.ndarray]:
-        """The two looks (sequential.look_codes, the function behind `gate run`), columns paired by round."""
-        first, last = SEQUENTIAL_RUNS
-        look1 = sequential.look_codes(*sequential.pair_arrays(off_log[:, :first], on_log[:, :first]),
-                                      floor_pct=thresholds.floor_pct, direction="lower", final=False)
-        look2 = sequential.look_codes(*sequential.pair_arrays(off_log[:, :last], on_log[:, :last]),
-                                      floor_pct=thresholds.floor_pct, direction="lower", final=True)
-        decided = look1 != CONTINUE
-        return np.where(decided, look1, look2), np.where(decided, first, last)
+        """The design's looks with their stop rules (sequential.design_codes: the same look_codes and
+        stop_codes behind `gate run`), columns paired by round."""
+        return sequential.design_codes(off_log, on_log, floor_pct=thresholds.floor_pct, direction="lower",
+                                       design=self.design)
 
 
-CLASSIC, SEQUENTIAL = ClassicPolicy(), SequentialPolicy()
-_BY_NAME: dict[str, Policy] = {p.name: p for p in (CLASSIC, SEQUENTIAL)}
+class DuetPolicy:
+    """Both arms of a pair at once on twin slots, the slots swapped every pair: the pairs' log-ratios with the
+    slot effect estimated (OLS on [1, slot sign]) and removed, a Student t interval with n − 2 df, the
+    sequential policy's floor-aware outcomes, paired guards, telemetry-only contamination (gatekit.duet)."""
+
+    name = "duet"
+    default_order = "duet"  # not an interleaving: pair k runs both arms together
+
+    def max_rounds(self, n: int) -> int:
+        return n
+
+    def stated_rules(self, primary: str, rules_spec: RulesSpec, threshold: ThresholdSpec) -> list[str]:
+        floor, alpha, level = threshold.floor_pct, duet.TEST_ALPHA, duet.INTERVAL_LEVEL
+        return [
+            "Policy duet: pair k runs the off and the on run at the same time, one on each slot; odd pairs run "
+            "off on slot 0 and on on slot 1, even pairs the reverse. The classic Delta and threshold are "
+            "reported beside it and decide nothing.",
+            "Per pair d = ln(on) - ln(off) = Delta + s*sign + noise, sign = +1 when on ran on slot 1, -1 when "
+            "on ran on slot 0 (from the runs' recorded slots; the pair's parity where none was recorded); s is "
+            "the slot-1-minus-slot-0 effect. Noise both runs share cancels from d. Delta and s are the least "
+            f"squares fit of d on [1, sign]; SE from the residuals with n - 2 degrees of freedom; c = the "
+            f"one-sided {1 - alpha:g} Student t quantile with n - 2 df; interval Delta +/- c SE ({100 * level:g} %).",
+            f"Adopted iff Delta/SE is beyond c on the better side AND Delta is at least {floor:g} % better AND "
+            f"every guard passes. Regression iff Delta/SE is beyond c on the worse side AND at least {floor:g} % "
+            f"worse. Equivalent iff the interval lies inside +/-{floor:g} %. Rejected iff it excludes an "
+            f"improvement of {floor:g} %. Anything else is inconclusive. The slot effect is reported in % with "
+            "its interval.",
+            f"Guards: paired non-inferiority on the pairs' (off, on) values: pass iff the one-sided "
+            f"{100 * duet.GUARD_LEVEL:g} % t bound of mean(on - off) clears -max_drop (+max_drop for "
+            "lower-is-better guards); fail iff the opposite bound is beyond it; otherwise inconclusive, and an "
+            "adoption becomes inconclusive — never a pass.",
+            f"Contamination only from telemetry that does not look at the result (rules.evidence = "
+            f"{rules_spec.evidence}, the backend's evidence for the slot, the machine on battery); a flagged or "
+            f"failed run takes its pair out, and the pair is re-run, both runs together; needing more than "
+            f"{rules_spec.max_retries} re-run(s) for a pair makes the outcome inconclusive.",
+        ]
+
+    def classify(self, runs: pd.DataFrame, rules_spec: RulesSpec, replaced: Mapping[int, rules.Replacement],
+                 cores: int | None) -> pd.DataFrame:
+        return sequential.classify(runs, rules_spec, replaced, cores)
+
+    def retries(self, classified: pd.DataFrame, rules_spec: RulesSpec, off_arm: str, on_arm: str) -> list[Retry]:
+        # both runs of the pair again, together: neither goes first
+        return [Retry(round_, flagged) for round_, flagged in sequential.rounds_needing_replacement(classified).items()]
+
+    def unresolved(self, classified: pd.DataFrame) -> pd.Series:
+        return ~classified["replaced"] & classified["failed"]
+
+    def warnings(self, evidence: Evidence) -> list[str]:
+        return SEQUENTIAL.warnings(evidence)
+
+    def decide(self, classic: Verdict, classified: pd.DataFrame, records: Sequence[RunRecord], *, off_arm: str,
+               on_arm: str, primary: str, direction: str, guards: Sequence[Any], floor_pct: float,
+               warnings: Sequence[str]) -> Decided:
+        """The duet estimate decides; the classic verdict is reported beside it as one reason."""
+        guard_values = _guard_values(classified, records, guards)
+        outcome = duet.decide(classified, guard_values, off_arm=off_arm, on_arm=on_arm, guard_specs=guards,
+                              floor_pct=floor_pct, direction=direction, primary=primary)
+        all_warnings = (*warnings, *outcome.warnings)
+        if classic.decision is Decision.INVALID:
+            return Decided(Verdict(Decision.INVALID, classic.reasons, all_warnings), duet=outcome.info)
+        reasons = [*outcome.reasons, f"classic rule beside it (decides nothing here): {classic.decision.value} — "
+                   + (classic.reasons[0] if classic.reasons else "")]
+        return Decided(Verdict(Decision(outcome.decision), tuple(reasons), all_warnings), duet=outcome.info)
+
+    def simulate(self, off_log: np.ndarray, on_log: np.ndarray, thresholds: ThresholdSpec
+                 ) -> tuple[np.ndarray, np.ndarray]:
+        """duet.pair_codes (the function behind `gate run`); column k is pair k + 1, its slot sign from the
+        swap rule."""
+        signs = duet.parity_signs(np.arange(1, off_log.shape[-1] + 1))
+        codes = duet.pair_codes(on_log - off_log, signs, floor_pct=thresholds.floor_pct, direction="lower")
+        return codes, np.full(off_log.shape[0], off_log.shape[-1])
+
+
+CLASSIC, SEQUENTIAL, DUET = ClassicPolicy(), SequentialPolicy(), DuetPolicy()
+_BY_NAME: dict[str, Policy] = {p.name: p for p in (CLASSIC, SEQUENTIAL, DUET)}
 assert tuple(_BY_NAME) == POLICIES, "config.POLICIES names the policies of this module"
+_SEQUENTIAL_BY_VERSION = {version: SequentialPolicy(design) for version, design in sequential.DESIGNS.items()}
 
 
-def policy_for(name: str) -> Policy:
-    """The policy object of a preregistered name (config validated it)."""
+def policy_for(name: str, sequential_version: int | None = None) -> Policy:
+    """The policy object of a preregistered name (config validated it); the sequential policy in the design
+    version the predecision records (None: the current one)."""
+    if name == SEQUENTIAL.name and sequential_version is not None:
+        return _SEQUENTIAL_BY_VERSION[sequential_version]
     return _BY_NAME[name]

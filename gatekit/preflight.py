@@ -16,6 +16,7 @@ from gatekit.driver import ArmInput, ChosenBackend, Driver
 from gatekit.errors import ConfigError
 from gatekit.provenance import not_a_file
 from gatekit.records import CheckResult
+from gatekit.slots import unequal_cpu_slots, unequal_gpus
 
 
 def arm_input(arm: ArmSpec) -> ArmInput:
@@ -144,5 +145,37 @@ def run_checks(config: GateConfig, arms: Sequence[ArmSpec], driver: Driver,
     checks += [check_busy(config), check_power(), check_load(config)]
     if backend is not None:
         checks.append(CheckResult("backend", True, f"{backend.name} ({backend.detail})"))
+        checks += backend.backend.preflight() if config.duet is None else check_slots(config, backend)
+    return checks
+
+
+def check_slots(config: GateConfig, backend: ChosenBackend) -> list[CheckResult]:
+    """A duet's slots: each GPU slot's own backend checks, and the two slots twins (same GPU model, memory
+    and max clock; cpu slots of one size) unless the gate allows unequal slots."""
+    duet = config.duet
+    assert duet is not None
+    kind = duet.slots[0].kind
+    checks: list[CheckResult] = []
+    if kind == "cuda":
+        if not hasattr(backend.backend, "for_device"):
+            return [CheckResult("duet slots", False, f"cuda slots need the cuda backend, and this machine gives "
+                                f"{backend.name} ({backend.detail}); install 'gatekit[cuda]' or use cpu slots")]
+        statics: dict[str, dict[str, object]] = {}
+        for slot in duet.slots:
+            slot_backend = backend.backend.for_device(slot.gpu)  # type: ignore[attr-defined]
+            found = slot_backend.preflight()
+            checks += found
+            if all(c.ok for c in found):
+                statics[slot.text] = slot_backend.reader.static()
+        problem = unequal_gpus(statics) if len(statics) == 2 else ""
+    else:
         checks += backend.backend.preflight()
+        problem = unequal_cpu_slots(duet.slots)
+    if problem and duet.allow_unequal_slots and "not available" not in problem:
+        checks.append(CheckResult("duet slots", True, f"{problem} (allowed: duet.allow_unequal_slots = true)"))
+    else:
+        detail = problem + ("; set duet.allow_unequal_slots = true to run anyway" if problem and
+                            "not available" not in problem else "")
+        checks.append(CheckResult("duet slots", not problem,
+                                  detail or f"{duet.slots[0].text} and {duet.slots[1].text} are twins"))
     return checks

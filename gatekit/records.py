@@ -331,6 +331,8 @@ class RunRecord(Record):
     retry_of: int | None = None  # the round this run replaces
     started_at: str = ""  # ISO-8601 wall time, for people; durations use monotonic clocks
     artifacts_ok: bool = True
+    # duet mode: the device slot it ran on ("cuda:1", "cpu:0-3"); None otherwise
+    slot: str | None = field(default=None, metadata={"omit": None})
 
     @property
     def failed(self) -> bool:
@@ -348,3 +350,16 @@ def metric_value(metrics: Mapping[str, float], process_wallclock_s: float, metri
     None has failed; it is never replaced by the wallclock."""
     value = process_wallclock_s if metric == PROCESS_WALLCLOCK else metrics.get(metric)
     return float(value) if value is not None and math.isfinite(value) else None
+
+
+def startup_overhead_s(metrics: Mapping[str, float], process_wallclock_s: float, primary: str) -> float | None:
+    """What a run's process spent beyond its primary: `process_wallclock_s − primary` (imports, data set-up,
+    warm-up, capture, teardown) when the primary is a time in seconds — its name ends in `_s`, the unit
+    convention of metric names — and not the wallclock itself; None otherwise, when either is missing, or
+    when the primary exceeds the wallclock (then it was not timed inside this process: imported or replayed)."""
+    if primary == PROCESS_WALLCLOCK or not primary.endswith("_s"):
+        return None
+    value = metric_value(metrics, process_wallclock_s, primary)
+    if value is None or not math.isfinite(process_wallclock_s) or process_wallclock_s < value:
+        return None
+    return process_wallclock_s - value

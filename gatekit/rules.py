@@ -26,7 +26,7 @@ from gatekit.verdict import classic_decision
 
 PRESSURE_COLUMNS = (*(f"psi_{resource}_pct" for resource in PSI_RESOURCES), "steal_pct")
 RUN_COLUMNS = ("order", "arm", "label", "pair", "value", "failed", "error", "samples", "load1_mean", "load1_max",
-               "backend_evidence", "on_ac", "retry_of", *PRESSURE_COLUMNS)
+               "backend_evidence", "on_ac", "retry_of", "slot", *PRESSURE_COLUMNS)
 
 
 def load_over_limit(table: pd.DataFrame, rules: RulesSpec) -> pd.Series:

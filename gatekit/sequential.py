@@ -1,22 +1,29 @@
-"""The sequential policy (v3): two looks (4, then 8 rounds, Thue–Morse order) on the rounds' pair differences
-of log values, a Hodges–Lehmann estimate studentized by a robust scale, a Pocock boundary calibrated by
-simulation, equivalence, a group-sequential paired guard, telemetry-only contamination.
+"""The sequential policy (v4): up to three looks (4, 8, then 12 rounds, Thue–Morse order) on the rounds' pair
+differences of log values, a Hodges–Lehmann estimate studentized by a robust scale, a boundary calibrated by
+simulation, an early stop at look 1, equivalence, a group-sequential paired guard, telemetry-only contamination.
 
 Each round is an adjacent AB or BA pair, so its difference d = log on − log off carries a linear drift only as
 ±(drift per run), and the Thue–Morse order balances AB against BA in every block of four rounds: the drift
 cancels from the centre and only widens the spread. A slow run moves one d; the Hodges–Lehmann estimate (the
 median of the Walsh averages) and a capped mean absolute deviation from the median keep it from deciding alone.
 The statistic HL/S has no textbook distribution, so its critical values come from
-benchmarks/sequential_calibration.py (normal pair differences, the seed and draws below): each look spends
-the same null probability and both looks together CALIBRATION_ALPHA = 4.5 % one-sided (Pocock's equal
-spending), half a point under the 5 % bound to leave room for drift, heavy tails and outliers. The paired
-guard looks twice too, at a per-look level calibrated the same way.
+benchmarks/sequential_calibration.py (normal pair differences, the seed and draws below).
+
+v4 (what a new series preregisters): looks 1 and 2 spend 3 % between them (Pocock's equal spending); look 1
+stops early as inconclusive when the improvement statistic lies between −2 and 0 (the change is not ahead and
+a floor-sized improvement is unlikely to be shown: a regression that clear is named at look 2 instead, the
+price of the early stop); look 3 (12 rounds) runs only when look 2 is undecided with HL/S within 3 of c2 on the
+improvement side, and its critical value spends the rest of CALIBRATION_ALPHA = 4.5 % one-sided — half a point
+under the 5 % bound to leave room for drift, heavy tails and outliers. The third look is what lifts the power
+under outliers (one slowed run in 8 rounds costs look 2 its decision far more often than one in 12).
+v3 (two looks, 4 then 8 rounds, Pocock at 4.5 %) stays here unchanged: a series preregistered under it
+re-analyses with its own constants (DESIGNS, keyed by the version the predecision records).
 
 Outcomes follow Chromium Pinpoint's SAME / DIFFERENT / UNKNOWN: adopted or regression (different by at least
 the floor), equivalent (CI inside ±floor: same), rejected (an improvement of the floor is ruled out),
 inconclusive (unknown — never a pass). docs/statistics.md gives the simulated error rates.
 
-Pure: tables and values in, decisions out. `look_codes` is vectorised so `gate simulate` runs this exact rule.
+Pure: tables and values in, decisions out. `design_codes` is vectorised so `gate simulate` runs this exact rule.
 """
 
 from __future__ import annotations
@@ -30,26 +37,62 @@ import pandas as pd
 from scipy import stats as sps
 
 from gatekit import rules, stats
-from gatekit.config import SEQUENTIAL_RUNS, GuardSpec, RulesSpec
+from gatekit.config import SEQUENTIAL_VERSION, GuardSpec, RulesSpec
 from gatekit.diagnostics import log_values, pct
 from gatekit.finding import Look, PairedGuard, SequentialInfo
 from gatekit.verdict import ADOPTED, CODE_NAMES, CONTINUE, EQUIVALENT, INCONCLUSIVE, REGRESSION, REJECTED
 
-VERSION = 3
-ALPHA = 0.05  # one-sided, over both looks together: the bound on false adoption and on a guard's false pass
+ALPHA = 0.05  # one-sided, over all looks together: the bound on false adoption and on a guard's false pass
 CALIBRATION_ALPHA = 0.045  # what the constants hold under normal noise: a margin for drift, tails and outliers
-INTERVAL_LEVEL = 1 - 2 * CALIBRATION_ALPHA  # HL ± c·S covers the true difference at both looks with at least this
+INTERVAL_LEVEL = 1 - 2 * CALIBRATION_ALPHA  # HL ± c·S covers the true difference at every look with at least this
 METHOD = "pair differences of log values, Hodges-Lehmann / capped mean absolute deviation, Pocock boundary"
-# benchmarks/sequential_calibration.py, seed CALIBRATION_SEED, CALIBRATION_DRAWS normal null gates:
-CALIBRATION_SEED = 20261130
-CALIBRATION_DRAWS = 2_000_000
-CRITICAL = (6.1577, 3.5745)  # HL/S beyond c_k at look k: equal null probability per look, CALIBRATION_ALPHA in all
-GUARD_LOOK_LEVEL = 0.97437  # per-look one-sided level of the guard bound: false pass CALIBRATION_ALPHA in all
-GUARD_LEVEL = GUARD_LOOK_LEVEL
+CALIBRATION_SEED = 20261130  # benchmarks/sequential_calibration.py draws its normal null gates from this seed
 SCALE_CAP = 4.0  # robust_scale caps each absolute deviation at this many median absolute deviations
 DF_MODE = "none: calibrated critical value"
 
-STAGE1_ROUNDS = SEQUENTIAL_RUNS[0]
+
+@dataclass(frozen=True, slots=True)
+class Design:
+    """One version of the sequential design: its looks and the constants calibrated for them."""
+
+    version: int
+    runs: tuple[int, ...]  # runs per arm (rounds) at each look
+    critical: tuple[float, ...]  # HL/S beyond c_k at look k decides a difference
+    guard_look_level: float  # per-look one-sided level of the guard bound: false pass CALIBRATION_ALPHA in all
+    calibration_draws: int
+    early_alpha: float  # the null probability looks 1 and 2 spend between them (equal shares)
+    stop_band: tuple[float, float] | None = None  # look 1 stops (inconclusive) when low ≤ improvement HL/S < high
+    extend_window: float | None = None  # a later look runs only when HL/S is within this of c on the better side
+
+    @property
+    def looks(self) -> int:
+        return len(self.runs)
+
+    @property
+    def method(self) -> str:
+        if self.stop_band is None:
+            return METHOD
+        return METHOD + ", early stop at look 1, a third look only near the boundary"
+
+
+V3 = Design(3, (4, 8), (6.1577, 3.5745), 0.97437, 2_000_000, CALIBRATION_ALPHA)
+V4 = Design(4, (4, 8, 12), (7.7583, 4.0920, 3.1126), 0.98090, 1_000_000, 0.03, stop_band=(-2.0, 0.0),
+            extend_window=3.0)
+DESIGNS = {3: V3, 4: V4}
+CURRENT = DESIGNS[SEQUENTIAL_VERSION]
+assert CURRENT.runs[0] == 4, "config.FIXED_SCHEDULES starts every sequential series with 4 rounds"
+
+# the current design's constants under their familiar names
+VERSION = CURRENT.version
+CRITICAL = CURRENT.critical
+GUARD_LOOK_LEVEL = CURRENT.guard_look_level
+GUARD_LEVEL = GUARD_LOOK_LEVEL
+CALIBRATION_DRAWS = CURRENT.calibration_draws
+
+
+def design_for(version: int | None) -> Design:
+    """The design a series preregistered (None: the current one)."""
+    return CURRENT if version is None else DESIGNS[version]
 
 
 # -- the look, vectorised ----------------------------------------------------------------------------
@@ -101,7 +144,7 @@ def look_codes(diff: np.ndarray, scale: np.ndarray, *, floor_pct: float, directi
     the interval HL ± c·S inside ±floor. Rejected: that interval excludes a floor-sized improvement. Else
     continue (look 1) or inconclusive (final).
     """
-    c = CRITICAL[1 if final else 0] if critical is None else critical
+    c = CRITICAL[-1 if final else 0] if critical is None else critical
     diff, scale = np.asarray(diff, float), np.asarray(scale, float)
     sign = -1.0 if direction == "lower" else 1.0
     gain = sign * diff
@@ -118,6 +161,44 @@ def look_codes(diff: np.ndarray, scale: np.ndarray, *, floor_pct: float, directi
     rest = INCONCLUSIVE if final else CONTINUE
     return np.select([adopted, regression, equivalent, rejected], [ADOPTED, REGRESSION, EQUIVALENT, REJECTED],
                      default=rest)
+
+
+def gain_statistic(diff: np.ndarray, scale: np.ndarray, direction: str) -> np.ndarray:
+    """HL/S on the improvement side: positive when on is better (for either direction)."""
+    return (-1.0 if direction == "lower" else 1.0) * statistic(diff, scale)
+
+
+def stop_codes(codes: np.ndarray, t_gain: np.ndarray, *, look: int, design: Design) -> np.ndarray:
+    """A look's undecided gates (CONTINUE) that the design ends here as inconclusive: at look 1 those whose
+    improvement statistic lies in the stop band (v4: −2 ≤ HL/S < 0, not ahead); at a later look before the
+    last, those not within extend_window of that look's critical value on the improvement side. The other
+    codes pass through."""
+    codes, t_gain = np.asarray(codes), np.asarray(t_gain, float)
+    undecided = codes == CONTINUE
+    if look == 1 and design.stop_band is not None:
+        low, high = design.stop_band
+        return np.where(undecided & (t_gain >= low) & (t_gain < high), INCONCLUSIVE, codes)
+    if 1 < look < design.looks and design.extend_window is not None:
+        near = t_gain > design.critical[look - 1] - design.extend_window
+        return np.where(undecided & ~near, INCONCLUSIVE, codes)
+    return codes
+
+
+def design_codes(off_log: np.ndarray, on_log: np.ndarray, *, floor_pct: float, direction: str,
+                 design: Design = CURRENT) -> tuple[np.ndarray, np.ndarray]:
+    """(outcome code, runs per arm) of many gates at once, columns paired by round: every look of the design
+    with its stop rule, each gate ending at the first look that decides — what `decide` does for one gate."""
+    d = np.asarray(on_log, float) - np.asarray(off_log, float)
+    codes = np.full(d.shape[0], CONTINUE)
+    runs = np.zeros(d.shape[0], dtype=int)
+    for look, n in enumerate(design.runs, start=1):
+        diff, scale = hodges_lehmann(d[:, :n]), robust_scale(d[:, :n])
+        code = look_codes(diff, scale, floor_pct=floor_pct, direction=direction, final=look == design.looks,
+                          critical=design.critical[look - 1])
+        code = stop_codes(code, gain_statistic(diff, scale, direction), look=look, design=design)
+        open_ = codes == CONTINUE
+        codes, runs = np.where(open_, code, codes), np.where(open_, n, runs)
+    return codes, runs
 
 
 # -- guards ------------------------------------------------------------------------------------------
@@ -227,35 +308,45 @@ class SequentialOutcome:
     decision: str  # adopted | rejected | regression | equivalent | inconclusive | guard_failed | continue
     reasons: tuple[str, ...]
     looks: tuple[Look, ...] = ()
-    extend: bool = False  # look 1 did not decide and stage 2 has not run yet
+    extend: bool = False  # the last look run did not decide and the next stage has not run yet
     warnings: tuple[str, ...] = field(default_factory=tuple)
     statistics: tuple[float, ...] = ()  # HL/S at each look
+    design: Design = CURRENT
 
     def info(self, floor_pct: float) -> SequentialInfo:
-        """The looks and constants as the finding records them (v3's own keys beside the v2 ones)."""
-        return SequentialInfo(ALPHA, DF_MODE, floor_pct, SEQUENTIAL_RUNS, GUARD_LEVEL, self.looks, self.decision,
-                              "extend" if self.extend else "stop", extra_keys={
-                                  "version": VERSION, "method": METHOD, "critical": list(CRITICAL),
-                                  "calibration_alpha": CALIBRATION_ALPHA,
-                                  "guard_look_level": GUARD_LOOK_LEVEL,
-                                  "calibration": {"script": "benchmarks/sequential_calibration.py",
-                                                  "seed": CALIBRATION_SEED, "draws": CALIBRATION_DRAWS},
-                                  "statistics": list(self.statistics)})
+        """The looks and constants as the finding records them (v3's own keys beside the v2 ones; v4 adds its
+        stop rules)."""
+        design = self.design
+        calibration: dict[str, Any] = {"script": "benchmarks/sequential_calibration.py", "seed": CALIBRATION_SEED,
+                                       "draws": design.calibration_draws}
+        extra: dict[str, Any] = {"version": design.version, "method": design.method,
+                                 "critical": list(design.critical), "calibration_alpha": CALIBRATION_ALPHA,
+                                 "guard_look_level": design.guard_look_level, "calibration": calibration}
+        if design.stop_band is not None:
+            calibration["early_alpha"] = design.early_alpha
+            extra |= {"stop_band": list(design.stop_band), "extend_window": design.extend_window}
+        extra["statistics"] = list(self.statistics)
+        return SequentialInfo(ALPHA, DF_MODE, floor_pct, design.runs, design.guard_look_level, self.looks,
+                              self.decision, "extend" if self.extend else "stop", extra_keys=extra)
 
 
 def _look(number: int, pairs_primary: Sequence[tuple[float, float]],
           guard_pairs: Mapping[str, list[tuple[float, float]]], guard_specs: Sequence[GuardSpec], *,
-          floor_pct: float, direction: str, final: bool) -> tuple[Look, float]:
+          floor_pct: float, direction: str, design: Design) -> tuple[Look, float, bool]:
+    """One look: the Look record, HL/S, and whether the design's stop rule (not the boundary) ended it."""
     off_logs = log_values([off for off, _ in pairs_primary])
     on_logs = log_values([on for _, on in pairs_primary])
     if off_logs is None or on_logs is None or len(pairs_primary) < 2:
         diff = scale = np.float64(math.nan)
     else:
         diff, scale = pair_arrays(off_logs, on_logs)
-    code = int(look_codes(diff, scale, floor_pct=floor_pct, direction=direction, final=final))
-    c = CRITICAL[1 if final else 0]
+    final = number == design.looks
+    c = design.critical[number - 1]
+    boundary_code = int(look_codes(diff, scale, floor_pct=floor_pct, direction=direction, final=final, critical=c))
+    code = int(stop_codes(boundary_code, gain_statistic(diff, scale, direction), look=number, design=design))
     lo, hi = diff - c * scale, diff + c * scale
-    guards = {g.metric: paired_guard(g, guard_pairs.get(g.metric, [])) for g in guard_specs}
+    guards = {g.metric: paired_guard(g, guard_pairs.get(g.metric, []), design.guard_look_level)
+              for g in guard_specs}
     statuses = [g.status for g in guards.values()]
     primary = CODE_NAMES[code]
     if code == REGRESSION:
@@ -269,14 +360,27 @@ def _look(number: int, pairs_primary: Sequence[tuple[float, float]],
     n = len(pairs_primary)
     look = Look(number, n, n, pct(float(diff)), pct(float(lo)), pct(float(hi)), INTERVAL_LEVEL, None, None, None,
                 primary=primary, guards=guards, decision=decision)
-    return look, float(statistic(diff, scale))
+    return look, float(statistic(diff, scale)), code != boundary_code
 
 
-def _reasons(look: Look, t: float, floor_pct: float, primary: str) -> list[str]:
-    c = CRITICAL[look.look - 1]
+def _over_looks(design: Design) -> str:
+    return "over both looks" if design.looks == 2 else "over all looks"
+
+
+def guard_reason(guard: PairedGuard, bound_words: str) -> str:
+    """A paired guard's line in the verdict's reasons; `bound_words` names its bound's level."""
+    if guard.bound is None:
+        return f"guard {guard.metric}: {guard.pairs} pair(s), too few for a bound → {guard.status}"
+    return (f"guard {guard.metric}: mean(on − off) {guard.mean_diff:+.4f} over {guard.pairs} pairs, one-sided "
+            f"{bound_words} {guard.bound:+.4f} vs limit {guard.limit:+g} → {guard.status}")
+
+
+def _reasons(look: Look, t: float, floor_pct: float, primary: str, design: Design, direction: str,
+             stopped: bool) -> list[str]:
+    c = design.critical[look.look - 1]
     head = (f"look {look.look} ({look.n_off} AB/BA pairs): {primary} Δ {look.delta_pct:+.4f} % (Hodges–Lehmann "
             f"of the pair differences of log values), interval HL ± {c:g}·S [{look.ci_low_pct:+.4f} %, "
-            f"{look.ci_high_pct:+.4f} %], HL/S {t:+.3f} vs ±{c:g} (one-sided α {ALPHA:g} over both looks), "
+            f"{look.ci_high_pct:+.4f} %], HL/S {t:+.3f} vs ±{c:g} (one-sided α {ALPHA:g} {_over_looks(design)}), "
             f"floor ±{floor_pct:g} %")
     why = {"adopted": "significantly better by at least the floor",
            "regression": "significantly worse by at least the floor",
@@ -285,49 +389,64 @@ def _reasons(look: Look, t: float, floor_pct: float, primary: str) -> list[str]:
            "inconclusive": "neither a floor-sized difference nor equivalence is shown",
            "continue": "undecided: extend to the next stage"}
     lines = [f"{head} → {look.primary} ({why[look.primary]})"]
-    if look.primary == "inconclusive" and look.ci_low_pct is not None and look.ci_high_pct is not None:
+    t_gain = -t if direction == "lower" else t
+    early_stop = stopped and look.look == 1 and design.stop_band is not None
+    if early_stop:
+        low, high = design.stop_band or (0.0, 0.0)
+        stop_line = (f"stopped at look 1: after {look.n_off} pairs the on arm is not ahead (HL/S {t_gain:+.3f} on "
+                     f"the improvement side, between {low:g} and {high:g}), so more runs are unlikely to show an "
+                     f"improvement of {floor_pct:g} %; the series ends here, inconclusive — never a pass")
+    elif stopped:
+        lines.append(f"no look {look.look + 1}: HL/S {t_gain:+.3f} on the improvement side is not within "
+                     f"{design.extend_window:g} of c = {c:g}, so more runs are unlikely to decide")
+    elif look.primary == "continue" and look.look < design.looks and design.extend_window is not None \
+            and look.look > 1:
+        lines.append(f"HL/S {t_gain:+.3f} on the improvement side is within {design.extend_window:g} of c = {c:g}: "
+                     f"look {look.look + 1} after {design.runs[look.look]} runs per arm")
+    if look.primary == "inconclusive" and look.ci_low_pct is not None and look.ci_high_pct is not None \
+            and not early_stop:
         # the same words as the classic policy's "too noisy to tell"
         half_width = (look.ci_high_pct - look.ci_low_pct) / 2
         lines.insert(0, f"too noisy to tell: this series could not have detected an effect smaller than "
                         f"{half_width:.4g} % (half the width of its interval at look {look.look})")
-    for guard in look.guards.values():
-        if guard.bound is None:
-            lines.append(f"guard {guard.metric}: {guard.pairs} pair(s), too few for a bound → {guard.status}")
-        else:
-            lines.append(f"guard {guard.metric}: mean(on − off) {guard.mean_diff:+.4f} over {guard.pairs} pairs, "
-                         f"one-sided {100 * GUARD_LEVEL:.3f} % bound (per look) {guard.bound:+.4f} vs limit "
-                         f"{guard.limit:+g} → {guard.status}")
+    lines += [guard_reason(guard, f"{100 * design.guard_look_level:.3f} % bound (per look)")
+              for guard in look.guards.values()]
     if look.primary == "adopted" and look.decision in ("continue", "inconclusive"):
         lines.append("a guard's bound is too wide to pass: " + ("extend" if look.decision == "continue"
                                                                else "inconclusive, never a pass"))
+    if early_stop:  # the verdict's headline when it decides (a failed guard decides instead)
+        lines.insert(0 if look.decision == "inconclusive" else len(lines), stop_line)
     return lines
 
 
-def stage_of_rounds(classified: pd.DataFrame) -> pd.Series:
-    """1 for the preregistered rounds 1–4 and their replacements, 2 for the rest."""
+def stage_of_rounds(classified: pd.DataFrame, design: Design = CURRENT) -> pd.Series:
+    """The stage of each round: 1 for the preregistered rounds 1–4, 2 for the next four original rounds, 3 for
+    the four after them (v4), each replacement in the stage of the round it replaces. Original rounds count by
+    rank, not number: a replacement takes the next free round number, so a later stage may start past 5 or 9."""
     retry_of = {int(r.pair): int(r.retry_of) for r in classified.itertuples()
                 if r.retry_of is not None and not (isinstance(r.retry_of, float) and math.isnan(r.retry_of))}
     roots = classified["pair"].map(lambda p: rules.lineage_root(int(p), retry_of))
-    return roots.map(lambda root: 1 if root <= STAGE1_ROUNDS else 2)
+    rank = {root: index for index, root in enumerate(sorted(set(roots)))}
+    return roots.map(lambda root: min(1 + sum(1 for n in design.runs if rank[root] >= n), design.looks))
 
 
 def decide(classified: pd.DataFrame, guard_values: Mapping[str, Mapping[str, float]], *, off_arm: str,
            on_arm: str, guard_specs: Sequence[GuardSpec], floor_pct: float, direction: str,
-           primary: str) -> SequentialOutcome:
+           primary: str, design: Design = CURRENT) -> SequentialOutcome:
     """Run the looks on the used runs. `guard_values` maps guard metric → {run label: value}."""
-    stage = stage_of_rounds(classified)
+    stage = stage_of_rounds(classified, design)
     unresolved = classified[~classified["replaced"] & classified["contaminated"]]
     if not unresolved.empty:
         labels = ", ".join(unresolved["label"])
         return SequentialOutcome("inconclusive", (f"{labels} flagged by telemetry and the pair has no "
                                                   "replacement left; a second replacement makes the gate "
-                                                  "inconclusive",))
+                                                  "inconclusive",), design=design)
     reasons: list[str] = []
     looks: list[Look] = []
     ts: list[float] = []
-    has_stage2 = bool((stage == 2).any())
-    for number, stages in ((1, (1,)), (2, (1, 2))):
-        rows = classified[classified["used"] & stage.isin(stages)]
+    last_stage = int(stage.max()) if len(stage) else 1
+    for number in range(1, design.looks + 1):
+        rows = classified[classified["used"] & (stage <= number)]
         primary_pairs: list[tuple[float, float]] = []
         pairs: dict[str, list[tuple[float, float]]] = {}
         for _, round_rows in rows.groupby("pair"):
@@ -338,16 +457,17 @@ def decide(classified: pd.DataFrame, guard_values: Mapping[str, Mapping[str, flo
                 values = {arm: by_label.get(r.label) for arm, r in by_arm.items()}
                 if values.get(off_arm) is not None and values.get(on_arm) is not None:
                     pairs.setdefault(metric, []).append((values[off_arm], values[on_arm]))
-        look, t = _look(number, primary_pairs, pairs, guard_specs, floor_pct=floor_pct, direction=direction,
-                        final=number == 2)
+        look, t, stopped = _look(number, primary_pairs, pairs, guard_specs, floor_pct=floor_pct,
+                                 direction=direction, design=design)
         looks.append(look)
         ts.append(t)
-        reasons += _reasons(look, t, floor_pct, primary)
+        reasons += _reasons(look, t, floor_pct, primary, design, direction, stopped)
         if look.decision != "continue":
-            warnings = (("stage 2 ran although look 1 had decided; look 1 decides",)
-                        if number == 1 and has_stage2 else ())
+            warnings = ((f"stage {number + 1} ran although look {number} had decided; look {number} decides",)
+                        if last_stage > number else ())
             return SequentialOutcome(look.decision, tuple(reasons), tuple(looks), warnings=warnings,
-                                     statistics=tuple(ts))
-        if not has_stage2:
-            return SequentialOutcome("continue", tuple(reasons), tuple(looks), extend=True, statistics=tuple(ts))
-    raise AssertionError("look 2 always decides")  # pragma: no cover
+                                     statistics=tuple(ts), design=design)
+        if last_stage <= number:
+            return SequentialOutcome("continue", tuple(reasons), tuple(looks), extend=True, statistics=tuple(ts),
+                                     design=design)
+    raise AssertionError("the last look always decides")  # pragma: no cover

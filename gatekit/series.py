@@ -26,8 +26,9 @@ import tomlkit
 
 from gatekit import rules
 from gatekit.analysis import SeriesEvidence, analyze, assess, classify
-from gatekit.config import SEQUENTIAL_RUNS, ArmSpec, GateConfig, load_gate
+from gatekit.config import ArmSpec, GateConfig, load_gate
 from gatekit.driver import ChosenBackend, Driver, RunRequest, make_backend, make_driver
+from gatekit.duet_runs import OpenRun, run_together, slot_backend, slot_summary, slot_telemetry
 from gatekit.errors import GatekitError, OutputError, PreflightError, SeriesError, SeriesInterrupted
 from gatekit.finding import Finding, write_finding
 from gatekit.policy import policy_for
@@ -38,12 +39,14 @@ from gatekit.processes import child_pids, child_subreaper, escaped_evidence, sto
 from gatekit.provenance import (REDACTED_PREFIX, artifact_bytes, changed_artifacts, git_diff_stat, git_root,
                                 git_state, hash_artifacts_timed, host_fingerprint, redacted_env, sha256_file,
                                 software_versions)
-from gatekit.records import CheckResult, RunRecord, WindowSummary
+from gatekit.records import CheckResult, RunOutcome, RunRecord, WindowSummary
 from gatekit.report.common import number_text
 from gatekit.sanitize import safe_outcome
 from gatekit.sampler import LoadReader, WindowSampler, read_system_load, samples_csv
+from gatekit.sequential import design_for
 from gatekit.schedule import WARMUP_ROUND, Slot, extension, needs_seed, order_seed, plan, retry_slots
-from gatekit.signals import ignore_further_interrupts
+from gatekit.signals import ignore_further_interrupts, interrupt_on_sigterm
+from gatekit.slots import DeviceSlot, slot_for
 from gatekit.storage import JOURNAL_FILE, LEGACY_JOURNAL_WARNING, Journal, atomic_write_text, line_sha256
 
 DONE_FILE = "DONE"
@@ -185,28 +188,6 @@ def runs_lock(runs_dir: Path) -> Iterator[None]:
         handle.close()
 
 
-@contextmanager
-def _interrupt_on_sigterm() -> Iterator[None]:
-    """Turn SIGTERM and SIGHUP (a closed terminal or ssh session) into KeyboardInterrupt, so a stopped
-    series is cleaned up and journaled like Ctrl-C instead of leaving its trainer running."""
-    def raise_interrupt(signum: int, frame: object) -> None:
-        raise KeyboardInterrupt(f"signal {signum}")
-
-    try:
-        # SIGINT's handler is saved too: handling an interrupt ignores further ones until this block ends.
-        previous = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
-        for sig in (signal.SIGTERM, signal.SIGHUP):
-            signal.signal(sig, raise_interrupt)
-    except ValueError:  # not the main thread: leave signals alone
-        yield
-        return
-    try:
-        yield
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
-
-
 class RunLoop:
     """THE run loop, used by `gate run`, `--resume` and `gate calibrate`: each slot runs with the gate's
     driver, the sampler and the backend's telemetry; artifacts are hashed around every run; every finished
@@ -225,7 +206,7 @@ class RunLoop:
         `check(record)` sees each finished run; what it returns stops the loop there. Returns the messages
         that stopped it early — changed artifacts, or what `check` returned — empty when every slot ran."""
         # The subreaper adopts every descendant whose parent exits, so a run's escapees are found after it.
-        with _interrupt_on_sigterm(), child_subreaper():
+        with interrupt_on_sigterm(), child_subreaper():
             try:
                 return self._run(series_dir, journal, state, slots, primary, start_artifacts, resume_hint, more,
                                  check)
@@ -244,34 +225,40 @@ class RunLoop:
         durations: list[float] = []
         while True:
             pending = [s for s in slots if s.label not in state.records]
-            for slot in pending:
+            for unit in self.units(pending):
                 total = len(slots)
-                index = slots.index(slot) + 1
+                index = slots.index(unit[-1]) + 1
+                what = " + ".join(s.label for s in unit)
                 eta = (sum(durations) / len(durations)) * (total - index + 1) if durations else None
-                self.report(f"[{index}/{total}] {slot.label} starting; elapsed "
+                self.report(f"[{index}/{total}] {what} starting{' together' if len(unit) > 1 else ''}; elapsed "
                             f"{time.monotonic() - series_began:.0f} s"
                             + (f", about {eta:.0f} s left" if eta is not None else ""))
                 # Everything hashed at the start (the driver's artifacts and, for a series, the arm configs).
                 watched = [Path(p) for p in start_artifacts]
                 before, hash_before_s = hash_artifacts_timed(watched)
-                changed = [f"{m} (found before {slot.label})" for m in changed_artifacts(start_artifacts, before)]
+                changed = [f"{m} (found before {what})" for m in changed_artifacts(start_artifacts, before)]
                 if changed:
                     return changed
                 began = time.monotonic()
-                record = self.run_slot(series_dir, journal, slot, order=len(state.records) + 1,
-                                       resume_hint=resume_hint)
-                durations.append(time.monotonic() - began)
+                order = len(state.records) + 1
+                records = ([self.run_slot(series_dir, journal, unit[0], order=order, resume_hint=resume_hint)]
+                           if len(unit) == 1 else
+                           self.run_pair(series_dir, journal, unit, order=order, resume_hint=resume_hint))
+                durations += [(time.monotonic() - began) / len(unit)] * len(unit)
                 after, hash_after_s = hash_artifacts_timed(watched)
-                changed = [f"{m} (during {slot.label})" for m in changed_artifacts(start_artifacts, after)]
-                if changed:
-                    record = dataclasses.replace(record, artifacts_ok=False)
-                written = journal.append("run_end", record=record.to_dict(), hash_s=[hash_before_s, hash_after_s])
-                state.hash_s += [hash_before_s, hash_after_s]
-                record = state.records[record.label] = RunRecord.from_dict(written["record"])
-                self.report(run_line(record, primary, series_dir))
+                changed = [f"{m} (during {what})" for m in changed_artifacts(start_artifacts, after)]
+                stop: Sequence[str] | None = None
+                for record in records:  # a pair is journaled only whole: resume re-runs a pair cut off
+                    if changed:
+                        record = dataclasses.replace(record, artifacts_ok=False)
+                    written = journal.append("run_end", record=record.to_dict(),
+                                             hash_s=[hash_before_s, hash_after_s])
+                    state.hash_s += [hash_before_s, hash_after_s]
+                    record = state.records[record.label] = RunRecord.from_dict(written["record"])
+                    self.report(run_line(record, primary, series_dir))
+                    stop = stop or check(record)
                 if changed:
                     return changed
-                stop = check(record)
                 if stop:
                     return list(stop)
             added = more(state)
@@ -279,7 +266,55 @@ class RunLoop:
                 return []
             slots += added
 
+    def units(self, pending: Sequence[Slot]) -> list[list[Slot]]:
+        """What runs at once: each run alone, or in a duet the off and on runs of one pair together."""
+        if self.config.duet is None:
+            return [[slot] for slot in pending]
+        pairs: dict[int, list[Slot]] = {}
+        for slot in pending:
+            pairs.setdefault(slot.round, []).append(slot)
+        return list(pairs.values())
+
     def run_slot(self, series_dir: Path, journal: Journal, slot: Slot, *, order: int, resume_hint: str) -> RunRecord:
+        run = self._open_run(series_dir, journal, slot, order=order)
+        known = child_pids()  # the gate's own children before the run: never an escapee of it
+        try:
+            with run.sampler:
+                outcome = safe_outcome(self.driver.run(run.request))
+        except KeyboardInterrupt:
+            ignore_further_interrupts()
+            journal.append("interrupted", label=slot.label)
+            self._stop_escapees(journal, run.request.run_dir, slot.label, known)
+            atomic_write_text(run.request.run_dir / "samples.csv", samples_csv(run.sampler.samples))
+            raise SeriesInterrupted(f"interrupted during {slot.label}; {resume_hint}") from None
+        return self._close_run(journal, run, outcome, known)
+
+    def run_pair(self, series_dir: Path, journal: Journal, pair: Sequence[Slot], *, order: int,
+                 resume_hint: str) -> list[RunRecord]:
+        """A duet pair: both runs released from one barrier, each on its slot, each with its own sampler."""
+        runs = [self._open_run(series_dir, journal, slot, order=order + i) for i, slot in enumerate(pair)]
+        known = child_pids()
+        outcomes, released = run_together(self.driver, runs)
+        try:
+            outcomes.wait()
+        except KeyboardInterrupt:
+            ignore_further_interrupts()
+            for run in runs:  # the threads' trainers: the main thread alone sees the interrupt
+                stop_run_processes(run.request.run_dir, LEFTOVER_GRACE_S)
+            outcomes.wait()
+            journal.append("interrupted", label=" + ".join(s.label for s in pair))
+            for run in runs:
+                self._stop_escapees(journal, run.request.run_dir, run.slot.label, known)
+                atomic_write_text(run.request.run_dir / "samples.csv", samples_csv(run.sampler.samples))
+            raise SeriesInterrupted(f"interrupted during pair r{pair[0].round}; the pair runs again; "
+                                    f"{resume_hint}") from None
+        skew_ms = (max(released) - min(released)) * 1000 if len(released) == len(runs) else None
+        journal.append("duet_pair", round=pair[0].round, labels=[s.label for s in pair],
+                       start_skew_ms=None if skew_ms is None else round(skew_ms, 3))
+        return [self._close_run(journal, run, outcome, known) for run, outcome in zip(runs, outcomes.results)]
+
+    def _open_run(self, series_dir: Path, journal: Journal, slot: Slot, *, order: int) -> OpenRun:
+        """The run's folder (a folder left by a cut-off run is kept aside), its request and its sampler."""
         run_dir = series_dir / slot.label
         if run_dir.exists():  # cut off mid-way earlier: keep its files, run it again
             attempt = 1
@@ -287,33 +322,40 @@ class RunLoop:
                 attempt += 1
             run_dir.rename(series_dir / f"{slot.label}.cut-{attempt}")
         run_dir.mkdir()
+        device = self.device_slot(slot)
         request = RunRequest(arm=arm_input(self.arms[slot.arm]), label=slot.label, run_dir=run_dir,
                              result_path=run_dir / RESULT_FILE, timeout_s=self.config.driver.timeout_s,
-                             stdout_path=run_dir / "stdout.log", stderr_path=run_dir / "stderr.log")
+                             stdout_path=run_dir / "stdout.log", stderr_path=run_dir / "stderr.log",
+                             env=device.env() if device else {}, cpus=device.cores if device else ())
         started_at = now().isoformat(timespec="seconds")
-        journal.append("run_start", label=slot.label, order=order, started_at=started_at)
-        backend = self.backend.backend
+        journal.append("run_start", label=slot.label, order=order, started_at=started_at,
+                       **({"slot": device.text} if device else {}))
+        backend = slot_backend(self.backend.backend, device)
         sampler = WindowSampler(self.config.rules.sample_interval_s, read=self.load_reader_for(slot.label),
-                                telemetry=backend.sample)
-        known = child_pids()  # the gate's own children before the run: never an escapee of it
-        try:
-            with sampler:
-                outcome = safe_outcome(self.driver.run(request))
-        except KeyboardInterrupt:
-            ignore_further_interrupts()
-            journal.append("interrupted", label=slot.label)
-            self._stop_escapees(journal, run_dir, slot.label, known)
-            atomic_write_text(run_dir / "samples.csv", samples_csv(sampler.samples))
-            raise SeriesInterrupted(f"interrupted during {slot.label}; {resume_hint}") from None
-        atomic_write_text(run_dir / "samples.csv", samples_csv(sampler.samples))
-        escaped = self._stop_escapees(journal, run_dir, slot.label, known)
-        telemetry = [s.extra for s in sampler.samples]
-        window = WindowSummary.of(sampler.samples, evidence=tuple(backend.window_evidence(telemetry)) + escaped,
-                                  telemetry=backend.summarize(telemetry))
-        record = RunRecord(order=order, arm=slot.arm, label=slot.label, pair=slot.round, outcome=outcome,
-                           window=window, retry_of=slot.retry_of, started_at=started_at)
+                                telemetry=slot_telemetry(backend, device))
+        return OpenRun(slot, order, request, sampler, backend, device, started_at)
+
+    def _close_run(self, journal: Journal, run: OpenRun, outcome: RunOutcome, known: set[int]) -> RunRecord:
+        run_dir = run.request.run_dir
+        atomic_write_text(run_dir / "samples.csv", samples_csv(run.sampler.samples))
+        escaped = self._stop_escapees(journal, run_dir, run.slot.label, known)
+        telemetry = [s.extra for s in run.sampler.samples]
+        window = WindowSummary.of(run.sampler.samples,
+                                  evidence=tuple(run.backend.window_evidence(telemetry)) + escaped,
+                                  telemetry={**run.backend.summarize(telemetry), **slot_summary(telemetry)})
+        record = RunRecord(order=run.order, arm=run.slot.arm, label=run.slot.label, pair=run.slot.round,
+                           outcome=outcome, window=window, retry_of=run.slot.retry_of, started_at=run.started_at,
+                           slot=run.device.text if run.device else None)
         atomic_write_text(run_dir / "record.json", json.dumps(record.to_dict(), indent=2, allow_nan=False))
         return record
+
+    def device_slot(self, slot: Slot) -> DeviceSlot | None:
+        """The duet slot a run takes by the swap rule; None outside a duet."""
+        if self.config.duet is None:
+            return None
+        off_arm = next(iter(self.arms))  # the loop's arms are {off: …, on: …}
+        # a replacement pair keeps the slots of the pair it replaces, so the slots stay balanced
+        return self.config.duet.slots[slot_for(slot.arm == off_arm, slot.retry_of or slot.round)]
 
     def _stop_escapees(self, journal: Journal, run_dir: Path, label: str, known: set[int]) -> tuple[str, ...]:
         """Stop and reap the processes that escaped this run (re-parented to the gate, or still naming its
@@ -341,7 +383,7 @@ class SeriesRunner:
         self.loop = RunLoop(config, {off.name: off, on.name: on}, self.driver, self.backend, report,
                             load_reader_for or (lambda label: read_system_load))
         self.spec = DecisionSpec.from_gate(config, off.name, on.name)
-        self.policy = policy_for(self.spec.policy)
+        self.policy = policy_for(self.spec.policy, self.spec.sequential_version)
 
     # -- entry points ----------------------------------------------------------------------------
 
@@ -373,7 +415,7 @@ class SeriesRunner:
             raise SeriesError(f"{series_dir}: was registered with the {registered} backend, but this machine "
                               f"gives {self.backend.name} ({self.backend.detail}); resume it where it started")
         self.spec = DecisionSpec.from_dict(predecision["decision"])  # the rules as frozen, not as read now
-        self.policy = policy_for(self.spec.policy)
+        self.policy = policy_for(self.spec.policy, self.spec.sequential_version)
         with runs_lock(series_dir.parent):
             journal = Journal(series_dir / JOURNAL_FILE, genesis=series_dir / PREDECISION_FILE)
             # Holding the lock, no gate process owns this series: whatever still runs in one of its run
@@ -511,7 +553,9 @@ class SeriesRunner:
         if stage is None:
             return []
         state.extensions.append(journal.append("extend", **stage))
-        self.report(f"look 1 did not decide: extending to {SEQUENTIAL_RUNS[1]} runs per arm")
+        number = stage["stage"] - 1  # the look that did not decide
+        self.report(f"look {number} did not decide: extending to "
+                    f"{design_for(self.spec.sequential_version).runs[number]} runs per arm")
         return [Slot.from_dict(s) for s in stage["slots"]]
 
     def _plan_retries(self, state: JournalState) -> list[dict[str, Any]]:
@@ -538,14 +582,16 @@ class SeriesRunner:
         """The policy's next stage when its look — assessed exactly as the finding will be, narrative aside —
         did not decide; None after the last stage or when the look decided."""
         state = opened.state
-        if state.extensions or not assess(evidence_from_state(opened)).decided.extend:
+        runs = design_for(self.spec.sequential_version).runs  # rounds per look (only a sequential series extends)
+        stage = len(state.extensions) + 2  # stage 1 is the preregistered schedule
+        if stage > len(runs) or not assess(evidence_from_state(opened)).decided.extend:
             return None
         seed = self.spec.seed if self.spec.seed is not None else order_seed(state.start["predecision_sha256"])
-        first, last = SEQUENTIAL_RUNS
-        slots = extension(self.off.name, self.on.name, self.spec.order, seed, done_rounds=first,
-                          more_rounds=last - first, first_round=max(r.pair for r in state.records.values()) + 1)
-        return {"stage": 2, "slots": [s.to_dict() for s in slots],
-                "reason": f"look 1 undecided: extend to {last} runs per arm"}
+        done, target = runs[stage - 2], runs[stage - 1]
+        slots = extension(self.off.name, self.on.name, self.spec.order, seed, done_rounds=done,
+                          more_rounds=target - done, first_round=max(r.pair for r in state.records.values()) + 1)
+        return {"stage": stage, "slots": [s.to_dict() for s in slots],
+                "reason": f"look {stage - 1} undecided: extend to {target} runs per arm"}
 
     def _finish(self, opened: OpenSeries, journal: Journal) -> SeriesResult:
         series_dir, state = opened.series_dir, opened.state

@@ -42,3 +42,25 @@ def ignore_further_interrupts() -> None:
     if threading.current_thread() is threading.main_thread():
         for sig in DEFERRED_SIGNALS:
             signal.signal(sig, signal.SIG_IGN)
+
+
+@contextmanager
+def interrupt_on_sigterm() -> Iterator[None]:
+    """Turn SIGTERM and SIGHUP (a closed terminal or ssh session) into KeyboardInterrupt, so a stopped
+    series is cleaned up and journaled like Ctrl-C instead of leaving its trainer running."""
+    def raise_interrupt(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    try:
+        # SIGINT's handler is saved too: handling an interrupt ignores further ones until this block ends.
+        previous = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+        for sig in (signal.SIGTERM, signal.SIGHUP):
+            signal.signal(sig, raise_interrupt)
+    except ValueError:  # not the main thread: leave signals alone
+        yield
+        return
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler if handler is not None else signal.SIG_DFL)

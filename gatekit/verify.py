@@ -24,7 +24,7 @@ RECORD_FILE = "record.json"
 SIGNATURE_SCHEMA = "gatekit.signature/1"
 SIGN_EXTRA = "pip install 'gatekit[sign]'"
 # sections of a finding that are recomputed from the journal and must be equal (paths differ by machine)
-RECOMPUTED_SECTIONS = ("runs", "stats", "guards", "sensitivity", "verdict", "sequential")
+RECOMPUTED_SECTIONS = ("runs", "stats", "guards", "sensitivity", "verdict", "sequential", "duet")
 
 
 @dataclass(frozen=True, slots=True)
@@ -188,6 +188,11 @@ def _verify_finding(series_dir: Path, finding_path: Path, head: str | None) -> N
     if head is None:  # a legacy finding was written without the warning its re-analysis adds
         theirs["verdict"]["warnings"] = [w for w in theirs["verdict"].get("warnings", [])
                                          if w != LEGACY_JOURNAL_WARNING]
+    if not any("startup_s" in run for run in mine.get("runs", [])):
+        # written before run rows carried startup_s: derived from the compared wallclock and primary, so
+        # leaving it out of the comparison loses nothing
+        for run in theirs.get("runs", []):
+            run.pop("startup_s", None)
     for section in RECOMPUTED_SECTIONS:
         difference = first_difference(mine.get(section, _MISSING), theirs.get(section, _MISSING), section)
         if difference is not None:

@@ -58,7 +58,7 @@ def test_analyze_calibration_by_hand() -> None:
     larger = analyze_calibration([12.0, *STEADY], min_effect_pct=2.0)
     assert larger.n_needed == plan_runs("classic", larger.cv_pct, -2.0).n == 3
     sequential = analyze_calibration(STEADY, min_effect_pct=2.0, policy="sequential")
-    assert sequential.plan is not None and sequential.plan.reached and list(sequential.mde_pct) == [8]
+    assert sequential.plan is not None and sequential.plan.reached and list(sequential.mde_pct) == [12]
     assert result.drift_pct_per_run == pytest.approx(
         100 * sps.linregress(range(1, 10), STEADY).slope / np.mean(STEADY), rel=1e-9)
     assert result.mde_pct[3] > result.mde_pct[4] > result.mde_pct[8]

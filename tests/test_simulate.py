@@ -14,7 +14,7 @@ import pytest
 from scipy import stats as sps
 
 from gatekit import sequential, stats
-from gatekit.policy import CLASSIC, SEQUENTIAL
+from gatekit.policy import CLASSIC, policy_for
 from gatekit.simulate import SUITE, Scenario, ThresholdSpec, bootstrap_codes, simulate, simulate_runs
 from gatekit.verdict import CODE_NAMES, classic_decision
 from tests.conftest import gate_invoke
@@ -138,18 +138,27 @@ def test_vectorised_classic_equals_the_scalar_rule() -> None:
         assert CODE_NAMES[int(codes[row])] == classic_decision(delta, threshold, "lower").value
 
 
-def test_vectorised_sequential_equals_the_scalar_looks() -> None:
+@pytest.mark.parametrize("version", [4, 3])
+def test_vectorised_sequential_equals_the_scalar_looks(version: int) -> None:
+    design = sequential.DESIGNS[version]
     rng = np.random.default_rng(6)
     off, on, _, _ = simulate_runs(Scenario(cv_off_pct=2.0, effect_pct=-2.0, outlier_rate=0.05, outlier_pct=10.0),
-                                  "thue-morse", 8, 600, rng)
-    codes, runs = SEQUENTIAL.simulate(off, on, ThresholdSpec())
+                                  "thue-morse", design.runs[-1], 600, rng)
+    codes, runs = policy_for("sequential", version).simulate(off, on, ThresholdSpec())
+    seen = set()
     for row in range(600):
         pairs = list(zip(np.exp(off[row]).tolist(), np.exp(on[row]).tolist()))
-        first, _ = sequential._look(1, pairs[:4], {}, (), floor_pct=1.0, direction="lower", final=False)
-        look = first if first.decision != "continue" else sequential._look(
-            2, pairs, {}, (), floor_pct=1.0, direction="lower", final=True)[0]
-        assert CODE_NAMES[int(codes[row])] == look.decision
-        assert runs[row] == (4 if first.decision != "continue" else 8)
+        for number, n in enumerate(design.runs, start=1):  # the scalar looks, one at a time, as `gate run`
+            look, _, stopped = sequential._look(number, pairs[:n], {}, (), floor_pct=1.0, direction="lower",
+                                                design=design)
+            if look.decision != "continue":
+                break
+        assert CODE_NAMES[int(codes[row])] == look.decision and runs[row] == n
+        seen.add((n, stopped))
+    # every path is exercised: decided at each look, and (v4) stopped early at look 1 and without a look 3
+    assert {n for n, _ in seen} == set(design.runs)
+    if version == 4:
+        assert (4, True) in seen and (8, True) in seen
 
 
 def test_exact_bootstrap_by_hand() -> None:

@@ -59,7 +59,8 @@ class NvmlUnavailable(DriverError):
 
 
 class LiveNvml:
-    """The real reader: pynvml, initialised on first use, for GPU `index`."""
+    """The real reader: pynvml, initialised on first use, for GPU `index` as CUDA numbers it in this process
+    (NVML ignores CUDA_VISIBLE_DEVICES, so the index is mapped through it: visible_device)."""
 
     def __init__(self, index: int) -> None:
         self.index = index
@@ -69,12 +70,16 @@ class LiveNvml:
     def _open(self) -> tuple[Any, Any]:
         if self._handle is None:
             pynvml = _import_pynvml()
+            target = visible_device(self.index)
             try:
                 pynvml.nvmlInit()
                 count = pynvml.nvmlDeviceGetCount()
-                if self.index >= count:
-                    raise NvmlUnavailable(f"not available: GPU {self.index} does not exist (NVML sees {count})")
-                self._handle = pynvml.nvmlDeviceGetHandleByIndex(self.index)
+                if target is None or (target.isdigit() and int(target) >= count):
+                    raise NvmlUnavailable(f"not available: GPU {self.index} does not exist (NVML sees {count}"
+                                          + (f", CUDA_VISIBLE_DEVICES={os.environ.get(VISIBLE)}" if
+                                             os.environ.get(VISIBLE) is not None else "") + ")")
+                self._handle = (pynvml.nvmlDeviceGetHandleByIndex(int(target)) if target.isdigit() else
+                                pynvml.nvmlDeviceGetHandleByUUID(target))
             except pynvml.NVMLError as exc:
                 raise NvmlUnavailable(f"not available: NVML cannot start ({exc})") from None
             self._pynvml = pynvml
@@ -91,6 +96,19 @@ class LiveNvml:
 
         pynvml, handle = self._open()
         return sample(pynvml, handle)
+
+
+VISIBLE = "CUDA_VISIBLE_DEVICES"
+
+
+def visible_device(index: int, environ: Mapping[str, str] = os.environ) -> str | None:
+    """The GPU (NVML index or UUID) that CUDA calls `index` under this process's CUDA_VISIBLE_DEVICES; None
+    when it hides that GPU. Unset: the index itself."""
+    listed = environ.get(VISIBLE)
+    if listed is None:
+        return str(index)
+    entries = [entry.strip() for entry in listed.split(",") if entry.strip()]
+    return entries[index] if 0 <= index < len(entries) else None
 
 
 def _import_pynvml() -> Any:
@@ -233,6 +251,14 @@ class CudaBackend:
             raise ConfigError(f"{source}: backend.cuda.device: must be a GPU index (0 or more), "
                               f"got {values['device']}")
         return cls(**values)
+
+    def for_device(self, device: int) -> CudaBackend:
+        """The same backend reading GPU `device` (a duet slot's GPU); the reader is the live one, or a
+        recorded one's `for_device` when it has one."""
+        reader = self.reader.for_device(device) if hasattr(self.reader, "for_device") else (
+            LiveNvml(device) if isinstance(self.reader, LiveNvml) else self.reader)
+        return CudaBackend(device=device, throttle_evidence=self.throttle_evidence, reader=reader,
+                           gate_pid=self.gate_pid)
 
     # -- preflight and provenance -------------------------------------------------------------------
 

@@ -59,12 +59,13 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--samples", type=int, default=5)
     parser.add_argument("--interval", type=float, default=0.2)
+    parser.add_argument("--index", type=int, default=0, help="the GPU to record (NVML index)")
     args = parser.parse_args(argv)
     import pynvml
 
     pynvml.nvmlInit()
     try:
-        handle = pynvml.nvmlDeviceGetHandleByIndex(0)
+        handle = pynvml.nvmlDeviceGetHandleByIndex(args.index)
         record = {"device_count": pynvml.nvmlDeviceGetCount(), "static": static_info(pynvml, handle),
                   "samples": []}
         for _ in range(args.samples):

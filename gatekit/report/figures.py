@@ -13,6 +13,7 @@ from typing import Any, Sequence
 import matplotlib
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
+from matplotlib.patches import Patch
 
 from gatekit.finding import Finding
 from gatekit.report.common import delta_ci, is_number, primary_label
@@ -246,10 +247,43 @@ def ms_per_iter_figure(finding: Finding, run_files: RunFiles) -> FigureImage | N
                        "Line chart of milliseconds per iteration for each run", png, width, height)
 
 
+def duet_figure(finding: Finding) -> FigureImage | None:
+    """A duet's pairs: each run's window as a bar from the pair's common start, the off and on bars of a
+    pair drawn over each other (they ran at the same time), each labelled with its slot."""
+    pairs: dict[int, list[Any]] = {}
+    for run in finding.runs:
+        if run.slot is not None:
+            pairs.setdefault(run.pair, []).append(run)
+    if not pairs:
+        return None
+    figure = _new(0.9 + 0.42 * len(pairs))
+    ax = figure.add_subplot()
+    _style(ax)
+    for row, (pair, runs) in enumerate(sorted(pairs.items())):
+        for run in runs:
+            arm_key = "off" if run.arm == finding.off_arm else "on"
+            offset = -0.17 if arm_key == "off" else 0.17
+            ax.barh(row + offset, run.process_wallclock_s, height=0.32, color=ARM_COLORS[arm_key], alpha=0.75,
+                    hatch="" if run.used else "xx", edgecolor="white" if run.used else "black")
+            ax.annotate(f"{literal(run.label)} on {literal(run.slot)}", (run.process_wallclock_s, row + offset),
+                        xytext=(3, 0), textcoords="offset points", fontsize=7, va="center")
+    ax.set_yticks(range(len(pairs)), [f"pair r{pair}" for pair in sorted(pairs)])
+    ax.invert_yaxis()
+    handles = [Patch(color=ARM_COLORS[key], alpha=0.75, label=literal(arm))
+               for key, arm in (("off", finding.off_arm), ("on", finding.on_arm))]
+    ax.legend(handles=handles, loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=2, frameon=False)
+    ax.set_xlabel("seconds since the pair started (both runs released together)")
+    ax.margins(x=0.25)
+    png, width, height = _png(figure)
+    return FigureImage("duet.png", "each duet pair's two run windows, overlapping: both started together, "
+                       "each on its slot (hatched: not used)",
+                       "Horizontal bars of the off and on run windows of each duet pair", png, width, height)
+
+
 def report_figures(finding: Finding, run_files: RunFiles) -> dict[str, FigureImage]:
     """Every figure the finding (and the run folders found) can support, keyed by kind."""
     with matplotlib.rc_context(STYLE):
         made = {"runs": runs_figure(finding), "delta": delta_figure(finding),
                 "load": load_figure(finding, run_files), "pressure": pressure_figure(finding, run_files),
-                "ms_per_iter": ms_per_iter_figure(finding, run_files)}
+                "ms_per_iter": ms_per_iter_figure(finding, run_files), "duet": duet_figure(finding)}
     return {kind: image for kind, image in made.items() if image is not None}

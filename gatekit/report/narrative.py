@@ -57,11 +57,26 @@ def narrative(finding: Finding) -> tuple[Section, ...]:
                 f"[{_signed(last.ci_low_pct if last else None)}, {_signed(last.ci_high_pct if last else None)}], "
                 f"floor ±{seq.floor_pct:g} %. The classic Δ {_fmt(s.delta_pct)} % against "
                 f"{_fmt(s.threshold_pct)} % is reported beside it.")
-    columns = ("order", "arm", "run", primary, *guard_names, "load1 mean/max", "used")
+    duet = finding.duet
+    if duet is not None:
+        slots = f" on slots {duet.slots[0]} and {duet.slots[1]}" if len(duet.slots) == 2 else ""
+        lead = (f"Duet gate of `{on_arm}` against `{off_arm}`: {duet.n_pairs} pairs, both runs of a pair at once"
+                f"{slots}, swapped every pair, deciding on {primary} ({gate.direction} is better). Decision: "
+                f"**{decision.value}** — Δ {_signed(duet.delta_pct)} as a ratio of geometric means with the slot "
+                f"effect removed, {100 * duet.interval_level:g} % CI [{_signed(duet.ci_low_pct)}, "
+                f"{_signed(duet.ci_high_pct)}], floor ±{duet.floor_pct:g} %; slot effect (slot 1 against slot 0) "
+                f"{_signed(duet.slot_effect_pct)} [{_signed(duet.slot_ci_low_pct)}, "
+                f"{_signed(duet.slot_ci_high_pct)}]. The classic Δ {_fmt(s.delta_pct)} % against "
+                f"{_fmt(s.threshold_pct)} % is reported beside it.")
+    # start-up overhead (wallclock − primary) is shown only when the primary is a time, so it exists
+    shows_startup = any(run.startup_s is not None for run in finding.runs)
+    startup_column = ("start-up s",) if shows_startup else ()
+    columns = ("order", "arm", "run", primary, *startup_column, *guard_names, "load1 mean/max", "used")
     rows = []
     for run in finding.runs[:RUNS_TABLE_MAX]:
         load = f"{_fmt(run.window.load1_mean, 2)} / {_fmt(run.window.load1_max, 2)}"
-        rows.append((str(run.order), run.arm, run.label, _fmt(run.value_of(primary)),
+        startup = (_fmt(run.startup_s),) if shows_startup else ()
+        rows.append((str(run.order), run.arm, run.label, _fmt(run.value_of(primary)), *startup,
                      *[_fmt(run.metrics.get(g)) for g in guard_names], load,
                      "yes" if run.used else f"no: {run.reason}"))
     stat_items = [
@@ -78,8 +93,8 @@ def narrative(finding: Finding) -> tuple[Section, ...]:
     sections = [
         _section("lead", text=lead),
         _section("heading", text="Runs (execution order)"),
-        _section("table", columns=columns, align=("right", "left", "left", "right", *["right"] * len(guard_names),
-                                                  "right", "left"), rows=tuple(rows)),
+        _section("table", columns=columns, align=("right", "left", "left", "right", *["right"] * len(startup_column),
+                                                  *["right"] * len(guard_names), "right", "left"), rows=tuple(rows)),
         *([_section("list", items=(f"the first {RUNS_TABLE_MAX} of {len(finding.runs)} runs; every run is in "
                                     "the finding's runs",))] if len(finding.runs) > RUNS_TABLE_MAX else []),
         _section("heading", text="Decision"),
@@ -107,6 +122,21 @@ def narrative(finding: Finding) -> tuple[Section, ...]:
                                  ", ".join(f"{k} {g.status}" for k, g in look.guards.items()) or "—",
                                  look.decision) for look in seq.looks)),
         ]
+    if duet is not None:
+        level = f"{100 * duet.interval_level:g} %"
+        slot_names = f"{duet.slots[1]} against {duet.slots[0]}" if len(duet.slots) == 2 else "slot 1 against slot 0"
+        items = [
+            {"key": "Δ, slot effect removed", "value": f"{_signed(duet.delta_pct)}, {level} CI "
+             f"[{_signed(duet.ci_low_pct)}, {_signed(duet.ci_high_pct)}]"},
+            {"key": f"slot effect ({slot_names})", "value": f"{_signed(duet.slot_effect_pct)}, {level} CI "
+             f"[{_signed(duet.slot_ci_low_pct)}, {_signed(duet.slot_ci_high_pct)}]"},
+            {"key": "pairs with on on slot 1 / slot 0", "value": f"{duet.pairs_on_slot1} / {duet.pairs_on_slot0}"},
+            {"key": "Student t critical value (df)",
+             "value": f"{_fmt(duet.critical)} ({duet.df if duet.df is not None else '—'})"},
+            *({"key": f"guard {name} (paired)", "value": f"mean(on − off) {_fmt(g.mean_diff)}, bound {_fmt(g.bound)} "
+               f"vs limit {g.limit:+g} → {g.status}"} for name, g in duet.guards.items()),
+        ]
+        sections += [_section("heading", text="Duet estimate"), _section("kv", items=tuple(items))]
     sections += [_section("heading", text="Diagnostics"), _section("kv", items=tuple(_diagnostic_items(s)))]
     if verdict.warnings:
         sections += [_section("heading", text="Warnings"), _section("list", items=tuple(verdict.warnings))]

@@ -91,6 +91,15 @@ def run_table(finding: Finding) -> Block:
                      *[fmt(run.value_of(g)) for g in guards], fmt(window.load1_mean, 2),
                      fmt(window.load1_max, 2), fmt(window.samples), used])
         classes.append("" if run.used else "unused")
+    if any(run.slot is not None for run in finding.runs):  # a duet: which slot each run had
+        columns.insert(3, "slot")
+        align.insert(3, "left")
+        rows = [[*row[:3], run.slot or "", *row[3:]] for row, run in zip(rows, finding.runs)]
+    if any(run.startup_s is not None for run in finding.runs):  # a time primary: the start-up beside it
+        at = columns.index(primary) + 1
+        columns.insert(at, "start-up s")
+        align.insert(at, "right")
+        rows = [[*row[:at], fmt(run.startup_s), *row[at:]] for row, run in zip(rows, finding.runs)]
     return _table(columns, align, rows, classes)
 
 
@@ -293,7 +302,7 @@ def build_page(finding: Finding, figures: Mapping[str, FigureImage], run_files: 
     if warnings:
         blocks += [_heading("Warnings"), {"type": "list", "items": warnings, "plain": True}]
     blocks.append(_heading("Run windows"))
-    for kind in ("load", "pressure", "ms_per_iter"):
+    for kind in ("duet", "load", "pressure", "ms_per_iter"):
         if figures.get(kind):
             blocks.append(_figure(figures[kind], figure_prefix))
     missing = [what for kind, what in (("load", "load timelines"), ("ms_per_iter", "ms_per_iter traces"))

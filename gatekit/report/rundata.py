@@ -4,7 +4,8 @@ A finding names its run folders in `meta.related_runs`, relative to the reposito
 was made in. They are looked up under each `--runs-root` when given, else under the current folder and
 then each folder above the finding file; first the whole path, then the path without its leading folders
 one at a time, down to `<series>/<label>` (so a CI artifact that kept `runs/<series>/...` but not the
-folders above it still matches). A finding copied away from its runs still renders: what cannot be found
+folders above it still matches). An absolute path (a series run outside the repository, e.g. on a GPU host)
+is used where it exists, else looked up the same way, as if relative. A finding copied away from its runs still renders: what cannot be found
 is left out and said so (`RunFiles.notes`), never guessed.
 """
 
@@ -71,9 +72,9 @@ def candidate_roots(finding_path: Path | None, runs_roots: Sequence[Path], cwd: 
 
 def _find(relative: str, roots: Sequence[Path]) -> Path | None:
     path = Path(relative)
-    if path.is_absolute():
-        return path if path.is_dir() else None
-    parts = path.parts
+    if path.is_absolute() and path.is_dir():
+        return path
+    parts = path.parts[1:] if path.is_absolute() else path.parts  # an absolute path elsewhere: its folders
     for start in range(max(1, len(parts) - 1)):  # the whole path first; never less than <series>/<label>
         suffix = Path(*parts[start:])
         for root in roots:

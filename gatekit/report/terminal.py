@@ -50,8 +50,13 @@ def summary(finding: Finding, paths: tuple[str, ...] = ()) -> str:
     right = {0, 3, *range(4, 4 + len(guard_names)), 4 + len(guard_names)}
     seq = finding.sequential
     size = f"n={'→'.join(str(n) for n in seq.runs_per_arm)}, sequential" if seq else f"n={gate.n}"
+    duet = finding.duet
+    arrangement = t(gate.order)
+    if duet is not None:  # a duet has no order: its pairs ran together on two slots
+        size = f"n={duet.n_pairs} pairs, duet"
+        arrangement = "slots " + " & ".join(t(s) for s in dict.fromkeys(r.slot for r in finding.runs if r.slot))
     lines = [f"gate {t(gate.id)}: {t(finding.on_arm)} vs {t(finding.off_arm)} "
-             f"({t(gate.order)}, {size}, {t(primary)}, {t(gate.direction)} is better)", ""]
+             f"({arrangement}, {size}, {t(primary)}, {t(gate.direction)} is better)", ""]
     lines += render_table(header, rows, right)
     lines += [f"evidence {t(run.label)}: {t(line)}" for run in finding.runs for line in run.window.evidence]
     lines += ["",
@@ -70,6 +75,10 @@ def summary(finding: Finding, paths: tuple[str, ...] = ()) -> str:
         lines.append(f"look {look.look} ({look.n_off}+{look.n_on} runs): Δ_gm {_num(look.delta_pct)} % "
                      f"({_level(look.ci_level)} CI {_num(look.ci_low_pct)} … {_num(look.ci_high_pct)} %), "
                      f"p(better) {_num(look.p_better)} → {t(look.decision)}")
+    if duet is not None:
+        lines.append(f"duet: Δ {_num(duet.delta_pct)} % ({_level(duet.interval_level)} CI {_num(duet.ci_low_pct)} … "
+                     f"{_num(duet.ci_high_pct)} %, slot effect removed)   slot effect {_num(duet.slot_effect_pct)} % "
+                     f"({_num(duet.slot_ci_low_pct)} … {_num(duet.slot_ci_high_pct)} %) → {t(duet.decision)}")
     for row in finding.sensitivity[1:]:
         lines.append(f"sensitivity: {t(row.variant)}: Δ {_num(row.delta_pct)} % → {row.decision.value}")
     lines += ["", f"VERDICT: {verdict.decision.value.upper()}"]

@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# The GPU measurements of docs/benchmarks.md, on a CUDA host where torch is installed:
+#
+#   bash benchmarks/gpu_session.sh setup           # gatekit + the cuda extra into this Python (wheels in .whl/)
+#   bash benchmarks/gpu_session.sh one-gpu OUT     # start-up overhead, GPU-seconds per decision (classic and
+#                                                  # sequential), a cpu-slot duet vs interleaved on this host,
+#                                                  # the three committed gates as a campaign, back to back
+#   bash benchmarks/gpu_session.sh two-gpus OUT    # duet vs interleaved on two GPUs, the campaign on both GPUs
+#
+# Every gate writes its findings and series folders under OUT (nothing into the repository's findings/);
+# OUT/wall.txt gets "name seconds exit-code" per gate.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-python3}
+STEP=${1:?setup, one-gpu or two-gpus}
+OUT=$(realpath -m "${2:-gpu-out}")
+GATE=(${GATE:-$PY -m gatekit.cli})
+
+timed() {  # timed NAME CMD...: run CMD, append "NAME seconds exit" to OUT/wall.txt
+    local name=$1; shift
+    local began code=0
+    began=$(date +%s.%N)
+    "$@" > "$OUT/$name.log" 2>&1 || code=$?
+    echo "$name $(echo "$(date +%s.%N) - $began" | bc) $code" | tee -a "$OUT/wall.txt"
+}
+
+campaign_file() {  # campaign_file NAME: configs/nightly.toml writing under OUT/NAME
+    sed -e "s|^out = .*|out = \"$OUT/$1/findings\"|" -e "s|^runs = .*|runs = \"$OUT/$1/runs\"|" \
+        -e 's|^gate = "|gate = "'"$PWD"'/configs/|' configs/nightly.toml > "$OUT/$1.toml"
+    echo "$OUT/$1.toml"
+}
+
+case "$STEP" in
+setup)
+    for wheel in .whl/*.whl .whl/extra/*.whl; do
+        [ -e "$wheel" ] || continue
+        module=$(basename "$wheel" | cut -d- -f1 | tr 'A-Z' 'a-z')
+        case "$module" in nvidia_ml_py) module=pynvml ;; python_dateutil) module=dateutil ;; pillow) module=PIL ;; esac
+        "$PY" -c "import $module" 2>/dev/null || "$PY" -m pip install -q --no-index --no-deps --no-compile "$wheel"
+    done
+    "$PY" -m pip install -q --no-index --no-deps --no-build-isolation -e . || exit 1
+    "$PY" -c "import torch, gatekit, pynvml; print('torch', torch.__version__, 'GPUs', torch.cuda.device_count())"
+    ;;
+one-gpu)
+    mkdir -p "$OUT"
+    nvidia-smi --query-gpu=index,name,memory.total,clocks.max.sm,driver_version --format=csv > "$OUT/gpus.csv"
+    common=(--out "$OUT/findings" --runs "$OUT/runs")
+    timed graph-classic "${GATE[@]}" run resident graph --gate configs/resident-graph.toml --n 4 "${common[@]}"
+    timed graph-sequential "${GATE[@]}" run resident graph --gate configs/resident-graph.toml --policy sequential \
+        "${common[@]}"
+    # the numpy demo gate, interleaved on the whole host vs a duet on two halves of its cores
+    half=$(( $(nproc) / 2 ))
+    sed -e 's|^id = .*|id = "demo-duet"|' -e 's|^order = .*|mode = "duet"|' -e 's|^n = 3|n = 4|' \
+        -e 's|^seed = 0||' configs/demo/gate.toml > configs/demo/duet-generated.toml
+    printf '\n[duet]\nslots = ["cpu:0-%d", "cpu:%d-%d"]\n' $((half - 1)) "$half" $((2 * half - 1)) \
+        >> configs/demo/duet-generated.toml
+    timed demo-interleaved "${GATE[@]}" run off on --gate configs/demo/gate.toml --n 4 "${common[@]}"
+    timed demo-duet "${GATE[@]}" run off on --gate configs/demo/duet-generated.toml "${common[@]}"
+    timed campaign-one-gpu "${GATE[@]}" campaign "$(campaign_file campaign-one-gpu)" --max-parallel 1
+    ;;
+two-gpus)
+    mkdir -p "$OUT"
+    for index in 0 1; do
+        "$PY" -m gatekit_drivers.backends.record_nvml --index "$index" --samples 1 > "$OUT/nvml-gpu$index.json"
+    done
+    common=(--out "$OUT/findings" --runs "$OUT/runs")
+    timed graph-interleaved "${GATE[@]}" run resident graph --gate configs/resident-graph.toml --n 4 "${common[@]}"
+    timed graph-duet "${GATE[@]}" run resident graph --gate configs/resident-graph-duet.toml "${common[@]}"
+    timed image-interleaved "${GATE[@]}" run fp32 bf16 --gate configs/image-precision.toml --n 4 "${common[@]}"
+    timed image-duet "${GATE[@]}" run fp32 bf16 --gate configs/image-precision-duet.toml "${common[@]}"
+    timed campaign-one-gpu env CUDA_VISIBLE_DEVICES=0 "${GATE[@]}" campaign "$(campaign_file campaign-one-gpu)"
+    timed campaign-two-gpus "${GATE[@]}" campaign "$(campaign_file campaign-two-gpus)" --max-parallel 2
+    ;;
+*)
+    echo "unknown step $STEP (setup, one-gpu, two-gpus)" >&2
+    exit 2
+    ;;
+esac

@@ -1,0 +1,407 @@
+"""A campaign: many gates from one file, run by an engine (gatekit.engines), journaled, summarised once.
+
+The campaign file (paths inside it relative to the file):
+
+    [campaign]
+    id = "nightly"
+    out = "findings"          # the gates' findings
+    runs = "runs"             # <runs>/<id>-<YYYYmmdd-HHMMSS>/ is the campaign folder
+    [[gates]]
+    gate = "configs/resident-graph.toml"
+    off = "resident"
+    on = "graph"
+    resources = { gpus = 1 }  # also cpus (Ray's num_cpus; default 1); gpus default 0
+
+The campaign folder holds `campaign.toml` (the file as started; the journal's genesis), `campaign.jsonl`
+(the hash-chained journal: campaign_start, gate_start with the gate's pinning, gate_end with its outcome,
+campaign_stop), one runs folder per gate (`<key>/<series>/`), the gates' logs (`logs/<key>.log`),
+`summary.md` and `junit.xml` covering every finished gate, and the findings site (`site/index.html`).
+`--resume DIR` skips the gates whose last gate_end is `finished` and continues the others, an interrupted
+series with `gate run --resume`.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import os
+import re
+import socket
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, Sequence
+
+from gatekit.config import NAME_PATTERN, NAME_RULE, load_gate, load_toml, unknown_key_hint
+from gatekit.engines import (ENGINES, GateOutcome, GateStatus, GateTask, Pinning, core_sets, run_local, run_ray,
+                             visible_gpus)
+from gatekit.errors import ConfigError, SeriesError
+from gatekit.series import now
+from gatekit.storage import Journal, atomic_write_bytes, write_output
+
+if TYPE_CHECKING:  # the findings (and the statistics behind them) are loaded when the gates are done
+    from gatekit.findingset import LoadedFinding
+
+CAMPAIGN_JOURNAL = "campaign.jsonl"
+CAMPAIGN_COPY = "campaign.toml"  # the campaign file as started: the journal's genesis
+SUMMARY_FILE = "summary.md"
+JUNIT_FILE = "junit.xml"
+SITE_DIR = "site"
+EXIT_FAIL_ON, EXIT_INVALID, EXIT_INTERRUPTED = 1, 3, 130
+_UNSAFE = re.compile(r"[^A-Za-z0-9_.-]+")
+
+Report = Callable[[str], None]
+
+
+@dataclass(frozen=True, slots=True)
+class GateEntry:
+    """One [[gates]] entry: a gate file, its two arms and what it needs of a machine."""
+
+    index: int  # position in [[gates]], 0-based as errors name it (gates[0])
+    gate_path: Path
+    gate_id: str
+    off: str
+    on: str
+    gpus: int = 0
+    cpus: int = 1
+    primary: str = "train_elapsed_s"  # the gate's primary metric (what a metric export must hold)
+
+    @property
+    def key(self) -> str:
+        """The gate's name in the campaign (journal, folders): position, gate id and arms."""
+        return _UNSAFE.sub("-", f"{self.index + 1:02d}-{self.gate_id}-{self.off}-{self.on}")[:120]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"key": self.key, "gate": str(self.gate_path), "off": self.off, "on": self.on,
+                "gpus": self.gpus, "cpus": self.cpus}
+
+
+@dataclass(frozen=True, slots=True)
+class Campaign:
+    """A campaign file, validated: every gate file loads and names both arms."""
+
+    path: Path
+    id: str
+    out: Path
+    runs: Path
+    gates: tuple[GateEntry, ...]
+    sha256: str
+
+
+@dataclass(frozen=True, slots=True)
+class CampaignOptions:
+    """How to run it: the engine, where Ray is, how many local gates at once, the folder to resume."""
+
+    engine: str = "local"
+    address: str | None = None
+    max_parallel: int | None = None  # local engine only; None: one gate at a time
+    resume: Path | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class CampaignResult:
+    """A campaign after this invocation: its folder, every gate's latest outcome (file order; None: never
+    started), the findings of the finished gates, and the summary outputs written."""
+
+    campaign: Campaign
+    folder: Path
+    outcomes: tuple[tuple[GateEntry, GateOutcome | None], ...]
+    findings: tuple[LoadedFinding, ...] = ()  # in file order
+    site_index: Path | None = None
+    written: tuple[Path, ...] = ()
+
+    @property
+    def unfinished(self) -> list[GateEntry]:
+        return [g for g, o in self.outcomes if o is None or o.status is not GateStatus.FINISHED]
+
+    def exit_code(self, fail_on: Sequence[str] = ()) -> int:
+        """3 if a gate is invalid or failed without a finding, else 130 if a gate is interrupted or not
+        run yet (resumable), else 1 if a finding's decision is in `fail_on`, else 0."""
+        decisions = [f.finding.decision.value for f in self.findings]
+        if "invalid" in decisions or any(o is not None and o.status is GateStatus.FAILED for _, o in self.outcomes):
+            return EXIT_INVALID
+        if self.unfinished:
+            return EXIT_INTERRUPTED
+        if any(d in fail_on for d in decisions):
+            return EXIT_FAIL_ON
+        return 0
+
+
+# -- the campaign file ------------------------------------------------------------------------------
+
+def _problem(path: Path, key: str, problem: str) -> ConfigError:
+    return ConfigError(f"{path}: {key}: {problem}")
+
+
+def _take(path: Path, table: dict[str, Any], prefix: str, name: str, kind: type, default: Any = ...) -> Any:
+    """Pop a typed key of a table (booleans are never integers); a missing required key is named."""
+    key = f"{prefix}.{name}" if prefix else name
+    if name not in table:
+        if default is ...:
+            raise _problem(path, key, "is required")
+        return default
+    value = table.pop(name)
+    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+        words = {str: "a string", int: "an integer", dict: "a table", list: "a list"}[kind]
+        raise _problem(path, key, f"must be {words}, got {value!r}")
+    return value
+
+
+def _no_more(path: Path, table: Mapping[str, Any], prefix: str, known: Sequence[str]) -> None:
+    for unknown in table:
+        raise _problem(path, f"{prefix}.{unknown}" if prefix else unknown,
+                       f"unknown key ({unknown_key_hint(unknown, known)})")
+
+
+def _resolve(base: Path, value: str) -> Path:
+    path = Path(value).expanduser()
+    return path if path.is_absolute() else (base / path).resolve()
+
+
+def load_campaign(path: Path | str) -> Campaign:
+    """Read and check a campaign file; every problem is one ConfigError line naming file, key and problem.
+    Each gate file is loaded as `gate check` loads it, so a broken gate stops the campaign before any run."""
+    path = Path(path).resolve()
+    data = load_toml(path)
+    sha256 = hashlib.sha256(path.read_bytes()).hexdigest()
+    base = path.parent
+    head = _take(path, data, "", "campaign", dict)
+    gates_raw = _take(path, data, "", "gates", list)
+    _no_more(path, data, "", ["campaign", "gates"])
+    head = dict(head)
+    campaign_id = _take(path, head, "campaign", "id", str)
+    if not NAME_PATTERN.fullmatch(campaign_id):
+        raise _problem(path, "campaign.id", f"must be {NAME_RULE}, got {campaign_id!r}")
+    out = _resolve(base, _take(path, head, "campaign", "out", str, "findings"))
+    runs = _resolve(base, _take(path, head, "campaign", "runs", str, "runs"))
+    _no_more(path, head, "campaign", ["id", "out", "runs"])
+    if not gates_raw:
+        raise _problem(path, "gates", "lists no gate; add a [[gates]] table")
+    gates: list[GateEntry] = []
+    for index, raw in enumerate(gates_raw):
+        prefix = f"gates[{index}]"
+        if not isinstance(raw, dict):
+            raise _problem(path, prefix, "must be a table ([[gates]])")
+        raw = dict(raw)
+        gate_path = _resolve(base, _take(path, raw, prefix, "gate", str))
+        off = _take(path, raw, prefix, "off", str)
+        on = _take(path, raw, prefix, "on", str)
+        resources = dict(_take(path, raw, prefix, "resources", dict, {}))
+        _no_more(path, raw, prefix, ["gate", "off", "on", "resources"])
+        gpus = _take(path, resources, f"{prefix}.resources", "gpus", int, 0)
+        cpus = _take(path, resources, f"{prefix}.resources", "cpus", int, 1)
+        _no_more(path, resources, f"{prefix}.resources", ["gpus", "cpus"])
+        if gpus < 0:
+            raise _problem(path, f"{prefix}.resources.gpus", f"must be 0 or more, got {gpus}")
+        if cpus < 1:
+            raise _problem(path, f"{prefix}.resources.cpus", f"must be 1 or more, got {cpus}")
+        if not gate_path.is_file():
+            raise _problem(path, f"{prefix}.gate", f"{gate_path}: file not found")
+        config = load_gate(gate_path)  # a broken gate file names itself, its key and the problem
+        for key, arm in (("off", off), ("on", on)):
+            if arm not in config.arms:
+                raise _problem(path, f"{prefix}.{key}", f"the gate file {gate_path} defines no arm '{arm}' "
+                               f"(it defines: {', '.join(config.arms) or 'none'})")
+        if off == on:
+            raise _problem(path, f"{prefix}.on", f"is the off arm too ('{on}'); a gate compares two arms")
+        entry = GateEntry(index, gate_path, config.gate.id, off, on, gpus, cpus, config.gate.primary)
+        twin = next((g for g in gates if (g.gate_path, g.off, g.on) == (gate_path, off, on)), None)
+        if twin is not None:
+            raise _problem(path, prefix, f"runs the same gate and arms as gates[{twin.index}]; list each gate once")
+        gates.append(entry)
+    return Campaign(path, campaign_id, out, runs, tuple(gates), sha256)
+
+
+# -- the journal ------------------------------------------------------------------------------------
+
+def new_campaign_folder(campaign: Campaign) -> Path:
+    """A fresh `<runs>/<id>-<YYYYmmdd-HHMMSS>` (suffixed -2, -3, … when taken), created."""
+    name = f"{campaign.id}-{now():%Y%m%d-%H%M%S}"
+    folder, suffix = campaign.runs / name, 1
+    while True:
+        try:
+            folder.mkdir(parents=True)
+            return folder
+        except FileExistsError:
+            suffix += 1
+            folder = campaign.runs / f"{name}-{suffix}"
+
+
+def latest_outcomes(folder: Path) -> tuple[Mapping[str, Any], dict[str, GateOutcome]]:
+    """The campaign_start event and each gate's last gate_end, from the journal."""
+    journal = Journal(folder / CAMPAIGN_JOURNAL)
+    if not journal.path.is_file():
+        raise SeriesError(f"{folder}: no {CAMPAIGN_JOURNAL} here; is this a campaign folder?")
+    start: Mapping[str, Any] | None = None
+    outcomes: dict[str, GateOutcome] = {}
+    for event in journal.events():
+        if event.get("event") == "campaign_start":
+            start = event
+        elif event.get("event") == "gate_end":
+            outcome = GateOutcome.from_dict(event["outcome"])
+            outcomes[outcome.key] = outcome
+    if start is None:
+        raise SeriesError(f"{journal.path}: no campaign_start event; the journal is damaged")
+    return start, outcomes
+
+
+# -- running ----------------------------------------------------------------------------------------
+
+def _task(campaign: Campaign, folder: Path, gate: GateEntry) -> GateTask:
+    return GateTask(key=gate.key, gate_path=gate.gate_path, off=gate.off, on=gate.on, runs_dir=folder / gate.key,
+                    out_dir=campaign.out, log_path=folder / "logs" / f"{gate.key}.log", campaign_dir=folder,
+                    gpus=gate.gpus, cpus=gate.cpus)
+
+
+def run_campaign(campaign: Campaign, options: CampaignOptions, *, report: Report = lambda line: None) -> CampaignResult:
+    """Run (or continue) the campaign, journal every gate, then write its summary and site."""
+    if options.engine not in ENGINES:
+        raise ConfigError(f"--engine: must be one of {', '.join(ENGINES)}, got {options.engine!r}")
+    if options.engine != "ray" and options.address:
+        raise ConfigError("--address joins a Ray cluster; use it with --engine ray")
+    if options.engine == "ray" and options.max_parallel is not None:
+        raise ConfigError("--max-parallel applies to the local engine; Ray runs as many gates as the cluster's "
+                          "CPUs and GPUs hold")
+    cores, gpus = sorted(os.sched_getaffinity(0)), visible_gpus() if options.engine == "local" else ()
+    if options.engine == "local":  # refused before the campaign folder exists: nothing ran
+        core_sets(cores, options.max_parallel or 1)
+        for gate in campaign.gates:
+            if gate.gpus > len(gpus):
+                raise _problem(campaign.path, f"gates[{gate.index}].resources.gpus", f"needs {gate.gpus} GPU(s), "
+                               f"this host gives {len(gpus)} ({','.join(gpus) or 'none'}; CUDA_VISIBLE_DEVICES, "
+                               "else nvidia-smi)")
+    if options.resume is not None:
+        folder = options.resume.resolve()
+        start, done = latest_outcomes(folder)
+        if start.get("campaign_sha256") != campaign.sha256:
+            raise ConfigError(f"{campaign.path}: changed since the campaign in {folder} started (sha256 "
+                              f"{start.get('campaign_sha256')} -> {campaign.sha256}); restore it or start a new "
+                              "campaign")
+    else:
+        folder, done = new_campaign_folder(campaign), {}
+        atomic_write_bytes(folder / CAMPAIGN_COPY, campaign.path.read_bytes())
+    journal = Journal(folder / CAMPAIGN_JOURNAL, genesis=folder / CAMPAIGN_COPY)
+    finished = {k for k, o in done.items() if o.status is GateStatus.FINISHED}
+    todo = [g for g in campaign.gates if g.key not in finished]
+    by_key = {g.key: g for g in campaign.gates}
+    outcomes: dict[str, GateOutcome] = dict(done)
+    total = len(campaign.gates)
+
+    def started(task: GateTask, pinning: Pinning | None) -> None:
+        gate = by_key[task.key]
+        where = {"pinning": pinning.to_dict()} if pinning else {"requested": {"cpus": task.cpus, "gpus": task.gpus}}
+        journal.append("gate_start", key=task.key, **where, started=now().isoformat(timespec="seconds"))
+        what = (f"started ({pinning.describe()})" if pinning else
+                f"submitted to Ray (num_cpus={task.cpus}, num_gpus={task.gpus})")
+        report(f"campaign {campaign.id}: gate {gate.index + 1}/{total} {task.key} {what}")
+
+    def ended(outcome: GateOutcome) -> None:
+        gate = by_key[outcome.key]
+        outcomes[outcome.key] = outcome
+        journal.append("gate_end", outcome=outcome.to_dict(), ended=now().isoformat(timespec="seconds"))
+        if outcome.status is GateStatus.FINISHED:
+            what = f"{outcome.decision} ({outcome.finding_path}; ran on {outcome.pinning.describe()})"
+        else:
+            what = f"{outcome.status.value}: {outcome.detail or f'exit {outcome.exit_code}'}"
+        report(f"campaign {campaign.id}: gate {gate.index + 1}/{total} {outcome.key} {what}")
+
+    tasks = [_task(campaign, folder, g) for g in todo]
+    with _campaign_lock(folder):
+        if options.resume is None:
+            journal.append("campaign_start", campaign_id=campaign.id, campaign_path=str(campaign.path),
+                           campaign_sha256=campaign.sha256, started=now().isoformat(timespec="seconds"),
+                           host=socket.gethostname(), out=str(campaign.out),
+                           gates=[g.to_dict() for g in campaign.gates])
+        else:
+            report(f"campaign {campaign.id}: resuming {folder}: {len(finished)} of {total} gate(s) finished")
+            journal.append("campaign_resume", resumed=now().isoformat(timespec="seconds"), host=socket.gethostname(),
+                           skipped=sorted(finished))
+        journal.append("engine", engine=options.engine, address=options.address or "",
+                       max_parallel=(options.max_parallel or 1) if options.engine == "local" else None)
+        if tasks:
+            if options.engine == "ray":
+                run_ray(tasks, address=options.address, started=started, finished=ended)
+            else:
+                run_local(tasks, max_parallel=options.max_parallel or 1, cores=cores, gpus=gpus, started=started,
+                          finished=ended)
+        ordered = tuple((g, outcomes.get(g.key)) for g in campaign.gates)
+        unfinished = [g.key for g, o in ordered if o is None or o.status is not GateStatus.FINISHED]
+        journal.append("campaign_stop", stopped=now().isoformat(timespec="seconds"), unfinished=unfinished)
+    result = CampaignResult(campaign, folder, ordered)
+    # the site draws every finding's figures (seconds each): redrawn only when a gate ran
+    return write_campaign_outputs(result, site=bool(tasks) or not (folder / SITE_DIR / "index.html").is_file())
+
+
+@contextmanager
+def _campaign_lock(folder: Path) -> Iterator[None]:
+    """One campaign process per campaign folder: two would run the same gates and interleave the journal."""
+    with (folder / ".campaign.lock").open("a+") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.seek(0)
+            raise SeriesError(f"{folder}: another campaign process runs here ({handle.read().strip() or 'unknown'}); "
+                              "wait for it") from None
+        handle.seek(0)
+        handle.truncate()
+        handle.write(f"pid {os.getpid()}")
+        handle.flush()
+        yield
+
+
+# -- what a campaign leaves --------------------------------------------------------------------------
+
+def write_campaign_outputs(result: CampaignResult, *, site: bool = True) -> CampaignResult:
+    """Load the finished gates' findings; write summary.md, junit.xml and (`site`) the findings site into
+    the campaign folder (the summary and JUnit cover every finished gate, the site every finding)."""
+    from gatekit.exports import junit_xml, summary_markdown
+    from gatekit.findingset import load_many
+    from gatekit.report.rundata import load_run_files
+    from gatekit.report.site import prepare, report_files, write_files
+
+    paths = [o.finding_path for _, o in result.outcomes
+             if o is not None and o.status is GateStatus.FINISHED and o.finding_path is not None]
+    loaded = load_many(paths)
+    folder = result.folder
+    written: list[Path] = []
+    site_index = None
+    if loaded:
+        site_index = folder / SITE_DIR / "index.html"
+        summary = summary_markdown([f.finding for f in loaded], full_report=str(site_index))
+        write_output(folder / SUMMARY_FILE, summary, "campaign summary")
+        write_output(folder / JUNIT_FILE, junit_xml([f.finding for f in loaded]), "campaign JUnit report")
+        written += [folder / SUMMARY_FILE, folder / JUNIT_FILE]
+    if loaded and site:
+        # run folders are found under each gate's own runs folder (meta.related_runs end in <series>/<label>)
+        roots = tuple(dict.fromkeys([folder / g.key for g, _ in result.outcomes]
+                                    + [g.gate_path.parent for g, _ in result.outcomes]))
+        items = [(f.finding, load_run_files(f.finding, f.path, roots, Path.cwd()), f.path.name if f.path else "")
+                 for f in loaded]
+        write_files(folder / SITE_DIR, report_files(prepare(items), with_index=True))
+        written.append(site_index)
+    return CampaignResult(result.campaign, folder, result.outcomes, tuple(loaded), site_index, tuple(written))
+
+
+def describe(result: CampaignResult) -> list[str]:
+    """The lines `gate campaign` prints on stdout: one per gate, then the folder and the site."""
+    lines = []
+    for gate, outcome in result.outcomes:
+        if outcome is None:
+            lines.append(f"{gate.key}: not run")
+        elif outcome.status is GateStatus.FINISHED:
+            lines.append(f"{gate.key}: {outcome.decision} {outcome.finding_path}")
+        else:
+            lines.append(f"{gate.key}: {outcome.status.value}: {outcome.detail or f'exit {outcome.exit_code}'}")
+    lines.append(f"campaign: {result.folder}")
+    if result.site_index is not None:
+        lines.append(f"site: {result.site_index}")
+    return lines
+
+
+def resume_hint(result: CampaignResult) -> str:
+    """The line that tells how to finish the campaign ('' when every gate is finished)."""
+    if not result.unfinished:
+        return ""
+    return (f"{len(result.unfinished)} gate(s) not finished; continue with: gate campaign {result.campaign.path} "
+            f"--resume {result.folder}")
+

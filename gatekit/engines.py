@@ -1,0 +1,528 @@
+"""Where a campaign's gates run: each gate is its own `gate run` process, started by one of two engines.
+
+- local: up to `max_parallel` gate processes at once on this host, from this (single) thread; each pinned to
+  its own GPU(s) (CUDA_VISIBLE_DEVICES) and its own slot of CPU cores (sched_setaffinity), so the gates
+  running side by side do not load each other's runs.
+- ray: each gate is a Ray task asking for its resources (num_cpus, num_gpus); the task runs the same gate
+  process on whichever worker Ray picks, with the GPUs Ray assigned, and sends the gate's series folder,
+  log and finding back packed (tar), so they land on the machine that started the campaign.
+
+A gate process is one process per gate because the run loop's signal handling and its child subreaper are
+process-wide. It is started through `python -m gatekit.engines` (see `launch_argv`), which pins the CPU
+cores and asks Linux to SIGTERM the gate when its parent (the campaign, or the Ray worker) dies — a gate
+that loses its parent journals itself interrupted and stops its trainer instead of running on unwatched —
+and then execs the gate. `ray` is imported inside the Ray functions only; this module imports nothing heavy,
+so the launcher starts fast.
+"""
+
+from __future__ import annotations
+
+import enum
+import fcntl
+import io
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tarfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterator, Mapping, Sequence
+
+from gatekit.errors import ConfigError, GatekitError
+from gatekit.signals import interrupt_on_sigterm
+from gatekit.storage import JOURNAL_FILE, atomic_write_bytes
+
+ENGINES = ("local", "ray")
+SERIES_DONE = "DONE"  # series.DONE_FILE; not imported, since gatekit.series pulls in the statistics stack
+SERIES_LOCK = ".gatekit.lock"  # series.LOCK_FILE: held by the gate process that owns a runs folder
+EXIT_INTERRUPTED = 130  # SeriesInterrupted.exit_code
+EXIT_OUTPUT = 4  # OutputError.exit_code: runs happened, then a file could not be written (resumable)
+STOP_GRACE_S = 120.0  # a gate asked to stop journals its interruption and stops its trainer within this
+PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+ATTEMPT_HEADER = "== gate "  # starts each attempt's part of a gate's log
+
+
+class GateStatus(enum.Enum):
+    """How a gate's latest attempt ended. Only `finished` is skipped by `--resume`."""
+
+    FINISHED = "finished"  # the series wrote its finding (any decision, invalid included)
+    INTERRUPTED = "interrupted"  # stopped part-way (signal, lost worker, a write that failed): resumable
+    FAILED = "failed"  # ended with an error and no finding (e.g. preflight refused): tried again on resume
+
+
+@dataclass(frozen=True, slots=True)
+class Pinning:
+    """Where a gate ran: its CPU cores (empty: not pinned, e.g. Ray's logical CPUs), its GPUs as
+    CUDA_VISIBLE_DEVICES lists them (empty: none visible) and the host (and Ray node)."""
+
+    cores: tuple[int, ...] = ()
+    gpus: tuple[str, ...] = ()
+    node: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"cores": list(self.cores), "gpus": list(self.gpus), "node": self.node}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Pinning:
+        return cls(tuple(int(c) for c in data.get("cores", ())), tuple(str(g) for g in data.get("gpus", ())),
+                   str(data.get("node", "")))
+
+    def describe(self) -> str:
+        cores = _ranges(self.cores) if self.cores else "any"
+        gpus = ",".join(self.gpus) if self.gpus else "none"
+        return f"cores {cores}, GPU(s) {gpus}" + (f" on {self.node}" if self.node else "")
+
+
+@dataclass(frozen=True, slots=True)
+class GateTask:
+    """One gate of a campaign, as an engine runs it. Its series go to `runs_dir`, a folder of its own (a
+    runs folder holds one running series at a time), so the gate's series is the one folder there."""
+
+    key: str  # the gate's name in the campaign and its folder: "01-resident-graph-resident-graph"
+    gate_path: Path
+    off: str
+    on: str
+    runs_dir: Path  # <campaign dir>/<key>
+    out_dir: Path  # the campaign's findings folder, shared by its gates
+    log_path: Path  # <campaign dir>/logs/<key>.log: the gate process's stdout and stderr, every attempt
+    campaign_dir: Path
+    gpus: int = 0
+    cpus: int = 1
+
+
+@dataclass(frozen=True, slots=True)
+class GateOutcome:
+    """How one attempt at a gate ended, read from its exit code and its series folder."""
+
+    key: str
+    status: GateStatus
+    exit_code: int | None  # None: the process never reported one (its worker was lost)
+    series_dir: Path | None
+    finding_path: Path | None  # the finding's JSON file (its TOML twin lies beside it)
+    decision: str = ""  # the finding's decision, when finished
+    detail: str = ""  # the gate's last error line, or why the attempt was lost
+    pinning: Pinning = field(default_factory=Pinning)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"key": self.key, "status": self.status.value, "exit_code": self.exit_code,
+                "series_dir": str(self.series_dir) if self.series_dir else "",
+                "finding": str(self.finding_path) if self.finding_path else "", "decision": self.decision,
+                "detail": self.detail, "pinning": self.pinning.to_dict()}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> GateOutcome:
+        return cls(key=str(data["key"]), status=GateStatus(data["status"]), exit_code=data.get("exit_code"),
+                   series_dir=Path(data["series_dir"]) if data.get("series_dir") else None,
+                   finding_path=Path(data["finding"]) if data.get("finding") else None,
+                   decision=str(data.get("decision", "")), detail=str(data.get("detail", "")),
+                   pinning=Pinning.from_dict(data.get("pinning", {})))
+
+
+Started = Callable[[GateTask, "Pinning | None"], None]  # None: submitted to Ray; where it runs is known at its end
+Finished = Callable[[GateOutcome], None]
+
+
+# -- plans (pure) ---------------------------------------------------------------------------------
+
+def core_sets(cores: Sequence[int], slots: int) -> list[tuple[int, ...]]:
+    """Split the cores this process may use into `slots` disjoint, contiguous sets of (almost) equal size;
+    the first `len(cores) % slots` sets get one core more."""
+    ordered = sorted(cores)
+    if slots < 1 or slots > len(ordered):
+        raise ConfigError(f"--max-parallel: {slots} gates at once need at least {slots} CPU cores, this process "
+                          f"may use {len(ordered)} ({_ranges(ordered)}); lower --max-parallel")
+    size, extra = divmod(len(ordered), slots)
+    sets, start = [], 0
+    for index in range(slots):
+        end = start + size + (1 if index < extra else 0)
+        sets.append(tuple(ordered[start:end]))
+        start = end
+    return sets
+
+
+def _ranges(cores: Sequence[int]) -> str:
+    """0,1,2,5 -> '0-2,5' (as taskset and /proc write CPU lists)."""
+    parts, ordered = [], sorted(cores)
+    i = 0
+    while i < len(ordered):
+        j = i
+        while j + 1 < len(ordered) and ordered[j + 1] == ordered[j] + 1:
+            j += 1
+        parts.append(str(ordered[i]) if i == j else f"{ordered[i]}-{ordered[j]}")
+        i = j + 1
+    return ",".join(parts)
+
+
+def visible_gpus(environ: Mapping[str, str] | None = None) -> tuple[str, ...]:
+    """The GPUs this host gives the campaign: CUDA_VISIBLE_DEVICES when set (empty: none), else the
+    indices `nvidia-smi` lists, else none."""
+    environ = os.environ if environ is None else environ
+    if "CUDA_VISIBLE_DEVICES" in environ:
+        return tuple(g.strip() for g in environ["CUDA_VISIBLE_DEVICES"].split(",") if g.strip())
+    try:
+        done = subprocess.run(["nvidia-smi", "--query-gpu=index", "--format=csv,noheader"], capture_output=True,
+                              text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return ()
+    if done.returncode != 0:
+        return ()
+    return tuple(line.strip() for line in done.stdout.splitlines() if line.strip())
+
+
+# -- one gate process -----------------------------------------------------------------------------
+
+def gate_argv(task: GateTask, resume: Path | None) -> list[str]:
+    """The `gate run` command of a task: a fresh series, or the continuation of its interrupted one."""
+    gate = [sys.executable, "-m", "gatekit.cli", "run"]
+    if resume is not None:
+        return [*gate, "--resume", str(resume)]
+    return [*gate, task.off, task.on, "--gate", str(task.gate_path), "--out", str(task.out_dir),
+            "--runs", str(task.runs_dir)]
+
+
+def launch_argv(argv: Sequence[str], cores: Sequence[int]) -> list[str]:
+    """`argv` started through the launcher: pinned to `cores` (none: unpinned), SIGTERM when we die."""
+    return [sys.executable, "-m", "gatekit.engines", "--parent", str(os.getpid()),
+            "--cores", ",".join(str(c) for c in cores), "--", *argv]
+
+
+def series_dirs(runs_dir: Path) -> list[Path]:
+    """The series folders of a gate's runs folder, oldest first (by their journal's last write)."""
+    if not runs_dir.is_dir():
+        return []
+    found = [p for p in runs_dir.iterdir() if p.is_dir() and (p / JOURNAL_FILE).is_file()]
+    return sorted(found, key=lambda p: ((p / JOURNAL_FILE).stat().st_mtime, p.name))
+
+
+def resumable_series(runs_dir: Path) -> Path | None:
+    """The gate's interrupted series (journaled, no DONE), newest first; None: start a new one."""
+    open_ones = [p for p in series_dirs(runs_dir) if not (p / SERIES_DONE).exists()]
+    return open_ones[-1] if open_ones else None
+
+
+def gate_env(gpus: Sequence[str]) -> dict[str, str]:
+    """The gate process's environment: ours, with exactly its GPUs visible ("" hides every GPU). GPU
+    indices are nvidia-smi's, which count in PCI bus order; CUDA counts fastest first unless told."""
+    return {"CUDA_DEVICE_ORDER": "PCI_BUS_ID", **os.environ, "CUDA_VISIBLE_DEVICES": ",".join(gpus),
+            "PYTHONUNBUFFERED": "1"}
+
+
+@dataclass(frozen=True, slots=True)
+class _Running:
+    """A gate process the local engine watches."""
+
+    task: GateTask
+    process: subprocess.Popen[bytes]
+    pinning: Pinning
+    resumed: Path | None
+    before: frozenset[Path]
+    slot: int
+
+
+def start_gate(task: GateTask, pinning: Pinning) -> tuple[subprocess.Popen[bytes], Path | None, frozenset[Path]]:
+    """Start the gate process of `task` (continuing its interrupted series if it has one); its output is
+    appended to the task's log. Returns the process, the series it resumes and the series there before."""
+    task.runs_dir.mkdir(parents=True, exist_ok=True)
+    _wait_for_owner(task.runs_dir / SERIES_LOCK)
+    resume = resumable_series(task.runs_dir)
+    before = frozenset(series_dirs(task.runs_dir))
+    task.log_path.parent.mkdir(parents=True, exist_ok=True)
+    with task.log_path.open("ab") as log:
+        log.write(f"{ATTEMPT_HEADER}{task.key}: {'resume ' + str(resume) if resume else 'new series'}; "
+                  f"{pinning.describe()}\n".encode())
+        log.flush()
+        process = subprocess.Popen(launch_argv(gate_argv(task, resume), pinning.cores), stdin=subprocess.DEVNULL,
+                                   stdout=log, stderr=subprocess.STDOUT, env=gate_env(pinning.gpus),
+                                   cwd=task.gate_path.parent)
+    return process, resume, before
+
+
+def _wait_for_owner(lock: Path, timeout_s: float = STOP_GRACE_S) -> None:
+    """Wait while a gate process of an earlier attempt still holds the gate's runs folder (it was told to
+    stop when its campaign or worker died, and is journaling the interruption); after `timeout_s` the new
+    attempt starts anyway and the gate's own lock says who holds it."""
+    deadline = time.monotonic() + timeout_s
+    try:
+        handle = lock.open("a+")
+    except OSError:
+        return
+    with handle:
+        while True:
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    return
+                time.sleep(0.1)
+                continue
+            fcntl.flock(handle, fcntl.LOCK_UN)
+            return
+
+
+def outcome_of(task: GateTask, exit_code: int, pinning: Pinning, *, resumed: Path | None,
+               before: frozenset[Path]) -> GateOutcome:
+    """Read how an attempt ended: the series it wrote (the one it resumed, or the new folder), whether that
+    series is DONE (its first line the decision, its second the finding's TOML path), and the exit code."""
+    new = [p for p in series_dirs(task.runs_dir) if p not in before]
+    series = resumed or (new[-1] if new else None)
+    done = series / SERIES_DONE if series else None
+    if done is not None and done.is_file():
+        lines = done.read_text(encoding="utf-8").splitlines()
+        if len(lines) >= 2:
+            return GateOutcome(task.key, GateStatus.FINISHED, exit_code, series, Path(lines[1]).with_suffix(".json"),
+                               lines[0].strip(), "", pinning)
+    # killed by a signal (negative), interrupted, or a file that could not be written: the series resumes
+    interrupted = exit_code < 0 or exit_code in (EXIT_INTERRUPTED, EXIT_OUTPUT)
+    status = GateStatus.INTERRUPTED if interrupted else GateStatus.FAILED
+    return GateOutcome(task.key, status, exit_code, series, None, "", last_error(task.log_path), pinning)
+
+
+def last_error(log_path: Path) -> str:
+    """The latest attempt's own error line from the gate's log (`gate: error: …`), else its last line."""
+    try:
+        with log_path.open("rb") as handle:
+            handle.seek(max(0, handle.seek(0, io.SEEK_END) - 16384))
+            tail = handle.read().decode("utf-8", errors="replace").split(ATTEMPT_HEADER)[-1].splitlines()[1:]
+    except OSError:
+        return ""
+    lines = [line.strip() for line in tail if line.strip()]
+    errors = [line for line in lines if line.startswith("gate: error:")]
+    return (errors or lines or [""])[-1][:500]
+
+
+# -- the local engine -----------------------------------------------------------------------------
+
+def run_local(tasks: Sequence[GateTask], *, max_parallel: int, cores: Sequence[int], gpus: Sequence[str],
+              started: Started, finished: Finished, poll_s: float = 0.1) -> list[GateOutcome]:
+    """Run the tasks on this host, up to `max_parallel` at once, in order; a task starts when a slot (its
+    own core set) is free and enough of the GPUs are; each finished task is reported before the next
+    starts in its slot. Ctrl-C or SIGTERM stops the running gates (each journals its interruption)."""
+    slots = core_sets(cores, max_parallel)
+    for task in tasks:
+        if task.gpus > len(gpus):
+            raise ConfigError(f"{task.key}: resources.gpus = {task.gpus}, but this host gives {len(gpus)} GPU(s)"
+                              f" ({','.join(gpus) or 'none'})")
+    pending = list(tasks)
+    free_slots = list(range(len(slots)))
+    free_gpus = list(gpus)
+    running: list[_Running] = []
+    outcomes: list[GateOutcome] = []
+    node = socket.gethostname()
+
+    def reap(item: _Running, code: int) -> None:
+        running.remove(item)
+        free_slots.append(item.slot)
+        free_slots.sort()
+        free_gpus.extend(item.pinning.gpus)
+        free_gpus.sort(key=list(gpus).index)
+        outcome = outcome_of(item.task, code, item.pinning, resumed=item.resumed, before=item.before)
+        outcomes.append(outcome)
+        finished(outcome)
+
+    with interrupt_on_sigterm():
+        try:
+            while pending or running:
+                while pending and free_slots:
+                    task = next((t for t in pending if t.gpus <= len(free_gpus)), None)
+                    if task is None:
+                        break
+                    pending.remove(task)
+                    slot = free_slots.pop(0)
+                    pinning = Pinning(slots[slot], tuple(free_gpus[:task.gpus]), node)
+                    del free_gpus[:task.gpus]
+                    started(task, pinning)
+                    process, resumed, before = start_gate(task, pinning)
+                    running.append(_Running(task, process, pinning, resumed, before, slot))
+                for item in list(running):
+                    code = item.process.poll()
+                    if code is not None:
+                        reap(item, code)
+                if running:
+                    time.sleep(poll_s)
+        except KeyboardInterrupt:
+            for item in running:
+                _terminate(item.process)
+            for item in list(running):
+                reap(item, _wait(item.process))
+    return outcomes
+
+
+def _terminate(process: subprocess.Popen[bytes]) -> None:
+    if process.poll() is None:
+        try:
+            process.send_signal(signal.SIGTERM)  # the gate journals the interruption and stops its trainer
+        except ProcessLookupError:
+            pass
+
+
+def _wait(process: subprocess.Popen[bytes]) -> int:
+    try:
+        return process.wait(timeout=STOP_GRACE_S)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        return process.wait()
+
+
+# -- the Ray engine -------------------------------------------------------------------------------
+
+def run_ray(tasks: Sequence[GateTask], *, address: str | None, started: Started,
+            finished: Finished) -> list[GateOutcome]:
+    """Run each task as a Ray task with num_cpus/num_gpus from its resources. Uses the Ray session this
+    process already has, else starts a local Ray (no address) or joins the cluster at `address`. A task
+    whose worker is lost ends its gate `interrupted`; the others go on."""
+    try:
+        import ray
+    except ImportError:
+        raise ConfigError("--engine ray: Ray is not installed; install it with: pip install 'gatekit[ray]'") from None
+    own = not ray.is_initialized()
+    if own:
+        try:
+            ray.init(address=address or None, include_dashboard=False, log_to_driver=False)
+        except (ConnectionError, RuntimeError, ValueError) as exc:
+            raise GatekitError(f"--address {address or '(local)'}: cannot start or join Ray: {exc}") from None
+    try:
+        _check_cluster(tasks, ray.cluster_resources())
+        remote = ray.remote(max_retries=0)(ray_gate_task)
+        refs: dict[Any, GateTask] = {}
+        for task in tasks:
+            started(task, None)
+            ref = remote.options(num_cpus=task.cpus, num_gpus=task.gpus, name=f"gate {task.key}").remote(task)
+            refs[ref] = task
+        outcomes = []
+        try:
+            with interrupt_on_sigterm():
+                while refs:
+                    done, _ = ray.wait(list(refs), num_returns=1)
+                    task = refs.pop(done[0])
+                    try:
+                        outcome_data, packed = ray.get(done[0])
+                    except ray.exceptions.RayError as exc:
+                        outcome = lost_outcome(task, exc, raised_in_task=isinstance(exc, ray.exceptions.RayTaskError))
+                    else:
+                        unpack_gate_files(packed, task)
+                        outcome = GateOutcome.from_dict(outcome_data)
+                    outcomes.append(outcome)
+                    finished(outcome)
+        except KeyboardInterrupt:
+            # a cancelled task's worker is killed; its gate process gets SIGTERM and journals the interruption
+            for ref, task in refs.items():
+                ray.cancel(ref, force=True)
+                outcome = lost_outcome(task, KeyboardInterrupt("the campaign was interrupted"))
+                outcomes.append(outcome)
+                finished(outcome)
+        return outcomes
+    finally:
+        if own:
+            ray.shutdown()
+
+
+def _check_cluster(tasks: Sequence[GateTask], resources: Mapping[str, float]) -> None:
+    """Refuse a gate the cluster can never place (Ray would wait for it forever)."""
+    for task in tasks:
+        for name, need in (("CPU", task.cpus), ("GPU", task.gpus)):
+            have = resources.get(name, 0.0)
+            if need > have:
+                raise ConfigError(f"{task.key}: needs {need} {name}(s), the Ray cluster has {have:g}; "
+                                  "lower resources or add workers")
+
+
+def lost_outcome(task: GateTask, exc: BaseException, *, raised_in_task: bool = False) -> GateOutcome:
+    """A task that returned no result. Its worker died (or the campaign cancelled it): interrupted, the
+    series resumable where the driver can see it (one host or a shared disk), else started again on resume.
+    The task itself raised (`raised_in_task`: e.g. the worker cannot import gatekit or find the gate file):
+    failed, with the task's error."""
+    lines = [line.strip() for line in str(exc).strip().splitlines() if line.strip()]
+    if raised_in_task:
+        cause = lines[-1] if lines else type(exc).__name__  # the traceback's last line: the error itself
+        return GateOutcome(task.key, GateStatus.FAILED, None, resumable_series(task.runs_dir), None, "",
+                           f"the Ray task failed: {cause}"[:500])
+    first = lines[0] if lines else type(exc).__name__
+    return GateOutcome(task.key, GateStatus.INTERRUPTED, None, resumable_series(task.runs_dir), None, "",
+                       f"worker lost: {type(exc).__name__}: {first}"[:500])
+
+
+def ray_gate_task(task: GateTask) -> tuple[dict[str, Any], bytes]:
+    """The Ray task: run the gate process on this worker with the GPUs Ray assigned and wait for it; return
+    the outcome and the gate's files packed, for the driver to write where the campaign lives."""
+    import ray
+
+    gpus = tuple(str(g) for g in ray.get_gpu_ids())
+    node = f"{socket.gethostname()} (ray node {ray.get_runtime_context().get_node_id()[:12]})"
+    pinning = Pinning((), gpus, node)
+    process, resumed, before = start_gate(task, pinning)
+    code = process.wait()
+    outcome = outcome_of(task, code, pinning, resumed=resumed, before=before)
+    return outcome.to_dict(), pack_gate_files(task, outcome)
+
+
+# -- the files a gate sends back ------------------------------------------------------------------
+
+def pack_gate_files(task: GateTask, outcome: GateOutcome) -> bytes:
+    """A tar of the gate's runs folder and log (under `campaign/`, relative to the campaign folder) and
+    its finding files (under `out/`)."""
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:gz") as tar:
+        for path in sorted(p for p in task.runs_dir.rglob("*") if p.is_file()) if task.runs_dir.is_dir() else []:
+            if path.name.endswith(".tmp"):
+                continue  # an atomic write's leftover, never a record
+            tar.add(path, arcname=f"campaign/{path.relative_to(task.campaign_dir).as_posix()}", recursive=False)
+        if task.log_path.is_file():
+            tar.add(task.log_path, arcname=f"campaign/{task.log_path.relative_to(task.campaign_dir).as_posix()}")
+        if outcome.finding_path is not None:
+            for twin in (outcome.finding_path.with_suffix(".toml"), outcome.finding_path.with_suffix(".json")):
+                if twin.is_file():
+                    tar.add(twin, arcname=f"out/{twin.name}")
+    return buffer.getvalue()
+
+
+def unpack_gate_files(packed: bytes, task: GateTask) -> list[Path]:
+    """Write what `pack_gate_files` packed under this machine's campaign and findings folders, each file
+    atomically; a file already there with the same bytes (a worker on this host) is left alone. Returns
+    the files written."""
+    roots = {"campaign": task.campaign_dir, "out": task.out_dir}
+    written = []
+    with tarfile.open(fileobj=io.BytesIO(packed), mode="r:gz") as tar:
+        for member in tar.getmembers():
+            if not member.isfile():
+                continue
+            top, _, relative = member.name.partition("/")
+            root = roots.get(top)
+            target = (root / relative) if root is not None and relative else None
+            if target is None or root.resolve() not in target.resolve().parents:
+                raise GatekitError(f"{task.key}: the worker sent {member.name!r}, outside the campaign; refused")
+            handle = tar.extractfile(member)
+            data = handle.read() if handle else b""
+            if target.is_file() and target.read_bytes() == data:
+                continue
+            atomic_write_bytes(target, data)
+            written.append(target)
+    return written
+
+
+# -- the launcher: python -m gatekit.engines --parent PID --cores 0,1 -- ARGV... ----------------------
+
+def _launch(args: list[str]) -> int:
+    """Pin, arrange to be stopped with the parent, exec the gate. Linux only for the parent-death signal;
+    elsewhere the gate simply runs."""
+    split = args.index("--")
+    options, argv = args[:split], args[split + 1:]
+    parent = int(options[options.index("--parent") + 1])
+    cores = [int(c) for c in options[options.index("--cores") + 1].split(",") if c]
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+        if os.getppid() != parent:  # the parent died before the signal was armed
+            return EXIT_INTERRUPTED
+    if cores:
+        os.sched_setaffinity(0, cores)
+    os.execv(argv[0], argv)
+    return 127  # pragma: no cover - execv does not return
+
+
+if __name__ == "__main__":
+    raise SystemExit(_launch(sys.argv[1:]))

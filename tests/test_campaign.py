@@ -1,0 +1,381 @@
+"""`gate campaign`: the campaign file, the local engine (real gate processes, pinned), the journal and
+--resume, the summary of all gates, exit codes; and the Ray engine with a worker killed mid-gate.
+
+The gates run tests/fixtures/campaign/trainer.py, which logs the CPU cores and GPUs each run saw. The Ray
+tests share one local Ray session (2 CPUs) and skip when Ray is not installed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+
+from gatekit.campaign import CAMPAIGN_JOURNAL, CampaignOptions, load_campaign, run_campaign
+from gatekit.engines import (GateOutcome, GateStatus, GateTask, Pinning, core_sets, outcome_of, pack_gate_files,
+                             unpack_gate_files, visible_gpus)
+from gatekit.errors import ConfigError
+from tests.conftest import GATE_TEMPLATE, gate_cli, gate_invoke, write_toml
+
+TRAINER = Path(__file__).parent / "fixtures" / "campaign" / "trainer.py"
+OFF_TIMES = {"off-r1": 10.0, "off-r2": 10.02, "off-r3": 9.98}
+FAST = 9.0  # 10 % faster than off: adopted
+SAME = {"off-r1": 10.0, "off-r2": 10.02, "off-r3": 9.98, "on-r1": 10.01, "on-r2": 9.99, "on-r3": 10.0}
+
+
+def make_gate(folder: Path, gate_id: str, *, on: dict[str, Any], off: dict[str, Any] | None = None) -> Path:
+    """A gate folder with the campaign trainer; each run appends a line to <folder>/runs.log."""
+    folder.mkdir(parents=True)
+    shutil.copy(TRAINER, folder / "trainer.py")
+    gate = {k: (dict(v) if isinstance(v, dict) else list(v)) for k, v in GATE_TEMPLATE.items()}
+    gate["gate"] = {**gate["gate"], "id": gate_id}
+    gate["driver"] = {**gate["driver"], "argv": ["{python}", "trainer.py", "--config", "{arm_config}"],
+                      "hash": ["trainer.py"]}
+    write_toml(folder / "gate.toml", gate)
+    log = str(folder / "runs.log")
+    write_toml(folder / "off.toml", {"flags": {"optimizer": "host"}, "elapsed": OFF_TIMES, "log": log, **(off or {})})
+    write_toml(folder / "on.toml", {"flags": {"optimizer": "resident"}, "log": log, **on})
+    return folder / "gate.toml"
+
+
+def make_campaign(root: Path, gates: list[tuple[str, dict[str, Any]]], *, campaign_id: str = "nightly") -> Path:
+    lines = [f'[campaign]\nid = "{campaign_id}"\nout = "findings"\nruns = "runs"\n']
+    for gate_id, on in gates:
+        make_gate(root / gate_id, gate_id, on=on)
+        lines.append(f'[[gates]]\ngate = "{gate_id}/gate.toml"\noff = "off"\non = "on"\nresources = {{ gpus = 0 }}\n')
+    path = root / "campaign.toml"
+    path.write_text("\n".join(lines))
+    return path
+
+
+def journal(folder: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in (folder / CAMPAIGN_JOURNAL).read_text().splitlines()]
+
+
+def run_lines(gate_folder: Path) -> list[str]:
+    log = gate_folder / "runs.log"
+    return log.read_text().splitlines() if log.exists() else []
+
+
+def campaign_folder(stdout: str) -> Path:
+    return Path(next(line for line in stdout.splitlines() if line.startswith("campaign: ")).split(": ", 1)[1])
+
+
+# -- the campaign file ---------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("text, key, problem", [
+    ('[campaign]\nid = "n"\n', "gates", "is required"),
+    ('[campaign]\nid = "n"\nrun = "x"\n[[gates]]\ngate = "g/gate.toml"\noff = "off"\non = "on"\n',
+     "campaign.run", "did you mean 'runs'?"),
+    ('[campaign]\nid = "n"\n[[gates]]\ngate = "g/gate.toml"\noff = "off"\non = "on"\nresources = { gpus = -1 }\n',
+     "gates[0].resources.gpus", "must be 0 or more, got -1"),
+    ('[campaign]\nid = "n"\n[[gates]]\ngate = "g/gate.toml"\noff = "off"\non = "fast"\n',
+     "gates[0].on", "defines no arm 'fast' (it defines: off, on)"),
+    ('[campaign]\nid = "n"\n[[gates]]\ngate = "missing.toml"\noff = "off"\non = "on"\n', "gates[0].gate",
+     "file not found"),
+    ('[campaign]\nid = "n"\n[[gates]]\ngate = "g/gate.toml"\noff = "off"\non = "on"\nresources = { gpu = 1 }\n',
+     "gates[0].resources.gpu", "did you mean 'gpus'?"),
+    ('[campaign]\nid = "n n"\n[[gates]]\ngate = "g/gate.toml"\noff = "off"\non = "on"\n', "campaign.id",
+     "must be 1-64 letters"),
+])
+def test_a_bad_campaign_file_is_exit_2_naming_file_key_and_problem(tmp_path: Path, text: str, key: str,
+                                                                   problem: str) -> None:
+    make_gate(tmp_path / "g", "g", on={"elapsed": FAST})
+    (tmp_path / "campaign.toml").write_text(text)
+    done = gate_invoke("campaign", "campaign.toml", cwd=tmp_path)
+    assert done.returncode == 2, done.stderr
+    (line,) = done.stderr.strip().splitlines()
+    assert line.startswith(f"gate: error: {tmp_path / 'campaign.toml'}: {key}: ") and problem in line, line
+    assert not (tmp_path / "runs").exists()  # nothing ran, no campaign folder
+
+
+def test_the_campaign_file_reads_to_typed_gates(tmp_path: Path) -> None:
+    path = make_campaign(tmp_path, [("alpha", {"elapsed": FAST}), ("beta", {"elapsed": SAME})])
+    path.write_text(path.read_text().replace("resources = { gpus = 0 }", "resources = { gpus = 2, cpus = 3 }", 1))
+    campaign = load_campaign(path)
+    assert (campaign.id, campaign.out, campaign.runs) == ("nightly", tmp_path / "findings", tmp_path / "runs")
+    first, second = campaign.gates
+    assert (first.gate_path, first.off, first.on, first.gpus, first.cpus) == (tmp_path / "alpha" / "gate.toml",
+                                                                             "off", "on", 2, 3)
+    assert (first.key, second.key) == ("01-alpha-off-on", "02-beta-off-on")
+    assert (second.gpus, second.cpus) == (0, 1)
+
+
+def test_more_gpus_than_the_host_gives_is_exit_2_before_anything_runs(tmp_path: Path,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    path = make_campaign(tmp_path, [("alpha", {"elapsed": FAST})])
+    path.write_text(path.read_text().replace("gpus = 0", "gpus = 1"))
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    done = gate_invoke("campaign", "campaign.toml", cwd=tmp_path)
+    assert done.returncode == 2
+    assert f"{path}: gates[0].resources.gpus: needs 1 GPU(s), this host gives 0" in done.stderr
+    assert not (tmp_path / "runs").exists()
+
+
+# -- plans and packing (pure) ----------------------------------------------------------------------------
+
+def test_cores_are_split_into_disjoint_equal_sets() -> None:
+    assert core_sets([0, 1, 2, 3, 4, 5, 6, 7], 2) == [(0, 1, 2, 3), (4, 5, 6, 7)]
+    assert core_sets([3, 1, 2, 0, 4], 2) == [(0, 1, 2), (3, 4)]  # the first set takes the odd core
+    assert core_sets([0, 1], 1) == [(0, 1)]
+    with pytest.raises(ConfigError, match="--max-parallel: 3 gates at once need at least 3 CPU cores"):
+        core_sets([0, 1], 3)
+
+
+def test_visible_gpus_follow_cuda_visible_devices() -> None:
+    assert visible_gpus({"CUDA_VISIBLE_DEVICES": "2,3"}) == ("2", "3")
+    assert visible_gpus({"CUDA_VISIBLE_DEVICES": ""}) == ()
+
+
+def test_a_gates_files_come_back_under_the_campaign_of_another_machine(tmp_path: Path) -> None:
+    worker, home = tmp_path / "worker", tmp_path / "home"
+    task = GateTask("01-g-off-on", Path("/x/gate.toml"), "off", "on", worker / "c" / "01-g-off-on", worker / "out",
+                    worker / "c" / "logs" / "01-g-off-on.log", worker / "c")
+    (task.runs_dir / "g-1" / "off-r1").mkdir(parents=True)
+    (task.runs_dir / "g-1" / "journal.jsonl").write_text('{"event": "series_start"}\n')
+    (task.runs_dir / "g-1" / "off-r1" / "record.json").write_text("{}")
+    (task.runs_dir / "g-1" / ".record.json.abcdefgh.tmp").write_text("half")
+    task.log_path.parent.mkdir(parents=True)
+    task.log_path.write_text("gate log\n")
+    task.out_dir.mkdir()
+    (task.out_dir / "g-2026.json").write_text("{}")
+    (task.out_dir / "g-2026.toml").write_text("")
+    outcome = GateOutcome(task.key, GateStatus.FINISHED, 0, task.runs_dir / "g-1", task.out_dir / "g-2026.json")
+    packed = pack_gate_files(task, outcome)
+    here = GateTask(task.key, task.gate_path, "off", "on", home / "c" / task.key, home / "out",
+                    home / "c" / "logs" / f"{task.key}.log", home / "c")
+    written = unpack_gate_files(packed, here)
+    assert sorted(p.relative_to(home).as_posix() for p in written) == [
+        "c/01-g-off-on/g-1/journal.jsonl", "c/01-g-off-on/g-1/off-r1/record.json", "c/logs/01-g-off-on.log",
+        "out/g-2026.json", "out/g-2026.toml"]
+    assert (home / "c" / "logs" / "01-g-off-on.log").read_text() == "gate log\n"
+    assert unpack_gate_files(packed, here) == []  # the same bytes already there (a worker on this host)
+
+
+# -- the local engine ---------------------------------------------------------------------------------------
+
+def test_two_gates_in_parallel_pinned_apart_summarised_and_resumed(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    path = make_campaign(tmp_path, [("alpha", {"elapsed": FAST}), ("beta", {"elapsed": SAME})])
+    path.write_text(path.read_text().replace("gpus = 0", "gpus = 1"))  # the trainer only reports what it sees
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "5,7")  # this host's GPUs, as the campaign sees them
+    cores = sorted(os.sched_getaffinity(0))
+    if len(cores) < 2:
+        pytest.skip("needs 2 CPU cores to pin two gates apart")
+    done = gate_invoke("campaign", str(path), "--max-parallel", "2", "--fail-on", "not-adopted",
+                       "--summary-md", "summary.md", "--junit", "junit.xml", cwd=tmp_path)
+    assert done.returncode == 1, done.stderr  # beta is not adopted
+    folder = campaign_folder(done.stdout)
+    # each gate's runs saw one core set; the two sets are disjoint halves of ours
+    seen = {}
+    for gate in ("alpha", "beta"):
+        lines = run_lines(tmp_path / gate)
+        assert len(lines) == 6, lines
+        (cores_text,) = {line.split()[1] for line in lines}
+        seen[gate] = {int(c) for c in cores_text.removeprefix("cores=").split(",")}
+        (gpu_text,) = {line.split()[2] for line in lines}
+        seen[f"{gate} gpu"] = gpu_text
+    assert seen["alpha"].isdisjoint(seen["beta"]) and seen["alpha"] | seen["beta"] == set(cores)
+    assert {seen["alpha gpu"], seen["beta gpu"]} == {"gpus='5'", "gpus='7'"}  # one GPU each, not the same
+    events = journal(folder)
+    starts = [e for e in events if e["event"] == "gate_start"]
+    assert {tuple(e["pinning"]["cores"]) for e in starts} == {tuple(sorted(seen[g])) for g in ("alpha", "beta")}
+    assert sorted(e["pinning"]["gpus"] for e in starts) == [["5"], ["7"]]
+    ends = {e["outcome"]["key"]: e["outcome"] for e in events if e["event"] == "gate_end"}
+    assert {k: (o["status"], o["decision"]) for k, o in ends.items()} == {
+        "01-alpha-off-on": ("finished", "adopted"), "02-beta-off-on": ("finished", "rejected")}
+    for outcome in ends.values():
+        assert Path(outcome["finding"]).is_file() and Path(outcome["finding"]).parent == tmp_path / "findings"
+        assert (Path(outcome["series_dir"]) / "DONE").is_file()
+        assert Path(outcome["series_dir"]).parent == folder / outcome["key"]
+    # one summary and one JUnit cover both gates; the site indexes both findings
+    for summary in (tmp_path / "summary.md", folder / "summary.md"):
+        text = summary.read_text()
+        assert "| alpha | adopted |" in text and "| beta | rejected |" in text
+    junit = (tmp_path / "junit.xml").read_text()
+    assert 'tests="2"' in junit and "gatekit.alpha" in junit and "gatekit.beta" in junit
+    site = (folder / "site" / "index.html").read_text()
+    assert "alpha" in site and "beta" in site
+    assert "gate 1/2 01-alpha-off-on started (cores" in done.stderr
+    assert "gate 2/2 02-beta-off-on rejected (" in done.stderr
+
+    # --resume runs nothing finished again and decides the same
+    again = gate_invoke("campaign", str(path), "--resume", str(folder), "--fail-on", "not-adopted", cwd=tmp_path)
+    assert again.returncode == 1, again.stderr
+    assert "resuming" in again.stderr and "2 of 2 gate(s) finished" in again.stderr
+    assert len(run_lines(tmp_path / "alpha")) == 6 and len(run_lines(tmp_path / "beta")) == 6
+    assert [e["event"] for e in journal(folder)][-3:] == ["campaign_resume", "engine", "campaign_stop"]
+    # without --fail-on the same campaign passes
+    assert gate_invoke("campaign", str(path), "--resume", str(folder), cwd=tmp_path).returncode == 0
+
+
+def test_an_invalid_gate_makes_the_campaign_exit_3(tmp_path: Path) -> None:
+    path = make_campaign(tmp_path, [("gamma", {"elapsed": FAST, "touch": {"label": "on-r1", "path": "trainer.py"}})])
+    done = gate_cli("campaign", str(path), cwd=tmp_path)  # the real entry point's exit code
+    assert done.returncode == 3, done.stderr
+    assert "01-gamma-off-on: invalid" in done.stdout
+    assert {line.split()[2] for line in run_lines(tmp_path / "gamma")} == {"gpus=''"}  # a CPU gate sees no GPU
+    (end,) = [e for e in journal(campaign_folder(done.stdout)) if e["event"] == "gate_end"]
+    assert (end["outcome"]["status"], end["outcome"]["decision"]) == ("finished", "invalid")
+
+
+def test_a_stopped_campaign_stops_its_gates_which_journal_the_interruption(tmp_path: Path) -> None:
+    hold = tmp_path / "hold"
+    hold.write_text("the first run waits while this file exists")
+    path = make_campaign(tmp_path, [("delta", {"elapsed": FAST})])
+    write_toml(tmp_path / "delta" / "off.toml", {"flags": {"optimizer": "host"}, "elapsed": OFF_TIMES,
+                                                 "log": str(tmp_path / "delta" / "runs.log"), "hold": str(hold)})
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    campaign = subprocess.Popen([sys.executable, "-m", "gatekit.cli", "campaign", str(path)], cwd=tmp_path,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    deadline = time.monotonic() + 60
+    while not run_lines(tmp_path / "delta") and time.monotonic() < deadline:
+        time.sleep(0.05)
+    campaign.send_signal(signal.SIGTERM)
+    stdout, stderr = campaign.communicate(timeout=120)
+    assert campaign.returncode == 130, stderr
+    folder = campaign_folder(stdout)
+    (end,) = [e["outcome"] for e in journal(folder) if e["event"] == "gate_end"]
+    assert end["status"] == "interrupted" and "interrupted during off-r1" in end["detail"]
+    series_events = [json.loads(line)["event"] for line in
+                     (Path(end["series_dir"]) / "journal.jsonl").read_text().splitlines()]
+    assert "interrupted" in series_events
+    assert f"continue with: gate campaign {path} --resume {folder}" in stderr
+    left = [p.pid for p in psutil.process_iter(["cmdline"]) if str(tmp_path) in " ".join(p.info["cmdline"] or [])]
+    assert not left  # neither the gate nor its waiting trainer runs on
+
+
+def test_a_campaign_changed_since_it_started_is_not_resumed(tmp_path: Path) -> None:
+    path = make_campaign(tmp_path, [("alpha", {"elapsed": FAST})])
+    campaign = load_campaign(path)
+    folder = tmp_path / "runs" / "nightly-x"
+    folder.mkdir(parents=True)
+    (folder / CAMPAIGN_JOURNAL).write_text(json.dumps({"event": "campaign_start", "campaign_sha256": "0" * 64}) + "\n")
+    with pytest.raises(ConfigError, match=r"campaign.toml: changed since the campaign in .* started"):
+        run_campaign(campaign, CampaignOptions(resume=folder))
+
+
+# -- the Ray engine -----------------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def ray_session():  # type: ignore[no-untyped-def]
+    ray = pytest.importorskip("ray")
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, object_store_memory=80 * 1024 * 1024)
+    yield ray
+    ray.shutdown()
+
+
+def _worker_of(trainer_log: Path, timeout: float = 60) -> psutil.Process:
+    """The Ray worker running a gate: the trainer's parent is the gate process, whose parent is the worker."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        text = trainer_log.read_text() if trainer_log.exists() else ""
+        lines = text[:text.rfind("\n") + 1].splitlines()  # complete lines only: a pid is never read half-written
+        if lines:
+            trainer = psutil.Process(int(lines[-1].rsplit("pid=", 1)[1]))
+            return trainer.parent().parent()
+        time.sleep(0.05)
+    raise AssertionError(f"no run started ({trainer_log})")
+
+
+def test_ray_runs_two_cpu_gates_and_a_lost_worker_is_resumed(tmp_path: Path, ray_session) -> None:
+    hold = tmp_path / "hold"
+    hold.write_text("the second gate's first run waits while this file exists")
+    path = make_campaign(tmp_path, [("alpha", {"elapsed": FAST}), ("beta", {"elapsed": SAME})])
+    write_toml(tmp_path / "beta" / "off.toml", {"flags": {"optimizer": "host"}, "elapsed": OFF_TIMES,
+                                                "log": str(tmp_path / "beta" / "runs.log"), "hold": str(hold)})
+    campaign = load_campaign(path)
+    lines: list[str] = []
+
+    def kill_betas_worker() -> None:
+        worker = _worker_of(tmp_path / "beta" / "runs.log")
+        assert "ray::" in " ".join(worker.cmdline()) or "default_worker" in " ".join(worker.cmdline())
+        worker.send_signal(signal.SIGKILL)
+
+    killer = threading.Thread(target=kill_betas_worker)
+    killer.start()
+    result = run_campaign(campaign, CampaignOptions(engine="ray"), report=lines.append)
+    killer.join()
+    hold.unlink()
+    outcomes = {g.key: o for g, o in result.outcomes}
+    assert outcomes["01-alpha-off-on"].status is GateStatus.FINISHED
+    assert outcomes["01-alpha-off-on"].decision == "adopted"
+    assert outcomes["02-beta-off-on"].status is GateStatus.INTERRUPTED
+    assert "worker lost" in outcomes["02-beta-off-on"].detail
+    assert result.exit_code() == 130
+    assert "campaign nightly: gate 2/2 02-beta-off-on submitted to Ray (num_cpus=1, num_gpus=0)" in lines
+    assert any(line.startswith("campaign nightly: gate 2/2 02-beta-off-on interrupted: worker lost") for line in lines)
+    assert "ray node" in outcomes["01-alpha-off-on"].pinning.node
+    series = outcomes["02-beta-off-on"].series_dir
+    assert series is not None and not (series / "DONE").exists()
+
+    # the gate process saw its worker die (SIGTERM from the launcher's parent-death signal) and journals the
+    # interruption; it holds the series until it has stopped
+    def beta_gate_running() -> bool:
+        return any("gatekit.cli" in text and str(series.parent) in text
+                   for text in (" ".join(p.info["cmdline"] or []) for p in psutil.process_iter(["cmdline"])))
+
+    deadline = time.monotonic() + 60
+    while beta_gate_running() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    events = [json.loads(line)["event"] for line in (series / "journal.jsonl").read_text().splitlines()]
+    assert "interrupted" in events, events  # (an `escaped` event may follow it: what the trainer left)
+    resumed = run_campaign(campaign, CampaignOptions(engine="ray", resume=result.folder), report=lines.append)
+    outcomes = {g.key: o for g, o in resumed.outcomes}
+    assert outcomes["02-beta-off-on"].status is GateStatus.FINISHED, outcomes["02-beta-off-on"]
+    assert outcomes["02-beta-off-on"].series_dir == series  # the same series, continued
+    assert resumed.exit_code() == 0 and len(resumed.findings) == 2
+    assert len(run_lines(tmp_path / "alpha")) == 6  # alpha was not run again
+    assert "| beta | rejected |" in (result.folder / "summary.md").read_text()
+
+
+def test_an_attempt_is_read_from_its_exit_code_series_and_log(tmp_path: Path) -> None:
+    task = GateTask("01-g-off-on", tmp_path / "gate.toml", "off", "on", tmp_path / "c" / "01-g-off-on",
+                    tmp_path / "out", tmp_path / "c" / "logs" / "01-g-off-on.log", tmp_path / "c")
+    series = task.runs_dir / "g-1"
+    series.mkdir(parents=True)
+    (series / "journal.jsonl").write_text("{}\n")
+    task.log_path.parent.mkdir(parents=True)
+    task.log_path.write_text("== gate 01: new series\ngate: error: old attempt\n"
+                             "== gate 01: resume\npreflight\ngate: error: preflight failed, nothing more ran: load\n")
+    pinning = Pinning((0, 1), ("3",), "host")
+    failed = outcome_of(task, 2, pinning, resumed=series, before=frozenset())
+    assert (failed.status, failed.series_dir, failed.finding_path) == (GateStatus.FAILED, series, None)
+    assert failed.detail == "gate: error: preflight failed, nothing more ran: load"  # this attempt's error
+    for code in (130, 4, -9):
+        assert outcome_of(task, code, pinning, resumed=None, before=frozenset()).status is GateStatus.INTERRUPTED
+    assert outcome_of(task, 2, pinning, resumed=None, before=frozenset([series])).series_dir is None  # not new
+    (series / "DONE").write_text(f"rejected\n{tmp_path / 'out' / 'g-2026.toml'}\n")
+    done = outcome_of(task, 0, pinning, resumed=None, before=frozenset())
+    assert (done.status, done.decision, done.finding_path) == (GateStatus.FINISHED, "rejected",
+                                                               tmp_path / "out" / "g-2026.json")
+    assert GateOutcome.from_dict(done.to_dict()) == done and Pinning.from_dict(pinning.to_dict()) == pinning
+    assert pinning.describe() == "cores 0-1, GPU(s) 3 on host"
+
+
+def test_the_series_marker_and_lock_are_the_run_loops_own() -> None:
+    from gatekit.engines import SERIES_DONE, SERIES_LOCK
+    from gatekit.series import DONE_FILE, LOCK_FILE
+
+    assert (SERIES_DONE, SERIES_LOCK) == (DONE_FILE, LOCK_FILE)
+
+
+def test_a_ray_task_that_raises_fails_its_gate_without_a_lost_worker(tmp_path: Path, ray_session) -> None:
+    from gatekit.engines import run_ray
+
+    task = GateTask("01-g-off-on", tmp_path / "nowhere" / "gate.toml", "off", "on", tmp_path / "c" / "01-g-off-on",
+                    tmp_path / "out", tmp_path / "c" / "logs" / "01-g-off-on.log", tmp_path / "c")
+    ended: list[GateOutcome] = []
+    (outcome,) = run_ray([task], address=None, started=lambda task, pinning: None, finished=ended.append)
+    assert ended == [outcome] and outcome.status is GateStatus.FAILED
+    assert outcome.detail.startswith("the Ray task failed: FileNotFoundError") and "nowhere" in outcome.detail

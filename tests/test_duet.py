@@ -1,0 +1,235 @@
+"""Duet mode on real processes: both arms of a pair start together on twin cpu slots, swap slots every pair,
+see their slot in the environment and their cores in their affinity; a pair cut off by Ctrl-C runs again
+whole on resume. GPU slots cannot exist here: their preflight is checked from recorded NVML readings."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import tomllib
+
+import pytest
+
+from gatekit.config import load_gate
+from gatekit.errors import ConfigError
+from gatekit.driver import ChosenBackend
+from gatekit.preflight import check_slots
+from gatekit.slots import SlotError, parse_cores, parse_slots, slot_for, unequal_cpu_slots
+from gatekit_drivers.backends.cuda import CudaBackend
+from tests.conftest import GateDir, gate_invoke, make_gate, write_toml
+from tests.nvml_replay import ReplayNvml
+
+CORES = sorted(os.sched_getaffinity(0))
+needs_two_cores = pytest.mark.skipif(len(CORES) < 2, reason="a cpu duet needs two cores")
+
+
+def without_order(g: GateDir) -> GateDir:
+    """The fixture gate says order = "abab"; a duet has no order (both arms of a pair start together)."""
+    gate = tomllib.loads(g.gate.read_text())
+    gate["gate"].pop("order", None)
+    write_toml(g.gate, gate)
+    return g
+
+
+def duet_gate(root: Path, n: int = 4, **arms: dict) -> GateDir:
+    where = str(root / "where.jsonl")
+    return without_order(make_gate(root, gate={"mode": "duet", "n": n},
+                                   duet={"slots": [f"cpu:{CORES[0]}", f"cpu:{CORES[1]}"]},
+                                   rules={"evidence": "load1", "load_per_core_limit": 1000.0},
+                                   off={"where": where, "sleep_s": 0.3, **arms.get("off", {})},
+                                   on={"where": where, "sleep_s": 0.3, **arms.get("on", {})}))
+
+
+def starts(root: Path) -> dict[str, dict]:
+    lines = (root / "where.jsonl").read_text().splitlines()
+    return {entry["run"]: entry for entry in map(json.loads, lines)}  # the latest start of each label
+
+
+def test_slots_parse_and_refuse_what_cannot_be_a_duet() -> None:
+    assert parse_cores("0-3,6,2") == (0, 1, 2, 3, 6)
+    first, second = parse_slots(["cuda:0", "cuda:1"])
+    assert first.env() == {"GATEKIT_SLOT": "cuda:0", "CUDA_VISIBLE_DEVICES": "0"} and second.gpu == 1
+    assert parse_slots(["cpu:0-1", "cpu:2-3"])[1].cores == (2, 3)
+    for bad, words in [(["cuda:0"], "exactly two slots"), (["cuda:0", "cpu:1"], "one kind"),
+                       (["cuda:1", "cuda:1"], "two GPUs"), (["cpu:0-2", "cpu:2-3"], "share core(s) 2"),
+                       (["gpu:0", "gpu:1"], "not a slot"), (["cpu:3-1", "cpu:4"], "ends before it starts")]:
+        with pytest.raises(SlotError, match=words.replace("(", r"\(").replace(")", r"\)")):
+            parse_slots(bad)
+    # the swap: off on slot 0 in odd pairs, on slot 1 in even pairs; on takes the other
+    assert [slot_for(True, k) for k in (1, 2, 3, 4)] == [0, 1, 0, 1]
+    assert [slot_for(False, k) for k in (1, 2, 3, 4)] == [1, 0, 1, 0]
+
+
+class TwinReplay(ReplayNvml):
+    """The recorded H200 (tests/fixtures/nvml) as GPU `index` of a two-GPU host; `changes` alters what NVML
+    would say of GPU 1 (another model, say). Only one GPU was recorded: both slots replay that reading."""
+
+    def __init__(self, index: int = 0, changes: dict | None = None) -> None:
+        super().__init__("h200_idle.json")
+        self.index, self.changes = index, changes or {}
+
+    def for_device(self, index: int) -> TwinReplay:
+        return TwinReplay(index, self.changes)
+
+    def static(self) -> dict:
+        return {**super().static(), "device_count": 2, **(self.changes if self.index == 1 else {})}
+
+
+def slot_checks(tmp_path: Path, changes: dict | None = None, allow: bool = False) -> list:
+    g = without_order(make_gate(tmp_path, gate={"mode": "duet", "n": 4},
+                                duet={"slots": ["cuda:0", "cuda:1"], "allow_unequal_slots": allow}))
+    backend = ChosenBackend(CudaBackend(reader=TwinReplay(0, changes)), "cuda", "replayed H200 readings")
+    return check_slots(load_gate(g.gate), backend)
+
+
+def test_gpu_slots_must_be_twins_unless_allowed(tmp_path: Path) -> None:
+    checks = slot_checks(tmp_path / "same")
+    assert [c.name for c in checks] == ["GPU 0 (NVML)", "no other process on GPU 0", "GPU 1 (NVML)",
+                                        "no other process on GPU 1", "duet slots"]
+    assert all(c.ok for c in checks) and checks[-1].detail == "cuda:0 and cuda:1 are twins"
+    other = {"name": "NVIDIA H100 80GB HBM3", "memory_total_bytes": 85520809984}
+    verdict = slot_checks(tmp_path / "other", other)[-1]
+    assert not verdict.ok and verdict.detail == (
+        "cuda:0 and cuda:1 differ: model NVIDIA H200 vs NVIDIA H100 80GB HBM3; memory 150754820096 vs "
+        "85520809984; set duet.allow_unequal_slots = true to run anyway")
+    allowed = slot_checks(tmp_path / "allowed", {"max_sm_clock_mhz": 1755}, allow=True)[-1]
+    assert allowed.ok and allowed.detail == ("cuda:0 and cuda:1 differ: max SM clock 1980 vs 1755 (allowed: "
+                                             "duet.allow_unequal_slots = true)")
+
+
+def test_cpu_slots_must_be_usable_and_of_one_size() -> None:
+    if len(CORES) >= 3:
+        assert unequal_cpu_slots(parse_slots([f"cpu:{CORES[0]}", f"cpu:{CORES[1]},{CORES[2]}"])) == \
+            "the slots have 1 and 2 cores"
+    missing = max(CORES) + 1
+    assert f"core(s) {missing} are not available here" in unequal_cpu_slots(
+        parse_slots([f"cpu:{CORES[0]}", f"cpu:{missing}"]))
+    assert unequal_cpu_slots(parse_slots([f"cpu:{CORES[0]}", f"cpu:{CORES[-1]}"])) == ""
+
+
+@pytest.mark.parametrize(("gate", "duet", "message"), [
+    ({"mode": "duet"}, None, "duet: gate.mode = \"duet\" needs a [duet] table"),
+    ({}, {"slots": ["cpu:0", "cpu:1"]}, "duet: applies only to gate.mode = \"duet\""),
+    ({"mode": "duet", "n": 3}, {"slots": ["cpu:0", "cpu:1"]}, "gate.n: a duet runs n pairs, an even number"),
+    ({"mode": "duet", "n": 4}, {"slots": ["cpu:0", "cpu:0"]}, "duet.slots: the slots share core(s) 0"),
+    ({"mode": "duet", "n": 4}, {"slots": ["cpu:0", "cpu:1"], "allow_unequal": True},
+     "duet.allow_unequal: unknown key (did you mean 'allow_unequal_slots'?)"),
+    ({"mode": "duet", "n": 4, "order": "abba"}, {"slots": ["cpu:0", "cpu:1"]}, "gate.order: does not apply"),
+    ({"mode": "sideways"}, None, "gate.mode: must be one of interleaved, duet"),
+])
+def test_duet_config_errors_name_file_and_key(tmp_path: Path, gate: dict, duet: dict | None, message: str) -> None:
+    sections = {"duet": duet} if duet is not None else {}
+    g = make_gate(tmp_path, gate={"n": 4, **gate}, **sections)
+    if "order" not in gate:
+        without_order(g)
+    with pytest.raises(ConfigError) as caught:
+        load_gate(g.gate)
+    assert str(caught.value).startswith(f"{g.gate}: {message}"), caught.value
+    done = gate_invoke("run", "off", "on", cwd=g.root)
+    assert done.returncode == 2 and done.stderr.count("\n") == 1 and message in done.stderr
+
+
+@needs_two_cores
+def test_a_duet_runs_each_pair_together_on_swapped_pinned_slots(tmp_path: Path) -> None:
+    g = duet_gate(tmp_path, off={"elapsed": {f"off-r{k}": 10.0 + 0.01 * k for k in range(1, 5)}},
+                  on={"elapsed": {f"on-r{k}": 9.0 + 0.01 * k for k in range(1, 5)}})
+    done = gate_invoke("run", "off", "on", cwd=g.root)
+    assert done.returncode == 0, done.stderr
+    assert "off-r1 + on-r1 starting together" in done.stderr
+    seen = starts(g.root)
+    slot0, slot1 = f"cpu:{CORES[0]}", f"cpu:{CORES[1]}"
+    for k in range(1, 5):
+        off, on = seen[f"off-r{k}"], seen[f"on-r{k}"]
+        assert abs(off["start"] - on["start"]) < 0.05, (k, off["start"] - on["start"])  # one barrier
+        expected_off = slot0 if k % 2 else slot1
+        assert off["slot"] == expected_off and on["slot"] == (slot1 if k % 2 else slot0)
+        for entry in (off, on):
+            assert entry["cores"] == [int(entry["slot"].split(":")[1])] and entry["cuda"] is None
+    finding = g.finding()
+    assert {r["label"]: r["slot"] for r in finding["runs"]} == {
+        **{f"off-r{k}": slot0 if k % 2 else slot1 for k in range(1, 5)},
+        **{f"on-r{k}": slot1 if k % 2 else slot0 for k in range(1, 5)}}
+    assert all(r["window"]["telemetry"]["slot_cpu_busy_mean_pct"] >= 0 for r in finding["runs"])
+    assert finding["gate"]["policy"] == "duet"
+    (series,) = g.series_dirs()
+    events = [json.loads(line) for line in (series / "journal.jsonl").read_text().splitlines()]
+    skews = [e["start_skew_ms"] for e in events if e["event"] == "duet_pair"]
+    assert len(skews) == 4 and max(skews) < 50
+    predecision = (series / "predecision.toml").read_text()
+    assert 'mode = "duet"' in predecision and f'slots = ["{slot0}", "{slot1}"]' in predecision
+    # the report: a slot column, and the pairs' windows drawn over each other
+    (path,) = g.findings()
+    assert gate_invoke("report", str(path), "--html", "site", cwd=g.root).returncode == 0
+    (page,) = (g.root / "site").glob("*/index.html")
+    html = page.read_text()
+    assert "<th>slot</th>" in html.replace(' class="left"', "") and "duet.png" in html
+    assert (page.parent / "duet.png").stat().st_size > 1000
+
+
+@needs_two_cores
+def test_a_pair_cut_off_by_ctrl_c_runs_again_whole_on_resume(tmp_path: Path) -> None:
+    go = tmp_path / "go"
+    g = duet_gate(tmp_path, on={"wait_for": {"label": "on-r2", "path": str(go)}})
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    gate = subprocess.Popen([sys.executable, "-m", "gatekit.cli", "run", "off", "on"], cwd=g.root, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while "on-r2" not in ((tmp_path / "where.jsonl").read_text() if (tmp_path / "where.jsonl").exists() else ""):
+        assert time.monotonic() < deadline and gate.poll() is None, gate.communicate()
+        time.sleep(0.02)
+    gate.send_signal(signal.SIGINT)
+    _, stderr = gate.communicate(timeout=60)
+    assert gate.returncode == 130, stderr
+    assert "interrupted during pair r2; the pair runs again" in stderr
+    (series,) = g.series_dirs()
+    journaled = [json.loads(line) for line in (series / "journal.jsonl").read_text().splitlines()]
+    assert [e["record"]["label"] for e in journaled if e["event"] == "run_end"] == ["off-r1", "on-r1"]
+    go.touch()
+    done = subprocess.run([sys.executable, "-m", "gatekit.cli", "run", "--resume", str(series)], cwd=g.root,
+                          env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert (series / "off-r2.cut-1").is_dir() and (series / "on-r2.cut-1").is_dir()  # both runs again
+    seen = starts(g.root)
+    assert abs(seen["off-r2"]["start"] - seen["on-r2"]["start"]) < 0.05
+    assert sorted(r["label"] for r in g.finding()["runs"]) == sorted(
+        f"{arm}-r{k}" for arm in ("off", "on") for k in range(1, 5))
+
+
+def test_cuda_slots_follow_the_gates_own_visible_devices() -> None:
+    from gatekit_drivers.backends.cuda import visible_device
+
+    slot = parse_slots(["cuda:0", "cuda:1"])[1]
+    assert slot.env({})["CUDA_VISIBLE_DEVICES"] == "1"
+    # a campaign gave this gate GPUs 6 and 3 (or by UUID): the slot's GPU 1 is the second of them
+    assert slot.env({"CUDA_VISIBLE_DEVICES": "6,3"})["CUDA_VISIBLE_DEVICES"] == "3"
+    assert slot.env({"CUDA_VISIBLE_DEVICES": "GPU-a, GPU-b"})["CUDA_VISIBLE_DEVICES"] == "GPU-b"
+    assert slot.env({"CUDA_VISIBLE_DEVICES": "6"})["CUDA_VISIBLE_DEVICES"] == ""  # hidden: its preflight fails
+    # NVML numbers GPUs without CUDA_VISIBLE_DEVICES: the backend maps CUDA's index through it
+    assert visible_device(1, {}) == "1" and visible_device(1, {"CUDA_VISIBLE_DEVICES": "6,3"}) == "3"
+    assert visible_device(0, {"CUDA_VISIBLE_DEVICES": "GPU-a"}) == "GPU-a"
+    assert visible_device(2, {"CUDA_VISIBLE_DEVICES": "6,3"}) is None
+
+
+def test_a_finding_made_on_another_host_finds_its_run_folders_beside_it(tmp_path: Path) -> None:
+    """A series run outside the repository (absolute run paths, e.g. on a GPU host) and committed with its
+    run folders beside the finding renders with its figures."""
+    from gatekit.finding import Finding
+    from gatekit.report.rundata import load_run_files
+
+    g = duet_gate(tmp_path / "made")
+    assert gate_invoke("run", "off", "on", "--runs", str(tmp_path / "elsewhere" / "runs"), cwd=g.root).returncode == 0
+    (path,) = g.findings()
+    moved = tmp_path / "repo" / "findings" / "h200"
+    moved.mkdir(parents=True)
+    (moved / path.name).write_text(path.read_text())
+    (tmp_path / "elsewhere" / "runs").rename(moved / "runs")  # the machine it ran on is gone
+    finding = Finding.from_dict(json.loads((moved / path.name).read_text()))
+    assert all(Path(p).is_absolute() and not Path(p).exists() for p in finding.meta.related_runs)
+    files = load_run_files(finding, moved / path.name, [], tmp_path)
+    assert sorted(files.traces) == sorted(r.label for r in finding.runs) and not files.notes
