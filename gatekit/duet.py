@@ -201,6 +201,10 @@ def _info(estimate: DuetEstimate | None, *, floor_pct: float, primary: str, deci
 
     delta = bounds(estimate.delta, estimate.delta_se) if estimate else (math.nan,) * 3
     slot = bounds(estimate.slot, estimate.slot_se) if estimate else (math.nan,) * 3
+    ci95 = (math.nan, math.nan)
+    if estimate and estimate.df >= 1:
+        half = float(critical_value(estimate.df, 0.025)) * estimate.delta_se
+        ci95 = (pct(estimate.delta - half), pct(estimate.delta + half))
     return DuetInfo(
         version=VERSION, method=METHOD, alpha=ALPHA, test_alpha=TEST_ALPHA, interval_level=INTERVAL_LEVEL,
         floor_pct=floor_pct,
@@ -209,7 +213,8 @@ def _info(estimate: DuetEstimate | None, *, floor_pct: float, primary: str, deci
         critical=estimate.critical if estimate and math.isfinite(estimate.critical) else None,
         delta_pct=delta[0], ci_low_pct=delta[1], ci_high_pct=delta[2],
         slot_effect_pct=slot[0], slot_ci_low_pct=slot[1], slot_ci_high_pct=slot[2],
-        slots=slots or (), guard_level=GUARD_LEVEL, guards=dict(guards), primary=primary, decision=decision)
+        slots=slots or (), ci95_low_pct=ci95[0], ci95_high_pct=ci95[1], guard_level=GUARD_LEVEL,
+        guards=dict(guards), primary=primary, decision=decision)
 
 
 def decide(classified: pd.DataFrame, guard_values: Mapping[str, Mapping[str, float]], *, off_arm: str,
@@ -275,7 +280,7 @@ def _reasons(info: DuetInfo, estimate: DuetEstimate, primary: str) -> list[str]:
              f"the pair log-ratios with the slot effect removed), {100 * INTERVAL_LEVEL:g} % interval "
              f"[{info.ci_low_pct:+.4f} %, {info.ci_high_pct:+.4f} %], t {t:+.3f} vs ±{c:.4g} (Student t, "
              f"{estimate.df} df, one-sided α {TEST_ALPHA:g}), floor ±{floor:g} % → {info.primary} "
-             f"({why[info.primary]})"]
+             f"({why[info.primary]}); two-sided 95 % CI [{info.ci95_low_pct:+.4f} %, {info.ci95_high_pct:+.4f} %]"]
     slot_names = f" ({info.slots[1]} minus {info.slots[0]})" if len(info.slots) == 2 else ""
     lines.append(f"slot effect{slot_names}: {info.slot_effect_pct:+.4f} %, {100 * INTERVAL_LEVEL:g} % interval "
                  f"[{info.slot_ci_low_pct:+.4f} %, {info.slot_ci_high_pct:+.4f} %] — estimated from the swap and "

@@ -282,6 +282,9 @@ class DuetInfo(Record):
     slot_ci_low_pct: float | None = None
     slot_ci_high_pct: float | None = None
     slots: tuple[str, ...] = ()  # (slot 0, slot 1) as the runs recorded them
+    # the two-sided 95 % CI of Δ (t_{0.975, df}), to compare with other gates' CIs; the rule reads the above
+    ci95_low_pct: float | None = field(default=None, metadata={"omit": None})
+    ci95_high_pct: float | None = field(default=None, metadata={"omit": None})
     guard_level: float | None = None
     guards: Mapping[str, PairedGuard] = field(default_factory=dict)
     primary: str = field(kw_only=True)  # the primary metric's own outcome

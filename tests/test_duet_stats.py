@@ -261,3 +261,25 @@ def test_a_replacement_pair_takes_its_sign_from_its_slots_else_from_the_round_it
     unrecorded = table.assign(slot=None)
     assert [(p.round, p.sigma) for p in duet.pairs_of(unrecorded, "off", "on")[0]] == [
         (1, 1.0), (3, 1.0), (4, -1.0), (5, -1.0)]  # round 2's parity: on on slot 0
+
+
+def test_the_95_percent_ci_of_delta_is_t_0975_times_the_ols_standard_error() -> None:
+    """Beside the rule's interval, the finding keeps the two-sided 95 % CI of Δ (for comparing gates),
+    checked against scipy's t quantile and numpy's least squares."""
+    import numpy as np
+    import scipy.stats as sps
+
+    from gatekit.duet import _info, fit
+
+    d = np.log(np.array([0.95, 0.97, 0.94, 0.98, 0.96, 0.95]))
+    sign = np.array([1.0, -1.0, 1.0, -1.0, 1.0, -1.0])
+    estimate = fit(d, sign)
+    X = np.column_stack([np.ones(6), sign])
+    beta, residual, *_ = np.linalg.lstsq(X, d, rcond=None)
+    se = np.sqrt(residual[0] / 4 * np.linalg.inv(X.T @ X)[0, 0])
+    info = _info(estimate, floor_pct=1.0, primary="adopted", decision="adopted", guards={}, slots=None,
+                 balance=(3, 3))
+    half = sps.t.ppf(0.975, 4) * se
+    assert info.ci95_low_pct == pytest.approx(100 * (np.exp(beta[0] - half) - 1), rel=1e-9)
+    assert info.ci95_high_pct == pytest.approx(100 * (np.exp(beta[0] + half) - 1), rel=1e-9)
+    assert info.ci95_low_pct < info.ci_low_pct < info.ci_high_pct < info.ci95_high_pct  # 95 % is wider than 91 %
