@@ -121,7 +121,8 @@ def stated_rules(spec: DecisionSpec) -> list[str]:
         + {"arm": "the same arm's used runs (classic).",
            "leave_one_out": "the arm's other runs (leave-one-out), mean also without the run.",
            "history": f"history: {r.sigma_history_pct:g} % of the mean of the arm's other runs (calibrated "
-                      "before the series, so a run cannot inflate its own sigma)."}[r.sigma_ref],
+                      "before the series, so a run cannot inflate its own sigma), times sqrt(1 + 1/(n - 1)) for "
+                      "the noise of that mean (n: the arm's used runs)."}[r.sigma_ref],
         *filter(None, [rules.stated_evidence(r)]),
         "A run is contaminated only if (i) AND (ii); (ii) alone never triggers a retry.",
         f"A contaminated or failed pair is re-run at the end of the series, at most {r.max_retries} "

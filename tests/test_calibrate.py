@@ -153,6 +153,8 @@ def test_history_sigma_lets_rule_ii_fire_at_n3(gate_dir) -> None:
     assert runs["off-r2"]["z"] == pytest.approx(0.29 / (cv / 100 * 10.01 * math.sqrt(1.5)), rel=1e-9)
     assert runs["off-r2"]["contaminated"] and not runs["off-r2"]["used"] and runs["off-r4"]["used"]
     assert g.order()[-2:] == ["off-r4", "on-r4"]
+    stated = (result.series_dir / "predecision.toml").read_text()  # the rule says what it computes
+    assert "times sqrt(1 + 1/(n - 1)) for the noise of that mean" in stated
     # The attainable-z bound limits σ_arm at small n; with σ_hist it does not apply (rule (ii) just fired
     # above), so the typed finding holds None for both and the document, which keeps no nulls, omits them.
     rules_info = result.finding.rules
