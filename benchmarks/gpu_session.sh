@@ -6,6 +6,7 @@
 #                                                  # sequential), a cpu-slot duet vs interleaved on this host,
 #                                                  # the three committed gates as a campaign, back to back
 #   bash benchmarks/gpu_session.sh two-gpus OUT    # duet vs interleaved on two GPUs, the campaign on both GPUs
+#   bash benchmarks/gpu_session.sh cache OUT       # start-up of a second series in the same runs folder
 #
 # Every gate writes its findings and series folders under OUT (nothing into the repository's findings/);
 # OUT/wall.txt gets "name seconds exit-code" per gate.
@@ -21,7 +22,8 @@ timed() {  # timed NAME CMD...: run CMD, append "NAME seconds exit" to OUT/wall.
     local began code=0
     began=$(date +%s.%N)
     "$@" > "$OUT/$name.log" 2>&1 || code=$?
-    echo "$name $(echo "$(date +%s.%N) - $began" | bc) $code" | tee -a "$OUT/wall.txt"
+    echo "$name $(python3 -c 'import sys; print(round(float(sys.argv[2]) - float(sys.argv[1]), 1))' \
+        "$began" "$(date +%s.%N)") $code" | tee -a "$OUT/wall.txt"
 }
 
 campaign_file() {  # campaign_file NAME: configs/nightly.toml writing under OUT/NAME
@@ -57,6 +59,12 @@ one-gpu)
     timed demo-interleaved "${GATE[@]}" run off on --gate configs/demo/gate.toml --n 4 "${common[@]}"
     timed demo-duet "${GATE[@]}" run off on --gate configs/demo/duet-generated.toml "${common[@]}"
     timed campaign-one-gpu "${GATE[@]}" campaign "$(campaign_file campaign-one-gpu)" --max-parallel 1
+    ;;
+cache)
+    mkdir -p "$OUT"
+    common=(--out "$OUT/findings" --runs "$OUT/runs")
+    timed graph-series-1 "${GATE[@]}" run resident graph --gate configs/resident-graph.toml --n 2 "${common[@]}"
+    timed graph-series-2 "${GATE[@]}" run resident graph --gate configs/resident-graph.toml --n 2 "${common[@]}"
     ;;
 two-gpus)
     mkdir -p "$OUT"

@@ -45,12 +45,13 @@ ENV_RUN_DIR = "GATEKIT_RUN_DIR"  # as gatekit.contract names it; drivers do not 
 
 
 def dataset_cache_dir() -> Path | None:
-    """$GATEKIT_CACHE_DIR if set, else `.cache` in the series folder (the parent of gatekit's run folder);
+    """$GATEKIT_CACHE_DIR if set, else `.cache` in the runs folder that holds the series (run folder →
+    series folder → runs folder), so every series of a gate shares it and only the first run there pays;
     None outside a gate with no cache dir set: a lone run caches nothing."""
     if os.environ.get(ENV_CACHE_DIR):
         return Path(os.environ[ENV_CACHE_DIR])
     if os.environ.get(ENV_RUN_DIR):
-        return Path(os.environ[ENV_RUN_DIR]).parent / ".cache"
+        return Path(os.environ[ENV_RUN_DIR]).parent.parent / ".cache"
     return None
 
 

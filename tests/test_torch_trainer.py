@@ -237,14 +237,14 @@ def test_results_are_identical_with_and_without_the_cache(problem: dict, tmp_pat
         assert uncached["metrics"]["psnr_db"] == second["metrics"]["psnr_db"]
 
 
-def test_second_run_of_a_series_hits_the_cache_in_the_series_folder(tmp_path: Path,
-                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
-    series = tmp_path / "series"
+def test_second_run_of_a_series_hits_the_cache_in_the_runs_folder(tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    series = tmp_path / "runs" / "series"
     monkeypatch.delenv("GATEKIT_CACHE_DIR", raising=False)
     monkeypatch.setenv("GATEKIT_RUN_DIR", str(series / "off-r1"))
     from gatekit_drivers.torch_trainer import dataset_cache_dir
     first = run(TrainerConfig(**CACHED), dataset_cache_dir())  # type: ignore[arg-type]
-    assert list((series / ".cache").glob("torch-dataset-*.pt"))
+    assert list((tmp_path / "runs" / ".cache").glob("torch-dataset-*.pt"))  # beside the series: shared by all
     # the second run of the series, as the gate starts it; another arm (optimizer) shares the data set
     text = "".join(f"{k} = {json.dumps(v)}\n" for k, v in {**CACHED, "optimizer": "host"}.items())
     done, result = run_trainer(text, tmp_path, env={"GATEKIT_RUN_DIR": str(series / "on-r1")})
