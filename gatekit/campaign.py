@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, Sequence
 
-from gatekit.config import NAME_PATTERN, NAME_RULE, load_gate, load_toml, unknown_key_hint
+from gatekit.config import NAME_PATTERN, NAME_RULE, TomlTable, load_gate, load_toml, resolve_path
 from gatekit.engines import (ENGINES, GateOutcome, GateStatus, GateTask, Pinning, core_sets, run_local, run_ray,
                              visible_gpus)
 from gatekit.errors import ConfigError, SeriesError
@@ -133,31 +133,6 @@ def _problem(path: Path, key: str, problem: str) -> ConfigError:
     return ConfigError(f"{path}: {key}: {problem}")
 
 
-def _take(path: Path, table: dict[str, Any], prefix: str, name: str, kind: type, default: Any = ...) -> Any:
-    """Pop a typed key of a table (booleans are never integers); a missing required key is named."""
-    key = f"{prefix}.{name}" if prefix else name
-    if name not in table:
-        if default is ...:
-            raise _problem(path, key, "is required")
-        return default
-    value = table.pop(name)
-    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
-        words = {str: "a string", int: "an integer", dict: "a table", list: "a list"}[kind]
-        raise _problem(path, key, f"must be {words}, got {value!r}")
-    return value
-
-
-def _no_more(path: Path, table: Mapping[str, Any], prefix: str, known: Sequence[str]) -> None:
-    for unknown in table:
-        raise _problem(path, f"{prefix}.{unknown}" if prefix else unknown,
-                       f"unknown key ({unknown_key_hint(unknown, known)})")
-
-
-def _resolve(base: Path, value: str) -> Path:
-    path = Path(value).expanduser()
-    return path if path.is_absolute() else (base / path).resolve()
-
-
 def load_campaign(path: Path | str) -> Campaign:
     """Read and check a campaign file; every problem is one ConfigError line naming file, key and problem.
     Each gate file is loaded as `gate check` loads it, so a broken gate stops the campaign before any run."""
@@ -165,16 +140,16 @@ def load_campaign(path: Path | str) -> Campaign:
     data = load_toml(path)
     sha256 = hashlib.sha256(path.read_bytes()).hexdigest()
     base = path.parent
-    head = _take(path, data, "", "campaign", dict)
-    gates_raw = _take(path, data, "", "gates", list)
-    _no_more(path, data, "", ["campaign", "gates"])
-    head = dict(head)
-    campaign_id = _take(path, head, "campaign", "id", str)
+    root = TomlTable(path, "", data)
+    head = TomlTable(path, "campaign", root.take("campaign", dict))
+    gates_raw = root.take("gates", list)
+    root.done()
+    campaign_id = head.take("id", str)
     if not NAME_PATTERN.fullmatch(campaign_id):
         raise _problem(path, "campaign.id", f"must be {NAME_RULE}, got {campaign_id!r}")
-    out = _resolve(base, _take(path, head, "campaign", "out", str, "findings"))
-    runs = _resolve(base, _take(path, head, "campaign", "runs", str, "runs"))
-    _no_more(path, head, "campaign", ["id", "out", "runs"])
+    out = resolve_path(base, head.take("out", str, "findings"))
+    runs = resolve_path(base, head.take("runs", str, "runs"))
+    head.done()
     if not gates_raw:
         raise _problem(path, "gates", "lists no gate; add a [[gates]] table")
     gates: list[GateEntry] = []
@@ -182,15 +157,13 @@ def load_campaign(path: Path | str) -> Campaign:
         prefix = f"gates[{index}]"
         if not isinstance(raw, dict):
             raise _problem(path, prefix, "must be a table ([[gates]])")
-        raw = dict(raw)
-        gate_path = _resolve(base, _take(path, raw, prefix, "gate", str))
-        off = _take(path, raw, prefix, "off", str)
-        on = _take(path, raw, prefix, "on", str)
-        resources = dict(_take(path, raw, prefix, "resources", dict, {}))
-        _no_more(path, raw, prefix, ["gate", "off", "on", "resources"])
-        gpus = _take(path, resources, f"{prefix}.resources", "gpus", int, 0)
-        cpus = _take(path, resources, f"{prefix}.resources", "cpus", int, 1)
-        _no_more(path, resources, f"{prefix}.resources", ["gpus", "cpus"])
+        table = TomlTable(path, prefix, raw)
+        gate_path = resolve_path(base, table.take("gate", str))
+        off, on = table.take("off", str), table.take("on", str)
+        resources = TomlTable(path, f"{prefix}.resources", table.take("resources", dict, {}))
+        table.done()
+        gpus, cpus = resources.take("gpus", int, 0), resources.take("cpus", int, 1)
+        resources.done()
         if gpus < 0:
             raise _problem(path, f"{prefix}.resources.gpus", f"must be 0 or more, got {gpus}")
         if cpus < 1:

@@ -271,7 +271,7 @@ _KIND_WORDS = {str: "a string", int: "an integer", float: "a number", bool: "a b
                dict: "a table"}
 
 
-class _Table:
+class TomlTable:
     """Reads typed keys from one TOML table and rejects the keys nobody read."""
 
     def __init__(self, path: Path, prefix: str, data: Any) -> None:
@@ -330,7 +330,7 @@ def unknown_key_hint(unknown: str, known: Sequence[str]) -> str:
     return f"did you mean '{close[0]}'?" if close else "check its spelling against the docs"
 
 
-def _resolve(base: Path, value: str) -> Path:
+def resolve_path(base: Path, value: str) -> Path:
     path = Path(value).expanduser()
     return path if path.is_absolute() else (base / path).resolve()
 
@@ -351,9 +351,9 @@ def load_gate(path: Path | str) -> GateConfig:
     path = Path(path).resolve()
     data = load_toml(path)
     base = path.parent
-    root = _Table(path, "", data)
+    root = TomlTable(path, "", data)
 
-    gate_t = _Table(path, "gate", root.take("gate", dict))
+    gate_t = TomlTable(path, "gate", root.take("gate", dict))
     explicit = {key for key in ("n", "order") if key in gate_t.data}
     gate = GateSpec(
         id=gate_t.take("id", str),
@@ -364,8 +364,8 @@ def load_gate(path: Path | str) -> GateConfig:
         primary=gate_t.take("primary", str, "train_elapsed_s"),
         direction=gate_t.take("direction", str, "lower", DIRECTIONS),
         expect_diff=gate_t.take_str_list("expect_diff"),
-        out=_resolve(base, gate_t.take("out", str, "findings")),
-        runs=_resolve(base, gate_t.take("runs", str, "runs")),
+        out=resolve_path(base, gate_t.take("out", str, "findings")),
+        runs=resolve_path(base, gate_t.take("runs", str, "runs")),
         policy=gate_t.take("policy", str, "classic", POLICIES),
         warmup=gate_t.take("warmup", int, 0),
         record_env=gate_t.take_str_list("record_env"),
@@ -399,7 +399,7 @@ def load_gate(path: Path | str) -> GateConfig:
     _check(gate.n <= MAX_RUNS_PER_ARM, path, "gate.n", f"must be at most {MAX_RUNS_PER_ARM}, got {gate.n}")
     _check(bool(NAME_PATTERN.fullmatch(gate.id)), path, "gate.id", f"must be {NAME_RULE}, got {gate.id!r}")
 
-    threshold_t = _Table(path, "threshold", root.take("threshold", dict, {}))
+    threshold_t = TomlTable(path, "threshold", root.take("threshold", dict, {}))
     threshold = ThresholdSpec(
         sigma_k=threshold_t.take_positive("sigma_k", 2.0, allow_zero=True),
         floor_pct=threshold_t.take_positive("floor_pct", 1.0, allow_zero=True),
@@ -409,7 +409,7 @@ def load_gate(path: Path | str) -> GateConfig:
     guards = []
     raw_guards = root.take("guards", list, [])
     for index, raw in enumerate(raw_guards):
-        guard_t = _Table(path, f"guards[{index}]", raw)
+        guard_t = TomlTable(path, f"guards[{index}]", raw)
         guards.append(GuardSpec(
             metric=guard_t.take("metric", str),
             direction=guard_t.take("direction", str, "higher", DIRECTIONS),
@@ -417,7 +417,7 @@ def load_gate(path: Path | str) -> GateConfig:
         ))
         guard_t.done()
 
-    rules_t = _Table(path, "rules", root.take("rules", dict, {}))
+    rules_t = TomlTable(path, "rules", root.take("rules", dict, {}))
     evidence_stated = "evidence" in rules_t.data
     rules = RulesSpec(
         load_stat=rules_t.take("load_stat", str, "max", LOAD_STATS),
@@ -443,16 +443,16 @@ def load_gate(path: Path | str) -> GateConfig:
     _check(rules.sample_interval_s >= MIN_SAMPLE_INTERVAL_S, path, "rules.sample_interval_s",
            f"must be at least {MIN_SAMPLE_INTERVAL_S:g} s, got {rules.sample_interval_s:g}")
 
-    driver_t = _Table(path, "driver", root.take("driver", dict))
+    driver_t = TomlTable(path, "driver", root.take("driver", dict))
     driver = DriverSpec(
         name=driver_t.take("name", str, "command"),
         timeout_s=driver_t.take_positive("timeout_s", 600.0),
-        hash=tuple(_resolve(base, p) for p in driver_t.take_str_list("hash")),
+        hash=tuple(resolve_path(base, p) for p in driver_t.take_str_list("hash")),
         busy_pattern=driver_t.take("busy_pattern", str, ""),
         options=driver_t.data,  # the plugin validates its own keys
     )
 
-    backend_t = _Table(path, "backend", root.take("backend", dict, {}))
+    backend_t = TomlTable(path, "backend", root.take("backend", dict, {}))
     backend_name = backend_t.take("name", str, "auto")
     _check(bool(backend_name.strip()), path, "backend.name", "must name a backend or be \"auto\"")
     for key, value in backend_t.data.items():
@@ -461,11 +461,11 @@ def load_gate(path: Path | str) -> GateConfig:
                "unknown key (backend options go in a [backend.<name>] table, e.g. [backend.cuda])")
     backend = BackendSpec(name=backend_name, options=dict(backend_t.data))
 
-    arms_t = _Table(path, "arms", root.take("arms", dict))
+    arms_t = TomlTable(path, "arms", root.take("arms", dict))
     arms: dict[str, ArmSpec] = {}
     for name in list(arms_t.data):
         _check(bool(NAME_PATTERN.fullmatch(name)), path, f"arms.{name}", f"an arm name must be {NAME_RULE}")
-        arm_t = _Table(path, f"arms.{name}", arms_t.data.pop(name))
+        arm_t = TomlTable(path, f"arms.{name}", arms_t.data.pop(name))
         config = arm_t.take("config", str, "")
         env = arm_t.take("env", dict, {})
         for var, value in env.items():
@@ -475,7 +475,7 @@ def load_gate(path: Path | str) -> GateConfig:
                    "must be a string without NUL characters")
         arms[name] = ArmSpec(
             name=name,
-            config=_resolve(base, config) if config else None,
+            config=resolve_path(base, config) if config else None,
             args=arm_t.take_str_list("args"),
             env=env,
         )
@@ -500,7 +500,7 @@ def _duet_table(path: Path, data: Any, mode: str) -> DuetSpec | None:
         return None
     _check(data is not None, path, "duet", "gate.mode = \"duet\" needs a [duet] table with slots = [\"cuda:0\", "
            "\"cuda:1\"] (or cpu core sets such as [\"cpu:0-3\", \"cpu:4-7\"])")
-    duet_t = _Table(path, "duet", data)
+    duet_t = TomlTable(path, "duet", data)
     texts = duet_t.take_str_list("slots")
     allow = duet_t.take("allow_unequal_slots", bool, False)
     duet_t.done()

@@ -33,6 +33,7 @@ from typing import Any, Callable, Iterator, Mapping, Sequence
 
 from gatekit.errors import ConfigError, GatekitError
 from gatekit.signals import interrupt_on_sigterm
+from gatekit.slots import cpu_list
 from gatekit.storage import JOURNAL_FILE, atomic_write_bytes
 
 ENGINES = ("local", "ray")
@@ -71,7 +72,7 @@ class Pinning:
                    str(data.get("node", "")))
 
     def describe(self) -> str:
-        cores = _ranges(self.cores) if self.cores else "any"
+        cores = cpu_list(self.cores) if self.cores else "any"
         gpus = ",".join(self.gpus) if self.gpus else "none"
         return f"cores {cores}, GPU(s) {gpus}" + (f" on {self.node}" if self.node else "")
 
@@ -133,7 +134,7 @@ def core_sets(cores: Sequence[int], slots: int) -> list[tuple[int, ...]]:
     ordered = sorted(cores)
     if slots < 1 or slots > len(ordered):
         raise ConfigError(f"--max-parallel: {slots} gates at once need at least {slots} CPU cores, this process "
-                          f"may use {len(ordered)} ({_ranges(ordered)}); lower --max-parallel")
+                          f"may use {len(ordered)} ({cpu_list(ordered)}); lower --max-parallel")
     size, extra = divmod(len(ordered), slots)
     sets, start = [], 0
     for index in range(slots):
@@ -141,19 +142,6 @@ def core_sets(cores: Sequence[int], slots: int) -> list[tuple[int, ...]]:
         sets.append(tuple(ordered[start:end]))
         start = end
     return sets
-
-
-def _ranges(cores: Sequence[int]) -> str:
-    """0,1,2,5 -> '0-2,5' (as taskset and /proc write CPU lists)."""
-    parts, ordered = [], sorted(cores)
-    i = 0
-    while i < len(ordered):
-        j = i
-        while j + 1 < len(ordered) and ordered[j + 1] == ordered[j] + 1:
-            j += 1
-        parts.append(str(ordered[i]) if i == j else f"{ordered[i]}-{ordered[j]}")
-        i = j + 1
-    return ",".join(parts)
 
 
 def visible_gpus(environ: Mapping[str, str] | None = None) -> tuple[str, ...]:

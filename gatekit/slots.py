@@ -97,7 +97,7 @@ def unequal_cpu_slots(slots: Sequence[DeviceSlot]) -> str:
     usable = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else set(range(os.cpu_count() or 1))
     missing = sorted({c for s in slots for c in s.cores} - usable)
     if missing:
-        return f"core(s) {', '.join(map(str, missing))} are not available here (usable: {_ranges(sorted(usable))})"
+        return f"core(s) {', '.join(map(str, missing))} are not available here (usable: {cpu_list(usable)})"
     sizes = [len(s.cores) for s in slots]
     return "" if sizes[0] == sizes[1] else f"the slots have {sizes[0]} and {sizes[1]} cores"
 
@@ -111,10 +111,10 @@ def unequal_gpus(statics: Mapping[str, Mapping[str, object]]) -> str:
     return f"{a} and {b} differ: {'; '.join(differ)}" if differ else ""
 
 
-def _ranges(cores: Sequence[int]) -> str:
-    """(0, 1, 2, 5) → '0-2,5'."""
+def cpu_list(cores: Sequence[int]) -> str:
+    """(5, 0, 1, 2) → '0-2,5', as taskset and /proc write CPU lists."""
     runs: list[list[int]] = []
-    for core in cores:
+    for core in sorted(cores):
         if runs and runs[-1][1] == core - 1:
             runs[-1][1] = core
         else:
