@@ -13,8 +13,8 @@ a silent fallback instead of reporting it as a speed-up.
 Start-up is measured apart from training, so a gate sees what a decision costs beyond the timed steps:
 `import_s` (module start to torch imported), `setup_s` (device, data set, parameters, optimizer),
 `capture_s` (CUDA graph capture and its 3 eager steps), `warmup_s` (the untimed warm-up steps) and `eval_s`.
-The generated data set is cached across the runs of a series (see `dataset_cache_dir`), so only a series'
-first run pays for it; `dataset_cache_hit` says which run did. So is torch's bytecode where torch ships
+The generated data set is cached across the runs and series of a runs folder (see `dataset_cache_dir`), so only
+the first run there pays for it; `dataset_cache_hit` says which run did. So is torch's bytecode where torch ships
 without it in a read-only folder (`cache_torch_bytecode`). The resident optimizer calls torch's fused Adam
 kernel directly (`FusedAdam`): torch.optim would import torch._dynamo, about a second, in every run.
 

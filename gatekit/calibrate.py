@@ -22,7 +22,7 @@ import tomlkit
 
 from gatekit import __version__, stats
 from gatekit.config import (CALIBRATION_FILE, DUET_POLICY, POLICIES, SEQUENTIAL_RUNS, SEQUENTIAL_RUNS_WORDS, ArmSpec,
-                            GateConfig, ThresholdSpec)
+                            GateConfig, ThresholdSpec, duet_pairs_ok)
 from gatekit.diagnostics import MDE_POWER, ols_slope
 from gatekit.driver import ChosenBackend, Driver, make_backend, make_driver
 from gatekit.errors import CalibrationError, ConfigError, GatekitError, OutputError, PreflightError, ProvenanceError
@@ -224,7 +224,7 @@ def plan_runs(policy: str, cv_pct: float, effect_pct: float, *, thresholds: Thre
     floor_pct = thresholds.floor_pct
     # a duet runs an even number of pairs, at least 4 (its slots swap every pair)
     step = 2 if policy == DUET_POLICY else 1
-    candidates = tuple(n for n in PLAN_SCAN if n >= 4 and n % 2 == 0) if step == 2 else PLAN_SCAN
+    candidates = tuple(n for n in PLAN_SCAN if duet_pairs_ok(n)) if step == 2 else PLAN_SCAN
     # Δ must pass the floor whatever n is, and Δ̂ centres on the true effect: inside the floor the power stays
     # near or below 50 % at every n, so the first and the last n of the scan show it and the rest are skipped
     scan = (candidates[0], candidates[-1]) if -effect_pct <= floor_pct and power >= 0.5 else candidates

@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, Sequence
 from gatekit.config import NAME_PATTERN, NAME_RULE, TomlTable, load_gate, load_toml, resolve_path
 from gatekit.engines import (ENGINES, GateOutcome, GateStatus, GateTask, Pinning, core_sets, run_local, run_ray,
                              visible_gpus)
-from gatekit.errors import ConfigError, SeriesError
+from gatekit.errors import EXIT_FAIL_ON, EXIT_INVALID, ConfigError, SeriesError, SeriesInterrupted
 from gatekit.series import now
 from gatekit.storage import Journal, atomic_write_bytes, write_output
 
@@ -47,7 +47,6 @@ CAMPAIGN_COPY = "campaign.toml"  # the campaign file as started: the journal's g
 SUMMARY_FILE = "summary.md"
 JUNIT_FILE = "junit.xml"
 SITE_DIR = "site"
-EXIT_FAIL_ON, EXIT_INVALID, EXIT_INTERRUPTED = 1, 3, 130
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.-]+")
 
 Report = Callable[[str], None]
@@ -121,7 +120,7 @@ class CampaignResult:
         if "invalid" in decisions or any(o is not None and o.status is GateStatus.FAILED for _, o in self.outcomes):
             return EXIT_INVALID
         if self.unfinished:
-            return EXIT_INTERRUPTED
+            return SeriesInterrupted.exit_code
         if any(d in fail_on for d in decisions):
             return EXIT_FAIL_ON
         return 0

@@ -15,7 +15,8 @@ from gatekit.config import EXPORT_FORMATS, ORDERS, POLICIES, SIM_POLICIES, GateC
 from gatekit.driver import (BACKEND_GROUP, DRIVER_GROUP, installed_backends, installed_drivers, load_backend,
                             make_backend, make_driver)
 from gatekit.engines import ENGINES
-from gatekit.errors import ConfigError, DriverError, GatekitError, OutputError, SeriesInterrupted
+from gatekit.errors import (EXIT_FAIL_ON, EXIT_INVALID, ConfigError, DriverError, GatekitError, OutputError,
+                            SeriesInterrupted)
 from gatekit.preflight import run_checks
 from gatekit.sanitize import show_controls  # control characters and bidi overrides shown as escapes
 from gatekit.storage import write_output
@@ -27,8 +28,6 @@ if TYPE_CHECKING:
     from gatekit.analysis import SeriesEvidence
     from gatekit.finding import Finding
 
-EXIT_FAIL_ON = 1
-EXIT_INVALID = 3
 FAIL_ON = {"regression": ("regression", "guard_failed"),
            "not-adopted": ("rejected", "regression", "guard_failed", "equivalent", "inconclusive")}
 

@@ -24,10 +24,6 @@ ORDERS = ("abab", "abba", "random", "thue-morse")
 MODES = ("interleaved", "duet")
 DUET_POLICY = "duet"  # the policy of a duet gate (it pairs the runs that ran together)
 DUET_PAIRS_RULE = "a duet runs n pairs, an even number of at least 4 (the slots swap every pair)"
-
-
-def _duet_pairs_ok(n: int) -> bool:
-    return n >= 4 and n % 2 == 0
 SEEDED_ORDERS = ("random", "thue-morse")  # orders that draw from the seed
 POLICIES = ("classic", "sequential", "duet")  # gatekit.policy holds the objects; config checks only their names
 # Names the command line offers, here so `gate --help` need not import the modules that implement them.
@@ -175,9 +171,6 @@ class DuetSpec:
     slots: tuple[DeviceSlot, DeviceSlot]
     allow_unequal_slots: bool = False
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"slots": [s.text for s in self.slots], "allow_unequal_slots": self.allow_unequal_slots}
-
 
 @dataclass(frozen=True, slots=True)
 class GateConfig:
@@ -222,7 +215,7 @@ class GateConfig:
             _check(policy in (None, DUET_POLICY) and order is None and not warmup, self.path,
                    "--policy" if policy not in (None, DUET_POLICY) else "--order" if order is not None else "--warmup",
                    "does not apply to a duet gate (gate.mode = \"duet\"); drop it")
-            _check(n is None or _duet_pairs_ok(n), self.path, "--n", f"{DUET_PAIRS_RULE}, got {n}")
+            _check(n is None or duet_pairs_ok(n), self.path, "--n", f"{DUET_PAIRS_RULE}, got {n}")
             policy = None
         if policy is not None:
             _check(policy in POLICIES, self.path, "--policy", f"must be one of {', '.join(POLICIES)}")
@@ -256,6 +249,11 @@ class GateConfig:
         if policy is not None and not self.evidence_stated:
             rules = replace(rules, evidence=DEFAULT_EVIDENCE[policy])
         return replace(self, gate=gate, rules=rules)
+
+
+def duet_pairs_ok(n: int) -> bool:
+    """DUET_PAIRS_RULE: both slot orders equally often, and n − 2 ≥ 2 degrees of freedom for the noise."""
+    return n >= 4 and n % 2 == 0
 
 
 def _check(condition: bool, path: Path, key: str, problem: str) -> None:
@@ -378,7 +376,7 @@ def load_gate(path: Path | str) -> GateConfig:
                f"does not apply to mode = \"duet\" (both arms of a pair run at once; the {DUET_POLICY} policy "
                "decides); remove it")
         _check(gate.warmup == 0, path, "gate.warmup", "does not apply to mode = \"duet\"; remove it")
-        _check(_duet_pairs_ok(gate.n), path, "gate.n", f"{DUET_PAIRS_RULE}, got {gate.n}")
+        _check(duet_pairs_ok(gate.n), path, "gate.n", f"{DUET_PAIRS_RULE}, got {gate.n}")
         gate = replace(gate, policy=DUET_POLICY)
     else:
         _check(gate.policy != DUET_POLICY, path, "gate.policy",

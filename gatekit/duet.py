@@ -37,8 +37,8 @@ from gatekit import rules
 from gatekit.config import GuardSpec
 from gatekit.diagnostics import log_values, pct
 from gatekit.finding import DuetInfo, PairedGuard
-from gatekit.sequential import guard_reason, look_codes, paired_guard
-from gatekit.verdict import ADOPTED, CODE_NAMES, REGRESSION
+from gatekit.sequential import guard_reason, look_codes, paired_guard, unreplaced_flags, with_guards
+from gatekit.verdict import CODE_NAMES, too_noisy_reason
 
 VERSION = 1
 ALPHA = 0.05  # one-sided: the bound on false adoption (and on a guard's false pass)
@@ -221,11 +221,9 @@ def decide(classified: pd.DataFrame, guard_values: Mapping[str, Mapping[str, flo
            on_arm: str, guard_specs: Sequence[GuardSpec], floor_pct: float, direction: str,
            primary: str) -> DuetOutcome:
     """The duet decision on the used pairs. `guard_values` maps guard metric → {run label: value}."""
-    unresolved = classified[~classified["replaced"] & classified["contaminated"]]
-    if not unresolved.empty:
-        labels = ", ".join(unresolved["label"])
-        return DuetOutcome("inconclusive", (f"{labels} flagged by telemetry and the pair has no replacement "
-                                            "left; a second replacement makes the gate inconclusive",))
+    flagged = unreplaced_flags(classified)
+    if flagged:
+        return DuetOutcome("inconclusive", (flagged,))
     pairs, slots = pairs_of(classified, off_arm, on_arm)
     balance = (sum(p.sigma > 0 for p in pairs), sum(p.sigma < 0 for p in pairs))
     guards: dict[str, PairedGuard] = {}
@@ -253,15 +251,7 @@ def decide(classified: pd.DataFrame, guard_values: Mapping[str, Mapping[str, flo
     code = int(pair_codes(d[None, :], np.array([[p.sigma for p in pairs]]), floor_pct=floor_pct,
                           direction=direction)[0])
     primary_outcome = CODE_NAMES[code]
-    statuses = [g.status for g in guards.values()]
-    if code == REGRESSION:
-        decision = "regression"
-    elif "fail" in statuses:
-        decision = "guard_failed"
-    elif code == ADOPTED:
-        decision = "adopted" if all(s == "pass" for s in statuses) else "inconclusive"
-    else:
-        decision = primary_outcome
+    decision = with_guards(code, guards, final=True)
     info = _info(estimate, floor_pct=floor_pct, primary=primary_outcome, decision=decision, guards=guards,
                  slots=slots, balance=balance)
     reasons += _reasons(info, estimate, primary)
@@ -287,8 +277,7 @@ def _reasons(info: DuetInfo, estimate: DuetEstimate, primary: str) -> list[str]:
                  "removed from Δ")
     if info.primary == "inconclusive":
         half_width = (info.ci_high_pct - info.ci_low_pct) / 2
-        lines.insert(0, f"too noisy to tell: this series could not have detected an effect smaller than "
-                        f"{half_width:.4g} % (half the width of its interval)")
+        lines.insert(0, too_noisy_reason(half_width, basis="half the width of its interval"))
     lines += [guard_reason(guard, f"{100 * GUARD_LEVEL:g} % bound") for guard in info.guards.values()]
     if info.primary == "adopted" and info.decision == "inconclusive":
         lines.append("a guard's bound is too wide to pass: inconclusive, never a pass")

@@ -31,16 +31,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
-from gatekit.errors import ConfigError, GatekitError
+from gatekit.errors import ConfigError, GatekitError, OutputError, SeriesInterrupted
 from gatekit.signals import interrupt_on_sigterm
 from gatekit.slots import cpu_list
-from gatekit.storage import JOURNAL_FILE, atomic_write_bytes
+from gatekit.storage import DONE_FILE, JOURNAL_FILE, LOCK_FILE, atomic_write_bytes
 
 ENGINES = ("local", "ray")
-SERIES_DONE = "DONE"  # series.DONE_FILE; not imported, since gatekit.series pulls in the statistics stack
-SERIES_LOCK = ".gatekit.lock"  # series.LOCK_FILE: held by the gate process that owns a runs folder
-EXIT_INTERRUPTED = 130  # SeriesInterrupted.exit_code
-EXIT_OUTPUT = 4  # OutputError.exit_code: runs happened, then a file could not be written (resumable)
 STOP_GRACE_S = 120.0  # a gate asked to stop journals its interruption and stops its trainer within this
 PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 ATTEMPT_HEADER = "== gate "  # starts each attempt's part of a gate's log
@@ -187,7 +183,7 @@ def series_dirs(runs_dir: Path) -> list[Path]:
 
 def resumable_series(runs_dir: Path) -> Path | None:
     """The gate's interrupted series (journaled, no DONE), newest first; None: start a new one."""
-    open_ones = [p for p in series_dirs(runs_dir) if not (p / SERIES_DONE).exists()]
+    open_ones = [p for p in series_dirs(runs_dir) if not (p / DONE_FILE).exists()]
     return open_ones[-1] if open_ones else None
 
 
@@ -214,7 +210,7 @@ def start_gate(task: GateTask, pinning: Pinning) -> tuple[subprocess.Popen[bytes
     """Start the gate process of `task` (continuing its interrupted series if it has one); its output is
     appended to the task's log. Returns the process, the series it resumes and the series there before."""
     task.runs_dir.mkdir(parents=True, exist_ok=True)
-    _wait_for_owner(task.runs_dir / SERIES_LOCK)
+    _wait_for_owner(task.runs_dir / LOCK_FILE)
     resume = resumable_series(task.runs_dir)
     before = frozenset(series_dirs(task.runs_dir))
     task.log_path.parent.mkdir(parents=True, exist_ok=True)
@@ -256,14 +252,14 @@ def outcome_of(task: GateTask, exit_code: int, pinning: Pinning, *, resumed: Pat
     series is DONE (its first line the decision, its second the finding's TOML path), and the exit code."""
     new = [p for p in series_dirs(task.runs_dir) if p not in before]
     series = resumed or (new[-1] if new else None)
-    done = series / SERIES_DONE if series else None
+    done = series / DONE_FILE if series else None
     if done is not None and done.is_file():
         lines = done.read_text(encoding="utf-8").splitlines()
         if len(lines) >= 2:
             return GateOutcome(task.key, GateStatus.FINISHED, exit_code, series, Path(lines[1]).with_suffix(".json"),
                                lines[0].strip(), "", pinning)
     # killed by a signal (negative), interrupted, or a file that could not be written: the series resumes
-    interrupted = exit_code < 0 or exit_code in (EXIT_INTERRUPTED, EXIT_OUTPUT)
+    interrupted = exit_code < 0 or exit_code in (SeriesInterrupted.exit_code, OutputError.exit_code)
     status = GateStatus.INTERRUPTED if interrupted else GateStatus.FAILED
     return GateOutcome(task.key, status, exit_code, series, None, "", last_error(task.log_path), pinning)
 
@@ -505,7 +501,7 @@ def _launch(args: list[str]) -> int:
         libc = ctypes.CDLL(None, use_errno=True)
         libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
         if os.getppid() != parent:  # the parent died before the signal was armed
-            return EXIT_INTERRUPTED
+            return SeriesInterrupted.exit_code
     if cores:
         os.sched_setaffinity(0, cores)
     os.execv(argv[0], argv)

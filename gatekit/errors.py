@@ -59,3 +59,9 @@ class VerificationError(GatekitError):
     event, a finding that differs from its recomputation, a bad signature); names the file and line."""
 
     exit_code = 3
+
+
+# Exit codes that are not an error's own: a --fail-on condition met, and an invalid finding or series (the
+# same code as a verification failure).
+EXIT_FAIL_ON = 1
+EXIT_INVALID = 3

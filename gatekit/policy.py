@@ -74,6 +74,12 @@ def _guard_values(classified: pd.DataFrame, records: Sequence[RunRecord],
                        if (value := by_label[label].value_of(g.metric)) is not None} for g in guards}
 
 
+def classic_beside(classic: Verdict) -> str:
+    """The classic verdict as one reason of a policy that decides otherwise."""
+    return (f"classic rule beside it (decides nothing here): {classic.decision.value} — "
+            + (classic.reasons[0] if classic.reasons else ""))
+
+
 class Policy(Protocol):
     name: str
     default_order: str
@@ -299,8 +305,7 @@ class SequentialPolicy:
             decision = "inconclusive"
             missing = len(outcome.looks) + 1
             reasons.append(f"stage {missing} did not run, so look {missing} is missing")
-        reasons.append(f"classic rule beside it (decides nothing here): {classic.decision.value} — "
-                       + (classic.reasons[0] if classic.reasons else ""))
+        reasons.append(classic_beside(classic))
         return Decided(Verdict(Decision(decision), tuple(reasons), all_warnings), outcome.info(floor_pct),
                        outcome.extend)
 
@@ -373,8 +378,7 @@ class DuetPolicy:
         all_warnings = (*warnings, *outcome.warnings)
         if classic.decision is Decision.INVALID:
             return Decided(Verdict(Decision.INVALID, classic.reasons, all_warnings), duet=outcome.info)
-        reasons = [*outcome.reasons, f"classic rule beside it (decides nothing here): {classic.decision.value} — "
-                   + (classic.reasons[0] if classic.reasons else "")]
+        reasons = [*outcome.reasons, classic_beside(classic)]
         return Decided(Verdict(Decision(outcome.decision), tuple(reasons), all_warnings), duet=outcome.info)
 
     def simulate(self, off_log: np.ndarray, on_log: np.ndarray, thresholds: ThresholdSpec

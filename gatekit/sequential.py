@@ -40,7 +40,8 @@ from gatekit import rules, stats
 from gatekit.config import SEQUENTIAL_VERSION, GuardSpec, RulesSpec
 from gatekit.diagnostics import log_values, pct
 from gatekit.finding import Look, PairedGuard, SequentialInfo
-from gatekit.verdict import ADOPTED, CODE_NAMES, CONTINUE, EQUIVALENT, INCONCLUSIVE, REGRESSION, REJECTED
+from gatekit.verdict import (ADOPTED, CODE_NAMES, CONTINUE, EQUIVALENT, INCONCLUSIVE, REGRESSION, REJECTED,
+                             too_noisy_reason)
 
 ALPHA = 0.05  # one-sided, over all looks together: the bound on false adoption and on a guard's false pass
 CALIBRATION_ALPHA = 0.045  # what the constants hold under normal noise: a margin for drift, tails and outliers
@@ -347,20 +348,36 @@ def _look(number: int, pairs_primary: Sequence[tuple[float, float]],
     lo, hi = diff - c * scale, diff + c * scale
     guards = {g.metric: paired_guard(g, guard_pairs.get(g.metric, []), design.guard_look_level)
               for g in guard_specs}
-    statuses = [g.status for g in guards.values()]
     primary = CODE_NAMES[code]
-    if code == REGRESSION:
-        decision = "regression"
-    elif "fail" in statuses:
-        decision = "guard_failed"
-    elif code == ADOPTED:
-        decision = "adopted" if all(s == "pass" for s in statuses) else ("inconclusive" if final else "continue")
-    else:
-        decision = primary
+    decision = with_guards(code, guards, final=final)
     n = len(pairs_primary)
     look = Look(number, n, n, pct(float(diff)), pct(float(lo)), pct(float(hi)), INTERVAL_LEVEL, None, None, None,
                 primary=primary, guards=guards, decision=decision)
     return look, float(statistic(diff, scale)), code != boundary_code
+
+
+def with_guards(code: int, guards: Mapping[str, PairedGuard], *, final: bool) -> str:
+    """A look's decision from its primary outcome code and its paired guards: a regression stands, a failed
+    guard fails the gate, an adoption needs every guard to pass (else the next look, or inconclusive at the
+    last) — never a pass on a guard too wide to tell."""
+    statuses = [g.status for g in guards.values()]
+    if code == REGRESSION:
+        return "regression"
+    if "fail" in statuses:
+        return "guard_failed"
+    if code == ADOPTED:
+        return "adopted" if all(s == "pass" for s in statuses) else ("inconclusive" if final else "continue")
+    return CODE_NAMES[code]
+
+
+def unreplaced_flags(classified: pd.DataFrame) -> str:
+    """Why a paired policy cannot decide ('' when it can): runs flagged by telemetry whose pair has no
+    replacement left."""
+    unresolved = classified[~classified["replaced"] & classified["contaminated"]]
+    if unresolved.empty:
+        return ""
+    return (f"{', '.join(unresolved['label'])} flagged by telemetry and the pair has no replacement left; a second "
+            "replacement makes the gate inconclusive")
 
 
 def _over_looks(design: Design) -> str:
@@ -405,10 +422,8 @@ def _reasons(look: Look, t: float, floor_pct: float, primary: str, design: Desig
                      f"look {look.look + 1} after {design.runs[look.look]} runs per arm")
     if look.primary == "inconclusive" and look.ci_low_pct is not None and look.ci_high_pct is not None \
             and not early_stop:
-        # the same words as the classic policy's "too noisy to tell"
         half_width = (look.ci_high_pct - look.ci_low_pct) / 2
-        lines.insert(0, f"too noisy to tell: this series could not have detected an effect smaller than "
-                        f"{half_width:.4g} % (half the width of its interval at look {look.look})")
+        lines.insert(0, too_noisy_reason(half_width, basis=f"half the width of its interval at look {look.look}"))
     lines += [guard_reason(guard, f"{100 * design.guard_look_level:.3f} % bound (per look)")
               for guard in look.guards.values()]
     if look.primary == "adopted" and look.decision in ("continue", "inconclusive"):
@@ -435,12 +450,9 @@ def decide(classified: pd.DataFrame, guard_values: Mapping[str, Mapping[str, flo
            primary: str, design: Design = CURRENT) -> SequentialOutcome:
     """Run the looks on the used runs. `guard_values` maps guard metric → {run label: value}."""
     stage = stage_of_rounds(classified, design)
-    unresolved = classified[~classified["replaced"] & classified["contaminated"]]
-    if not unresolved.empty:
-        labels = ", ".join(unresolved["label"])
-        return SequentialOutcome("inconclusive", (f"{labels} flagged by telemetry and the pair has no "
-                                                  "replacement left; a second replacement makes the gate "
-                                                  "inconclusive",), design=design)
+    flagged = unreplaced_flags(classified)
+    if flagged:
+        return SequentialOutcome("inconclusive", (flagged,), design=design)
     reasons: list[str] = []
     looks: list[Look] = []
     ts: list[float] = []

@@ -47,10 +47,9 @@ from gatekit.sequential import design_for
 from gatekit.schedule import WARMUP_ROUND, Slot, extension, needs_seed, order_seed, plan, retry_slots
 from gatekit.signals import ignore_further_interrupts, interrupt_on_sigterm
 from gatekit.slots import DeviceSlot, slot_for
-from gatekit.storage import JOURNAL_FILE, LEGACY_JOURNAL_WARNING, Journal, atomic_write_text, line_sha256
+from gatekit.storage import (DONE_FILE, JOURNAL_FILE, LEGACY_JOURNAL_WARNING, LOCK_FILE, Journal, atomic_write_text,
+                             line_sha256)
 
-DONE_FILE = "DONE"
-LOCK_FILE = ".gatekit.lock"
 RESULT_FILE = "result"
 RESERVED_SUFFIX = ".reserved"  # <out>/.<finding id>.reserved: the id is held by a series
 LEFTOVER_GRACE_S = 5.0

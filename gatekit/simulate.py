@@ -28,7 +28,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from gatekit.config import ORDERS, POLICIES, SEQUENTIAL_RUNS, SIM_POLICIES, ThresholdSpec
+from gatekit.config import ORDERS, POLICIES, SEQUENTIAL_RUNS, SIM_POLICIES, ThresholdSpec, duet_pairs_ok
 from gatekit.diagnostics import p_better_arrays, welch_arrays
 from gatekit.errors import ConfigError
 from gatekit.policy import policy_for
@@ -268,7 +268,7 @@ def validate(policy: str, scenario: Scenario, draws: int) -> None:
     if policy == "bootstrap" and scenario.n > BOOTSTRAP_MAX_N:
         raise ConfigError(f"--n: the exact bootstrap needs n ≤ {BOOTSTRAP_MAX_N}, got {scenario.n}")
     if policy == "duet":
-        if scenario.n < 4 or scenario.n % 2:
+        if not duet_pairs_ok(scenario.n):
             raise ConfigError(f"--n: the duet policy needs an even number of pairs, at least 4 (both slot orders "
                               f"equally often), got {scenario.n}")
         if scenario.order is not None:

@@ -61,6 +61,8 @@ def write_output(path: Path, text: str, what: str) -> None:
 
 
 JOURNAL_FILE = "journal.jsonl"  # a series' (or a calibration's) journal, in its directory
+DONE_FILE = "DONE"  # a finished series: its decision, then its finding's path
+LOCK_FILE = ".gatekit.lock"  # in a runs folder: held by the gate process that owns it
 LEGACY_JOURNAL_WARNING = "journal written before hash chains: not tamper-evident"
 # The chain's anchor when a journal has no predecision file before it (a calibration): sha256 of no bytes.
 EMPTY_SHA256 = hashlib.sha256(b"").hexdigest()

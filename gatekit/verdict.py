@@ -76,12 +76,13 @@ def classic_decision(delta_pct: float, threshold_pct: float, direction: str,
     return Decision(CODE_NAMES[int(classic_codes(delta_pct, threshold_pct, direction, max_threshold_pct))])
 
 
-def too_noisy_reason(threshold_pct: float, mde_pct: float | None = None) -> str:
-    """Why a series that could not have seen the effect is inconclusive (the classic and sequential policies)."""
+def too_noisy_reason(smallest_pct: float, mde_pct: float | None = None, basis: str = "the threshold") -> str:
+    """Why a series that could not have seen the effect is inconclusive (every policy): the smallest effect it
+    could have detected and what that is (`basis`: the classic threshold, a paired policy's half interval)."""
     mde = f"; its minimum detectable effect was {mde_pct:.4g} %" if mde_pct is not None and math.isfinite(mde_pct) \
         else ""
-    return (f"too noisy to tell: this series could not have detected an effect smaller than {threshold_pct:.4g} % "
-            f"(the threshold){mde}")
+    return (f"too noisy to tell: this series could not have detected an effect smaller than {smallest_pct:.4g} % "
+            f"({basis}){mde}")
 
 
 @dataclass(frozen=True, slots=True)

@@ -363,13 +363,6 @@ def test_an_attempt_is_read_from_its_exit_code_series_and_log(tmp_path: Path) ->
     assert pinning.describe() == "cores 0-1, GPU(s) 3 on host"
 
 
-def test_the_series_marker_and_lock_are_the_run_loops_own() -> None:
-    from gatekit.engines import SERIES_DONE, SERIES_LOCK
-    from gatekit.series import DONE_FILE, LOCK_FILE
-
-    assert (SERIES_DONE, SERIES_LOCK) == (DONE_FILE, LOCK_FILE)
-
-
 def test_a_ray_task_that_raises_fails_its_gate_without_a_lost_worker(tmp_path: Path, ray_session) -> None:
     from gatekit.engines import run_ray
 

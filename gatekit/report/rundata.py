@@ -5,8 +5,8 @@ was made in. They are looked up under each `--runs-root` when given, else under 
 then each folder above the finding file; first the whole path, then the path without its leading folders
 one at a time, down to `<series>/<label>` (so a CI artifact that kept `runs/<series>/...` but not the
 folders above it still matches). An absolute path (a series run outside the repository, e.g. on a GPU host)
-is used where it exists, else looked up the same way, as if relative. A finding copied away from its runs still renders: what cannot be found
-is left out and said so (`RunFiles.notes`), never guessed.
+is used where it exists, else looked up the same way, as if relative. A finding copied away from its runs
+still renders: what cannot be found is left out and said so (`RunFiles.notes`), never guessed.
 """
 
 from __future__ import annotations

@@ -54,7 +54,7 @@ def summary(finding: Finding, paths: tuple[str, ...] = ()) -> str:
     arrangement = t(gate.order)
     if duet is not None:  # a duet has no order: its pairs ran together on two slots
         size = f"n={duet.n_pairs} pairs, duet"
-        arrangement = "slots " + " & ".join(t(s) for s in dict.fromkeys(r.slot for r in finding.runs if r.slot))
+        arrangement = "slots " + " & ".join(t(s) for s in duet.slots)
     lines = [f"gate {t(gate.id)}: {t(finding.on_arm)} vs {t(finding.off_arm)} "
              f"({arrangement}, {size}, {t(primary)}, {t(gate.direction)} is better)", ""]
     lines += render_table(header, rows, right)
