@@ -29,8 +29,10 @@ setup: $(TEST_STAMP)
 
 # Two workers (-n 2): most tests wait on real processes. Each test file runs on one worker (--dist loadfile),
 # so the tests of one file never overlap (e.g. two torch gates, which refuse to start beside a running trainer).
+# Tests marked "alone" judge real wall times, so they run afterwards with nothing beside them.
 test: $(TEST_STAMP) browser
-	$(PY) -m pytest -q -n 2 --dist loadfile
+	$(PY) -m pytest -q -n 2 --dist loadfile -m "not alone"
+	$(PY) -m pytest -q -m alone
 
 # Rewrite the golden files (finding, report pages, CI exports) after an intended format change; review the diff.
 regold: $(TEST_STAMP)
