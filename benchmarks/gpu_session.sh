@@ -7,13 +7,15 @@
 #                                                  # the three committed gates as a campaign, back to back
 #   bash benchmarks/gpu_session.sh two-gpus OUT    # duet vs interleaved on two GPUs, the campaign on both GPUs
 #   bash benchmarks/gpu_session.sh cache OUT       # start-up of a second series in the same runs folder
+#   bash benchmarks/gpu_session.sh ray OUT         # the campaign through a local Ray (ray installed), then the
+#                                                  # same campaign through the local engine, on this host's GPUs
 #
 # Every gate writes its findings and series folders under OUT (nothing into the repository's findings/);
 # OUT/wall.txt gets "name seconds exit-code" per gate.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
-STEP=${1:?setup, one-gpu or two-gpus}
+STEP=${1:?setup, one-gpu, two-gpus, cache or ray}
 OUT=$(realpath -m "${2:-gpu-out}")
 GATE=(${GATE:-$PY -m gatekit.cli})
 
@@ -79,8 +81,15 @@ two-gpus)
     timed campaign-one-gpu env CUDA_VISIBLE_DEVICES=0 "${GATE[@]}" campaign "$(campaign_file campaign-one-gpu)"
     timed campaign-two-gpus "${GATE[@]}" campaign "$(campaign_file campaign-two-gpus)" --max-parallel 2
     ;;
+ray)
+    mkdir -p "$OUT"
+    "$PY" -c "import ray; print('ray', ray.__version__)" || exit 1
+    gpus=$(nvidia-smi --query-gpu=index --format=csv,noheader | wc -l)
+    timed campaign-ray "${GATE[@]}" campaign "$(campaign_file campaign-ray)" --engine ray
+    timed campaign-local "${GATE[@]}" campaign "$(campaign_file campaign-local)" --max-parallel "$gpus"
+    ;;
 *)
-    echo "unknown step $STEP (setup, one-gpu, two-gpus)" >&2
+    echo "unknown step $STEP (setup, one-gpu, two-gpus, cache, ray)" >&2
     exit 2
     ;;
 esac

@@ -261,8 +261,11 @@ def run_campaign(campaign: Campaign, options: CampaignOptions, *, report: Report
 
     def started(task: GateTask, pinning: Pinning | None) -> None:
         gate = by_key[task.key]
-        where = {"pinning": pinning.to_dict()} if pinning else {"requested": {"cpus": task.cpus, "gpus": task.gpus}}
-        journal.append("gate_start", key=task.key, **where, started=now().isoformat(timespec="seconds"))
+        at = now().isoformat(timespec="seconds")
+        # a Ray gate may wait in Ray's queue for its resources: its start on the worker is its outcome's `began`
+        where = ({"pinning": pinning.to_dict(), "started": at} if pinning else
+                 {"requested": {"cpus": task.cpus, "gpus": task.gpus}, "submitted": at})
+        journal.append("gate_start", key=task.key, **where)
         what = (f"started ({pinning.describe()})" if pinning else
                 f"submitted to Ray (num_cpus={task.cpus}, num_gpus={task.gpus})")
         report(f"campaign {campaign.id}: gate {gate.index + 1}/{total} {task.key} {what}")

@@ -27,7 +27,7 @@ import subprocess
 import sys
 import tarfile
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
@@ -102,12 +102,16 @@ class GateOutcome:
     decision: str = ""  # the finding's decision, when finished
     detail: str = ""  # the gate's last error line, or why the attempt was lost
     pinning: Pinning = field(default_factory=Pinning)
+    # When a Ray worker started the gate process (ISO time, UTC): a Ray gate is journaled when it is
+    # submitted, and may wait there for its resources. Empty for the local engine, whose gate_start is the start.
+    began: str = ""
 
     def to_dict(self) -> dict[str, Any]:
+        began = {"began": self.began} if self.began else {}
         return {"key": self.key, "status": self.status.value, "exit_code": self.exit_code,
                 "series_dir": str(self.series_dir) if self.series_dir else "",
                 "finding": str(self.finding_path) if self.finding_path else "", "decision": self.decision,
-                "detail": self.detail, "pinning": self.pinning.to_dict()}
+                "detail": self.detail, "pinning": self.pinning.to_dict(), **began}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> GateOutcome:
@@ -115,7 +119,7 @@ class GateOutcome:
                    series_dir=Path(data["series_dir"]) if data.get("series_dir") else None,
                    finding_path=Path(data["finding"]) if data.get("finding") else None,
                    decision=str(data.get("decision", "")), detail=str(data.get("detail", "")),
-                   pinning=Pinning.from_dict(data.get("pinning", {})))
+                   pinning=Pinning.from_dict(data.get("pinning", {})), began=str(data.get("began", "")))
 
 
 Started = Callable[[GateTask, "Pinning | None"], None]  # None: submitted to Ray; where it runs is known at its end
@@ -433,12 +437,15 @@ def ray_gate_task(task: GateTask) -> tuple[dict[str, Any], bytes]:
     the outcome and the gate's files packed, for the driver to write where the campaign lives."""
     import ray
 
+    from gatekit.series import now  # the one wall-clock label; imported here, not by the launcher
+
     gpus = tuple(str(g) for g in ray.get_gpu_ids())
     node = f"{socket.gethostname()} (ray node {ray.get_runtime_context().get_node_id()[:12]})"
     pinning = Pinning((), gpus, node)
+    began = now().isoformat(timespec="seconds")
     process, resumed, before = start_gate(task, pinning)
     code = process.wait()
-    outcome = outcome_of(task, code, pinning, resumed=resumed, before=before)
+    outcome = replace(outcome_of(task, code, pinning, resumed=resumed, before=before), began=began)
     return outcome.to_dict(), pack_gate_files(task, outcome)
 
 

@@ -15,6 +15,7 @@ import subprocess
 import sys
 import threading
 import time
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -316,6 +317,14 @@ def test_ray_runs_two_cpu_gates_and_a_lost_worker_is_resumed(tmp_path: Path, ray
     assert "campaign nightly: gate 2/2 02-beta-off-on submitted to Ray (num_cpus=1, num_gpus=0)" in lines
     assert any(line.startswith("campaign nightly: gate 2/2 02-beta-off-on interrupted: worker lost") for line in lines)
     assert "ray node" in outcomes["01-alpha-off-on"].pinning.node
+    # a Ray gate is journaled when submitted; when its worker started it comes back with its outcome
+    events = journal(result.folder)
+    (alpha_start,) = [e for e in events if e["event"] == "gate_start" and e["key"] == "01-alpha-off-on"]
+    (alpha_end,) = [e for e in events if e["event"] == "gate_end" and e["outcome"]["key"] == "01-alpha-off-on"]
+    assert "started" not in alpha_start and alpha_start["requested"] == {"cpus": 1, "gpus": 0}
+    submitted, began, ended = (datetime.fromisoformat(t) for t in
+                               (alpha_start["submitted"], alpha_end["outcome"]["began"], alpha_end["ended"]))
+    assert submitted <= began <= ended
     series = outcomes["02-beta-off-on"].series_dir
     assert series is not None and not (series / "DONE").exists()
 
