@@ -8,7 +8,9 @@ scatter by ±5 % (more than the effect) look 1 stops early as inconclusive (v4's
 pass). The null's slowed run stays in stage 1 (on-r2).
 
 The trainer burns a fixed amount of its own CPU time (pinned to one CPU) and reports the wall time it took:
-steady on a quiet CPU, and about (hogs + 1) times slower while the hogs share that CPU with it.
+steady on a quiet CPU, and about (hogs + 1) times slower while the hogs share that CPU with it. It also
+reports its CPU time / wall time, so a test run where other processes took the CPU from it is skipped, not
+judged (make test runs these tests alone, after the others).
 """
 
 from __future__ import annotations
@@ -47,8 +49,10 @@ began_cpu, began = time.process_time(), time.perf_counter()
 while time.process_time() - began_cpu < target:
     pass
 elapsed = time.perf_counter() - began
+cpu_share = (time.process_time() - began_cpu) / elapsed  # under 1 where other processes shared the CPU
 with open(os.environ["GATEKIT_RESULT"], "w") as handle:
-    json.dump({"metrics": {"train_elapsed_s": elapsed, "psnr_db": 30.0}, "config": config["flags"]}, handle)
+    json.dump({"metrics": {"train_elapsed_s": elapsed, "psnr_db": 30.0, "cpu_share": cpu_share},
+               "config": config["flags"]}, handle)
 with open(config["log"], "a") as handle:
     handle.write(f"end {run}\\n")
 if run == config.get("slow_run"):  # exit only once the hogs are gone, so they slow no other run
@@ -134,7 +138,22 @@ def run_sequential(g: GateDir, slow_run: str = SLOW_RUN) -> dict:
         launcher.stdin.close()
         launcher.wait()
     assert done.returncode in (0, 1), done.stderr
-    return json.loads(g.findings()[0].read_text())
+    finding = json.loads(g.findings()[0].read_text())
+    skip_unless_quiet(finding, slow_run)
+    return finding
+
+
+QUIET_CPU_SHARE = 0.8  # measured here: with shares >= 0.83 both tests pass; at 0.36-0.66 the gain is inconclusive
+
+
+def skip_unless_quiet(finding: dict, slow_run: str) -> None:
+    """These tests judge real wall times: they hold where only the test's own hogs share the trainer's CPU.
+    Where another process took more than a fifth of it during any other run, the machine, not the policy,
+    decided the outcome: skip, naming the runs."""
+    shared = {run["label"]: round(run["metrics"]["cpu_share"], 2) for run in finding["runs"]
+              if run["label"] != slow_run and run.get("metrics", {}).get("cpu_share", 1.0) < QUIET_CPU_SHARE}
+    if shared:
+        pytest.skip(f"other processes shared the trainer's CPU (its CPU time / wall time per run: {shared})")
 
 
 def elapsed_by_label(finding: dict) -> dict[str, float]:
