@@ -235,10 +235,10 @@ class Escapee:
         return {"pid": self.pid, "command": self.command}
 
 
-def escaped_evidence(escaped: list[Escapee]) -> str:
-    """The window evidence line naming the processes that escaped a run."""
-    count = ("1 process escaped the run and was" if len(escaped) == 1
-             else f"{len(escaped)} processes escaped the run and were")
+def escaped_evidence(escaped: list[Escapee], source: str = "the run") -> str:
+    """The window evidence line naming the processes that escaped a run (or a duet pair: `source`)."""
+    count = (f"1 process escaped {source} and was" if len(escaped) == 1
+             else f"{len(escaped)} processes escaped {source} and were")
     return f"{count} stopped: " + ", ".join(f"pid {e.pid} `{e.command}`" for e in escaped)
 
 

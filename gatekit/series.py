@@ -302,15 +302,17 @@ class RunLoop:
                 stop_run_processes(run.request.run_dir, LEFTOVER_GRACE_S)
             outcomes.wait()
             journal.append("interrupted", label=" + ".join(s.label for s in pair))
+            self._stop_pair_escapees(journal, runs, known)
             for run in runs:
-                self._stop_escapees(journal, run.request.run_dir, run.slot.label, known)
                 atomic_write_text(run.request.run_dir / "samples.csv", samples_csv(run.sampler.samples))
             raise SeriesInterrupted(f"interrupted during pair r{pair[0].round}; the pair runs again; "
                                     f"{resume_hint}") from None
         skew_ms = (max(released) - min(released)) * 1000 if len(released) == len(runs) else None
         journal.append("duet_pair", round=pair[0].round, labels=[s.label for s in pair],
                        start_skew_ms=None if skew_ms is None else round(skew_ms, 3))
-        return [self._close_run(journal, run, outcome, known) for run, outcome in zip(runs, outcomes.results)]
+        escaped = self._stop_pair_escapees(journal, runs, known)
+        return [self._close_run(journal, run, outcome, known, escaped[run.slot.label])
+                for run, outcome in zip(runs, outcomes.results)]
 
     def _open_run(self, series_dir: Path, journal: Journal, slot: Slot, *, order: int) -> OpenRun:
         """The run's folder (a folder left by a cut-off run is kept aside), its request and its sampler."""
@@ -334,10 +336,13 @@ class RunLoop:
                                 telemetry=slot_telemetry(backend, device))
         return OpenRun(slot, order, request, sampler, backend, device, started_at)
 
-    def _close_run(self, journal: Journal, run: OpenRun, outcome: RunOutcome, known: set[int]) -> RunRecord:
+    def _close_run(self, journal: Journal, run: OpenRun, outcome: RunOutcome, known: set[int],
+                   escaped: tuple[str, ...] | None = None) -> RunRecord:
+        """`escaped`: the run's escapee evidence where the caller has swept already (a duet pair)."""
         run_dir = run.request.run_dir
         atomic_write_text(run_dir / "samples.csv", samples_csv(run.sampler.samples))
-        escaped = self._stop_escapees(journal, run_dir, run.slot.label, known)
+        if escaped is None:
+            escaped = self._stop_escapees(journal, run_dir, run.slot.label, known)
         telemetry = [s.extra for s in run.sampler.samples]
         window = WindowSummary.of(run.sampler.samples,
                                   evidence=tuple(run.backend.window_evidence(telemetry)) + escaped,
@@ -356,14 +361,29 @@ class RunLoop:
         # a replacement pair keeps the slots of the pair it replaces, so the slots stay balanced
         return self.config.duet.slots[slot_for(slot.arm == off_arm, slot.retry_of or slot.round)]
 
-    def _stop_escapees(self, journal: Journal, run_dir: Path, label: str, known: set[int]) -> tuple[str, ...]:
+    def _stop_escapees(self, journal: Journal, run_dir: Path, label: str, known: set[int],
+                       source: str = "the run") -> tuple[str, ...]:
         """Stop and reap the processes that escaped this run (re-parented to the gate, or still naming its
         run directory), journal them as `escaped`, and return the window evidence line naming them."""
         escaped = stop_escapees(run_dir, known, LEFTOVER_GRACE_S)
         if not escaped:
             return ()
         journal.append("escaped", label=label, processes=[e.to_dict() for e in escaped])
-        return (escaped_evidence(escaped),)
+        return (escaped_evidence(escaped, source),)
+
+    def _stop_pair_escapees(self, journal: Journal, runs: Sequence[OpenRun],
+                            known: set[int]) -> dict[str, tuple[str, ...]]:
+        """A duet pair's escapees, by run. Both runs' orphans are the gate's children by now, so each run
+        first takes the processes whose environment names its own run directory (and what they started);
+        an orphan that names neither (a cleared environment) could have come from either run, so it is
+        evidence for both — each run's contamination rule can then see it."""
+        both_orphans = child_pids()  # left out of the runs' own sweeps: no orphan is charged to the wrong run
+        evidence = {run.slot.label: self._stop_escapees(journal, run.request.run_dir, run.slot.label, both_orphans)
+                    for run in runs}
+        labels = " + ".join(run.slot.label for run in runs)
+        # the series folder as the marker: a process naming either run directory is gone already
+        unmarked = self._stop_escapees(journal, runs[0].request.run_dir.parent, labels, known, f"the pair {labels}")
+        return {label: own + unmarked for label, own in evidence.items()}
 
 
 class SeriesRunner:

@@ -24,6 +24,7 @@ from gatekit import processes
 from gatekit.config import load_gate
 from gatekit.series import JOURNAL_FILE, SeriesRunner
 from tests.conftest import GateDir, gate_cli, write_toml
+from tests.test_duet import duet_gate, needs_two_cores
 from tests.faults.faultkit import events, finish, start_gate, wait_for
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the child subreaper is Linux-only")
@@ -47,7 +48,8 @@ if os.path.exists(escape["pid_file"]):
 if escape["label"] == run:
     burn = "import sys, time\\nend = time.monotonic() + float(sys.argv[1])\\nwhile time.monotonic() < end: pass"
     child = subprocess.Popen([sys.executable, "-c", burn, str(escape["burn_s"]), escape["token"]],
-                             start_new_session=escape.get("setsid", True), env={}, stdin=subprocess.DEVNULL,
+                             start_new_session=escape.get("setsid", True),
+                             env=None if escape.get("keep_env") else {}, stdin=subprocess.DEVNULL,
                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     with open(escape["pid_file"] + ".tmp", "w") as handle:
         handle.write(str(child.pid))
@@ -83,8 +85,14 @@ def token() -> Iterator[str]:
 
 
 def _escaping_gate(gate_dir, token: str, **options: object) -> tuple[GateDir, Path, Path]:
-    g = gate_dir(off={"default_elapsed": 10.0}, on={"default_elapsed": 9.0},
-                 driver={"argv": ["{python}", "escaping_trainer.py", "--config", "{arm_config}"]})
+    return _with_escape(gate_dir(off={"default_elapsed": 10.0}, on={"default_elapsed": 9.0}), token, **options)
+
+
+def _with_escape(g: GateDir, token: str, **options: object) -> tuple[GateDir, Path, Path]:
+    """The gate's trainer becomes the escaping one; `options` go to its [escape] table."""
+    gate = tomllib.loads(g.gate.read_text())
+    gate["driver"]["argv"] = ["{python}", "escaping_trainer.py", "--config", "{arm_config}"]
+    write_toml(g.gate, gate)
     (g.root / "escaping_trainer.py").write_text(ESCAPING_TRAINER)
     pid_file, seen_file = g.root / "burner.pid", g.root / "seen.log"
     escape = {"label": "on-r1", "burn_s": 60, "token": token, "pid_file": str(pid_file),
@@ -182,6 +190,38 @@ def test_a_child_left_in_the_trainers_group_is_stopped_with_it_at_once(gate_dir,
     assert not any(row.window.evidence for row in result.finding.runs)
     events = [json.loads(x)["event"] for x in (result.series_dir / JOURNAL_FILE).read_text().splitlines()]
     assert "escaped" not in events
+
+
+@needs_two_cores
+def test_a_duet_pairs_escapee_with_a_cleared_environment_is_evidence_for_both_runs(tmp_path: Path, token) -> None:
+    """Both runs of a pair end together, so both runs' orphans are the gate's children when the pair ends,
+    and one with a cleared environment could be either run's: it is evidence for both, so the contamination
+    rule of whichever run it slowed can see it (before, the first run checked took every one)."""
+    g, pid_file, _ = _with_escape(duet_gate(tmp_path), token)
+    config = load_gate(g.gate)
+    result = SeriesRunner(config, config.arm("off"), config.arm("on")).start()
+    pid = int(pid_file.read_text())
+    assert not _burners(token)
+    rows = {row.label: row for row in result.finding.runs}
+    assert sorted(label for label, row in rows.items() if row.window.evidence) == ["off-r1", "on-r1"]
+    for label in ("off-r1", "on-r1"):
+        (line,) = rows[label].window.evidence
+        assert line.startswith(f"1 process escaped the pair off-r1 + on-r1 and was stopped: pid {pid} "), line
+    escaped = [e for e in events(result.series_dir) if e["event"] == "escaped"]
+    assert [(e["label"], [p["pid"] for p in e["processes"]]) for e in escaped] == [("off-r1 + on-r1", [pid])]
+
+
+@needs_two_cores
+def test_a_duet_pairs_escapee_that_names_its_run_is_stopped_with_that_run(tmp_path: Path, token) -> None:
+    """One that keeps GATEKIT_RUN_DIR is found by it when its own trainer ends, and recorded in that run's
+    outcome alone, though the other run of its pair ran at the same time."""
+    g, pid_file, _ = _with_escape(duet_gate(tmp_path), token, keep_env=True)
+    config = load_gate(g.gate)
+    result = SeriesRunner(config, config.arm("off"), config.arm("on")).start()
+    assert not _burners(token)
+    stopped = {label: json.loads((result.series_dir / label / "record.json").read_text())["outcome"]
+               .get("trace", {}).get("gatekit_stopped_escaped_pids") for label in ("off-r1", "on-r1")}
+    assert stopped == {"off-r1": None, "on-r1": [int(pid_file.read_text())]}
 
 
 def test_no_subreaper_off_linux(monkeypatch) -> None:
