@@ -286,7 +286,8 @@ class RunLoop:
             self._stop_escapees(journal, run.request.run_dir, slot.label, known)
             atomic_write_text(run.request.run_dir / "samples.csv", samples_csv(run.sampler.samples))
             raise SeriesInterrupted(f"interrupted during {slot.label}; {resume_hint}") from None
-        return self._close_run(journal, run, outcome, known)
+        return self._close_run(journal, run, outcome,
+                               self._stop_escapees(journal, run.request.run_dir, slot.label, known))
 
     def run_pair(self, series_dir: Path, journal: Journal, pair: Sequence[Slot], *, order: int,
                  resume_hint: str) -> list[RunRecord]:
@@ -311,7 +312,7 @@ class RunLoop:
         journal.append("duet_pair", round=pair[0].round, labels=[s.label for s in pair],
                        start_skew_ms=None if skew_ms is None else round(skew_ms, 3))
         escaped = self._stop_pair_escapees(journal, runs, known)
-        return [self._close_run(journal, run, outcome, known, escaped[run.slot.label])
+        return [self._close_run(journal, run, outcome, escaped[run.slot.label])
                 for run, outcome in zip(runs, outcomes.results)]
 
     def _open_run(self, series_dir: Path, journal: Journal, slot: Slot, *, order: int) -> OpenRun:
@@ -336,13 +337,10 @@ class RunLoop:
                                 telemetry=slot_telemetry(backend, device))
         return OpenRun(slot, order, request, sampler, backend, device, started_at)
 
-    def _close_run(self, journal: Journal, run: OpenRun, outcome: RunOutcome, known: set[int],
-                   escaped: tuple[str, ...] | None = None) -> RunRecord:
-        """`escaped`: the run's escapee evidence where the caller has swept already (a duet pair)."""
+    def _close_run(self, journal: Journal, run: OpenRun, outcome: RunOutcome, escaped: tuple[str, ...]) -> RunRecord:
+        """`escaped`: the evidence lines of the processes that escaped the run (already stopped)."""
         run_dir = run.request.run_dir
         atomic_write_text(run_dir / "samples.csv", samples_csv(run.sampler.samples))
-        if escaped is None:
-            escaped = self._stop_escapees(journal, run_dir, run.slot.label, known)
         telemetry = [s.extra for s in run.sampler.samples]
         window = WindowSummary.of(run.sampler.samples,
                                   evidence=tuple(run.backend.window_evidence(telemetry)) + escaped,
