@@ -20,7 +20,7 @@ from gatekit.errors import SeriesInterrupted
 from gatekit.policy import policy_for
 from gatekit.schedule import extension, order_seed, plan, thue_morse
 from gatekit.series import SeriesRunner, analyze_series
-from tests.conftest import gate_invoke
+from tests.conftest import GateDir, Invoked, gate_invoke
 
 
 def code(off: list[float], on: list[float], *, final: bool, direction: str = "lower") -> str:
@@ -245,12 +245,18 @@ def times(prefix: str, values: list[float]) -> dict[str, float]:
 SEQ_RULES = {"load_per_core_limit": 1000.0, "evidence": "load1"}
 
 
-def test_sequential_adopts_at_look_1_and_analyze_reproduces_it(gate_dir) -> None:
-    g = gate_dir(off={"elapsed": times("off", [10.0, 10.1, 9.9, 10.0])},
-                 on={"elapsed": times("on", [9.0, 9.1, 8.9, 9.0])}, rules=SEQ_RULES)
+def run_sequential(gate_dir, off: list[float], on: list[float],  # type: ignore[no-untyped-def]
+                   **gate_options: object) -> tuple[GateDir, Invoked, dict]:
+    """A sequential series of the fixture trainer with these times per arm, run to its finding (exit 0):
+    (the gate folder, the `gate run` process, the finding)."""
+    g = gate_dir(off={"elapsed": times("off", off)}, on={"elapsed": times("on", on)}, rules=SEQ_RULES, **gate_options)
     done = gate_invoke("run", "off", "on", "--policy", "sequential", cwd=g.root)
     assert done.returncode == 0, done.stderr
-    finding = g.finding()
+    return g, done, g.finding()
+
+
+def test_sequential_adopts_at_look_1_and_analyze_reproduces_it(gate_dir) -> None:
+    g, _, finding = run_sequential(gate_dir, [10.0, 10.1, 9.9, 10.0], [9.0, 9.1, 8.9, 9.0])
     assert finding["gate"]["policy"] == "sequential" and finding["gate"]["order"] == "thue-morse"
     assert finding["verdict"]["decision"] == "adopted"
     assert [look["look"] for look in finding["sequential"]["looks"]] == [1]
@@ -286,11 +292,7 @@ ON12 = [9.9, 9.6, 10.0, 9.5, 9.7, 9.6, 9.8, 9.6, 9.8, 9.6, 9.7, 9.5]
 def test_sequential_extends_to_stage_two_when_look_1_is_undecided(gate_dir) -> None:
     off = OFF12[:8]
     on = [9.9, 9.6, 10.0, 9.5, 9.5, 9.6, 9.4, 9.6]  # rounds 5–8 clearly faster: look 2 adopts (HL/S 11.6)
-    g = gate_dir(off={"elapsed": times("off", off)}, on={"elapsed": times("on", on)}, rules=SEQ_RULES,
-                 gate={"seed": 1})
-    done = gate_invoke("run", "off", "on", "--policy", "sequential", cwd=g.root)
-    assert done.returncode == 0, done.stderr
-    finding = g.finding()
+    g, done, finding = run_sequential(gate_dir, off, on, gate={"seed": 1})
     looks = finding["sequential"]["looks"]
     assert [look["decision"] for look in looks] == ["continue", "adopted"]
     assert looks[0]["n_off"] == 4 and looks[1]["n_off"] == 8
@@ -303,11 +305,7 @@ def test_sequential_extends_to_stage_two_when_look_1_is_undecided(gate_dir) -> N
 
 
 def test_sequential_extends_to_a_third_stage_when_look_2_is_close(gate_dir) -> None:
-    g = gate_dir(off={"elapsed": times("off", OFF12)}, on={"elapsed": times("on", ON12)}, rules=SEQ_RULES,
-                 gate={"seed": 1})
-    done = gate_invoke("run", "off", "on", "--policy", "sequential", cwd=g.root)
-    assert done.returncode == 0, done.stderr
-    finding = g.finding()
+    g, done, finding = run_sequential(gate_dir, OFF12, ON12, gate={"seed": 1})
     looks = finding["sequential"]["looks"]
     assert [look["decision"] for look in looks] == ["continue", "continue", "adopted"]
     assert [look["n_off"] for look in looks] == [4, 8, 12]
@@ -354,10 +352,7 @@ def test_v4_stops_early_at_look_1_end_to_end(gate_dir) -> None:
     # on is 1.5 % slower at look 1 but noisy: improvement HL/S −1.5 (by hand above) → stop, 4 runs per arm
     off = [10.0, 10.0, 10.0, 10.0]
     on = [10.0 * math.exp(x) for x in (0.01, -0.02, 0.04, 0.03)]
-    g = gate_dir(off={"elapsed": times("off", off)}, on={"elapsed": times("on", on)}, rules=SEQ_RULES)
-    done = gate_invoke("run", "off", "on", "--policy", "sequential", cwd=g.root)
-    assert done.returncode == 0, done.stderr
-    finding = g.finding()
+    g, _, finding = run_sequential(gate_dir, off, on)
     assert finding["verdict"]["decision"] == "inconclusive" and len(g.order()) == 8
     assert finding["verdict"]["reasons"][0].startswith("stopped at look 1: after 4 pairs the on arm is not ahead")
     assert "never a pass" in finding["verdict"]["reasons"][0]
