@@ -21,12 +21,12 @@ import numpy as np
 import tomlkit
 
 from gatekit import __version__, stats
-from gatekit.config import (CALIBRATION_FILE, DUET_POLICY, POLICIES, SEQUENTIAL_RUNS, SEQUENTIAL_RUNS_WORDS, ArmSpec,
-                            GateConfig, ThresholdSpec, duet_pairs_ok)
+from gatekit.config import CALIBRATION_FILE, ArmSpec, GateConfig, ThresholdSpec, duet_pairs_ok
 from gatekit.diagnostics import MDE_POWER, ols_slope
 from gatekit.driver import ChosenBackend, Driver, make_backend, make_driver
 from gatekit.errors import CalibrationError, ConfigError, GatekitError, OutputError, PreflightError, ProvenanceError
 from gatekit.finding import plain
+from gatekit.policies.descriptors import describe, gate_policies
 from gatekit.preflight import run_checks
 from gatekit.provenance import hash_artifacts, host_fingerprint, software_versions
 from gatekit.records import RunRecord
@@ -37,6 +37,9 @@ from gatekit.simulate import Scenario, simulate
 from gatekit.storage import Journal, write_output
 
 CALIBRATION_SCHEMA = "gatekit.calibration/1"
+DUET_POLICY = "duet"
+SEQUENTIAL_RUNS = describe("sequential").stages or ()
+SEQUENTIAL_RUNS_WORDS = describe("sequential").stages_words
 WARMUP_Z = 3.5  # Iglewicz & Hoaglin (1993): a modified z-score above 3.5 marks an outlier
 CHANGE_POINT_PERMUTATIONS = 2000
 CHANGE_POINT_ALPHA = 0.05
@@ -181,8 +184,8 @@ def _plan_scenario(cv_pct: float, effect_pct: float, n: int) -> Scenario:
 
 
 def _check_plan_input(policy: str, cv_pct: float, effect_pct: float, power: float) -> None:
-    if policy not in POLICIES:
-        raise ConfigError(f"--policy: must be one of {', '.join(POLICIES)}, got {policy!r}")
+    if policy not in gate_policies():
+        raise ConfigError(f"--policy: must be one of {', '.join(gate_policies())}, got {policy!r}")
     if not (math.isfinite(cv_pct) and cv_pct > 0):
         raise ConfigError(f"--cv: must be a positive percentage, got {cv_pct}")
     if not (math.isfinite(effect_pct) and -100 < effect_pct < 0):

@@ -11,12 +11,14 @@ from typing import TYPE_CHECKING, Callable, TypeVar
 import click
 
 from gatekit import __version__
-from gatekit.config import EXPORT_FORMATS, ORDERS, POLICIES, SIM_POLICIES, GateConfig, ThresholdSpec, load_gate
+from gatekit.config import EXPORT_FORMATS, ORDERS, GateConfig, ThresholdSpec, load_gate
 from gatekit.driver import (BACKEND_GROUP, DRIVER_GROUP, installed_backends, installed_drivers, load_backend,
                             make_backend, make_driver)
 from gatekit.engines import ENGINES
 from gatekit.errors import (EXIT_FAIL_ON, EXIT_INVALID, ConfigError, DriverError, GatekitError, OutputError,
                             SeriesInterrupted)
+from gatekit.policies.descriptors import (DEFAULT_POLICY, INTERLEAVED, describe, gate_policies, policies_of_mode,
+                                          simulation_policies, suite_policies)
 from gatekit.preflight import run_checks
 from gatekit.sanitize import show_controls  # control characters and bidi overrides shown as escapes
 from gatekit.storage import write_output
@@ -32,6 +34,28 @@ FAIL_ON = {"regression": ("regression", "guard_failed"),
            "not-adopted": ("rejected", "regression", "guard_failed", "equivalent", "inconclusive")}
 
 T = TypeVar("T")
+
+
+class PolicyChoice(click.Choice):
+    """The registered policies as an option's choices, read when the option is parsed, so a policy registered
+    after this module was imported (a plugin's, a test's) is accepted too."""
+
+    def __init__(self, names: Callable[[], tuple[str, ...]]) -> None:
+        self.names = names
+        super().__init__(names())
+
+    @property  # type: ignore[override]
+    def choices(self) -> tuple[str, ...]:
+        return self.names()
+
+    @choices.setter
+    def choices(self, _: object) -> None:  # click.Choice assigns them once; they are always read live
+        pass
+
+
+# "classic, or sequential (4, then 8, then 12 runs per arm)": the policies an interleaved gate may take
+RUN_POLICY_WORDS = ", or ".join(name + (f" ({describe(name).stages_words})" if describe(name).fixes_schedule else "")
+                                for name in policies_of_mode(INTERLEAVED))
 
 
 class GateError(click.ClickException):
@@ -181,8 +205,8 @@ def check(off: str | None, on: str | None, gate_path: Path) -> None:
 @click.option("--order", type=click.Choice(ORDERS), help="Run order (overrides gate.order).")
 @click.option("--seed", type=int, help="Seed of a random or thue-morse order (overrides gate.seed; default: "
               "derived from the predecision's sha256).")
-@click.option("--policy", type=click.Choice(POLICIES),
-              help="Decision policy (overrides gate.policy): classic, or sequential (4, then 8, then 12 runs per arm).")
+@click.option("--policy", type=PolicyChoice(gate_policies),
+              help=f"Decision policy (overrides gate.policy): {RUN_POLICY_WORDS}.")
 @click.option("--warmup", type=click.IntRange(0, 2),
               help="Discarded warm-up runs before round 1: 1 the first arm, 2 both (overrides gate.warmup).")
 @click.option("--out", type=click.Path(path_type=Path), help="Folder for the finding (overrides gate.out).")
@@ -367,8 +391,9 @@ def calibrate(arm: str | None, gate_path: Path, n: int, min_effect_pct: float | 
 
 
 @main.command("simulate")
-@click.option("--policy", "policies", type=click.Choice(SIM_POLICIES), multiple=True,
-              help="Policy to simulate; repeat for several (default: classic; with --suite classic and sequential).")
+@click.option("--policy", "policies", type=PolicyChoice(simulation_policies), multiple=True,
+              help=f"Policy to simulate; repeat for several (default: {DEFAULT_POLICY}; with --suite "
+                   f"{' and '.join(suite_policies())}).")
 @click.option("--cv", "cv_pct", type=float, default=0.5, show_default=True,
               help="Coefficient of variation of the off arm's run times, in %.")
 @click.option("--cv-on", "cv_on_pct", type=float, help="CV of the on arm in % (default: --cv).")
@@ -418,14 +443,14 @@ def simulate_cmd(policies: tuple[str, ...], cv_pct: float, cv_on_pct: float | No
 
     def work():  # type: ignore[no-untyped-def]
         if suite:
-            return run_suite(policies or ("classic", "sequential"), draws=draws, seed=seed, order=order,
+            return run_suite(policies or suite_policies(), draws=draws, seed=seed, order=order,
                              thresholds=thresholds)
         scenario = Scenario(cv_off_pct=cv_pct, cv_on_pct=cv_on_pct, effect_pct=effect_pct,
                             drift_pct_per_run=drift_pct, cold_first_pct=cold_pct, order=order, n=n, warmup=warmup,
                             outlier_rate=outlier_rate, outlier_pct=outlier_pct, tails=tails, guard_drop=guard_drop,
                             guard_sd=guard_sd, shared_cv_pct=shared_cv_pct, slot_effect_pct=slot_effect_pct)
         return [simulate(policy, scenario, draws=draws, seed=seed, thresholds=thresholds)
-                for policy in policies or ("classic",)]
+                for policy in policies or (DEFAULT_POLICY,)]
 
     results = _call(work)
     if as_json:
@@ -440,7 +465,8 @@ def simulate_cmd(policies: tuple[str, ...], cv_pct: float, cv_on_pct: float | No
 @click.option("--cv", "cv_pct", type=float, required=True, help="Coefficient of variation of the run times, in %.")
 @click.option("--effect", "effect_pct", type=float, required=True,
               help="The true change to find, in % (negative: on is faster, e.g. -2).")
-@click.option("--policy", type=click.Choice(POLICIES), default="classic", show_default=True, help="Decision policy.")
+@click.option("--policy", type=PolicyChoice(gate_policies), default=DEFAULT_POLICY, show_default=True,
+              help="Decision policy.")
 @click.option("--floor-pct", type=float, default=1.0, show_default=True, help="Threshold floor / sequential floor, %.")
 @click.option("--sigma-k", type=float, default=2.0, show_default=True, help="Classic threshold's σ multiple.")
 @click.option("--power", type=float, default=0.8, show_default=True, help="Target power (a fraction).")

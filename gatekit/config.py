@@ -15,27 +15,20 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from gatekit.errors import ConfigError
+from gatekit.policies.descriptors import (DEFAULT_POLICY, DUET_MODE, INTERLEAVED, describe, gate_policies,
+                                          policies_of_mode)
 from gatekit.records import PROCESS_WALLCLOCK, Record
 from gatekit.slots import DeviceSlot, SlotError, parse_slots
 from gatekit.storage import read_input
 
 ORDERS = ("abab", "abba", "random", "thue-morse")
 # interleaved: one run at a time, the arms taking turns; duet: both arms of a pair at once, on twin slots
-MODES = ("interleaved", "duet")
-DUET_POLICY = "duet"  # the policy of a duet gate (it pairs the runs that ran together)
+MODES = (INTERLEAVED, DUET_MODE)
 DUET_PAIRS_RULE = "a duet runs n pairs, an even number of at least 4 (the slots swap every pair)"
 SEEDED_ORDERS = ("random", "thue-morse")  # orders that draw from the seed
-POLICIES = ("classic", "sequential", "duet")  # gatekit.policy holds the objects; config checks only their names
-# Names the command line offers, here so `gate --help` need not import the modules that implement them.
-SIM_POLICIES = ("classic", "sequential", "duet", "welch", "bootstrap")  # gate simulate --policy: gatekit.simulate
+# Names the command line offers, here so `gate --help` need not import the modules that implement them
+# (the policies' names are gatekit.policies.descriptors').
 EXPORT_FORMATS = ("gab-json", "bmf")  # --export FORMAT: gatekit.exports.EXPORTERS
-SEQUENTIAL_RUNS = (4, 8, 12)  # runs per arm at the sequential policy's looks (v4; 12 only when look 2 is close)
-SEQUENTIAL_RUNS_WORDS = "4, then 8, then 12 runs per arm"  # 12 only when look 2 is close
-SEQUENTIAL_VERSION = 4  # the design a new series preregisters; a predecision without the key is v3 (4, then 8)
-SEQUENTIAL_ORDER = "thue-morse"
-# Policies that fix their own schedule: policy -> (runs per arm at the first look, order). A gate file or
-# option that sets n or order for them is refused rather than silently overridden.
-FIXED_SCHEDULES = {"sequential": (SEQUENTIAL_RUNS[0], SEQUENTIAL_ORDER)}
 DIRECTIONS = ("lower", "higher")
 LOAD_STATS = ("max", "mean")
 SIGMA_REFS = ("arm", "leave_one_out", "history")
@@ -94,7 +87,7 @@ class RulesSpec(Record):
     max_threshold_pct: float = field(default=0.0, metadata={"omit": 0.0})
     # Which window telemetry is load evidence (EVIDENCE_KINDS). "load1" is the rule as it was before the others
     # existed (a series preregistered then reads as "load1"); gate files default to the policy's
-    # DEFAULT_EVIDENCE. The limits are stated in the document only when another kind is in use.
+    # default_evidence (its descriptor). The limits are stated in the document only when another kind is in use.
     evidence: str = field(default="load1", metadata={"omit": "load1"})
     psi_limit_pct: float = DEFAULT_PSI_LIMIT_PCT
     steal_limit_pct: float = DEFAULT_STEAL_LIMIT_PCT
@@ -112,7 +105,6 @@ DEFAULT_MAX_THRESHOLD_PCT = 10.0
 # stall), steal (hypervisor CPU steal), any (the three together). psi and steal fall back to load1 for a
 # window that did not record them (a warning says so).
 EVIDENCE_KINDS = ("load1", "psi", "steal", "any")
-DEFAULT_EVIDENCE = {"classic": "load1", "sequential": "psi", "duet": "psi"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,10 +150,10 @@ class GateSpec:
     expect_diff: tuple[str, ...] = ()
     out: Path = Path("findings")
     runs: Path = Path("runs")
-    policy: str = "classic"
+    policy: str = DEFAULT_POLICY
     warmup: int = 0  # discarded warm-up runs before round 1 (1: the first arm, 2: both arms)
     record_env: tuple[str, ...] = ()  # arm env variables written down verbatim; all others only as a hash
-    mode: str = "interleaved"
+    mode: str = INTERLEAVED
 
 
 @dataclass(frozen=True, slots=True)
@@ -211,23 +203,25 @@ class GateConfig:
                        warmup: int | None = None) -> GateConfig:
         """Command-line overrides, validated like the file's own values."""
         gate = self.gate
-        if gate.mode == "duet":
-            _check(policy in (None, DUET_POLICY) and order is None and not warmup, self.path,
-                   "--policy" if policy not in (None, DUET_POLICY) else "--order" if order is not None else "--warmup",
+        if gate.mode == DUET_MODE:
+            allowed = (None, *policies_of_mode(DUET_MODE))
+            _check(policy in allowed and order is None and not warmup, self.path,
+                   "--policy" if policy not in allowed else "--order" if order is not None else "--warmup",
                    "does not apply to a duet gate (gate.mode = \"duet\"); drop it")
             _check(n is None or duet_pairs_ok(n), self.path, "--n", f"{DUET_PAIRS_RULE}, got {n}")
             policy = None
         if policy is not None:
-            _check(policy in POLICIES, self.path, "--policy", f"must be one of {', '.join(POLICIES)}")
-            fixed = FIXED_SCHEDULES.get(policy)
-            if fixed is not None:
-                _check(n is None and order in (None, fixed[1]), self.path, "--policy",
-                       f"{policy} runs {SEQUENTIAL_RUNS_WORDS} in "
-                       f"{fixed[1]} order; drop --n and --order")
-                gate = replace(gate, n=fixed[0], order=fixed[1])
+            _check(policy in gate_policies(), self.path, "--policy", f"must be one of {', '.join(gate_policies())}")
+            chosen = describe(policy)
+            _check(chosen.mode == gate.mode, self.path, "--policy",  # a duet policy cannot decide interleaved runs
+                   f"\"{policy}\" needs gate.mode = \"{chosen.mode}\" and a [duet] table of two slots")
+            if chosen.fixes_schedule:
+                _check(n is None and order in (None, chosen.order), self.path, "--policy",
+                       f"{policy} runs {chosen.stages_words} in {chosen.order} order; drop --n and --order")
+                gate = replace(gate, n=chosen.first_stage, order=chosen.order)
             gate = replace(gate, policy=policy)
-        elif gate.policy in FIXED_SCHEDULES:
-            _check(n is None and order in (None, FIXED_SCHEDULES[gate.policy][1]), self.path, "gate.policy",
+        elif describe(gate.policy).fixes_schedule:
+            _check(n is None and order in (None, describe(gate.policy).order), self.path, "gate.policy",
                    f"is {gate.policy}, which fixes n and order; drop --n and --order")
         if warmup is not None:
             _check(0 <= warmup <= MAX_WARMUP, self.path, "--warmup", f"must be 0, 1 or 2, got {warmup}")
@@ -247,7 +241,7 @@ class GateConfig:
             gate = replace(gate, runs=runs.resolve())
         rules = self.rules
         if policy is not None and not self.evidence_stated:
-            rules = replace(rules, evidence=DEFAULT_EVIDENCE[policy])
+            rules = replace(rules, evidence=describe(policy).default_evidence)
         return replace(self, gate=gate, rules=rules)
 
 
@@ -364,36 +358,40 @@ def load_gate(path: Path | str) -> GateConfig:
         expect_diff=gate_t.take_str_list("expect_diff"),
         out=resolve_path(base, gate_t.take("out", str, "findings")),
         runs=resolve_path(base, gate_t.take("runs", str, "runs")),
-        policy=gate_t.take("policy", str, "classic", POLICIES),
+        policy=gate_t.take("policy", str, DEFAULT_POLICY, gate_policies()),
         warmup=gate_t.take("warmup", int, 0),
         record_env=gate_t.take_str_list("record_env"),
-        mode=gate_t.take("mode", str, "interleaved", MODES),
+        mode=gate_t.take("mode", str, INTERLEAVED, MODES),
     )
     gate_t.done()
-    if gate.mode == "duet":
-        _check(gate.policy in ("classic", DUET_POLICY) and "order" not in explicit, path,
-               "gate.policy" if gate.policy not in ("classic", DUET_POLICY) else "gate.order",
-               f"does not apply to mode = \"duet\" (both arms of a pair run at once; the {DUET_POLICY} policy "
+    mode_policies = policies_of_mode(gate.mode)
+    if gate.mode == DUET_MODE:
+        # the default policy, stated or not, means "the mode's own": a duet has one policy that pairs its runs
+        allowed = (DEFAULT_POLICY, *mode_policies)
+        _check(gate.policy in allowed and "order" not in explicit, path,
+               "gate.policy" if gate.policy not in allowed else "gate.order",
+               f"does not apply to mode = \"duet\" (both arms of a pair run at once; the {mode_policies[0]} policy "
                "decides); remove it")
         _check(gate.warmup == 0, path, "gate.warmup", "does not apply to mode = \"duet\"; remove it")
         _check(duet_pairs_ok(gate.n), path, "gate.n", f"{DUET_PAIRS_RULE}, got {gate.n}")
-        gate = replace(gate, policy=DUET_POLICY)
+        gate = replace(gate, policy=gate.policy if gate.policy in mode_policies else mode_policies[0])
     else:
-        _check(gate.policy != DUET_POLICY, path, "gate.policy",
-               f"\"{DUET_POLICY}\" needs gate.mode = \"duet\" and a [duet] table of two slots")
+        _check(gate.policy in mode_policies, path, "gate.policy",
+               f"\"{gate.policy}\" needs gate.mode = \"{describe(gate.policy).mode}\" and a [duet] table of two "
+               "slots")
     for index, var in enumerate(gate.record_env):
         _check(bool(ENV_NAME_PATTERN.fullmatch(var)), path, f"gate.record_env[{index}]",
                f"{var!r} is not an environment variable name (letters, digits and '_', not starting with a digit)")
     _check(gate.n >= 1, path, "gate.n", f"must be at least 1, got {gate.n}")
     _check(0 <= gate.warmup <= MAX_WARMUP, path, "gate.warmup",
            f"must be 0 (none), 1 (the first arm) or 2 (both arms), got {gate.warmup}")
-    fixed = FIXED_SCHEDULES.get(gate.policy)
-    if fixed is not None:
+    chosen = describe(gate.policy)
+    if chosen.fixes_schedule:  # a gate file that sets n or order for it is refused, never silently overridden
         _check("n" not in explicit, path, "gate.n", f"does not apply to policy = \"{gate.policy}\" (it runs "
-               f"{SEQUENTIAL_RUNS_WORDS}); remove it")
-        _check(gate.order == fixed[1] or "order" not in explicit, path, "gate.order",
-               f"policy = \"{gate.policy}\" runs in {fixed[1]} order; remove it or set it to {fixed[1]}")
-        gate = replace(gate, n=fixed[0], order=fixed[1])
+               f"{chosen.stages_words}); remove it")
+        _check(gate.order == chosen.order or "order" not in explicit, path, "gate.order",
+               f"policy = \"{gate.policy}\" runs in {chosen.order} order; remove it or set it to {chosen.order}")
+        gate = replace(gate, n=chosen.first_stage, order=chosen.order)
     _check(gate.n <= MAX_RUNS_PER_ARM, path, "gate.n", f"must be at most {MAX_RUNS_PER_ARM}, got {gate.n}")
     _check(bool(NAME_PATTERN.fullmatch(gate.id)), path, "gate.id", f"must be {NAME_RULE}, got {gate.id!r}")
 
@@ -429,7 +427,7 @@ def load_gate(path: Path | str) -> GateConfig:
         sigma_history_pct=rules_t.take_positive("sigma_history_pct", 0.0, allow_zero=True),
         load_per_core_limit=rules_t.take_positive("load_per_core_limit", 1.5),
         max_threshold_pct=rules_t.take_positive("max_threshold_pct", DEFAULT_MAX_THRESHOLD_PCT, allow_zero=True),
-        evidence=rules_t.take("evidence", str, DEFAULT_EVIDENCE[gate.policy], EVIDENCE_KINDS),
+        evidence=rules_t.take("evidence", str, describe(gate.policy).default_evidence, EVIDENCE_KINDS),
         psi_limit_pct=rules_t.take_positive("psi_limit_pct", DEFAULT_PSI_LIMIT_PCT),
         steal_limit_pct=rules_t.take_positive("steal_limit_pct", DEFAULT_STEAL_LIMIT_PCT),
     )
@@ -493,7 +491,7 @@ def load_gate(path: Path | str) -> GateConfig:
 
 def _duet_table(path: Path, data: Any, mode: str) -> DuetSpec | None:
     """The [duet] table: required by mode = "duet", refused without it."""
-    if mode != "duet":
+    if mode != DUET_MODE:
         _check(data is None, path, "duet", "applies only to gate.mode = \"duet\"; set it or remove [duet]")
         return None
     _check(data is not None, path, "duet", "gate.mode = \"duet\" needs a [duet] table with slots = [\"cuda:0\", "

@@ -16,8 +16,9 @@ import numpy as np
 import pandas as pd
 
 from gatekit import diagnostics, duet, rules, sequential
-from gatekit.config import POLICIES, SEQUENTIAL_ORDER, RulesSpec, ThresholdSpec
+from gatekit.config import RulesSpec, ThresholdSpec
 from gatekit.finding import DuetInfo, SensitivityRow, SequentialInfo
+from gatekit.policies.descriptors import describe, gate_policies
 from gatekit.records import RunRecord
 from gatekit.verdict import Decision, Verdict, classic_codes
 
@@ -186,7 +187,7 @@ class SequentialPolicy:
     version: a series is decided by the version its predecision records."""
 
     name = "sequential"
-    default_order = SEQUENTIAL_ORDER
+    default_order = describe("sequential").order
 
     def __init__(self, design: sequential.Design = sequential.CURRENT) -> None:
         self.design = design
@@ -392,7 +393,7 @@ class DuetPolicy:
 
 CLASSIC, SEQUENTIAL, DUET = ClassicPolicy(), SequentialPolicy(), DuetPolicy()
 _BY_NAME: dict[str, Policy] = {p.name: p for p in (CLASSIC, SEQUENTIAL, DUET)}
-assert tuple(_BY_NAME) == POLICIES, "config.POLICIES names the policies of this module"
+assert tuple(_BY_NAME) == gate_policies(), "gatekit.policies.descriptors names the policies of this module"
 _SEQUENTIAL_BY_VERSION = {version: SequentialPolicy(design) for version, design in sequential.DESIGNS.items()}
 
 

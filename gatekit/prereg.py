@@ -14,17 +14,15 @@ from typing import Any, Mapping
 import tomlkit
 
 from gatekit import PREDECISION_SCHEMA, __version__, rules, stats
-from gatekit.config import (SEEDED_ORDERS, SEQUENTIAL_VERSION, GateConfig, GuardSpec, RulesSpec, ThresholdSpec,
-                            resolve_history_sigma)
+from gatekit.config import SEEDED_ORDERS, GateConfig, GuardSpec, RulesSpec, ThresholdSpec, resolve_history_sigma
 from gatekit.errors import SeriesError
+from gatekit.policies.descriptors import DEFAULT_POLICY, INTERLEAVED, describe
 from gatekit.policy import policy_for
 from gatekit.provenance import sha256_bytes, sha256_file
 from gatekit.schedule import Slot
 from gatekit.storage import atomic_write_bytes
 
 PREDECISION_FILE = "predecision.toml"
-# A sequential predecision written before `sequential_version` existed preregistered version 3 (4, then 8 rounds).
-UNRECORDED_SEQUENTIAL_VERSION = 3
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,11 +42,18 @@ class DecisionSpec:
     threshold: ThresholdSpec
     guards: tuple[GuardSpec, ...]
     rules: RulesSpec
-    policy: str = "classic"
+    policy: str = DEFAULT_POLICY
     warmup: int = 0
-    mode: str = "interleaved"
+    mode: str = INTERLEAVED
     slots: tuple[str, ...] = ()  # a duet's two slots, slot 0 first
-    sequential_version: int = SEQUENTIAL_VERSION  # the sequential policy's design (gatekit.sequential.DESIGNS)
+    # The policy's design version, under its descriptor's version_key (the key is named for the one policy
+    # that has versions today); None: the policy's current design, or a policy with one design.
+    sequential_version: int | None = None
+
+    @property
+    def design_version(self) -> int | None:
+        """The design the series is decided by: the recorded version, else the policy's current one."""
+        return self.sequential_version if self.sequential_version is not None else describe(self.policy).version
 
     def to_dict(self) -> dict[str, Any]:
         data = {
@@ -62,21 +67,24 @@ class DecisionSpec:
         }
         if self.seed is None:  # TOML has no null: no seed means "derived from this file's sha256"
             del data["seed"]
-        if self.mode != "interleaved":  # an interleaved series reads exactly as before duets existed
+        if self.mode != INTERLEAVED:  # an interleaved series reads exactly as before duets existed
             data |= {"mode": self.mode, "slots": list(self.slots)}
-        if self.policy == "sequential" and self.sequential_version != UNRECORDED_SEQUENTIAL_VERSION:
-            data["sequential_version"] = self.sequential_version  # a v3 spec reads exactly as it was written
+        described = describe(self.policy)
+        if described.version_key and self.design_version != described.unrecorded_version:
+            data[described.version_key] = self.design_version  # a spec of the unrecorded version reads as written
         return data
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> DecisionSpec:
+        described = describe(data["policy"])
         return cls(
             gate_id=data["gate_id"], title=data["title"], off_arm=data["off_arm"], on_arm=data["on_arm"],
             n=data["n"], order=data["order"], seed=data.get("seed"), primary=data["primary"],
             direction=data["direction"], expect_diff=tuple(data["expect_diff"]), policy=data["policy"],
-            warmup=data.get("warmup", 0), mode=data.get("mode", "interleaved"), slots=tuple(data.get("slots", ())),
-            sequential_version=data.get("sequential_version", UNRECORDED_SEQUENTIAL_VERSION
-                                        if data["policy"] == "sequential" else SEQUENTIAL_VERSION),
+            warmup=data.get("warmup", 0), mode=data.get("mode", INTERLEAVED), slots=tuple(data.get("slots", ())),
+            # a predecision written before its policy recorded a version preregistered the unrecorded one
+            sequential_version=(data.get(described.version_key, described.unrecorded_version)
+                                if described.version_key else None),
             threshold=ThresholdSpec(**data["threshold"]),
             guards=tuple(GuardSpec(**g) for g in data["guards"]),
             rules=RulesSpec(**data["rules"]),
@@ -92,7 +100,8 @@ class DecisionSpec:
         return cls(g.id, g.title, off_arm, on_arm, g.n, g.order, seed, g.primary, g.direction,
                    g.expect_diff, config.threshold, config.guards, resolve_history_sigma(config),
                    policy=g.policy, warmup=g.warmup, mode=g.mode,
-                   slots=tuple(s.text for s in config.duet.slots) if config.duet else ())
+                   slots=tuple(s.text for s in config.duet.slots) if config.duet else (),
+                   sequential_version=describe(g.policy).version)
 
 
 def stated_rules(spec: DecisionSpec) -> list[str]:
@@ -140,7 +149,7 @@ def stated_rules(spec: DecisionSpec) -> list[str]:
     if spec.warmup:
         lines.append(f"Warm-up: {spec.warmup} run(s) in round 0 (label <arm>-r0) before round 1; discarded, "
                      "never used as a number or for contamination.")
-    lines += policy_for(spec.policy, spec.sequential_version).stated_rules(spec.primary, spec.rules, spec.threshold)
+    lines += policy_for(spec.policy, spec.design_version).stated_rules(spec.primary, spec.rules, spec.threshold)
     for g in spec.guards:
         lines.append(f"Guard {g.metric}: on - off must be "
                      + (f">= -{g.max_drop:g}" if g.direction == "higher" else f"<= +{g.max_drop:g}")

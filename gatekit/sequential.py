@@ -37,9 +37,10 @@ import pandas as pd
 from scipy import stats as sps
 
 from gatekit import rules, stats
-from gatekit.config import SEQUENTIAL_VERSION, GuardSpec, RulesSpec
+from gatekit.config import GuardSpec, RulesSpec
 from gatekit.diagnostics import log_values, pct
 from gatekit.finding import Look, PairedGuard, SequentialInfo
+from gatekit.policies.descriptors import describe
 from gatekit.verdict import (ADOPTED, CODE_NAMES, CONTINUE, EQUIVALENT, INCONCLUSIVE, REGRESSION, REJECTED,
                              too_noisy_reason)
 
@@ -80,8 +81,8 @@ V3 = Design(3, (4, 8), (6.1577, 3.5745), 0.97437, 2_000_000, CALIBRATION_ALPHA)
 V4 = Design(4, (4, 8, 12), (7.7583, 4.0920, 3.1126), 0.98090, 1_000_000, 0.03, stop_band=(-2.0, 0.0),
             extend_window=3.0)
 DESIGNS = {3: V3, 4: V4}
-CURRENT = DESIGNS[SEQUENTIAL_VERSION]
-assert CURRENT.runs[0] == 4, "config.FIXED_SCHEDULES starts every sequential series with 4 rounds"
+CURRENT = DESIGNS[describe("sequential").version]
+assert CURRENT.runs == describe("sequential").stages, "the descriptor's stages are the current design's looks"
 
 # the current design's constants under their familiar names
 VERSION = CURRENT.version

@@ -28,9 +28,10 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from gatekit.config import ORDERS, POLICIES, SEQUENTIAL_RUNS, SIM_POLICIES, ThresholdSpec, duet_pairs_ok
+from gatekit.config import ORDERS, ThresholdSpec, duet_pairs_ok
 from gatekit.diagnostics import p_better_arrays, welch_arrays
 from gatekit.errors import ConfigError
+from gatekit.policies.descriptors import describe, gate_policies, simulation_policies
 from gatekit.policy import policy_for
 from gatekit.sequential import gain_bounds, guard_pass_arrays
 from gatekit.verdict import ADOPTED, CODE_NAMES, REGRESSION, REJECTED
@@ -252,13 +253,13 @@ def bootstrap_codes(off_log: np.ndarray, on_log: np.ndarray, t: ThresholdSpec) -
 # -- the driver ----------------------------------------------------------------------------------------
 
 def default_order(policy: str) -> str:
-    return policy_for(policy).default_order if policy in POLICIES else "abab"
+    return describe(policy).order
 
 
 def validate(policy: str, scenario: Scenario, draws: int) -> None:
     """Bad input is a ConfigError naming the option, like every other gate input."""
-    if policy not in SIM_POLICIES:
-        raise ConfigError(f"--policy: must be one of {', '.join(SIM_POLICIES)}, got {policy!r}")
+    if policy not in simulation_policies():
+        raise ConfigError(f"--policy: must be one of {', '.join(simulation_policies())}, got {policy!r}")
     if scenario.order is not None and scenario.order not in ORDERS:
         raise ConfigError(f"--order: must be one of {', '.join(ORDERS)}, got {scenario.order!r}")
     if draws < 2:
@@ -306,7 +307,7 @@ def simulate(policy: str, scenario: Scenario, *, draws: int = 100_000, seed: int
     """Simulate `draws` gates of one scenario under one policy; reproducible from `seed`."""
     validate(policy, scenario, draws)
     order = scenario.order or default_order(policy)
-    rounds = policy_for(policy).max_rounds(scenario.n) if policy in POLICIES else scenario.n
+    rounds = policy_for(policy).max_rounds(scenario.n) if policy in gate_policies() else scenario.n
     rng = np.random.default_rng(seed)
     per_gate = {"bootstrap": 4 * math.comb(2 * rounds - 1, rounds) ** 2}.get(policy, 4 * rounds)
     chunk = max(1, min(draws, CHUNK_VALUES // per_gate))
@@ -316,7 +317,7 @@ def simulate(policy: str, scenario: Scenario, *, draws: int = 100_000, seed: int
         off, on, _, _ = simulate_runs(scenario, order, rounds, size, rng, concurrent=policy == "duet")
         if scenario.guard_drop is not None:
             guard_parts.append(guard_passes(scenario, size, rng))
-        if policy in POLICIES:
+        if policy in gate_policies():
             codes, runs = policy_for(policy).simulate(off, on, thresholds)
         else:
             codes = {"welch": welch_codes, "bootstrap": bootstrap_codes}[policy](off, on, thresholds)
@@ -334,8 +335,9 @@ def simulate(policy: str, scenario: Scenario, *, draws: int = 100_000, seed: int
 def guard_passes(scenario: Scenario, draws: int, rng: np.random.Generator) -> np.ndarray:
     """Does the sequential guard pass at any look (4, 8 or 12 rounds: the worst case, as if the primary were
     undecided until each)? Each round's difference is normal(−drop, sd)."""
-    diffs = -(scenario.guard_drop or 0.0) + scenario.guard_sd * rng.standard_normal((draws, SEQUENTIAL_RUNS[-1]))
-    return np.logical_or.reduce([guard_pass_arrays(diffs[:, :n], scenario.limit) for n in SEQUENTIAL_RUNS])
+    looks = describe("sequential").stages or ()
+    diffs = -(scenario.guard_drop or 0.0) + scenario.guard_sd * rng.standard_normal((draws, looks[-1]))
+    return np.logical_or.reduce([guard_pass_arrays(diffs[:, :n], scenario.limit) for n in looks])
 
 
 # -- the issue's scenarios -----------------------------------------------------------------------------

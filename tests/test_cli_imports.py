@@ -38,9 +38,15 @@ def test_help_and_check_import_no_statistics_or_plotting(tmp_path: Path) -> None
 
 
 def test_option_choices_name_what_the_library_implements() -> None:
-    # the choices live in gatekit.config so the command line can offer them without importing the modules
-    from gatekit import config, simulate
+    # the choices live in gatekit.config and the policies' descriptors, so the command line can offer them
+    # without importing the modules that implement them
+    from gatekit import config
     from gatekit.exports import EXPORTERS
+    from gatekit.policies.descriptors import gate_policies, simulation_policies
+    from gatekit.policy import policy_for
+    from gatekit.simulate import Scenario, simulate
 
     assert tuple(EXPORTERS) == config.EXPORT_FORMATS
-    assert simulate.SIM_POLICIES is config.SIM_POLICIES
+    assert all(policy_for(name).name == name for name in gate_policies())
+    for name in simulation_policies():  # each runs in `gate simulate` (a duet needs an even n ≥ 4)
+        assert simulate(name, Scenario(n=4), draws=2).policy == name

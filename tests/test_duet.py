@@ -122,6 +122,7 @@ def test_cpu_slots_must_be_usable_and_of_one_size() -> None:
      "duet.allow_unequal: unknown key (did you mean 'allow_unequal_slots'?)"),
     ({"mode": "duet", "n": 4, "order": "abba"}, {"slots": ["cpu:0", "cpu:1"]}, "gate.order: does not apply"),
     ({"mode": "sideways"}, None, "gate.mode: must be one of interleaved, duet"),
+    ({"policy": "duet"}, None, "gate.policy: \"duet\" needs gate.mode = \"duet\" and a [duet] table"),
 ])
 def test_duet_config_errors_name_file_and_key(tmp_path: Path, gate: dict, duet: dict | None, message: str) -> None:
     sections = {"duet": duet} if duet is not None else {}
@@ -133,6 +134,15 @@ def test_duet_config_errors_name_file_and_key(tmp_path: Path, gate: dict, duet: 
     assert str(caught.value).startswith(f"{g.gate}: {message}"), caught.value
     done = gate_invoke("run", "off", "on", cwd=g.root)
     assert done.returncode == 2 and done.stderr.count("\n") == 1 and message in done.stderr
+
+
+def test_the_duet_policy_cannot_decide_an_interleaved_gate_from_the_command_line(tmp_path: Path) -> None:
+    # its pairs are runs that ran at once on two slots; an interleaved series has none
+    g = make_gate(tmp_path)
+    with pytest.raises(ConfigError, match=r"--policy: \"duet\" needs gate.mode = \"duet\""):
+        load_gate(g.gate).with_overrides(policy="duet")
+    done = gate_invoke("run", "off", "on", "--policy", "duet", cwd=g.root)
+    assert done.returncode == 2 and "--policy: \"duet\" needs gate.mode" in done.stderr and not g.order()
 
 
 @needs_two_cores

@@ -1,0 +1,112 @@
+"""What the gate file, the command line and the planners know of each policy, without importing it.
+
+One `PolicyDescriptor` per policy: its name, the gate mode it decides, its run order, the stages it fixes (if
+any), the load evidence it defaults to and the sizes `gate plan` tries. This module imports only the
+standard library and sits below `gatekit.config`, so the gate file's checks and `gate --help` read it
+without pandas, and nothing cycles.
+
+A policy is registered once, here (the built-ins below) or by `register` (a plugin, a test); nothing else
+keeps a list of policy names.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+INTERLEAVED, DUET_MODE = "interleaved", "duet"  # the gate modes (config.MODES): one run at a time, or pairs at once
+PLAN_SIZES = (3, 4, 6, 8, 12, 16, 24, 32, 48, 64)  # `gate plan`'s runs per arm to try (3: the gate's default)
+
+
+@dataclass(frozen=True, slots=True)
+class PolicyDescriptor:
+    """A policy as data: enough for config, the CLI and the planners, with no statistics imported."""
+
+    name: str
+    mode: str = INTERLEAVED  # the gate mode whose series it decides
+    order: str = "abab"  # its run order when the gate states none ("duet": pairs run together, not interleaved)
+    stages: tuple[int, ...] | None = None  # runs per arm at each look when the policy fixes them; None: the gate's n
+    version: int | None = None  # the design a new series preregisters (None: the policy has one design)
+    version_key: str | None = None  # the predecision key that records the version
+    unrecorded_version: int | None = None  # the version of a predecision written before that key existed
+    default_evidence: str = "load1"  # rules.evidence when the gate file states none
+    plan_sizes: tuple[int, ...] = PLAN_SIZES  # runs per arm (pairs) `gate plan` tries, in order
+    plan_step: int = 1  # the spacing of those sizes when the plan bisects between two of them
+    mde_sizes: tuple[int, ...] = (3, 4, 8)  # runs per arm at which `gate calibrate` reports the MDE
+    gate: bool = True  # False: a comparison rule only `gate simulate` runs
+    in_suite: bool = False  # `gate simulate --suite` runs it when no --policy is given
+    suite_targets: bool = False  # the suite's targets (its `met` column) are this policy's
+
+    @property
+    def fixes_schedule(self) -> bool:
+        """Whether it runs its own stages in its own order (a gate's n and order are refused)."""
+        return self.stages is not None
+
+    @property
+    def first_stage(self) -> int:
+        """Runs per arm at the first look of a policy that fixes its stages: the n its series preregisters."""
+        if not self.stages:
+            raise ValueError(f"the {self.name} policy takes the gate's n; it fixes no stages")
+        return self.stages[0]
+
+    @property
+    def stages_words(self) -> str:
+        """The stages as messages say them: "4, then 8, then 12 runs per arm"."""
+        return ", then ".join(str(n) for n in self.stages or ()) + " runs per arm"
+
+
+_PLAN_PAIRS = tuple(n for n in PLAN_SIZES if n >= 4 and n % 2 == 0)  # a duet: an even number of pairs, at least 4
+
+BUILTIN = (
+    PolicyDescriptor("classic"),
+    PolicyDescriptor("sequential",
+                     order="thue-morse", stages=(4, 8, 12), version=4, version_key="sequential_version",
+                     unrecorded_version=3, default_evidence="psi", plan_sizes=(), mde_sizes=(12,),
+                     in_suite=True, suite_targets=True),
+    PolicyDescriptor("duet",
+                     mode=DUET_MODE, order="duet", default_evidence="psi", plan_sizes=_PLAN_PAIRS, plan_step=2,
+                     mde_sizes=(12,)),
+    PolicyDescriptor("welch", gate=False),
+    PolicyDescriptor("bootstrap", gate=False),
+)
+DEFAULT_POLICY = BUILTIN[0].name  # a gate file without gate.policy
+_REGISTRY: dict[str, PolicyDescriptor] = {d.name: d for d in BUILTIN}  # the one mutable part: register()
+
+
+def register(descriptor: PolicyDescriptor) -> PolicyDescriptor:
+    """Add a policy (a plugin's, a test's); its name must be new."""
+    if descriptor.name in _REGISTRY:
+        raise ValueError(f"a policy named {descriptor.name!r} is already registered")
+    _REGISTRY[descriptor.name] = descriptor
+    return descriptor
+
+
+def unregister(name: str) -> None:
+    """Remove a policy `register` added (the built-ins stay)."""
+    if any(d.name == name for d in BUILTIN):
+        raise ValueError(f"{name!r} is a built-in policy")
+    _REGISTRY.pop(name, None)
+
+
+def describe(name: str) -> PolicyDescriptor:
+    """The descriptor of a registered policy (KeyError for an unknown name: validate against the names first)."""
+    return _REGISTRY[name]
+
+
+def gate_policies() -> tuple[str, ...]:
+    """The policies a gate can preregister, built-ins first."""
+    return tuple(d.name for d in _REGISTRY.values() if d.gate)
+
+
+def simulation_policies() -> tuple[str, ...]:
+    """The policies `gate simulate` runs: every gate policy and the comparison rules."""
+    return tuple(_REGISTRY)
+
+
+def policies_of_mode(mode: str) -> tuple[str, ...]:
+    """The gate policies that decide a series of this mode."""
+    return tuple(d.name for d in _REGISTRY.values() if d.gate and d.mode == mode)
+
+
+def suite_policies() -> tuple[str, ...]:
+    """What `gate simulate --suite` runs without --policy: the default policy beside those marked for it."""
+    return (DEFAULT_POLICY, *(d.name for d in _REGISTRY.values() if d.in_suite and d.name != DEFAULT_POLICY))
