@@ -4,19 +4,23 @@ Pure serializers (findings in, str out), as hyperfine's exporters are; the CLI w
 `storage.write_output`. Formats:
 - summary-md: GitHub-flavoured Markdown for `$GITHUB_STEP_SUMMARY` or a PR comment, kept under GitHub's
   1024 KiB limit: whole gates while they fit, then a line saying how many were cut and where the rest is.
-- junit: one <testcase> per gate; <failure> on a failing decision (regression, guard_failed, invalid).
+- junit: one <testcase> per gate; <failure> on a failing decision (regression, guard_failed, invalid),
+  <skipped> on `inconclusive` (the series could not tell: neither a pass nor a failure). The classname is
+  `gatekit.<finding id>`: mikepenz/action-junit-report reads a classname's last dotted part as a file and
+  finds it by the glob `**/<part>.*`, which is the finding file written under the findings folder.
 - gab-json: github-action-benchmark's custom-tool input, a list of {name, unit, value, range, extra}: the
   primary's mean per arm, Δ and the verdict in `extra` (a ratio-based alert cannot compare a signed Δ, so Δ is
   not an entry of its own). The same list serves `customSmallerIsBetter` and `customBiggerIsBetter`; the gate's
   direction says which tool to configure, so one file holds one direction.
 - bmf: Bencher Metric Format, {benchmark: {measure: {value, lower_value, upper_value}}}; custom measures named
   by the metric, or (measure "latency") Bencher's built-in `latency` in nanoseconds, as Bencher's own hyperfine
-  adapter writes it.
+  adapter writes it. Every benchmark is named `<gate>/<arm>`, so two gates never share a history.
 
 The metric exports (gab-json, bmf) leave invalid findings out (`skipped_notes` says which, for stderr) and
 refuse to write a file with no entries (`EmptyExportError`): a consumer reads an empty file as an error of
-its own, far from its cause. Benchmark names are capped at Bencher's 1024 bytes with a stable hash suffix and
-are unique per finding: several findings of one gate are told apart by their finding ids.
+its own, far from its cause. Benchmark names are capped at Bencher's 1024 bytes and measure names at its 64
+(one long name rejects the whole file), each with a stable hash suffix; names are unique per finding: several
+findings of one gate are told apart by their finding ids.
 """
 
 from __future__ import annotations
@@ -29,14 +33,17 @@ from collections import Counter
 from typing import Any, Callable, Mapping, Sequence
 
 from gatekit.errors import ConfigError
-from gatekit.finding import Finding
+from gatekit.finding import Finding, Stats
 from gatekit.report.common import (decision_words, delta_ci, fmt, fmt_signed, guard_metrics, is_number,
-                                   one_line_why, unit_of)
+                                   one_line_why, runs_per_arm, unit_of)
 from gatekit.report.markdown import literal
 from gatekit.stats import mean, sample_sd
 from gatekit.verdict import Decision
 
 NAME_MAX_BYTES = 1024  # Bencher's MAX_BENCHMARK_NAME_LEN (lib/bencher_valid/src/benchmark_name.rs), UTF-8 bytes
+# A measure key is a Bencher ResourceName (or slug): non-empty, trimmed, at most MAX_LEN = 64 bytes
+# (lib/bencher_valid/src/lib.rs, resource_name.rs); one longer key fails the whole report.
+MEASURE_MAX_BYTES = 64
 SUMMARY_MAX_BYTES = 1_000_000  # GitHub refuses a step summary over 1024 KiB (1,048,576 bytes): keep a margin
 BMF_MEASURES = ("custom", "latency")
 GAB_TOOLS = {"lower": "customSmallerIsBetter", "higher": "customBiggerIsBetter"}
@@ -64,7 +71,7 @@ def _summary_one(finding: Finding) -> list[str]:
     guards = guard_metrics(finding)
     lines = [f"### gate {literal(gate.id)}: **{literal(decision_words(finding.decision))}**", "",
              f"{literal(finding.meta.title)} — {literal(on)} vs {literal(off)}, {literal(gate.order)}, "
-             f"n={literal(gate.n)}", "",
+             f"{literal(runs_per_arm(finding))}", "",
              f"> {literal(one_line_why(verdict))}", ""]
     facts = [f"Δ {literal(primary)} **{fmt_signed(s.delta_pct)} %**",
              f"threshold ±{fmt(s.threshold_pct)} % ({literal(gate.direction)} is better)",
@@ -143,22 +150,24 @@ def _counts(findings: Sequence[Finding]) -> dict[str, int]:
 
 def junit_xml(findings: Sequence[Finding]) -> str:
     """One testsuite, one testcase per gate: <failure> when the decision is failing (Decision.failing:
-    regression, guard_failed or invalid)."""
+    regression, guard_failed or invalid), <skipped> when it could not tell (Decision.untold: inconclusive).
+    The message is the verdict's first reason alone: report tools print `type: message` themselves."""
     failures = sum(1 for f in findings if f.decision.failing)
+    skipped = sum(1 for f in findings if f.decision.untold)
     total_time = 0.0
     suites = ET.Element("testsuites", name="gatekit", tests=str(len(findings)), failures=str(failures), errors="0")
     suite = ET.SubElement(suites, "testsuite", name="gatekit", tests=str(len(findings)), failures=str(failures),
-                          errors="0", skipped="0")
+                          errors="0", skipped=str(skipped))
     for f in findings:
         gate, verdict, s, decision = f.gate, f.verdict, f.stats, f.decision
         seconds = sum(r.process_wallclock_s for r in f.runs if is_number(r.process_wallclock_s))
         total_time += seconds
-        case = ET.SubElement(suite, "testcase", classname=_xml_text(f"gatekit.{gate.id}"),
+        case = ET.SubElement(suite, "testcase", classname=_xml_text(f"gatekit.{f.id}"),
                              name=_xml_text(f"{gate.id}: {f.on_arm} vs {f.off_arm} ({f.id})"), time=f"{seconds:.3f}")
-        if decision.failing:
-            failure = ET.SubElement(case, "failure", type=_xml_text(decision.value),
-                                    message=_xml_text(f"{decision.value}: {one_line_why(verdict)}"))
-            failure.text = _xml_text("\n".join([*verdict.reasons, *[f"warning: {w}" for w in verdict.warnings]]))
+        if decision.failing or decision.untold:
+            outcome = ET.SubElement(case, "failure" if decision.failing else "skipped", type=_xml_text(decision.value),
+                                    message=_xml_text(one_line_why(verdict)))
+            outcome.text = _xml_text("\n".join([*verdict.reasons, *[f"warning: {w}" for w in verdict.warnings]]))
         ci = f"; {_ci_text(f)}" if _ci_text(f) else ""
         out = ET.SubElement(case, "system-out")
         out.text = _xml_text(f"decision {decision.value}; Δ {fmt_signed(s.delta_pct)} % "
@@ -197,14 +206,15 @@ def _measured(findings: Sequence[Finding], fmt_name: str) -> list[Finding]:
     return kept
 
 
-def capped_name(name: str) -> str:
-    """`name` within Bencher's 1024 UTF-8 bytes: cut at a character boundary and ended with a hash of the
-    whole name, so the same long name always gives the same benchmark and two long names stay apart."""
+def capped_name(name: str, limit: int = NAME_MAX_BYTES) -> str:
+    """`name` within `limit` UTF-8 bytes (Bencher's 1024 for a benchmark, 64 for a measure): cut at a character
+    boundary and ended with a hash of the whole name, so the same long name always gives the same benchmark
+    and two long names stay apart."""
     raw = name.encode()
-    if len(raw) <= NAME_MAX_BYTES:
+    if len(raw) <= limit:
         return name
     suffix = f" #{hashlib.sha256(raw).hexdigest()[:16]}"
-    return raw[:NAME_MAX_BYTES - len(suffix)].decode("utf-8", errors="ignore") + suffix
+    return raw[:limit - len(suffix)].decode("utf-8", errors="ignore").rstrip() + suffix
 
 
 def _qualifiers(findings: Sequence[Finding]) -> list[str]:
@@ -291,20 +301,34 @@ def _latency_ns(values: Sequence[float]) -> dict[str, float]:
     return metric
 
 
+def _delta_measures(s: Stats) -> dict[str, dict[str, float]]:
+    """Δ as two measures, each value within its own bounds: the decided (arithmetic) Δ, and the geometric-mean
+    Δ with its CI (docs/statistics.md)."""
+    delta: dict[str, dict[str, float]] = {}
+    if is_number(s.delta_pct):
+        delta["delta_pct"] = {"value": float(s.delta_pct)}
+    ci = delta_ci(s)
+    if is_number(s.gm_delta_pct):
+        delta["gm_delta_pct"] = {"value": float(s.gm_delta_pct),
+                                 **({"lower_value": ci[0], "upper_value": ci[1]} if ci else {})}
+    return delta
+
+
 def bmf_json(findings: Sequence[Finding], *, measure: str = "custom") -> str:
     """{"<gate>/<arm>": {<metric>: {value: mean, lower_value: min, upper_value: max}}} over used runs, and
-    "<gate>/delta": {"delta_pct": {value, lower/upper = the CI of Δ when given}}.
+    "<gate>/delta": {"delta_pct": {value: the Δ the verdict decided on (difference of the arithmetic means, %
+    of off)}, "gm_delta_pct": {value: the geometric-mean Δ, lower/upper: its CI}} — each value inside its own
+    bounds (the CI is the geometric-mean Δ's, so it never bounds the arithmetic Δ).
 
-    measure "latency": the primary (a time in seconds) becomes Bencher's built-in `latency` in nanoseconds
-    under a benchmark named by the arm alone (Bencher's hyperfine adapter names it by the command, which is the
-    arm of an imported hyperfine finding), so a history that adapter started goes on; an arm name that two
-    findings share keeps its prefix. Invalid findings are left out; no entry is an `EmptyExportError`."""
+    measure "latency": the primary (a time in seconds) becomes Bencher's built-in `latency` in nanoseconds, as
+    Bencher's hyperfine adapter writes it, still under `<gate>/<arm>` (the adapter names a benchmark by its
+    command alone, which merges every gate's `off` into one history). Metric names longer than Bencher's 64
+    bytes are capped (`capped_name`). Invalid findings are left out; no entry is an `EmptyExportError`."""
     if measure not in BMF_MEASURES:
         raise ConfigError(f"bmf measure {measure!r} is not one of {', '.join(BMF_MEASURES)}")
     measured = _measured(findings, "bmf")
     for f in measured:
         check_export("bmf", f.gate.primary, f"finding {f.id}", bmf_measure=measure)
-    arm_owners = Counter(arm for f in measured for arm in {f.off_arm, f.on_arm})
     names = _Names()
     out: dict[str, dict[str, dict[str, float]]] = {}
     for f, prefix in zip(measured, _qualifiers(measured)):
@@ -318,19 +342,15 @@ def bmf_json(findings: Sequence[Finding], *, measure: str = "custom") -> str:
                 if measure == "latency" and metric == gate.primary:
                     measures["latency"] = _latency_ns(values)
                 else:
-                    measures[metric] = _metric(values)
+                    measures[capped_name(metric, MEASURE_MAX_BYTES)] = _metric(values)
             if measures:
-                alone = measure == "latency" and arm_owners[arm] == 1 and arm != "delta"
-                out[names.claim(arm if alone else f"{prefix}/{arm}", f.id)] = measures
-        if is_number(s.delta_pct):
-            delta: dict[str, float] = {"value": s.delta_pct}  # type: ignore[dict-item]
-            ci = delta_ci(s)
-            if ci:
-                delta.update(lower_value=ci[0], upper_value=ci[1])
+                out[names.claim(f"{prefix}/{arm}", f.id)] = measures
+        delta = _delta_measures(s)
+        if delta:
             name = names.claim(f"{prefix}/delta", f.id)
-            if "delta_pct" in out.get(name, {}):
-                raise ConfigError(f"two entries would be named {name!r} with measure delta_pct; rename arm 'delta'")
-            out.setdefault(name, {})["delta_pct"] = delta
+            if name in out:
+                raise ConfigError(f"two entries would be named {name!r}; rename arm 'delta'")
+            out[name] = delta
     if not out:
         raise EmptyExportError("no bmf entry to write: no finding has a used run")
     return json.dumps(out, indent=2, ensure_ascii=False, allow_nan=False) + "\n"

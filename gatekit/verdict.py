@@ -40,6 +40,11 @@ class Decision(enum.StrEnum):
         """A failed check in CI outputs (JUnit, step summary): a regression, a failed guard, an invalid series."""
         return self in (Decision.REGRESSION, Decision.GUARD_FAILED, Decision.INVALID)
 
+    @property
+    def untold(self) -> bool:
+        """The series could not tell (inconclusive): neither a pass nor a failure, a skipped check in JUnit."""
+        return self is Decision.INCONCLUSIVE
+
 
 _POLARITY = {Decision.ADOPTED: "positive", Decision.REJECTED: "neutral", Decision.REGRESSION: "negative",
              Decision.GUARD_FAILED: "negative", Decision.INVALID: "invalid", Decision.EQUIVALENT: "neutral",

@@ -25,6 +25,7 @@ from gatekit.exports import (NAME_MAX_BYTES, SUMMARY_MAX_BYTES, EmptyExportError
                              gab_tool, junit_xml, summary_markdown)
 from gatekit.finding import Finding
 from tests.conftest import FIXTURES, gate_invoke
+from gatekit.report.common import one_line_why
 from tests.findings_kit import GOLDEN, PAYLOAD, finding_of, golden_data, hostile_data, variant, write_json
 
 
@@ -70,26 +71,50 @@ def test_bmf_shape() -> None:
 def test_delta_ci_is_the_ci_the_finding_stores() -> None:
     data = golden_data()
     data["stats"].update(ci_low_pct=-7.5, ci_high_pct=-3.1, ci_level=0.9)  # stats.ci_*: where analysis puts it
-    bmf = json.loads(bmf_json([finding_of(data)]))["golden/delta"]["delta_pct"]
-    assert bmf == {"value": pytest.approx(-5.3245, abs=1e-4), "lower_value": -7.5, "upper_value": -3.1}
+    delta = json.loads(bmf_json([finding_of(data)]))["golden/delta"]
+    # the CI is the geometric-mean Δ's: it bounds gm_delta_pct; the decided Δ goes alone
+    assert delta["gm_delta_pct"] == {"value": data["stats"]["gm_delta_pct"], "lower_value": -7.5, "upper_value": -3.1}
+    assert delta["delta_pct"] == {"value": pytest.approx(-5.3245, abs=1e-4)}
     assert "90 % CI [-7.5000, -3.1000] %" in summary_markdown([finding_of(data)])
     assert "90 % CI [-7.5000, -3.1000] %" in junit_xml([finding_of(data)])
     for key in ("ci_low_pct", "ci_high_pct", "ci_level"):
         del data["stats"][key]
-    assert set(json.loads(bmf_json([finding_of(data)]))["golden/delta"]["delta_pct"]) == {"value"}
+    assert set(json.loads(bmf_json([finding_of(data)]))["golden/delta"]["gm_delta_pct"]) == {"value"}
     assert "CI [" not in summary_markdown([finding_of(data)]) + junit_xml([finding_of(data)])
 
 
+def test_every_bmf_value_lies_within_its_own_bounds() -> None:
+    """Δ of the arithmetic means can lie outside the CI of the geometric-mean Δ (a skewed sample: −97.81 %
+    against [−97.30, −96.16] %); each measure carries the bounds of its own value."""
+    data = golden_data()
+    data["stats"].update(delta_pct=-97.81, gm_delta_pct=-96.75, ci_low_pct=-97.30, ci_high_pct=-96.16)
+    for finding in (finding_of(data), _hyperfine_finding()):
+        text = bmf_json([finding])
+        assert _bmf_errors(text) == [] and _bounds_errors(text) == []
+    assert json.loads(bmf_json([finding_of(data)]))["golden/delta"]["delta_pct"] == {"value": -97.81}
+
+
 def test_junit_fails_on_regression_guard_failed_and_invalid() -> None:
-    findings = [finding_of(variant(f"g{i}-2026-11-30", "2026-11-30", decision=d, gate_id=f"g{i}"))
-                for i, d in enumerate(["adopted", "rejected", "regression", "guard_failed", "invalid"])]
+    findings = _findings_of_every_decision()
     root = ET.fromstring(junit_xml(findings))
     suite = root.find("testsuite")
-    assert root.get("tests") == "5" and root.get("failures") == "3" and suite.get("failures") == "3"
+    assert root.get("tests") == "7" and root.get("failures") == "3" and suite.get("failures") == "3"
     cases = suite.findall("testcase")
-    assert [c.get("classname") for c in cases] == [f"gatekit.g{i}" for i in range(5)]
+    assert [c.get("classname") for c in cases] == [f"gatekit.g{i}-2026-11-30" for i in range(7)]
     assert [c.find("failure").get("type") if c.find("failure") is not None else None for c in cases] == \
-        [None, None, "regression", "guard_failed", "invalid"]
+        [None, None, "regression", "guard_failed", "invalid", None, None]
+
+
+def test_junit_marks_inconclusive_skipped_not_passed() -> None:
+    """An inconclusive gate could not tell: every JUnit consumer shows <skipped>, none shows a pass."""
+    findings = _findings_of_every_decision()
+    suite = ET.fromstring(junit_xml(findings)).find("testsuite")
+    skipped = [(c.get("classname"), c.find("skipped")) for c in suite.findall("testcase") if c.find("skipped") is not None]
+    assert [name for name, _ in skipped] == ["gatekit.g6-2026-11-30"] and suite.get("skipped") == "1"
+    assert skipped[0][1].get("type") == "inconclusive" and skipped[0][1].get("message") == \
+        one_line_why(findings[6].verdict)
+    assert [_dorny_result(c) for c in suite.findall("testcase")] == \
+        ["success", "success", "failed", "failed", "failed", "success", "skipped"]
 
 
 def test_hostile_strings_stay_text_in_every_format() -> None:
@@ -98,7 +123,7 @@ def test_hostile_strings_stay_text_in_every_format() -> None:
     assert "<script" not in md and "<img" not in md
     root = ET.fromstring(junit_xml([finding]).encode())  # well-formed despite control characters
     case = root.find("testsuite/testcase")
-    assert PAYLOAD.split("|")[0] in case.get("classname")
+    assert PAYLOAD.split("|")[0] in case.get("name")
     for text in (gab_json([finding]), bmf_json([finding])):
         json.loads(text)
 
@@ -142,9 +167,12 @@ def test_report_command_writes_ci_outputs_for_many_findings(tmp_path: Path) -> N
 SCHEMAS = FIXTURES / "schemas"
 
 
+EVERY_DECISION = ["adopted", "rejected", "regression", "guard_failed", "invalid", "equivalent", "inconclusive"]
+
+
 def _findings_of_every_decision() -> list[Finding]:
     return [finding_of(variant(f"g{i}-2026-11-30", "2026-11-30", decision=d, gate_id=f"g{i}"))
-            for i, d in enumerate(["adopted", "rejected", "regression", "guard_failed", "invalid"])]
+            for i, d in enumerate(EVERY_DECISION)]
 
 
 def _gab_extractor_errors(text: str) -> list[str]:
@@ -180,7 +208,49 @@ def _bmf_errors(text: str) -> list[str]:
     schema = json.loads((SCHEMAS / "bencher-bmf.json").read_text())
     errors = [e.message for e in jsonschema.Draft7Validator(schema).iter_errors(data)]
     errors += [f"{name[:40]}…: {len(name.encode())} bytes" for name in data if len(name.encode()) > NAME_MAX_BYTES]
+    # a measure key must parse as a NameId: uuid, slug or ResourceName, the last non-empty, trimmed and at most
+    # MAX_LEN = 64 bytes (lib/bencher_valid/src/lib.rs `is_valid_len`, resource_name.rs, name_id.rs)
+    errors += [f"measure {measure[:40]!r} of {name[:40]!r}: not a Bencher measure name (1-64 bytes, trimmed)"
+               for name, measures in data.items() if isinstance(measures, dict) for measure in measures
+               if not (measure and measure == measure.strip() and len(measure.encode()) <= 64)]
     return errors + ([] if data else ["no benchmark"])
+
+
+def _bounds_errors(text: str) -> list[str]:
+    """Each BMF metric's value between its own lower_value and upper_value, where it has them."""
+    errors = []
+    for name, measures in json.loads(text).items():
+        for measure, metric in measures.items():
+            low, high = metric.get("lower_value", metric["value"]), metric.get("upper_value", metric["value"])
+            if not low <= metric["value"] <= high:
+                errors.append(f"{name}/{measure}: {metric['value']} outside [{low}, {high}]")
+    return errors
+
+
+def _dorny_result(case: ET.Element) -> str:
+    """dorny/test-reporter's java-junit parser (src/parsers/java-junit/java-junit-parser.ts,
+    getTestCaseResult): failure or error → failed, skipped → skipped, else success."""
+    if case.find("failure") is not None or case.find("error") is not None:
+        return "failed"
+    return "skipped" if case.find("skipped") is not None else "success"
+
+
+def _dorny_message(case: ET.Element) -> str | None:
+    """dorny/test-reporter's getTestCaseError: the shown message is `type + ': ' + message`."""
+    failure = case.find("failure")
+    if failure is None:
+        return None
+    message = failure.get("message")
+    return f"{failure.get('type')}: {message}" if failure.get("type") else message
+
+
+def _mikepenz_path(case: ET.Element, workspace: Path) -> str:
+    """mikepenz/action-junit-report's src/testParser.ts: resolveFileAndLine takes the testcase's `file`
+    attribute, else `classname.split('.').slice(-1)[0]`; resolvePath globs `**/<name>.*` in the workspace and
+    keeps the name itself when nothing matches."""
+    name = case.get("file") or (case.get("classname") or case.get("name")).split(".")[-1]
+    matches = sorted(workspace.glob(f"**/{name}.*"))
+    return str(matches[0].relative_to(workspace)) if matches else name
 
 
 def test_junit_passes_jenkins_junit_10_xsd() -> None:
@@ -197,6 +267,8 @@ def test_a_schema_check_can_fail() -> None:
     assert _bmf_errors('{"b": {"m": {"lower_value": 1}}}') and _bmf_errors(json.dumps({"x" * 1025: {}}))
     assert _gab_extractor_errors('[{"name": "a", "unit": "s", "value": "1"}, {"name": "a", "unit": "s", "value": 1}]')
     assert _gab_extractor_errors("[]")
+    assert _bmf_errors(json.dumps({"b": {"m" * 65: {"value": 1}}})) and _bmf_errors('{"b": {" m": {"value": 1}}}')
+    assert _bounds_errors('{"b": {"m": {"value": 3, "lower_value": 1, "upper_value": 2}}}')
 
 
 @pytest.mark.parametrize("measure", ["custom", "latency"])
@@ -264,14 +336,17 @@ def test_several_findings_of_one_gate_keep_every_entry() -> None:
 def test_bmf_latency_is_nanoseconds_as_bencher_hyperfine_adapter_writes_it(tmp_path: Path) -> None:
     finding = finding_of(golden_data())
     bmf = json.loads(bmf_json([finding], measure="latency"))
-    assert set(bmf) == {"off", "on", "golden/delta"}  # named by the arm, as the adapter names by command
+    # named by gate and arm: another gate's `off` and `on` are other benchmarks, never one merged history
+    assert set(bmf) == {"golden/off", "golden/on", "golden/delta"}
     for arm in ("off", "on"):
         seconds = finding.used_values(arm, "train_elapsed_s")
         mean_s, sd_s = statistics.fmean(seconds), statistics.stdev(seconds)
-        assert bmf[arm]["latency"] == pytest.approx({"value": mean_s * 1e9, "lower_value": (mean_s - sd_s) * 1e9,
-                                                     "upper_value": (mean_s + sd_s) * 1e9})
-        assert "train_elapsed_s" not in bmf[arm] and "psnr_db" in bmf[arm]  # guards stay custom measures
-    assert bmf["off"]["latency"]["value"] == pytest.approx(10.0166667e9)  # (10.0 + 9.95 + 10.1) / 3 s
+        assert bmf[f"golden/{arm}"]["latency"] == pytest.approx(
+            {"value": mean_s * 1e9, "lower_value": (mean_s - sd_s) * 1e9, "upper_value": (mean_s + sd_s) * 1e9})
+        assert "train_elapsed_s" not in bmf[f"golden/{arm}"] and "psnr_db" in bmf[f"golden/{arm}"]  # guards: custom
+    assert bmf["golden/off"]["latency"]["value"] == pytest.approx(10.0166667e9)  # (10.0 + 9.95 + 10.1) / 3 s
+    other = finding_of(variant("other-2026-11-30", "2026-11-30", gate_id="other"))
+    assert not set(json.loads(bmf_json([other], measure="latency"))) & set(bmf)
     # a primary that is not seconds has no latency; the CLI names the finding and the option
     not_time = golden_data()
     not_time["gate"].update(primary="psnr_db", direction="higher", guards=[])
@@ -342,12 +417,67 @@ def test_summary_cut_at_a_small_limit_names_the_finding_files() -> None:
 
 def test_bmf_latency_of_a_hyperfine_import_equals_what_bencher_hyperfine_adapter_writes() -> None:
     """Bencher's shell_hyperfine adapter (lib/bencher_adapter/src/adapters/shell/hyperfine.rs) reads the same
-    hyperfine file as: benchmark = command, latency = mean × 1e9 ns, bounds = (mean ∓ stddev) × 1e9."""
-    text = bmf_json([_hyperfine_finding()], measure="latency")
+    hyperfine file as: latency = mean × 1e9 ns, bounds = (mean ∓ stddev) × 1e9, benchmark = command (gatekit
+    adds the gate in front: `<gate>/<command>`)."""
+    finding = _hyperfine_finding()
+    text = bmf_json([finding], measure="latency")
     _golden("bmf-latency.json", text)
     bmf = json.loads(text)
     for result in json.loads((FIXTURES / "hyperfine_sleep.json").read_text())["results"]:
         mean_s, sd_s = result["mean"], result["stddev"]
-        assert bmf[result["command"]]["latency"] == pytest.approx(
+        assert bmf[f"{finding.gate.id}/{result['command']}"]["latency"] == pytest.approx(
             {"value": mean_s * 1e9, "lower_value": (mean_s - sd_s) * 1e9, "upper_value": (mean_s + sd_s) * 1e9})
     assert _bmf_errors(text) == []
+
+
+def test_a_rate_primary_is_not_seconds(tmp_path: Path) -> None:
+    """`tokens_per_s` is tokens per second: github-action-benchmark shows its unit, and Bencher's latency
+    (a time) cannot hold it."""
+    rate = golden_data()
+    rate["gate"].update(primary="tokens_per_s", direction="higher", guards=[])
+    rate["guards"] = {}
+    for run in rate["runs"]:
+        if "train_elapsed_s" in run["metrics"]:
+            run["metrics"]["tokens_per_s"] = 1e6 / run["metrics"]["train_elapsed_s"]
+    entries = json.loads(gab_json([finding_of(rate)]))
+    assert {e["unit"] for e in entries} == {"tokens/s"} and _gab_extractor_errors(json.dumps(entries)) == []
+    with pytest.raises(ConfigError, match="'tokens_per_s' is not a time in seconds"):
+        bmf_json([finding_of(rate)], measure="latency")
+    assert "tokens_per_s" in json.loads(bmf_json([finding_of(rate)]))["golden/on"]
+
+
+def test_long_metric_names_are_capped_as_bencher_measures() -> None:
+    """Bencher caps a measure name at 64 bytes and then rejects the whole report: cap it, with a hash."""
+    data = golden_data()
+    long_metric = "validation_peak_signal_to_noise_ratio_on_the_held_out_kodak_images_db"  # 71 bytes
+    data["gate"]["guards"][0]["metric"] = long_metric
+    data["guards"] = {long_metric: data["guards"].pop("psnr_db")}
+    for run in data["runs"]:
+        if "psnr_db" in run["metrics"]:
+            run["metrics"][long_metric] = run["metrics"].pop("psnr_db")
+    text = bmf_json([finding_of(data)])
+    assert _bmf_errors(text) == []
+    measures = json.loads(text)["golden/on"]
+    (capped,) = set(measures) - {"train_elapsed_s"}
+    assert len(capped.encode()) <= 64 and capped.startswith(long_metric[:40]) and capped == capped_name(long_metric, 64)
+    assert capped_name(long_metric, 64) != capped_name(long_metric + "2", 64)
+
+
+def test_mikepenz_annotates_the_finding_file_and_dorny_shows_the_type_once(tmp_path: Path) -> None:
+    """mikepenz/action-junit-report turns a classname into a file it looks for in the workspace; dorny/
+    test-reporter prints `type: message`, so the message must not start with the type itself."""
+    findings = [finding_of(variant("two-text-2026-11-30", "2026-11-30", decision="regression", gate_id="two-text"))]
+    (tmp_path / "findings").mkdir()
+    (tmp_path / "findings" / "two-text-2026-11-30.toml").write_text("")
+    (case,) = ET.fromstring(junit_xml(findings)).iter("testcase")
+    assert _mikepenz_path(case, tmp_path) == "findings/two-text-2026-11-30.toml"
+    message = _dorny_message(case)
+    assert message == f"regression: {one_line_why(findings[0].verdict)}" and "regression: regression" not in message
+
+
+def test_summary_header_counts_unequal_runs_per_arm() -> None:
+    data = golden_data()
+    data["runs"] = data["runs"] + [dict(copy.deepcopy(data["runs"][0]), order=len(data["runs"]) + 1,
+                                        label="off-r9", pair=9)]
+    text = summary_markdown([finding_of(data)])
+    assert "n=4 off + 3 on" in text and "n=3" not in text.split("\n")[2]

@@ -45,10 +45,20 @@ def fmt_signed(value: Any, digits: int = 4) -> str:
     return number_text(float(value), digits, "+")
 
 
+_TIME_UNITS = (("_ms", "ms"), ("_us", "µs"), ("_ns", "ns"), ("_s", "s"))
+# a rate: `tokens_per_s` is tokens per second, not a time (a name ending in _s is read as seconds otherwise)
+_RATE = re.compile(r"(?:^|.*_)([a-z0-9]+)_per_(ms|us|ns|s)", re.IGNORECASE)
+
+
 def unit_of(metric: str) -> str:
-    """The unit a metric's name implies (`train_elapsed_s` → s); '' when the name does not say."""
-    suffixes = (("_ms", "ms"), ("_us", "µs"), ("_ns", "ns"), ("_s", "s"), ("_db", "dB"), ("_pct", "%"),
-                ("_frac", ""), ("_bytes", "B"), ("_mb", "MB"), ("_gb", "GB"))
+    """The unit a metric's name implies (`train_elapsed_s` → s, `tokens_per_s` → tokens/s); '' when the name
+    does not say."""
+    rate = _RATE.fullmatch(metric)
+    if rate:
+        per = dict(_TIME_UNITS)[f"_{rate.group(2).lower()}"]
+        return f"{rate.group(1)}/{per}"
+    suffixes = (*_TIME_UNITS, ("_db", "dB"), ("_pct", "%"), ("_frac", ""), ("_bytes", "B"), ("_mb", "MB"),
+                ("_gb", "GB"))
     lowered = metric.lower()
     for suffix, unit in suffixes:
         if lowered.endswith(suffix):
@@ -64,6 +74,14 @@ def delta_ci(stats: Stats) -> tuple[float, float, str] | None:
         return None
     label = f"{level * 100 if level <= 1 else level:g} % CI" if is_number(level) else "CI"
     return float(low), float(high), label  # type: ignore[arg-type]
+
+
+def runs_per_arm(finding: Finding) -> str:
+    """`n=3` as the gate planned it, or `n=46 off + 14 on` where the arms recorded different numbers of runs
+    (an imported tool's file: hyperfine's runs per command follow from its time budget)."""
+    first = [run.arm for run in finding.runs if run.retry_of is None and not run.warmup]
+    off, on = first.count(finding.off_arm), first.count(finding.on_arm)
+    return f"n={finding.gate.n}" if off == on else f"n={off} off + {on} on"
 
 
 def decision_words(decision: Decision) -> str:

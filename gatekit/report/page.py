@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 from gatekit.finding import Finding, Section, Stats, plain
 from gatekit.report.common import (decision_words, delta_ci, fmt, fmt_signed, guard_metrics, is_number,
-                                   one_line_why)
+                                   one_line_why, runs_per_arm)
 from gatekit.report.narrative import narrative
 from gatekit.report.rundata import RunFiles
 from gatekit.verdict import Decision
@@ -328,7 +328,7 @@ def build_page(finding: Finding, figures: Mapping[str, FigureImage], run_files: 
     eyebrow = " · ".join(x for x in (meta.date, meta.category, meta.status, meta.id) if x)
     if meta.extra_keys.get("eyebrow"):  # a hand-added line above the title
         eyebrow = f"{meta.extra_keys['eyebrow']} · {eyebrow}"
-    subtitle = meta.subtitle or (f"{gate.arms.on} vs {gate.arms.off} · {gate.order} · n={gate.n} · "
+    subtitle = meta.subtitle or (f"{gate.arms.on} vs {gate.arms.off} · {gate.order} · {runs_per_arm(finding)} · "
                                  f"{gate.primary}, {gate.direction} is better")
     return Page(finding_id=meta.id, title=meta.title, eyebrow=eyebrow, subtitle=subtitle, tags=meta.tags,
                 decision=finding.decision, why=one_line_why(verdict), blocks=tuple(blocks))

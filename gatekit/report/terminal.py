@@ -6,7 +6,7 @@ import math
 from typing import Any
 
 from gatekit.finding import Finding
-from gatekit.report.common import number_text
+from gatekit.report.common import number_text, runs_per_arm
 from gatekit.sanitize import show_controls
 
 
@@ -49,7 +49,7 @@ def summary(finding: Finding, paths: tuple[str, ...] = ()) -> str:
                      "yes" if run.used else f"no ({t(run.reason)})"])
     right = {0, 3, *range(4, 4 + len(guard_names)), 4 + len(guard_names)}
     seq = finding.sequential
-    size = f"n={'→'.join(str(n) for n in seq.runs_per_arm)}, sequential" if seq else f"n={gate.n}"
+    size = f"n={'→'.join(str(n) for n in seq.runs_per_arm)}, sequential" if seq else runs_per_arm(finding)
     duet = finding.duet
     arrangement = t(gate.order)
     if duet is not None:  # a duet has no order: its pairs ran together on two slots
