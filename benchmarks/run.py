@@ -39,12 +39,13 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 import gatekit  # noqa: E402
-from gatekit import series as series_module  # noqa: E402
 from gatekit.config import load_gate  # noqa: E402
 from gatekit.driver import ENV_ARM, ENV_RESULT, ENV_RUN, ENV_RUN_DIR, RunRequest  # noqa: E402
 from gatekit.provenance import sha256_file  # noqa: E402
 from gatekit.records import RunOutcome  # noqa: E402
 from gatekit.sampler import WindowSampler, read_system_load  # noqa: E402
+from gatekit.series import runloop as runloop_module  # noqa: E402
+from gatekit.series.runner import SeriesRunner  # noqa: E402
 from gatekit.storage import Journal  # noqa: E402
 from gatekit_drivers import command as command_module  # noqa: E402
 
@@ -124,7 +125,7 @@ def run_series(folder: Path, n: int, trainer_s: float, hash_paths: list[str] = (
         wallclocks.append(outcome.process_wallclock_s)
         rss.append(me.memory_info().rss)
 
-    originals = (Journal.append, series_module.atomic_write_text, series_module.WindowSampler,
+    originals = (Journal.append, runloop_module.atomic_write_text, runloop_module.WindowSampler,
                  command_module.processes_in_run_dirs, command_module.read_result)
 
     class TimedSampler(WindowSampler):
@@ -132,18 +133,18 @@ def run_series(folder: Path, n: int, trainer_s: float, hash_paths: list[str] = (
         __exit__ = timings.wrap("sampler close", WindowSampler.__exit__)
 
     Journal.append = timings.wrap("journal append", Journal.append)  # type: ignore[method-assign]
-    series_module.atomic_write_text = timings.wrap("run files (samples.csv, record.json)", originals[1])
-    series_module.WindowSampler = TimedSampler  # type: ignore[misc]
+    runloop_module.atomic_write_text = timings.wrap("run files (samples.csv, record.json)", originals[1])
+    runloop_module.WindowSampler = TimedSampler  # type: ignore[misc]
     command_module.processes_in_run_dirs = timings.wrap("escaped-process sweep", originals[3])
     command_module.read_result = timings.wrap("result parsing", originals[4])
     try:
-        runner = series_module.SeriesRunner(config, config.arms["off"], config.arms["on"])
+        runner = SeriesRunner(config, config.arms["off"], config.arms["on"])
         runner.driver = runner.loop.driver = TimedDriver(runner.driver, on_run)
         began, cpu_began = time.perf_counter(), cpu_s()
         result = runner.start()
         total_s, harness_cpu_s = time.perf_counter() - began, cpu_s() - cpu_began
     finally:
-        (Journal.append, series_module.atomic_write_text, series_module.WindowSampler,
+        (Journal.append, runloop_module.atomic_write_text, runloop_module.WindowSampler,
          command_module.processes_in_run_dirs, command_module.read_result) = originals  # type: ignore[misc]
     journal = list(Journal(result.series_dir / "journal.jsonl").events())
     hash_s = [s for e in journal if e["event"] == "run_end" for s in e.get("hash_s", [])]
@@ -178,7 +179,7 @@ def memory_pass(folder: Path, n: int, trainer_s: float) -> dict[str, Any]:
     """Python heap growth between run 20 and the last run of a series (tracemalloc, a separate pass so its
     slowdown does not touch the timings), with the allocation sites that grew most."""
     snapshots: dict[str, tracemalloc.Snapshot] = {}
-    original = series_module.RunLoop.run_slot
+    original = runloop_module.RunLoop.run_slot
     last = 2 * n
 
     def spy(self: Any, *args: Any, **kwargs: Any) -> Any:
@@ -187,13 +188,13 @@ def memory_pass(folder: Path, n: int, trainer_s: float) -> dict[str, Any]:
             snapshots[str(kwargs["order"])] = tracemalloc.take_snapshot()
         return record
 
-    series_module.RunLoop.run_slot = spy  # type: ignore[method-assign]
+    runloop_module.RunLoop.run_slot = spy  # type: ignore[method-assign]
     tracemalloc.start(1)
     try:
         run_series(folder, n, trainer_s)
     finally:
         tracemalloc.stop()
-        series_module.RunLoop.run_slot = original  # type: ignore[method-assign]
+        runloop_module.RunLoop.run_slot = original  # type: ignore[method-assign]
     ignore = [tracemalloc.Filter(False, tracemalloc.__file__), tracemalloc.Filter(False, __file__)]
     diff = snapshots[str(last)].filter_traces(ignore).compare_to(snapshots["20"].filter_traces(ignore), "lineno")
     # A single large new block is a CPython table resizing (the string-intern dict, an allocator arena):

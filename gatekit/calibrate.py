@@ -32,9 +32,10 @@ from gatekit.provenance import hash_artifacts, host_fingerprint, software_versio
 from gatekit.records import RunRecord
 from gatekit.sampler import LoadReader, read_system_load
 from gatekit.schedule import Slot
-from gatekit.series import JOURNAL_FILE, JournalState, RunLoop, new_series_dir, now, runs_lock
+from gatekit.series.replay import JournalState
+from gatekit.series.runloop import RunLoop, new_series_dir, now, runs_lock
 from gatekit.simulate import Scenario, simulate
-from gatekit.storage import Journal, write_output
+from gatekit.storage import JOURNAL_FILE, Journal, write_output
 
 CALIBRATION_SCHEMA = "gatekit.calibration/1"
 DUET_POLICY = "duet"

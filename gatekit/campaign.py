@@ -36,7 +36,7 @@ from gatekit.config import NAME_PATTERN, NAME_RULE, TomlTable, load_gate, load_t
 from gatekit.engines import (ENGINES, GateOutcome, GateStatus, GateTask, Pinning, core_sets, run_local, run_ray,
                              visible_gpus)
 from gatekit.errors import EXIT_FAIL_ON, EXIT_INVALID, ConfigError, SeriesError, SeriesInterrupted
-from gatekit.series import now
+from gatekit.series.runloop import now
 from gatekit.storage import Journal, atomic_write_bytes, write_output
 
 if TYPE_CHECKING:  # the findings (and the statistics behind them) are loaded when the gates are done

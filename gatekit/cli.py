@@ -238,7 +238,8 @@ def run(off: str | None, on: str | None, gate_path: Path, n: int | None, order: 
         key = _call(lambda: load_signing_key(sign_key))
 
     def work():  # type: ignore[no-untyped-def]
-        from gatekit.series import SeriesRunner, open_series
+        from gatekit.series.replay import open_series
+        from gatekit.series.runner import SeriesRunner
 
         if resume is not None:
             if off or on or n or order or seed is not None or out or runs_dir or policy or warmup is not None:
@@ -316,7 +317,7 @@ def analyze_cmd(source: Path, gate_path: Path | None, off_name: str | None, on_n
     def work() -> Finding:
         from gatekit.analysis import analyze
         from gatekit.csvinput import evidence_from_csv
-        from gatekit.series import analyze_series
+        from gatekit.verify import analyze_series
 
         if not source.exists():  # name the missing source, not the gate file a CSV would need
             raise ConfigError(f"{source}: no such series directory or CSV file")

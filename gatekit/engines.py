@@ -437,7 +437,7 @@ def ray_gate_task(task: GateTask) -> tuple[dict[str, Any], bytes]:
     the outcome and the gate's files packed, for the driver to write where the campaign lives."""
     import ray
 
-    from gatekit.series import now  # the one wall-clock label; imported here, not by the launcher
+    from gatekit.series.runloop import now  # the one wall-clock label; imported here, not by the launcher
 
     gpus = tuple(str(g) for g in ray.get_gpu_ids())
     node = f"{socket.gethostname()} (ray node {ray.get_runtime_context().get_node_id()[:12]})"

@@ -5,9 +5,13 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
+import stat
 import tempfile
 from pathlib import Path
 from typing import Any, Iterator, Mapping
+
+import psutil
 
 from gatekit.errors import ConfigError, GatekitError, OutputError, SeriesError
 from gatekit.signals import signals_deferred
@@ -58,6 +62,35 @@ def write_output(path: Path, text: str, what: str) -> None:
         atomic_write_text(path, text)
     except OSError as exc:
         raise GatekitError(f"{path}: cannot write the {what}: {exc.strerror or exc}") from None
+
+
+# atomic_write_bytes' temp files: `.<name>.<8 random characters>.tmp` (tempfile.mkstemp's pattern).
+_TEMP_FILE = re.compile(r"\..+\.[A-Za-z0-9_]{8}\.tmp")
+STALE_TEMP_S = 60.0
+
+
+def remove_stale_temp_files(folder: Path) -> list[Path]:
+    """Remove the temp files of atomic writes that a killed gate left in `folder`: our own naming pattern,
+    last written before this process started and over a minute ago (a live writer's temp file is seconds
+    old). Returns what it removed; a folder it cannot list or a file it cannot remove is left alone."""
+    began = psutil.Process().create_time()  # wall-clock timestamps on both sides: a comparison, no duration
+    removed = []
+    try:
+        entries = list(os.scandir(folder))
+    except OSError:
+        return removed
+    for entry in entries:
+        if not _TEMP_FILE.fullmatch(entry.name):
+            continue
+        try:
+            info = entry.stat(follow_symlinks=False)
+            if stat.S_ISREG(info.st_mode) and info.st_mtime < began - STALE_TEMP_S:
+                os.unlink(entry.path)
+                removed.append(Path(entry.path))
+        except OSError:
+            continue
+    return removed
+
 
 
 JOURNAL_FILE = "journal.jsonl"  # a series' (or a calibration's) journal, in its directory

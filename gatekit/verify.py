@@ -12,12 +12,16 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
 from gatekit.errors import ConfigError, GatekitError, SeriesError, VerificationError
 from gatekit.provenance import sha256_file
 from gatekit.storage import (EMPTY_SHA256, JOURNAL_FILE, LEGACY_JOURNAL_WARNING, Journal, atomic_write_text,
                              line_sha256)
+
+if TYPE_CHECKING:  # the analysis (pandas) behind a finding loads only when a finding is recomputed
+    from gatekit.config import GateConfig
+    from gatekit.finding import Finding
 
 PREDECISION_FILE = "predecision.toml"  # prereg.PREDECISION_FILE
 RECORD_FILE = "record.json"
@@ -63,6 +67,16 @@ def verify_series(series_dir: Path, finding_path: Path | None = None, *,
         raise ConfigError("--pubkey checks a finding's signature: name the finding too "
                           "(gate verify SERIES_DIR FINDING --pubkey FILE)")
     return VerifyReport(series_dir, events, head, len(run_ends), finding_path, signature, warnings)
+
+
+def analyze_series(series_dir: Path, config: GateConfig | None = None) -> Finding:
+    """Recompute a series' finding offline: the evidence verified first (`verify_series`: the journal's
+    hash chain, the predecision hash, every record.json; exit 3 on tampering), then the journal replayed
+    once (and, given the gate's config, the gate file and arm configs checked too)."""
+    from gatekit.series.replay import analyze_unverified
+
+    verify_series(series_dir)
+    return analyze_unverified(series_dir, config)
 
 
 def _verify_chain(series_dir: Path, journal_path: Path) -> tuple[int, str | None,
@@ -174,7 +188,7 @@ def _show(value: Any) -> str:
 def _verify_finding(series_dir: Path, finding_path: Path, head: str | None) -> None:
     """The finding's recomputed sections equal the journal's recomputation; its chain head is the journal's."""
     from gatekit.finding import load_finding
-    from gatekit.series import analyze_unverified
+    from gatekit.series.replay import analyze_unverified
 
     written = load_finding(finding_path)
     recomputed = analyze_unverified(series_dir)

@@ -22,7 +22,9 @@ from gatekit.config import RulesSpec, load_gate
 from gatekit.driver import ChosenBackend
 from gatekit.errors import PreflightError, SeriesError
 from gatekit.report.terminal import summary
-from gatekit.series import DONE_FILE, SeriesRunner, analyze_series
+from gatekit.series.runner import SeriesRunner
+from gatekit.storage import DONE_FILE
+from gatekit.verify import analyze_series
 from gatekit_drivers.backends.cuda import CudaBackend
 from tests.conftest import gate_invoke
 from tests.nvml_replay import ReplayNvml, descendants_of_this_process, recorded_process_memory, run_label

@@ -240,7 +240,7 @@ def test_cuda_without_nvidia_ml_py_says_so_cleanly() -> None:
 def test_core_and_the_cuda_plugin_never_import_pynvml_eagerly(tmp_path: Path) -> None:
     # a pynvml that refuses to be imported: importing gatekit and the cuda plugin must not touch it
     (tmp_path / "pynvml.py").write_text("raise SystemExit('pynvml was imported')\n")
-    code = ("import gatekit.cli, gatekit.series, gatekit.sampler, gatekit.preflight\n"
+    code = ("import gatekit.cli, gatekit.series.runner, gatekit.sampler, gatekit.preflight\n"
             "import gatekit_drivers.backends.cuda as cuda\n"
             "from pathlib import Path\n"
             "backend = cuda.CudaBackend.from_options({'device': 0}, source=Path('g.toml'))\n"

@@ -16,7 +16,7 @@ from gatekit.calibrate import analyze_calibration, change_point, plan_runs, warm
 from gatekit.config import load_gate
 from gatekit.rules import deviation_z, history_deviation_sigma_pct
 from gatekit.diagnostics import n_for_effect
-from gatekit.series import SeriesRunner
+from gatekit.series.runner import SeriesRunner
 from tests.conftest import gate_invoke, write_toml
 
 STEADY = [10.0, 10.1, 9.95, 10.05, 10.02, 9.98, 10.04, 9.97, 10.01]

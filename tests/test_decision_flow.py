@@ -15,7 +15,7 @@ import pytest
 from gatekit.config import load_gate
 from gatekit.driver import Driver
 from gatekit.errors import ConfigError
-from gatekit.series import SeriesRunner
+from gatekit.series.runner import SeriesRunner
 from tests.conftest import write_toml
 from tests.fakes import FakeDriver, LoadScript, fake_gate
 

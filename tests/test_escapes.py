@@ -22,7 +22,8 @@ import pytest
 
 from gatekit import processes
 from gatekit.config import load_gate
-from gatekit.series import JOURNAL_FILE, SeriesRunner
+from gatekit.series.runner import SeriesRunner
+from gatekit.storage import JOURNAL_FILE
 from tests.conftest import GateDir, gate_cli, write_toml
 from tests.test_duet import duet_gate, needs_two_cores
 from tests.faults.faultkit import events, finish, start_gate, wait_for

@@ -28,7 +28,7 @@ from gatekit.report.figures import pressure_figure
 from gatekit.report.rundata import load_run_files, parse_pressure_trace
 from gatekit.rules import classify, evidence_warnings, per_core_load1, run_table, window_evidence
 from gatekit.sampler import SAMPLE_FIELDS, WindowSampler, parse_pressure, read_pressure, samples_csv
-from gatekit.series import SeriesRunner
+from gatekit.series.runner import SeriesRunner
 from tests.conftest import write_toml
 from tests.fakes import FakeDriver, fake_gate
 

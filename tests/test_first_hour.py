@@ -24,7 +24,7 @@ from gatekit.finding import Stats
 from gatekit.report.common import fmt, fmt_signed, number_text
 from gatekit.report.page import _SHOWN_STATS, STAT_LABELS, stats_blocks
 from gatekit.report.terminal import summary
-from gatekit.series import SeriesRunner
+from gatekit.series.runner import SeriesRunner
 from gatekit.storage import JOURNAL_FILE
 from tests.conftest import gate_invoke, write_toml
 from tests.fakes import FakeDriver, LoadScript, fake_gate

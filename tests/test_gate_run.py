@@ -15,7 +15,8 @@ import psutil
 import pytest
 
 from gatekit.config import load_gate
-from gatekit.series import SeriesRunner, analyze_series
+from gatekit.series.runner import SeriesRunner
+from gatekit.verify import analyze_series
 from tests.conftest import gate_cli, gate_invoke
 
 OFF_TIMES = {"off-r1": 10.0, "off-r2": 10.1, "off-r3": 9.9}

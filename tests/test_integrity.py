@@ -20,7 +20,8 @@ from gatekit.config import load_gate
 from gatekit.errors import ConfigError, VerificationError
 from gatekit.exports import summary_markdown
 from gatekit.finding import load_finding
-from gatekit.series import SeriesRunner, analyze_series
+from gatekit.series.runner import SeriesRunner
+from gatekit.verify import analyze_series
 from gatekit.storage import EMPTY_SHA256, LEGACY_JOURNAL_WARNING, Journal, line_sha256
 from gatekit.verify import load_signing_key, verify_series
 from tests.conftest import gate_invoke, write_toml

@@ -8,9 +8,14 @@ from pathlib import Path
 
 import pytest
 
-from gatekit import prereg, provenance, series
+from gatekit import prereg, provenance
+from gatekit.errors import SeriesError
+from gatekit.series import replay, runner
 from gatekit.config import load_gate
-from gatekit.series import JOURNAL_FILE, SeriesRunner, open_series
+from gatekit.series.replay import open_series
+from gatekit.series.runner import SeriesRunner
+from gatekit.storage import DONE_FILE, JOURNAL_FILE
+from gatekit.verify import analyze_series
 from gatekit.storage import Journal
 
 
@@ -20,7 +25,7 @@ def _interrupted_series(gate_dir) -> tuple[Path, Path]:
     config = load_gate(g.gate)
     result = SeriesRunner(config, config.arm("off"), config.arm("on")).start()
     series_dir = result.series_dir
-    (series_dir / series.DONE_FILE).unlink()
+    (series_dir / DONE_FILE).unlink()
     for path in result.finding_paths:
         path.unlink()
     lines = (series_dir / JOURNAL_FILE).read_text().splitlines(keepends=True)
@@ -51,7 +56,7 @@ def test_resume_replays_the_journal_once_and_hashes_each_file_once(gate_dir, mon
         return original_sha(path)
 
     monkeypatch.setattr(Journal, "lines", counting_lines)
-    for module in (series, prereg):
+    for module in (replay, runner, prereg):
         monkeypatch.setattr(module, "sha256_file", counting_sha)
     predecision_reads: list[Path] = []
     original_read = prereg.read_predecision
@@ -60,7 +65,7 @@ def test_resume_replays_the_journal_once_and_hashes_each_file_once(gate_dir, mon
         predecision_reads.append(series_dir)
         return original_read(series_dir, expected)
 
-    monkeypatch.setattr(series, "read_predecision", counting_read)
+    monkeypatch.setattr(replay, "read_predecision", counting_read)
 
     opened = open_series(series_dir)
     result = SeriesRunner(opened.config, opened.off, opened.on).resume(opened)
@@ -73,14 +78,14 @@ def test_resume_replays_the_journal_once_and_hashes_each_file_once(gate_dir, mon
     assert hashed.count("gate.toml") == 1
     assert hashed.count("off.toml") == hashed.count("on.toml") == 1
     # what was resumed is what `gate analyze` computes from the journal on disk
-    assert series.analyze_series(series_dir).to_dict() == result.finding.to_dict()
+    assert analyze_series(series_dir).to_dict() == result.finding.to_dict()
 
 
 def test_resume_refuses_a_changed_arm_config_before_anything_runs(gate_dir) -> None:
     gate_path, series_dir = _interrupted_series(gate_dir)
     arm = gate_path.parent / "on.toml"
     arm.write_text(arm.read_text() + "\n# edited\n")
-    with pytest.raises(series.SeriesError, match="arm config of 'on' changed"):
+    with pytest.raises(SeriesError, match="arm config of 'on' changed"):
         open_series(series_dir)
     events = [json.loads(line)["event"] for line in (series_dir / JOURNAL_FILE).read_text().splitlines()]
     assert events.count("run_end") == 2

@@ -12,7 +12,7 @@ import pytest
 from gatekit.finding import FINDING_SCHEMA, load_finding
 from gatekit.findingset import finding_files
 from gatekit.report.terminal import summary
-from gatekit.series import analyze_series
+from gatekit.verify import analyze_series
 from gatekit.storage import LEGACY_JOURNAL_WARNING
 from tests.conftest import gate_invoke
 

@@ -19,7 +19,8 @@ from gatekit.config import GuardSpec, load_gate
 from gatekit.errors import SeriesInterrupted
 from gatekit.policy import policy_for
 from gatekit.schedule import extension, order_seed, plan, thue_morse
-from gatekit.series import SeriesRunner, analyze_series
+from gatekit.series.runner import SeriesRunner
+from gatekit.verify import analyze_series
 from tests.conftest import GateDir, Invoked, gate_invoke
 
 

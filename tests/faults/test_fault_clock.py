@@ -12,13 +12,13 @@ from pathlib import Path
 import pytest
 
 from gatekit.config import load_gate
-from gatekit.series import SeriesRunner
+from gatekit.series.runner import SeriesRunner
 from tests.faults.faultkit import fault_gate
 
 ROOT = Path(__file__).resolve().parents[2]
 SOURCES = sorted([*(ROOT / "gatekit").rglob("*.py"), *(ROOT / "drivers").rglob("*.py")])
 # Wall-clock reads that only label things for people (ISO timestamps, dates), never measure a duration.
-WALL_CLOCK_LABELS = {("gatekit/series.py", "now"), ("gatekit/csvinput.py", "evidence_from_csv"),
+WALL_CLOCK_LABELS = {("gatekit/series/runloop.py", "now"), ("gatekit/csvinput.py", "evidence_from_csv"),
                      ("gatekit/importers/common.py", "of")}  # the finding's date
 
 
@@ -73,9 +73,10 @@ def test_a_stepping_wall_clock_does_not_change_any_duration(tmp_path: Path, monk
 
 
 def test_hashing_is_timed_and_stays_outside_the_timed_window(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from gatekit import series
+    from gatekit import provenance
+    from gatekit.series import runloop, runner
 
-    real = series.hash_artifacts_timed
+    real = provenance.hash_artifacts_timed
     slow_s = 1.0  # as if the artifacts were a few GB
 
     def slow_hash(paths):  # type: ignore[no-untyped-def]
@@ -83,7 +84,8 @@ def test_hashing_is_timed_and_stays_outside_the_timed_window(tmp_path: Path, mon
         time.sleep(slow_s)
         return hashes, seconds + slow_s
 
-    monkeypatch.setattr(series, "hash_artifacts_timed", slow_hash)
+    for module in (runloop, runner):  # around every run, and at the series' start and end
+        monkeypatch.setattr(module, "hash_artifacts_timed", slow_hash)
     g = fault_gate(tmp_path / "g", gate={"n": 1})
     (g.root / "weights.bin").write_bytes(b"\0" * (3 << 20))
     gate = g.gate.read_text().replace('hash = ["fault_trainer.py"]', 'hash = ["fault_trainer.py", "weights.bin"]')

@@ -14,7 +14,7 @@ from typing import Callable
 import pytest
 
 from gatekit.errors import SeriesError
-from gatekit.series import read_state
+from gatekit.series.replay import read_state
 from tests.conftest import gate_invoke
 from tests.faults.faultkit import (FaultGate, alive, assert_journal_consistent, fault_gate, finish, kill_quietly,
                                    start_gate)

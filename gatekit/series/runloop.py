@@ -1,0 +1,290 @@
+"""THE run loop (`gate run`, `--resume` and `gate calibrate` use it) and what a folder of runs needs around
+it: one series at a time per runs folder, a fresh series folder, the wall-clock label, the progress line.
+
+Every finished run is journaled (fsynced) before the next one starts, so a crash loses at most the run
+in flight, and `resume` re-runs only that one.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import fcntl
+import json
+import os
+import time
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Callable, Iterator, Mapping, Sequence
+
+from gatekit.config import ArmSpec, GateConfig
+from gatekit.driver import ChosenBackend, Driver, RunRequest
+from gatekit.duet_runs import OpenRun, run_together, slot_backend, slot_summary, slot_telemetry
+from gatekit.errors import OutputError, SeriesError, SeriesInterrupted
+from gatekit.preflight import arm_input
+from gatekit.processes import child_pids, child_subreaper, escaped_evidence, stop_escapees, stop_run_processes
+from gatekit.provenance import changed_artifacts, hash_artifacts_timed
+from gatekit.records import RunOutcome, RunRecord, WindowSummary
+from gatekit.report.common import number_text
+from gatekit.sanitize import safe_outcome
+from gatekit.sampler import LoadReader, WindowSampler, samples_csv
+from gatekit.schedule import Slot
+from gatekit.series.replay import JournalState
+from gatekit.signals import ignore_further_interrupts, interrupt_on_sigterm
+from gatekit.slots import DeviceSlot, slot_for
+from gatekit.storage import LOCK_FILE, Journal, atomic_write_text
+
+RESULT_FILE = "result"
+LEFTOVER_GRACE_S = 5.0
+
+Report = Callable[[str], None]
+
+
+def now() -> dt.datetime:
+    """Wall time with the local zone, for people (durations use monotonic clocks)."""
+    return dt.datetime.now().astimezone()
+
+
+@contextmanager
+def runs_lock(runs_dir: Path) -> Iterator[None]:
+    """One series at a time per runs folder: two interleaved series would contaminate each other."""
+    runs_dir.mkdir(parents=True, exist_ok=True)
+    path = runs_dir / LOCK_FILE
+    handle = path.open("a+")
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        handle.seek(0)
+        holder = handle.read().strip() or "unknown"
+        handle.close()
+        raise SeriesError(f"{runs_dir}: another series is running here ({holder}); wait for it or use "
+                          "another `runs` folder") from None
+    handle.seek(0)
+    handle.truncate()
+    handle.write(f"pid {os.getpid()}")
+    handle.flush()
+    try:
+        yield
+    finally:
+        handle.close()
+
+
+class RunLoop:
+    """THE run loop, used by `gate run`, `--resume` and `gate calibrate`: each slot runs with the gate's
+    driver, the sampler and the backend's telemetry; artifacts are hashed around every run; every finished
+    run is journaled (fsynced) before the next starts; an interrupt stops the trainer and is journaled."""
+
+    def __init__(self, config: GateConfig, arms: Mapping[str, ArmSpec], driver: Driver, backend: ChosenBackend,
+                 report: Report, load_reader_for: Callable[[str], LoadReader]) -> None:
+        self.config, self.arms, self.driver, self.backend = config, arms, driver, backend
+        self.report, self.load_reader_for = report, load_reader_for
+
+    def run(self, series_dir: Path, journal: Journal, state: JournalState, slots: list[Slot], *, primary: str,
+            start_artifacts: Mapping[str, str], resume_hint: str,
+            more: Callable[[JournalState], list[Slot]] = lambda state: [],
+            check: Callable[[RunRecord], Sequence[str] | None] = lambda record: None) -> list[str]:
+        """Run every slot not yet in `state`, then whatever `more(state)` adds, until it adds nothing.
+        `check(record)` sees each finished run; what it returns stops the loop there. Returns the messages
+        that stopped it early — changed artifacts, or what `check` returned — empty when every slot ran."""
+        # The subreaper adopts every descendant whose parent exits, so a run's escapees are found after it.
+        with interrupt_on_sigterm(), child_subreaper():
+            try:
+                return self._run(series_dir, journal, state, slots, primary, start_artifacts, resume_hint, more,
+                                 check)
+            except KeyboardInterrupt:  # between runs (a run in flight raises SeriesInterrupted itself)
+                ignore_further_interrupts()
+                journal.append("interrupted", label="")
+                raise SeriesInterrupted(f"interrupted; {resume_hint}") from None
+            except OSError as exc:  # a full or read-only disk under the series directory
+                raise OutputError(f"{exc.filename or series_dir}: {exc.strerror or exc}; every finished run is in "
+                                  f"the journal — fix it, then {resume_hint}") from None
+
+    def _run(self, series_dir: Path, journal: Journal, state: JournalState, slots: list[Slot], primary: str,
+             start_artifacts: Mapping[str, str], resume_hint: str, more: Callable[[JournalState], list[Slot]],
+             check: Callable[[RunRecord], Sequence[str] | None]) -> list[str]:
+        series_began = time.monotonic()
+        durations: list[float] = []
+        while True:
+            pending = [s for s in slots if s.label not in state.records]
+            for unit in self.units(pending):
+                total = len(slots)
+                index = slots.index(unit[-1]) + 1
+                what = " + ".join(s.label for s in unit)
+                eta = (sum(durations) / len(durations)) * (total - index + 1) if durations else None
+                self.report(f"[{index}/{total}] {what} starting{' together' if len(unit) > 1 else ''}; elapsed "
+                            f"{time.monotonic() - series_began:.0f} s"
+                            + (f", about {eta:.0f} s left" if eta is not None else ""))
+                # Everything hashed at the start (the driver's artifacts and, for a series, the arm configs).
+                watched = [Path(p) for p in start_artifacts]
+                before, hash_before_s = hash_artifacts_timed(watched)
+                changed = [f"{m} (found before {what})" for m in changed_artifacts(start_artifacts, before)]
+                if changed:
+                    return changed
+                began = time.monotonic()
+                order = len(state.records) + 1
+                records = ([self.run_slot(series_dir, journal, unit[0], order=order, resume_hint=resume_hint)]
+                           if len(unit) == 1 else
+                           self.run_pair(series_dir, journal, unit, order=order, resume_hint=resume_hint))
+                durations += [(time.monotonic() - began) / len(unit)] * len(unit)
+                after, hash_after_s = hash_artifacts_timed(watched)
+                changed = [f"{m} (during {what})" for m in changed_artifacts(start_artifacts, after)]
+                stop: Sequence[str] | None = None
+                for record in records:  # a pair is journaled only whole: resume re-runs a pair cut off
+                    if changed:
+                        record = dataclasses.replace(record, artifacts_ok=False)
+                    written = journal.append("run_end", record=record.to_dict(),
+                                             hash_s=[hash_before_s, hash_after_s])
+                    state.hash_s += [hash_before_s, hash_after_s]
+                    record = state.records[record.label] = RunRecord.from_dict(written["record"])
+                    self.report(run_line(record, primary, series_dir))
+                    stop = stop or check(record)
+                if changed:
+                    return changed
+                if stop:
+                    return list(stop)
+            added = more(state)
+            if not added:
+                return []
+            slots += added
+
+    def units(self, pending: Sequence[Slot]) -> list[list[Slot]]:
+        """What runs at once: each run alone, or in a duet the off and on runs of one pair together."""
+        if self.config.duet is None:
+            return [[slot] for slot in pending]
+        pairs: dict[int, list[Slot]] = {}
+        for slot in pending:
+            pairs.setdefault(slot.round, []).append(slot)
+        return list(pairs.values())
+
+    def run_slot(self, series_dir: Path, journal: Journal, slot: Slot, *, order: int, resume_hint: str) -> RunRecord:
+        run = self._open_run(series_dir, journal, slot, order=order)
+        known = child_pids()  # the gate's own children before the run: never an escapee of it
+        try:
+            with run.sampler:
+                outcome = safe_outcome(self.driver.run(run.request))
+        except KeyboardInterrupt:
+            ignore_further_interrupts()
+            journal.append("interrupted", label=slot.label)
+            self._stop_escapees(journal, run.request.run_dir, slot.label, known)
+            atomic_write_text(run.request.run_dir / "samples.csv", samples_csv(run.sampler.samples))
+            raise SeriesInterrupted(f"interrupted during {slot.label}; {resume_hint}") from None
+        return self._close_run(journal, run, outcome,
+                               self._stop_escapees(journal, run.request.run_dir, slot.label, known))
+
+    def run_pair(self, series_dir: Path, journal: Journal, pair: Sequence[Slot], *, order: int,
+                 resume_hint: str) -> list[RunRecord]:
+        """A duet pair: both runs released from one barrier, each on its slot, each with its own sampler."""
+        runs = [self._open_run(series_dir, journal, slot, order=order + i) for i, slot in enumerate(pair)]
+        known = child_pids()
+        outcomes, released = run_together(self.driver, runs)
+        try:
+            outcomes.wait()
+        except KeyboardInterrupt:
+            ignore_further_interrupts()
+            for run in runs:  # the threads' trainers: the main thread alone sees the interrupt
+                stop_run_processes(run.request.run_dir, LEFTOVER_GRACE_S)
+            outcomes.wait()
+            journal.append("interrupted", label=" + ".join(s.label for s in pair))
+            self._stop_pair_escapees(journal, runs, known)
+            for run in runs:
+                atomic_write_text(run.request.run_dir / "samples.csv", samples_csv(run.sampler.samples))
+            raise SeriesInterrupted(f"interrupted during pair r{pair[0].round}; the pair runs again; "
+                                    f"{resume_hint}") from None
+        skew_ms = (max(released) - min(released)) * 1000 if len(released) == len(runs) else None
+        journal.append("duet_pair", round=pair[0].round, labels=[s.label for s in pair],
+                       start_skew_ms=None if skew_ms is None else round(skew_ms, 3))
+        escaped = self._stop_pair_escapees(journal, runs, known)
+        return [self._close_run(journal, run, outcome, escaped[run.slot.label])
+                for run, outcome in zip(runs, outcomes.results)]
+
+    def _open_run(self, series_dir: Path, journal: Journal, slot: Slot, *, order: int) -> OpenRun:
+        """The run's folder (a folder left by a cut-off run is kept aside), its request and its sampler."""
+        run_dir = series_dir / slot.label
+        if run_dir.exists():  # cut off mid-way earlier: keep its files, run it again
+            attempt = 1
+            while (series_dir / f"{slot.label}.cut-{attempt}").exists():
+                attempt += 1
+            run_dir.rename(series_dir / f"{slot.label}.cut-{attempt}")
+        run_dir.mkdir()
+        device = self.device_slot(slot)
+        request = RunRequest(arm=arm_input(self.arms[slot.arm]), label=slot.label, run_dir=run_dir,
+                             result_path=run_dir / RESULT_FILE, timeout_s=self.config.driver.timeout_s,
+                             stdout_path=run_dir / "stdout.log", stderr_path=run_dir / "stderr.log",
+                             env=device.env() if device else {}, cpus=device.cores if device else ())
+        started_at = now().isoformat(timespec="seconds")
+        journal.append("run_start", label=slot.label, order=order, started_at=started_at,
+                       **({"slot": device.text} if device else {}))
+        backend = slot_backend(self.backend.backend, device)
+        sampler = WindowSampler(self.config.rules.sample_interval_s, read=self.load_reader_for(slot.label),
+                                telemetry=slot_telemetry(backend, device))
+        return OpenRun(slot, order, request, sampler, backend, device, started_at)
+
+    def _close_run(self, journal: Journal, run: OpenRun, outcome: RunOutcome, escaped: tuple[str, ...]) -> RunRecord:
+        """`escaped`: the evidence lines of the processes that escaped the run (already stopped)."""
+        run_dir = run.request.run_dir
+        atomic_write_text(run_dir / "samples.csv", samples_csv(run.sampler.samples))
+        telemetry = [s.extra for s in run.sampler.samples]
+        window = WindowSummary.of(run.sampler.samples,
+                                  evidence=tuple(run.backend.window_evidence(telemetry)) + escaped,
+                                  telemetry={**run.backend.summarize(telemetry), **slot_summary(telemetry)})
+        record = RunRecord(order=run.order, arm=run.slot.arm, label=run.slot.label, pair=run.slot.round,
+                           outcome=outcome, window=window, retry_of=run.slot.retry_of, started_at=run.started_at,
+                           slot=run.device.text if run.device else None)
+        atomic_write_text(run_dir / "record.json", json.dumps(record.to_dict(), indent=2, allow_nan=False))
+        return record
+
+    def device_slot(self, slot: Slot) -> DeviceSlot | None:
+        """The duet slot a run takes by the swap rule; None outside a duet."""
+        if self.config.duet is None:
+            return None
+        off_arm = next(iter(self.arms))  # the loop's arms are {off: …, on: …}
+        # a replacement pair keeps the slots of the pair it replaces, so the slots stay balanced
+        return self.config.duet.slots[slot_for(slot.arm == off_arm, slot.retry_of or slot.round)]
+
+    def _stop_escapees(self, journal: Journal, run_dir: Path, label: str, known: set[int],
+                       source: str = "the run") -> tuple[str, ...]:
+        """Stop and reap the processes that escaped this run (re-parented to the gate, or still naming its
+        run directory), journal them as `escaped`, and return the window evidence line naming them."""
+        escaped = stop_escapees(run_dir, known, LEFTOVER_GRACE_S)
+        if not escaped:
+            return ()
+        journal.append("escaped", label=label, processes=[e.to_dict() for e in escaped])
+        return (escaped_evidence(escaped, source),)
+
+    def _stop_pair_escapees(self, journal: Journal, runs: Sequence[OpenRun],
+                            known: set[int]) -> dict[str, tuple[str, ...]]:
+        """A duet pair's escapees, by run. Both runs' orphans are the gate's children by now, so each run
+        first takes the processes whose environment names its own run directory (and what they started);
+        an orphan that names neither (a cleared environment) could have come from either run, so it is
+        evidence for both — each run's contamination rule can then see it."""
+        both_orphans = child_pids()  # left out of the runs' own sweeps: no orphan is charged to the wrong run
+        evidence = {run.slot.label: self._stop_escapees(journal, run.request.run_dir, run.slot.label, both_orphans)
+                    for run in runs}
+        labels = " + ".join(run.slot.label for run in runs)
+        # the series folder as the marker: a process naming either run directory is gone already
+        unmarked = self._stop_escapees(journal, runs[0].request.run_dir.parent, labels, known, f"the pair {labels}")
+        return {label: own + unmarked for label, own in evidence.items()}
+
+
+def run_line(record: RunRecord, primary: str, series_dir: Path | None = None) -> str:
+    """The progress line of a finished run, its primary metric under its own name; a failed run's log by its
+    absolute path (given the series folder), as every other path gate prints."""
+    if record.failed:
+        log = (series_dir / record.label / "stderr.log").absolute() if series_dir else f"{record.label}/stderr.log"
+        return f"      {record.label} FAILED: {record.outcome.error} (see {log})"
+    value = record.value_of(primary)
+    shown = number_text(value) if value is not None else "missing"
+    return (f"      {record.label} {primary} = {shown}, wallclock {record.outcome.process_wallclock_s:.2f} s, "
+            f"load1 mean {record.window.load1_mean or 0:.2f} over {record.window.samples} samples"
+            + "".join(f"; evidence: {line}" for line in record.window.evidence))
+
+
+def new_series_dir(runs_dir: Path, name: str) -> Path:
+    """A fresh folder `<runs>/<name>` (suffixed -2, -3, … when taken), created."""
+    series_dir, suffix = runs_dir / name, 1
+    while series_dir.exists():
+        suffix += 1
+        series_dir = runs_dir / f"{name}-{suffix}"
+    series_dir.mkdir(parents=True)
+    return series_dir
+
