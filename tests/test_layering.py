@@ -157,3 +157,97 @@ def test_the_checker_sees_lazy_relative_and_submodule_imports(tmp_path: Path) ->
     assert found == {("gatekit.stats", None, 2), ("gatekit", "__version__", 2),
                      ("gatekit_drivers.backends.cpu", None, 3), ("gatekit_drivers._private", "helper", 4),
                      ("gatekit.processes", None, 6), ("gatekit.series", "_now", 7)}
+
+
+def import_graph(paths: list[Path]) -> dict[str, dict[str, Import]]:
+    """{module: {module it imports: the first import statement that does}} over gatekit and gatekit_drivers.
+
+    Importing `a.b.c` runs the `__init__` of `a` and `a.b` first, so a module depends on the packages above
+    what it imports, too (never on its own package: Python has already started that one)."""
+    graph: dict[str, dict[str, Import]] = {_module_name(p): {} for p in paths}
+    for path in paths:
+        here = _module_name(path)
+        for i in imports_of(path, here):
+            parts = i.module.split(".")
+            for target in (".".join(parts[:k]) for k in range(len(parts), 0, -1)):
+                if target != here and not here.startswith(target + ".") and target in graph:
+                    graph[here].setdefault(target, i)
+    return graph
+
+
+def import_cycles(graph: dict[str, dict[str, Import]]) -> list[list[Import]]:
+    """One cycle (the imports along it) for every group of modules that import each other, found by
+    Tarjan's strongly connected components; a module that imports itself is a cycle of one."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    groups: list[list[str]] = []
+
+    def visit(module: str) -> None:  # the graph has ~100 nodes: recursion depth is no concern
+        index[module] = low[module] = len(index)
+        stack.append(module)
+        for target in graph[module]:
+            if target not in index:
+                visit(target)
+                low[module] = min(low[module], low[target])
+            elif target in stack:
+                low[module] = min(low[module], index[target])
+        if low[module] == index[module]:
+            group = []
+            while True:
+                member = stack.pop()
+                group.append(member)
+                if member == module:
+                    break
+            if len(group) > 1 or module in graph[module]:
+                groups.append(sorted(group))
+
+    for module in sorted(graph):
+        if module not in index:
+            visit(module)
+    return [_cycle_within(graph, set(group), group[0]) for group in sorted(groups)]
+
+
+def _cycle_within(graph: dict[str, dict[str, Import]], group: set[str], start: str) -> list[Import]:
+    """The shortest path of imports from `start` back to itself inside one strongly connected group."""
+    paths: dict[str, list[Import]] = {start: []}
+    frontier = [start]
+    while frontier:
+        following = []
+        for module in frontier:
+            for target, statement in sorted(graph[module].items()):
+                if target == start:
+                    return paths[module] + [statement]
+                if target in group and target not in paths:
+                    paths[target] = paths[module] + [statement]
+                    following.append(target)
+        frontier = following
+    raise AssertionError(f"{start}: no cycle in its group")  # Tarjan's groups are strongly connected
+
+
+def test_no_import_cycle() -> None:
+    cycles = import_cycles(import_graph(ALL_SOURCES))
+    shown = ["\n".join(f"  {statement}" for statement in cycle) for cycle in cycles]
+    assert not cycles, ("modules import each other; move what both need below both (a lazy import inside a "
+                        "function is still a cycle):\n" + "\n\n".join(shown))
+
+
+def test_the_cycle_check_finds_lazy_and_package_cycles(tmp_path: Path) -> None:
+    """The check is only as good as its graph: a lazy import and a package's `__init__` close a cycle too."""
+    files = {"gatekit/a.py": "from gatekit.pkg.b import thing\n",
+             "gatekit/pkg/__init__.py": "",
+             "gatekit/pkg/b.py": "def thing():\n    from gatekit import c\n",
+             "gatekit/c.py": "import gatekit.a\n",
+             "gatekit/d.py": "from gatekit.pkg import b\n",
+             "gatekit/e.py": "import gatekit.d\n"}
+    for name, text in files.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text, encoding="utf-8")
+    packages = {tmp_path / "gatekit": "gatekit"}
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(f"{__name__}.PACKAGES", packages)
+        graph = import_graph(_sources(tmp_path / "gatekit"))
+        cycles = import_cycles(graph)
+    assert graph["gatekit.d"].keys() == {"gatekit.pkg.b", "gatekit.pkg"}
+    assert [[(i.path.name, i.line, i.module) for i in cycle] for cycle in cycles] == [
+        [("a.py", 1, "gatekit.pkg.b"), ("b.py", 2, "gatekit.c"), ("c.py", 1, "gatekit.a")]]
