@@ -382,7 +382,8 @@ def run_calibration(config: GateConfig, arm: ArmSpec, n: int, *, min_effect_pct:
                                    base_dir=config.base_dir)
     backend = backend or make_backend(config.backend.name, config.backend.options, source=config.path)
     # a missing calibration is what this command makes, so that check does not apply here
-    failed = [c for c in run_checks(config, [arm], driver, backend) if not c.ok and c.name != "calibration"]
+    failed = [c for c in run_checks(config, [arm], driver, backend, read_load=load_reader)
+              if not c.ok and c.name != "calibration"]
     if failed:
         raise PreflightError("preflight failed, nothing ran: " + "; ".join(f"{c.name}: {c.detail}" for c in failed))
     runs_dir = config.gate.runs

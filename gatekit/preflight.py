@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import platform
 import re
 from pathlib import Path
@@ -16,6 +15,7 @@ from gatekit.driver import ArmInput, ChosenBackend, Driver
 from gatekit.errors import ConfigError
 from gatekit.provenance import not_a_file
 from gatekit.records import CheckResult
+from gatekit.sampler import LoadReader, read_system_load
 from gatekit.slots import unequal_cpu_slots, unequal_gpus
 
 
@@ -107,8 +107,7 @@ def check_power() -> CheckResult:
     return CheckResult("AC power", False, f"on battery ({battery.percent:.0f} %): plug in before a series")
 
 
-def check_load(config: GateConfig, load1: float | None = None) -> CheckResult:
-    load1 = os.getloadavg()[0] if load1 is None else load1
+def check_load(config: GateConfig, load1: float) -> CheckResult:
     limit = config.rules.load_limit
     ok = load1 <= limit
     return CheckResult("load calm", ok, f"load1 {load1:.2f} {'≤' if ok else '>'} rules.load_limit {limit:g}"
@@ -134,15 +133,16 @@ def check_history(config: GateConfig) -> list[CheckResult]:
     return [CheckResult("calibration", True, str(path))]
 
 
-def run_checks(config: GateConfig, arms: Sequence[ArmSpec], driver: Driver,
-               backend: ChosenBackend | None = None) -> list[CheckResult]:
-    """All preflight checks, in the order a person would fix them."""
+def run_checks(config: GateConfig, arms: Sequence[ArmSpec], driver: Driver, backend: ChosenBackend | None = None,
+               *, read_load: LoadReader = read_system_load) -> list[CheckResult]:
+    """All preflight checks, in the order a person would fix them. `read_load` reads the machine's load (the
+    sampler's reader), so a test decides what load the preflight sees."""
     checks = [CheckResult("gate file", True, str(config.path))]
     checks += check_history(config)
     checks += [check_arm_config(arm) for arm in arms]
     checks += check_artifacts(config.driver.hash)
     checks += driver.preflight([arm_input(arm) for arm in arms])
-    checks += [check_busy(config), check_power(), check_load(config)]
+    checks += [check_busy(config), check_power(), check_load(config, float(read_load()["load1"]))]  # type: ignore[arg-type]
     if backend is not None:
         checks.append(CheckResult("backend", True, f"{backend.name} ({backend.detail})"))
         checks += backend.backend.preflight() if config.duet is None else check_slots(config, backend)

@@ -28,6 +28,7 @@ import tomlkit
 from gatekit.driver import ArmInput, RunRequest
 from gatekit.errors import ConfigError
 from gatekit.records import CheckResult, RunOutcome
+from gatekit.sampler import LoadReader
 
 
 def fake_gate(gate_id: str, title: str, expect_diff: Sequence[str], **sections: Mapping[str, Any]) -> dict[str, Any]:
@@ -91,12 +92,17 @@ class FakeDriver:
         return RunOutcome(exit_code=0, process_wallclock_s=wallclock, metrics=measured, config=effective)
 
 
+def calm_load(load1: float = 1.0) -> LoadReader:
+    """A load reader for a machine at `load1`, with no pressure-stall or steal counters."""
+    return lambda: {"load1": load1, "load5": load1, "load15": load1}
+
+
 class LoadScript:
-    """An injected load reader (SeriesRunner's load_reader_for): `loaded` runs see load1 = `high`."""
+    """An injected load reader (SeriesRunner's load_reader_for): `loaded` runs see load1 = `high`, the others
+    and the preflight (label "preflight", unless listed) `calm`."""
 
     def __init__(self, loaded: Collection[str] = (), *, high: float = 9.0, calm: float = 1.0) -> None:
         self.loaded, self.high, self.calm = set(loaded), high, calm
 
-    def __call__(self, label: str):  # type: ignore[no-untyped-def]
-        load = self.high if label in self.loaded else self.calm
-        return lambda: {"load1": load, "load5": load, "load15": load}
+    def __call__(self, label: str) -> LoadReader:
+        return calm_load(self.high if label in self.loaded else self.calm)

@@ -12,12 +12,13 @@ import pytest
 from scipy import stats as sps
 
 from gatekit import stats
-from gatekit.calibrate import analyze_calibration, change_point, plan_runs, warmup_length
+from gatekit.calibrate import analyze_calibration, run_calibration, change_point, plan_runs, warmup_length
 from gatekit.config import load_gate
 from gatekit.rules import deviation_z, history_deviation_sigma_pct
 from gatekit.diagnostics import n_for_effect
 from gatekit.series.runner import SeriesRunner
 from tests.conftest import gate_invoke, write_toml
+from tests.fakes import LoadScript, calm_load
 
 STEADY = [10.0, 10.1, 9.95, 10.05, 10.02, 9.98, 10.04, 9.97, 10.01]
 
@@ -123,27 +124,19 @@ def test_history_sigma_needs_a_calibration(gate_dir) -> None:
     assert g.order() == []
 
 
-class _Load:
-    def __init__(self, loaded: set[str]) -> None:
-        self.loaded = loaded
-
-    def __call__(self, label: str):
-        load = 9.0 if label in self.loaded else 1.0
-        return lambda: {"load1": load, "load5": load, "load15": load}
-
-
 def test_history_sigma_lets_rule_ii_fire_at_n3(gate_dir) -> None:
     # calibrated CV 0.4576 %; off-r2 is 3 % slow during a load spike, far beyond 3 σ_hist
     g = gate_dir(off={"elapsed": elapsed([12.0, *STEADY])},
                  on={"elapsed": {"on-r1": 9.0, "on-r2": 9.1, "on-r3": 8.9, "on-r4": 9.0}},
                  rules={"sigma_ref": "history", "load_limit": 6.0})
-    assert gate_invoke("calibrate", "off", "--n", "10", cwd=g.root).returncode == 0
+    config = load_gate(g.gate)
+    run_calibration(config, config.arms["off"], 10, load_reader=calm_load())
     g.order_log.unlink()
     off = tomllib.loads((g.root / "off.toml").read_text())
     off["elapsed"] = {"off-r1": 10.0, "off-r2": 10.3, "off-r3": 10.02, "off-r4": 10.01}
     write_toml(g.root / "off.toml", off)
     config = load_gate(g.gate)
-    result = SeriesRunner(config, config.arms["off"], config.arms["on"], load_reader_for=_Load({"off-r2"})).start()
+    result = SeriesRunner(config, config.arms["off"], config.arms["on"], load_reader_for=LoadScript({"off-r2"})).start()
     data = result.finding.to_dict()
     cv = stats.relative_sd_pct(STEADY)
     assert data["rules"]["sigma_ref"] == "history" and data["rules"]["sigma_history_pct"] == pytest.approx(cv)

@@ -14,7 +14,7 @@ import pytest
 
 from gatekit.config import load_gate
 from gatekit.driver import Driver
-from gatekit.errors import ConfigError
+from gatekit.errors import ConfigError, PreflightError
 from gatekit.series.runner import SeriesRunner
 from tests.conftest import write_toml
 from tests.fakes import FakeDriver, LoadScript, fake_gate
@@ -119,3 +119,16 @@ def test_a_failed_run_makes_its_pair_run_again(tmp_path: Path) -> None:
     # by hand: off (10.0 + 9.9 + 10.1) / 3 = 10.0, on (9.0 + 8.9 + 9.1) / 3 = 9.0 → −10 %
     assert finding["stats"]["n_off"] == 3 and finding["stats"]["delta_pct"] == pytest.approx(-10.0)
     assert finding["verdict"]["decision"] == "adopted"
+
+
+def test_a_loaded_machine_stops_the_series_before_anything_runs(tmp_path: Path) -> None:
+    # the preflight reads the load through the same injected reader as the run windows (label "preflight")
+    with pytest.raises(PreflightError) as refused:
+        _series(tmp_path / "g", {"runs": _runs(SEED_OFF)}, {"runs": _runs(SEED_ON)}, loaded={"preflight"},
+                rules={"load_limit": 6.0})
+    assert str(refused.value) == ("preflight failed, nothing ran: load calm: load1 9.00 > rules.load_limit 6; "
+                                  "wait for the machine to calm down")
+    assert not (tmp_path / "g" / "runs").exists()  # no series folder, no predecision: nothing was registered
+    calm, driver = _series(tmp_path / "calm", {"runs": _runs(SEED_OFF)}, {"runs": _runs(SEED_ON)},
+                           rules={"load_limit": 6.0})
+    assert len(driver.log) == 6 and calm.finding.decision == "adopted"

@@ -18,6 +18,7 @@ from gatekit.config import load_gate
 from gatekit.series.runner import SeriesRunner
 from gatekit.verify import analyze_series
 from tests.conftest import gate_cli, gate_invoke
+from tests.fakes import LoadScript
 
 OFF_TIMES = {"off-r1": 10.0, "off-r2": 10.1, "off-r3": 9.9}
 ON_FAST = {"on-r1": 9.0, "on-r2": 9.1, "on-r3": 8.9}
@@ -215,24 +216,13 @@ def test_analyze_reproduces_the_finding_exactly(gate_dir) -> None:
     assert "predecision.toml" in done.stderr
 
 
-class _LoadScript:
-    """An injected load reader: high load during the runs listed, calm otherwise."""
-
-    def __init__(self, loaded: set[str]) -> None:
-        self.loaded = loaded
-
-    def __call__(self, label: str):
-        load = 9.0 if label in self.loaded else 1.0
-        return lambda: {"load1": load, "load5": load, "load15": load}
-
-
 def test_contamination_needs_load_and_deviation_and_retries_the_pair(gate_dir) -> None:
     # leave-one-out σ so rule (ii) can fire at n=3; off-r2 is slow AND loaded → contaminated
     times = {"off-r1": 10.0, "off-r2": 12.0, "off-r3": 10.02, "off-r4": 10.01}
     g = gate_dir(off={"elapsed": times}, on={"elapsed": {**ON_FAST, "on-r4": 9.0}},
                  rules={"sigma_ref": "leave_one_out", "load_limit": 6.0})
     config = load_gate(g.gate)
-    runner = SeriesRunner(config, config.arms["off"], config.arms["on"], load_reader_for=_LoadScript({"off-r2"}))
+    runner = SeriesRunner(config, config.arms["off"], config.arms["on"], load_reader_for=LoadScript({"off-r2"}))
     result = runner.start()
     assert g.order()[-2:] == ["off-r4", "on-r4"]
     runs = {r["label"]: r for r in result.finding.to_dict()["runs"]}
@@ -252,7 +242,7 @@ def test_load_alone_or_deviation_alone_never_retries(gate_dir) -> None:
     config = load_gate(g.gate)
     # off-r1 is loaded but not deviant; off-r2 is deviant but not loaded
     result = SeriesRunner(config, config.arms["off"], config.arms["on"],
-                          load_reader_for=_LoadScript({"off-r1"})).start()
+                          load_reader_for=LoadScript({"off-r1"})).start()
     assert len(g.order()) == 6
     runs = {r["label"]: r for r in result.finding.to_dict()["runs"]}
     assert runs["off-r1"]["load_evidence"] and not runs["off-r1"]["contaminated"]

@@ -32,6 +32,8 @@ from gatekit.series.reservation import check_finding_id, release_finding_id, res
 from gatekit.series.runloop import LEFTOVER_GRACE_S, Report, RunLoop, new_series_dir, now, runs_lock
 from gatekit.storage import DONE_FILE, JOURNAL_FILE, Journal, atomic_write_text, remove_stale_temp_files
 
+PREFLIGHT_LOAD = "preflight"  # the label SeriesRunner's load_reader_for is asked for the preflight's reading
+
 
 @dataclass(frozen=True, slots=True)
 class SeriesResult:
@@ -41,8 +43,9 @@ class SeriesResult:
 
 
 class SeriesRunner:
-    """Runs one gate series. `load_reader_for(label)` lets tests inject the load a run window sees;
-    `backend` lets them inject a backend (e.g. one replaying recorded GPU telemetry)."""
+    """Runs one gate series. `load_reader_for(label)` lets tests inject the load a run window sees, and the
+    preflight's (label PREFLIGHT_LOAD); `backend` lets them inject a backend (e.g. one replaying recorded GPU
+    telemetry)."""
 
     def __init__(self, config: GateConfig, off: ArmSpec, on: ArmSpec, *, driver: Driver | None = None,
                  backend: ChosenBackend | None = None, report: Report = lambda text: None,
@@ -61,7 +64,8 @@ class SeriesRunner:
     # -- entry points ----------------------------------------------------------------------------
 
     def preflight(self) -> list[CheckResult]:
-        return run_checks(self.config, [self.off, self.on], self.driver, self.backend)
+        return run_checks(self.config, [self.off, self.on], self.driver, self.backend,
+                          read_load=self.loop.load_reader_for(PREFLIGHT_LOAD))
 
     def start(self) -> SeriesResult:
         """Preflight, preregister, and run a new series."""
