@@ -8,6 +8,3 @@ try:
     __version__ = version("gatekit")
 except PackageNotFoundError:  # running from a source tree that was never installed
     __version__ = "0+unknown"
-
-FINDING_SCHEMA = "gatekit.finding/1"
-PREDECISION_SCHEMA = "gatekit.predecision/1"

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
 from gatekit.errors import ConfigError, GatekitError, OutputError, SeriesInterrupted
+from gatekit.records import Record
 from gatekit.signals import interrupt_on_sigterm
 from gatekit.slots import cpu_list
 from gatekit.storage import DONE_FILE, JOURNAL_FILE, LOCK_FILE, atomic_write_bytes
@@ -51,21 +52,13 @@ class GateStatus(enum.Enum):
 
 
 @dataclass(frozen=True, slots=True)
-class Pinning:
+class Pinning(Record):
     """Where a gate ran: its CPU cores (empty: not pinned, e.g. Ray's logical CPUs), its GPUs as
     CUDA_VISIBLE_DEVICES lists them (empty: none visible) and the host (and Ray node)."""
 
     cores: tuple[int, ...] = ()
     gpus: tuple[str, ...] = ()
     node: str = ""
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"cores": list(self.cores), "gpus": list(self.gpus), "node": self.node}
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> Pinning:
-        return cls(tuple(int(c) for c in data.get("cores", ())), tuple(str(g) for g in data.get("gpus", ())),
-                   str(data.get("node", "")))
 
     def describe(self) -> str:
         cores = cpu_list(self.cores) if self.cores else "any"
@@ -91,35 +84,21 @@ class GateTask:
 
 
 @dataclass(frozen=True, slots=True)
-class GateOutcome:
+class GateOutcome(Record):
     """How one attempt at a gate ended, read from its exit code and its series folder."""
 
     key: str
     status: GateStatus
     exit_code: int | None  # None: the process never reported one (its worker was lost)
-    series_dir: Path | None
-    finding_path: Path | None  # the finding's JSON file (its TOML twin lies beside it)
+    series_dir: Path | None = field(metadata={"omit": None})  # None: the gate made no series folder
+    # the finding's JSON file (its TOML twin lies beside it); None: no finding
+    finding_path: Path | None = field(metadata={"key": "finding", "omit": None})
     decision: str = ""  # the finding's decision, when finished
     detail: str = ""  # the gate's last error line, or why the attempt was lost
     pinning: Pinning = field(default_factory=Pinning)
     # When a Ray worker started the gate process (ISO time, UTC): a Ray gate is journaled when it is
     # submitted, and may wait there for its resources. Empty for the local engine, whose gate_start is the start.
-    began: str = ""
-
-    def to_dict(self) -> dict[str, Any]:
-        began = {"began": self.began} if self.began else {}
-        return {"key": self.key, "status": self.status.value, "exit_code": self.exit_code,
-                "series_dir": str(self.series_dir) if self.series_dir else "",
-                "finding": str(self.finding_path) if self.finding_path else "", "decision": self.decision,
-                "detail": self.detail, "pinning": self.pinning.to_dict(), **began}
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> GateOutcome:
-        return cls(key=str(data["key"]), status=GateStatus(data["status"]), exit_code=data.get("exit_code"),
-                   series_dir=Path(data["series_dir"]) if data.get("series_dir") else None,
-                   finding_path=Path(data["finding"]) if data.get("finding") else None,
-                   decision=str(data.get("decision", "")), detail=str(data.get("detail", "")),
-                   pinning=Pinning.from_dict(data.get("pinning", {})), began=str(data.get("began", "")))
+    began: str = field(default="", metadata={"omit": ""})
 
 
 Started = Callable[[GateTask, "Pinning | None"], None]  # None: submitted to Ray; where it runs is known at its end

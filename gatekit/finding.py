@@ -1,11 +1,6 @@
 """The Finding: a tree of typed, frozen records, one `to_dict`/`from_dict` pair, TOML and JSON from the same dict.
 
-Schema history:
-  gatekit.finding/1 — meta, gate, predecision, provenance, rules, runs, stats, guards, sensitivity,
-                      verdict, sections (DESIGN "Finding").
-  gatekit.finding/2 — the same keys, typed; additions only: each section gatekit generated says so
-                      (`generated = true`). /1 files load as /2 (nothing in them changes meaning).
-                      Later additions: `predecision.chain_head` (the journal's hash-chain head).
+Its format (`gatekit.finding/2`; /1 files load as /2) and their history are in `gatekit.records`.
 """
 
 from __future__ import annotations
@@ -21,12 +16,11 @@ import tomlkit
 
 from gatekit.config import GuardSpec, RulesSpec
 from gatekit.errors import FindingError
-from gatekit.records import Record, RecordError, WindowSummary, kind_of, metric_value
+from gatekit.records import (FINDING_SCHEMA, SCHEMA_KEY, Record, RecordError, WindowSummary, kind_of, metric_value,
+                             schema_problem, upgrade)
 from gatekit.storage import write_output
 from gatekit.verdict import Decision, GuardResult, Verdict
 
-FINDING_SCHEMA = "gatekit.finding/2"
-READABLE_SCHEMAS = ("gatekit.finding/1", FINDING_SCHEMA)
 SECTIONS = ("meta", "gate", "predecision", "provenance", "rules", "runs", "stats", "guards", "sensitivity",
             "verdict", "sections")
 
@@ -350,23 +344,22 @@ class Finding(Record):
         return [v for v in values if v is not None]
 
     def to_dict(self) -> dict[str, Any]:
-        return plain({"schema": FINDING_SCHEMA, **Record.to_dict(self)})
+        return plain({SCHEMA_KEY: FINDING_SCHEMA, **Record.to_dict(self)})
 
     @classmethod
     def from_document(cls, data: Mapping[str, Any], *, source: str = "finding") -> Finding:
-        """A finding from its document (schema /1 or /2); anything malformed names `source` and the key."""
-        schema = data.get("schema")
-        if schema not in READABLE_SCHEMAS:
-            hint = ("written by a newer gatekit; upgrade gatekit to read it"
-                    if isinstance(schema, str) and schema.startswith("gatekit.finding/")
-                    else "not a gatekit finding")
-            raise FindingError(f"{source}: schema: {schema!r} is not {FINDING_SCHEMA!r} ({hint})")
+        """A finding from its document (schema /1 or /2, upgraded); anything malformed names `source` and the key."""
+        schema = data.get(SCHEMA_KEY)
+        problem = schema_problem(schema, FINDING_SCHEMA)
+        if problem:
+            raise FindingError(f"{source}: {problem}")
+        data = upgrade(data, schema)  # type: ignore[arg-type]
         missing = [key for key in SECTIONS if key not in data]
         if missing:
             raise FindingError(f"{source}: missing section(s) {', '.join(missing)}")
         _check_plain(data, source)
         try:
-            finding = cls.from_dict({k: v for k, v in data.items() if k != "schema"})
+            finding = cls.from_dict({k: v for k, v in data.items() if k != SCHEMA_KEY})
         except RecordError as exc:
             raise FindingError(f"{source}: {exc}") from None
         if schema != FINDING_SCHEMA:

@@ -7,18 +7,19 @@ guess after the fact. Analysis reads the rules back from this file, never from a
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
 import tomlkit
 
-from gatekit import PREDECISION_SCHEMA, __version__, rules, stats
+from gatekit import __version__, rules, stats
 from gatekit.config import SEEDED_ORDERS, GateConfig, GuardSpec, RulesSpec, ThresholdSpec, resolve_history_sigma
 from gatekit.errors import SeriesError
 from gatekit.policies.descriptors import DEFAULT_POLICY, INTERLEAVED, describe
 from gatekit.policy import policy_for
 from gatekit.provenance import sha256_bytes, sha256_file
+from gatekit.records import PREDECISION_SCHEMA, SCHEMA_KEY, Record, schema_problem, upgrade
 from gatekit.schedule import Slot
 from gatekit.storage import atomic_write_bytes
 
@@ -26,8 +27,8 @@ PREDECISION_FILE = "predecision.toml"
 
 
 @dataclass(frozen=True, slots=True)
-class DecisionSpec:
-    """What the analysis needs, exactly as preregistered."""
+class DecisionSpec(Record):
+    """What the analysis needs, exactly as preregistered (the predecision's `decision` table)."""
 
     gate_id: str
     title: str
@@ -35,20 +36,21 @@ class DecisionSpec:
     on_arm: str
     n: int
     order: str
-    seed: int | None
-    primary: str
-    direction: str
-    expect_diff: tuple[str, ...]
-    threshold: ThresholdSpec
-    guards: tuple[GuardSpec, ...]
-    rules: RulesSpec
-    policy: str = DEFAULT_POLICY
-    warmup: int = 0
-    mode: str = INTERLEAVED
-    slots: tuple[str, ...] = ()  # a duet's two slots, slot 0 first
+    seed: int | None = field(metadata={"omit": None})  # TOML has no null: none = "derived from this file's sha256"
+    primary: str = field(kw_only=True)
+    direction: str = field(kw_only=True)
+    expect_diff: tuple[str, ...] = field(kw_only=True)
+    policy: str = field(default=DEFAULT_POLICY, kw_only=True)
+    warmup: int = field(default=0, kw_only=True)
+    threshold: ThresholdSpec = field(kw_only=True)
+    guards: tuple[GuardSpec, ...] = field(kw_only=True)
+    rules: RulesSpec = field(kw_only=True)
+    # an interleaved series reads exactly as before duets existed
+    mode: str = field(default=INTERLEAVED, kw_only=True, metadata={"omit": INTERLEAVED})
+    slots: tuple[str, ...] = field(default=(), kw_only=True, metadata={"omit": ()})  # a duet's two, slot 0 first
     # The policy's design version, under its descriptor's version_key (the key is named for the one policy
     # that has versions today); None: the policy's current design, or a policy with one design.
-    sequential_version: int | None = None
+    sequential_version: int | None = field(default=None, kw_only=True, metadata={"omit": None})
 
     @property
     def design_version(self) -> int | None:
@@ -56,39 +58,13 @@ class DecisionSpec:
         return self.sequential_version if self.sequential_version is not None else describe(self.policy).version
 
     def to_dict(self) -> dict[str, Any]:
-        data = {
-            "gate_id": self.gate_id, "title": self.title, "off_arm": self.off_arm, "on_arm": self.on_arm,
-            "n": self.n, "order": self.order, "seed": self.seed, "primary": self.primary,
-            "direction": self.direction, "expect_diff": list(self.expect_diff), "policy": self.policy,
-            "warmup": self.warmup,
-            "threshold": dataclasses.asdict(self.threshold),
-            "guards": [dataclasses.asdict(g) for g in self.guards],
-            "rules": dataclasses.asdict(self.rules),
-        }
-        if self.seed is None:  # TOML has no null: no seed means "derived from this file's sha256"
-            del data["seed"]
-        if self.mode != INTERLEAVED:  # an interleaved series reads exactly as before duets existed
-            data |= {"mode": self.mode, "slots": list(self.slots)}
-        described = describe(self.policy)
-        if described.version_key and self.design_version != described.unrecorded_version:
-            data[described.version_key] = self.design_version  # a spec of the unrecorded version reads as written
+        data = Record.to_dict(self)
+        data["rules"] = dataclasses.asdict(self.rules)  # every limit stated, those at their defaults too
+        data.pop("sequential_version", None)
+        version_key = describe(self.policy).version_key
+        if version_key:  # stated for every spec of a versioned policy (predecision/2)
+            data[version_key] = self.design_version
         return data
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> DecisionSpec:
-        described = describe(data["policy"])
-        return cls(
-            gate_id=data["gate_id"], title=data["title"], off_arm=data["off_arm"], on_arm=data["on_arm"],
-            n=data["n"], order=data["order"], seed=data.get("seed"), primary=data["primary"],
-            direction=data["direction"], expect_diff=tuple(data["expect_diff"]), policy=data["policy"],
-            warmup=data.get("warmup", 0), mode=data.get("mode", INTERLEAVED), slots=tuple(data.get("slots", ())),
-            # a predecision written before its policy recorded a version preregistered the unrecorded one
-            sequential_version=(data.get(described.version_key, described.unrecorded_version)
-                                if described.version_key else None),
-            threshold=ThresholdSpec(**data["threshold"]),
-            guards=tuple(GuardSpec(**g) for g in data["guards"]),
-            rules=RulesSpec(**data["rules"]),
-        )
 
     @classmethod
     def from_gate(cls, config: GateConfig, off_arm: str, on_arm: str) -> DecisionSpec:
@@ -97,9 +73,9 @@ class DecisionSpec:
         # an order that draws nothing keeps the seed 0 it always reported; one that draws and was given
         # no seed gets it from the predecision's sha256 (seed None here)
         seed = g.seed if g.seed is not None or g.order in SEEDED_ORDERS else 0
-        return cls(g.id, g.title, off_arm, on_arm, g.n, g.order, seed, g.primary, g.direction,
-                   g.expect_diff, config.threshold, config.guards, resolve_history_sigma(config),
-                   policy=g.policy, warmup=g.warmup, mode=g.mode,
+        return cls(g.id, g.title, off_arm, on_arm, g.n, g.order, seed, primary=g.primary, direction=g.direction,
+                   expect_diff=g.expect_diff, threshold=config.threshold, guards=config.guards,
+                   rules=resolve_history_sigma(config), policy=g.policy, warmup=g.warmup, mode=g.mode,
                    slots=tuple(s.text for s in config.duet.slots) if config.duet else (),
                    sequential_version=describe(g.policy).version)
 
@@ -165,7 +141,7 @@ def predecision_document(spec: DecisionSpec, *, series_id: str, created: str, ga
     backend watches the runs and what of its telemetry counts as evidence (i)."""
     doc = tomlkit.document()
     doc.add(tomlkit.comment("Written before the first run; its sha256 is in the journal and the finding."))
-    doc["schema"] = PREDECISION_SCHEMA
+    doc[SCHEMA_KEY] = PREDECISION_SCHEMA
     doc["series_id"] = series_id
     doc["created"] = created
     doc["gatekit_version"] = __version__
@@ -198,7 +174,8 @@ def write_predecision(series_dir: Path, text: str) -> str:
 
 
 def read_predecision(series_dir: Path, expected_sha256: str) -> dict[str, Any]:
-    """Read the predecision file back after verifying it is byte-for-byte what was registered."""
+    """Read the predecision file back after verifying it is byte-for-byte what was registered; an older
+    format is upgraded after the check (the file itself is never rewritten)."""
     path = series_dir / PREDECISION_FILE
     try:
         data = path.read_bytes()
@@ -209,6 +186,7 @@ def read_predecision(series_dir: Path, expected_sha256: str) -> dict[str, Any]:
         raise SeriesError(f"{path}: sha256 {actual} does not match the registered {expected_sha256}; "
                           "the rules were changed after the series started")
     document = tomlkit.parse(data.decode("utf-8")).unwrap()
-    if document.get("schema") != PREDECISION_SCHEMA:
-        raise SeriesError(f"{path}: schema {document.get('schema')!r} is not {PREDECISION_SCHEMA!r}")
-    return document
+    problem = schema_problem(document.get(SCHEMA_KEY), PREDECISION_SCHEMA)
+    if problem:
+        raise SeriesError(f"{path}: {problem}")
+    return upgrade(document, document[SCHEMA_KEY])

@@ -7,7 +7,10 @@ tunes the mapping: `key` (the name in the document, e.g. "pass"), `omit` (a valu
 document, e.g. an empty evidence list), `flatten` (a nested record whose keys sit in the parent's table),
 `internal` (state of the object, never in the document).
 A record with an `extra_keys` field keeps the keys it does not know, so a newer or hand-extended document
-round-trips without loss.
+round-trips without loss. A `Path` field is a string in the document (an empty one, for an optional path: none).
+
+Every document gatekit writes names its format (`schema`); `upgrade` brings an older one to the current
+version of its format, one function per version (see "Document formats" below).
 """
 
 from __future__ import annotations
@@ -19,7 +22,8 @@ import math
 import types
 import typing
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Mapping, Union
+from pathlib import Path
+from typing import Any, Callable, ClassVar, Mapping, Union
 
 PROCESS_WALLCLOCK = "process_wallclock_s"  # measured by gatekit around every run, so it always exists
 EXTRA = "extra_keys"  # the field a record keeps unknown document keys in
@@ -39,6 +43,8 @@ def _plain(value: Any) -> Any:
         return value.to_dict()
     if isinstance(value, enum.Enum):
         return value.value
+    if isinstance(value, Path):
+        return str(value)
     if isinstance(value, Mapping):
         return {str(k): _plain(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
@@ -81,6 +87,8 @@ def _decode(hint: Any, value: Any, path: str) -> Any:
         if value is None and type(None) in options:
             return None
         real = [o for o in options if o is not type(None)]
+        if value == "" and Path in real and type(None) in options:
+            return None  # an empty path is no path (TOML has no null; older documents wrote "")
         errors = []
         for option in real:
             try:
@@ -120,13 +128,16 @@ def _decode(hint: Any, value: Any, path: str) -> Any:
     elif hint in (str, bool):
         if isinstance(value, hint):
             return value
+    elif hint is Path:
+        if isinstance(value, str):
+            return Path(value)
     else:  # pragma: no cover - a record declared a type this codec does not know
         raise TypeError(f"records cannot decode {hint!r}")
     raise RecordError(path, f"must be {_name(hint)}, got {kind_of(value)} {_short(value)}")
 
 
 def _name(hint: Any) -> str:
-    return {str: "a string", int: "an integer", float: "a number", bool: "a boolean"}.get(
+    return {str: "a string", int: "an integer", float: "a number", bool: "a boolean", Path: "a path string"}.get(
         hint, "a table" if isinstance(hint, type) and issubclass(hint, Record) else "a list"
         if typing.get_origin(hint) is tuple else "a table")
 
@@ -363,3 +374,99 @@ def startup_overhead_s(metrics: Mapping[str, float], process_wallclock_s: float,
     if value is None or not math.isfinite(process_wallclock_s) or process_wallclock_s < value:
         return None
     return process_wallclock_s - value
+
+
+# -- Document formats ------------------------------------------------------------------------------
+# Every document gatekit writes names its format and version (`schema`). A reader brings an older version
+# to the current one here, one step per version (`UPGRADES`), so an old layout is recognised in this one
+# place. Upgrades run on the parsed document: a hashed file or journal line is verified on its own bytes
+# first and is never written again.
+#
+#   gatekit.finding/1      meta, gate, predecision, provenance, rules, runs, stats, guards, sensitivity,
+#                          verdict, sections (DESIGN "Finding").
+#   gatekit.finding/2      the same keys, typed; each section gatekit generated says so (`generated = true`).
+#                          Later additions, each with a default: `predecision.chain_head`, `runs[].startup_s`.
+#   gatekit.predecision/1  the preregistered rules; a sequential spec without `sequential_version` is v3.
+#   gatekit.predecision/2  `decision.sequential_version` is stated for every sequential spec; the series'
+#                          journal is gatekit.journal/3 or later.
+#   gatekit.journal/1      one JSON event a line, no hash chain (no `prev`), no `schema`.
+#   gatekit.journal/2      hash-chained: each line's `prev` is the sha256 of the line before it (the first
+#                          line's: of the file its journal is anchored on, or of no bytes); no `schema`.
+#   gatekit.journal/3      the first line names the format (`schema`), so an unchained journal cannot pass
+#                          for one of this format; the events are those of /2.
+# A journal is one document: its first line names the format of every line after it (a journal continued
+# by a later gatekit keeps its format).
+
+SCHEMA_KEY = "schema"
+FINDING_SCHEMA = "gatekit.finding/2"
+PREDECISION_SCHEMA = "gatekit.predecision/2"
+JOURNAL_SCHEMA = "gatekit.journal/3"
+UNCHAINED_JOURNAL = "gatekit.journal/1"
+CHAINED_JOURNAL_WITHOUT_SCHEMA = "gatekit.journal/2"
+# a sequential predecision written before `sequential_version` existed preregistered version 3 (4, then 8 rounds)
+UNRECORDED_SEQUENTIAL_VERSION = 3
+
+
+def _finding_1_to_2(document: dict[str, Any]) -> dict[str, Any]:
+    return document  # /2 only added keys with defaults: a /1 file means what it says
+
+
+def _predecision_1_to_2(document: dict[str, Any]) -> dict[str, Any]:
+    decision = document.get("decision")
+    if isinstance(decision, Mapping) and decision.get("policy") == "sequential":
+        decision = {"sequential_version": UNRECORDED_SEQUENTIAL_VERSION, **decision}
+        return {**document, "decision": decision}
+    return document
+
+
+def _journal_1_to_2(event: dict[str, Any]) -> dict[str, Any]:
+    return event  # the events are those of /2; only the chain is missing, and nothing can add it afterwards
+
+
+def _journal_2_to_3(event: dict[str, Any]) -> dict[str, Any]:
+    return event  # /3 only names its format in its first line
+
+
+# schema -> (the next version, the function that turns a document, or a journal's event, into it)
+UPGRADES: dict[str, tuple[str, Callable[[dict[str, Any]], dict[str, Any]]]] = {
+    "gatekit.finding/1": (FINDING_SCHEMA, _finding_1_to_2),
+    "gatekit.predecision/1": (PREDECISION_SCHEMA, _predecision_1_to_2),
+    UNCHAINED_JOURNAL: (CHAINED_JOURNAL_WITHOUT_SCHEMA, _journal_1_to_2),
+    CHAINED_JOURNAL_WITHOUT_SCHEMA: (JOURNAL_SCHEMA, _journal_2_to_3),
+}
+
+
+def upgrade(document: Mapping[str, Any], schema: str) -> dict[str, Any]:
+    """`document` (or one event of a journal) of format `schema`, as the current version of its format."""
+    upgraded = dict(document)
+    while schema in UPGRADES:
+        schema, step = UPGRADES[schema]
+        upgraded = step(upgraded)
+    return upgraded
+
+
+def schema_problem(schema: object, current: str) -> str | None:
+    """Why a document that names `schema` cannot be read as the format `current` ("schema: … (why)"), or None."""
+    if isinstance(schema, str) and _leads_to(schema, current):
+        return None
+    family = current.rpartition("/")[0]
+    hint = ("written by a newer gatekit; upgrade gatekit to read it"
+            if isinstance(schema, str) and schema.startswith(family + "/")
+            else f"not a gatekit {family.rpartition('.')[2]}")
+    return f"schema: {schema!r} is not {current!r} ({hint})"
+
+
+def _leads_to(schema: str, current: str) -> bool:
+    while schema in UPGRADES:
+        schema = UPGRADES[schema][0]
+    return schema == current
+
+
+def journal_schema(first_event: Any) -> object:
+    """The format of a journal, from its first event: the `schema` it names, else /2 or /1 by its `prev`.
+    A first line that is not an event object is left to the chain's verification (as if chained)."""
+    if not isinstance(first_event, Mapping):
+        return JOURNAL_SCHEMA
+    if SCHEMA_KEY in first_event:
+        return first_event[SCHEMA_KEY]
+    return CHAINED_JOURNAL_WITHOUT_SCHEMA if "prev" in first_event else UNCHAINED_JOURNAL

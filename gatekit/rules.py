@@ -13,7 +13,7 @@ by the policies): load1, pressure stall (psi), CPU steal, or any of them.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
 import pandas as pd
@@ -21,7 +21,7 @@ import pandas as pd
 from gatekit import stats
 from gatekit.config import RulesSpec
 from gatekit.finding import SensitivityRow
-from gatekit.records import PSI_RESOURCES, WindowSummary
+from gatekit.records import PSI_RESOURCES, Record, WindowSummary
 from gatekit.verdict import classic_decision
 
 PRESSURE_COLUMNS = (*(f"psi_{resource}_pct" for resource in PSI_RESOURCES), "steal_pct")
@@ -200,18 +200,11 @@ def deviation_z(table: pd.DataFrame, in_play: pd.Series, sigma_ref: str,
 
 
 @dataclass(frozen=True, slots=True)
-class Replacement:
+class Replacement(Record):
     """Why a round's pair was re-run: the reason, and each flagged run's finding at that moment."""
 
     reason: str
-    flagged: Mapping[str, Mapping[str, object]]  # label -> {contaminated, z, detail}
-
-    def to_dict(self) -> dict[str, object]:
-        return {"reason": self.reason, "flagged": {k: dict(v) for k, v in self.flagged.items()}}
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, object]) -> Replacement:
-        return cls(str(data["reason"]), dict(data.get("flagged", {})))  # type: ignore[arg-type]
+    flagged: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)  # label -> {contaminated, z, detail}
 
 
 def _problem(row: object, rules: RulesSpec) -> str:

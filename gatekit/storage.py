@@ -14,6 +14,7 @@ from typing import Any, Iterator, Mapping
 import psutil
 
 from gatekit.errors import ConfigError, GatekitError, OutputError, SeriesError
+from gatekit.records import JOURNAL_SCHEMA, SCHEMA_KEY, UNCHAINED_JOURNAL, journal_schema, schema_problem, upgrade
 from gatekit.signals import signals_deferred
 
 
@@ -115,8 +116,8 @@ class Journal:
 
     The lines form a hash chain: every event carries `prev`, the sha256 of the line before it; the first
     carries the sha256 of `genesis` (the predecision file, written before it) or of no bytes when there is
-    none. A journal whose first event has no `prev` was written before hash chains and is continued
-    without them (`legacy`).
+    none, and names the journal's format (`schema`, see `gatekit.records`). A journal of an older format
+    is continued in it: one without a chain (`legacy`) without one.
     """
 
     def __init__(self, path: Path, genesis: Path | None = None) -> None:
@@ -125,7 +126,8 @@ class Journal:
         self._tail_checked = False
         self._loaded = False
         self._head: str | None = None
-        self._legacy = False
+        self._schema: object = JOURNAL_SCHEMA  # of a journal with no line yet: the one its first line will name
+        self._empty = True
 
     @property
     def head(self) -> str | None:
@@ -135,9 +137,14 @@ class Journal:
 
     @property
     def legacy(self) -> bool:
-        """Whether the journal was written before hash chains (its first event has no `prev`)."""
+        """Whether the journal was written before hash chains (gatekit.journal/1: its first event has no `prev`)."""
+        return self.schema == UNCHAINED_JOURNAL
+
+    @property
+    def schema(self) -> object:
+        """The journal's format, named by its first line (`records.journal_schema`)."""
         self._ensure_loaded()
-        return self._legacy
+        return self._schema
 
     def _ensure_loaded(self) -> None:
         if not self._loaded:
@@ -150,14 +157,15 @@ class Journal:
     def _load(self, content: bytes) -> None:
         """Chain state of the complete lines in `content`."""
         lines = [line for line in content.split(b"\n") if line.strip()]
-        self._head, self._legacy = None, False
+        self._head, self._schema = None, JOURNAL_SCHEMA
         if lines:
             try:
                 first = json.loads(lines[0])
             except ValueError:
                 first = None  # damaged, not legacy: the chain goes on and verification names the line
-            self._legacy = isinstance(first, dict) and "prev" not in first
-            self._head = None if self._legacy else line_sha256(lines[-1])
+            self._schema = journal_schema(first)
+            self._head = None if self._schema == UNCHAINED_JOURNAL else line_sha256(lines[-1])
+        self._empty = not lines
         self._loaded = True
 
     def _anchor(self) -> str:
@@ -180,7 +188,9 @@ class Journal:
                 self._tail_checked = True
                 if not self._loaded:
                     self._load(_read_all(fd, size))
-                chain = {} if self._legacy else {"prev": self._head or self._anchor()}
+                chain = {} if self.legacy else {"prev": self._head or self._anchor()}
+                if self._empty:
+                    chain[SCHEMA_KEY] = JOURNAL_SCHEMA
                 text = json.dumps({"event": event, **fields, **chain}, sort_keys=True, allow_nan=False)
                 data = (text + "\n").encode("utf-8")
                 view = memoryview(data)
@@ -195,7 +205,8 @@ class Journal:
                 raise self._failed(event, exc) from None
             finally:
                 os.close(fd)
-            if not self._legacy:
+            self._empty = False
+            if not self.legacy:
                 self._head = line_sha256(data[:-1])
         return json.loads(text)
 
@@ -206,9 +217,16 @@ class Journal:
                            f"gate run --resume {self.path.parent}")
 
     def events(self) -> Iterator[Mapping[str, Any]]:
-        """Every complete event; a torn last line (killed mid-write) is ignored, anything else is an error."""
-        for _, _, event in self.lines():
-            yield event
+        """Every complete event, upgraded to the current format (`records.upgrade`); a torn last line (killed
+        mid-write) is ignored, anything else is an error. Its chain is `gate verify`'s to check, on `lines`."""
+        schema: object = None
+        for number, _, event in self.lines():
+            if schema is None:
+                schema = journal_schema(event)
+                problem = schema_problem(schema, JOURNAL_SCHEMA)
+                if problem:
+                    raise SeriesError(f"{self.path}: line {number}: {problem}")
+            yield upgrade(event, schema) if isinstance(event, Mapping) else event  # type: ignore[arg-type]
 
     def lines(self) -> Iterator[tuple[int, bytes, Any]]:
         """(line number, the line's exact bytes, its event) of every event, as `events` reads them."""

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, Mapping
 
 from gatekit.errors import ConfigError, GatekitError, SeriesError, VerificationError
 from gatekit.provenance import sha256_file
+from gatekit.records import JOURNAL_SCHEMA, UNCHAINED_JOURNAL, journal_schema, schema_problem
 from gatekit.storage import (EMPTY_SHA256, JOURNAL_FILE, LEGACY_JOURNAL_WARNING, Journal, atomic_write_text,
                              line_sha256)
 
@@ -90,8 +91,11 @@ def _verify_chain(series_dir: Path, journal_path: Path) -> tuple[int, str | None
         raise VerificationError(str(exc)) from None
     if not lines:
         raise VerificationError(f"{journal_path}: empty journal; nothing to verify")
-    first = lines[0][2]
-    chained = isinstance(first, Mapping) and "prev" in first
+    schema = journal_schema(lines[0][2])
+    problem = schema_problem(schema, JOURNAL_SCHEMA)
+    if problem:
+        raise VerificationError(f"{journal_path}: line {lines[0][0]}: {problem}")
+    chained = schema != UNCHAINED_JOURNAL  # a journal that names its format is chained: every line needs its prev
     previous: tuple[int, bytes] | None = None
     run_ends: dict[str, tuple[int, Mapping[str, Any]]] = {}
     for number, line, event in lines:
@@ -104,6 +108,9 @@ def _verify_chain(series_dir: Path, journal_path: Path) -> tuple[int, str | None
                 expected, source = _anchor(series_dir, event, where)
             else:
                 expected, source = line_sha256(previous[1]), f"line {previous[0]}"
+            if "prev" not in event and previous is None:
+                raise VerificationError(f"{where}: has no prev, but the journal names {schema}, which is "
+                                        "hash-chained; an unchained journal cannot pass for it")
             if "prev" not in event:
                 raise VerificationError(f"{where}: has no prev; the chain from line {lines[0][0]} is broken")
             if event["prev"] != expected:

@@ -18,6 +18,7 @@ from gatekit import sequential as sq
 from gatekit.config import GuardSpec, load_gate
 from gatekit.errors import SeriesInterrupted
 from gatekit.policy import policy_for
+from gatekit.records import upgrade
 from gatekit.schedule import extension, order_seed, plan, thue_morse
 from gatekit.series.runner import SeriesRunner
 from gatekit.verify import analyze_series
@@ -324,7 +325,8 @@ def test_sequential_extends_to_a_third_stage_when_look_2_is_close(gate_dir) -> N
 
 
 def test_a_v3_series_still_reanalyses_as_v3(gate_dir) -> None:
-    """A predecision written before v4 has no sequential_version: it is v3, two looks at its own constants."""
+    """A v3 series re-analyses as v3, two looks at its own constants (a predecision/1 written before v4 has no
+    sequential_version and upgrades to 3: test_the_predecision_keys_the_design_version)."""
     g = gate_dir(off={"elapsed": times("off", OFF12)}, on={"elapsed": times("on", ON12)}, rules=SEQ_RULES,
                  gate={"seed": 1})
     config = load_gate(g.gate).with_overrides(policy="sequential", seed=1)
@@ -334,7 +336,7 @@ def test_a_v3_series_still_reanalyses_as_v3(gate_dir) -> None:
     result = runner.start()
     (series,) = g.series_dirs()
     predecision = tomllib.loads((series / "predecision.toml").read_text())
-    assert "sequential_version" not in predecision["decision"]  # exactly what v3 wrote
+    assert predecision["decision"]["sequential_version"] == 3  # stated since predecision/2
     assert any(line.startswith("Policy sequential: look 1 after 4 runs per arm, look 2 after 8;")
                for line in predecision["stated_rules"])
     finding = result.finding.to_dict()
@@ -526,6 +528,8 @@ def test_the_predecision_keys_the_design_version(gate_dir) -> None:
     assert DecisionSpec.from_dict(classic.to_dict()) == classic
     seq = DecisionSpec.from_gate(config.with_overrides(policy="sequential"), "off", "on")
     assert seq.to_dict()["sequential_version"] == 4 and DecisionSpec.from_dict(seq.to_dict()) == seq
-    legacy = {k: v for k, v in seq.to_dict().items() if k != "sequential_version"}  # written by v3
-    assert DecisionSpec.from_dict(legacy).sequential_version == 3
+    # a predecision/1 written by v3 has no sequential_version: its upgrade says which design it preregistered
+    legacy = {"schema": "gatekit.predecision/1",
+              "decision": {k: v for k, v in seq.to_dict().items() if k != "sequential_version"}}
+    assert DecisionSpec.from_dict(upgrade(legacy, legacy["schema"])["decision"]).sequential_version == 3
     assert policy_for("sequential", 3).max_rounds(0) == 8 and policy_for("sequential", 4).max_rounds(0) == 12

@@ -26,8 +26,9 @@ class PolicyDescriptor:
     order: str = "abab"  # its run order when the gate states none ("duet": pairs run together, not interleaved)
     stages: tuple[int, ...] | None = None  # runs per arm at each look when the policy fixes them; None: the gate's n
     version: int | None = None  # the design a new series preregisters (None: the policy has one design)
-    version_key: str | None = None  # the predecision key that records the version
-    unrecorded_version: int | None = None  # the version of a predecision written before that key existed
+    # the predecision key that records the version (a predecision/1 may lack it: records.upgrade says which
+    # version that was)
+    version_key: str | None = None
     default_evidence: str = "load1"  # rules.evidence when the gate file states none
     plan_sizes: tuple[int, ...] = PLAN_SIZES  # runs per arm (pairs) `gate plan` tries, in order
     plan_step: int = 1  # the spacing of those sizes when the plan bisects between two of them
@@ -60,7 +61,7 @@ BUILTIN = (
     PolicyDescriptor("classic"),
     PolicyDescriptor("sequential",
                      order="thue-morse", stages=(4, 8, 12), version=4, version_key="sequential_version",
-                     unrecorded_version=3, default_evidence="psi", plan_sizes=(), mde_sizes=(12,),
+                     default_evidence="psi", plan_sizes=(), mde_sizes=(12,),
                      in_suite=True, suite_targets=True),
     PolicyDescriptor("duet",
                      mode=DUET_MODE, order="duet", default_evidence="psi", plan_sizes=_PLAN_PAIRS, plan_step=2,
