@@ -17,9 +17,10 @@ from typing import Any
 import pytest
 
 from gatekit.config import load_gate
-from gatekit.errors import ConfigError, VerificationError
+from gatekit.errors import ConfigError, SeriesError, VerificationError
 from gatekit.exports import summary_markdown
 from gatekit.finding import load_finding
+from gatekit.records import JOURNAL_SCHEMA, PREDECISION_SCHEMA
 from gatekit.series.runner import SeriesRunner
 from gatekit.verify import analyze_series
 from gatekit.storage import EMPTY_SHA256, LEGACY_JOURNAL_WARNING, Journal, line_sha256
@@ -178,6 +179,33 @@ def test_a_line_without_prev_in_a_chained_journal_fails(tmp_path: Path) -> None:
     path.write_text("\n".join(lines) + "\n")
     with pytest.raises(VerificationError, match=r"line 4 \(\w+\): has no prev"):
         verify_series(series)
+
+
+def test_a_series_names_its_formats_and_its_first_line_cannot_shed_the_chain(tmp_path: Path) -> None:
+    series, _ = _series(tmp_path)
+    path = series / "journal.jsonl"
+    events = [json.loads(line) for line in path.read_text().splitlines()]
+    assert events[0]["schema"] == JOURNAL_SCHEMA and not any("schema" in e for e in events[1:])
+    assert f'schema = "{PREDECISION_SCHEMA}"' in (series / "predecision.toml").read_text()
+    # every prev removed: an unchained journal, but one that claims the chained format
+    path.write_text("".join(json.dumps({k: v for k, v in e.items() if k != "prev"}, sort_keys=True) + "\n"
+                            for e in events))
+    with pytest.raises(VerificationError, match=rf"line 1 \(series_start\): has no prev, but the journal names "
+                                                rf"{JOURNAL_SCHEMA}, which is hash-chained"):
+        verify_series(series)
+
+
+def test_a_journal_of_a_newer_format_is_refused(tmp_path: Path) -> None:
+    series, _ = _series(tmp_path)
+    path = series / "journal.jsonl"
+    lines = path.read_text().splitlines()
+    first = json.loads(lines[0])
+    first["schema"] = "gatekit.journal/99"
+    path.write_text("\n".join([json.dumps(first, sort_keys=True), *lines[1:]]) + "\n")
+    with pytest.raises(VerificationError, match=r"'gatekit.journal/99' is not '.+' \(written by a newer gatekit"):
+        verify_series(series)
+    with pytest.raises(SeriesError, match="line 1: schema: 'gatekit.journal/99'"):
+        list(Journal(path).events())
 
 
 def test_a_finding_that_differs_from_its_recomputation_fails_verify(tmp_path: Path) -> None:
