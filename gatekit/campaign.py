@@ -37,7 +37,7 @@ from gatekit.engines import (ENGINES, GateOutcome, GateStatus, GateTask, Pinning
                              visible_gpus)
 from gatekit.errors import EXIT_FAIL_ON, EXIT_INVALID, ConfigError, SeriesError, SeriesInterrupted
 from gatekit.series.runloop import now
-from gatekit.storage import Journal, atomic_write_bytes, write_output
+from gatekit.storage import Journal, atomic_write_bytes
 
 if TYPE_CHECKING:  # the findings (and the statistics behind them) are loaded when the gates are done
     from gatekit.findingset import LoadedFinding
@@ -329,7 +329,7 @@ def _campaign_lock(folder: Path) -> Iterator[None]:
 def write_campaign_outputs(result: CampaignResult, *, site: bool = True) -> CampaignResult:
     """Load the finished gates' findings; write summary.md, junit.xml and (`site`) the findings site into
     the campaign folder (the summary and JUnit cover every finished gate, the site every finding)."""
-    from gatekit.exports import junit_xml, summary_markdown
+    from gatekit.exports import CiOutputs
     from gatekit.findingset import load_many
     from gatekit.report.rundata import load_run_files
     from gatekit.report.site import prepare, report_files, write_files
@@ -342,9 +342,8 @@ def write_campaign_outputs(result: CampaignResult, *, site: bool = True) -> Camp
     site_index = None
     if loaded:
         site_index = folder / SITE_DIR / "index.html"
-        summary = summary_markdown([f.finding for f in loaded], full_report=str(site_index))
-        write_output(folder / SUMMARY_FILE, summary, "campaign summary")
-        write_output(folder / JUNIT_FILE, junit_xml([f.finding for f in loaded]), "campaign JUnit report")
+        CiOutputs(summary_md=folder / SUMMARY_FILE, junit=folder / JUNIT_FILE).write(
+            [f.finding for f in loaded], full_report=str(site_index))
         written += [folder / SUMMARY_FILE, folder / JUNIT_FILE]
     if loaded and site:
         # run folders are found under each gate's own runs folder (meta.related_runs end in <series>/<label>)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import sys
 import time
@@ -28,6 +29,7 @@ from gatekit.storage import write_output
 # tests/test_cli_imports.py keeps it so.
 if TYPE_CHECKING:
     from gatekit.analysis import SeriesEvidence
+    from gatekit.exports import CiOutputs
     from gatekit.finding import Finding
 
 FAIL_ON = {"regression": ("regression", "guard_failed"),
@@ -97,63 +99,40 @@ def _two_arms(config: GateConfig, off: str | None, on: str | None) -> tuple:
 
 
 def ci_output_options(command: Callable) -> Callable:
-    """--summary-md, --junit and --export: CI outputs of the finding, written atomically after it."""
-    command = click.option("--export", "exports", type=(click.Choice(EXPORT_FORMATS), click.Path(path_type=Path)),
-                           multiple=True, metavar="FORMAT FILE",
-                           help="Also write FILE in FORMAT: gab-json (github-action-benchmark; configure "
-                                "tool customSmallerIsBetter for a lower-is-better primary, customBiggerIsBetter "
-                                "for a higher-is-better one) or bmf (Bencher Metric Format). Invalid findings "
-                                "are left out (one line on stderr each). Repeatable.")(command)
-    command = click.option("--bmf-measure", "bmf_measure", type=click.Choice(["custom", "latency"]),
-                           default="custom", show_default=True,
-                           help="bmf: the primary as a custom measure named by the metric, or as Bencher's "
-                                "built-in latency in nanoseconds (a primary in seconds; continues a history "
-                                "that Bencher's hyperfine adapter started).")(command)
-    command = click.option("--junit", "junit", type=click.Path(path_type=Path),
-                           help="Write JUnit XML: one testcase per gate, failed on regression, guard_failed "
-                                "or invalid.")(command)
-    return click.option("--summary-md", "summary_md", type=click.Path(path_type=Path),
-                        help="Write a Markdown summary (for $GITHUB_STEP_SUMMARY or a PR comment).")(command)
+    """--summary-md, --junit, --export and --bmf-measure, handed to the command as one `ci`
+    (gatekit.exports.CiOutputs, imported when the command runs): the CI outputs of its findings."""
+    @functools.wraps(command)
+    def with_ci_outputs(*args, summary_md: Path | None, junit: Path | None,  # type: ignore[no-untyped-def]
+                        exports: tuple[tuple[str, Path], ...], bmf_measure: str, **kwargs):
+        from gatekit.exports import CiOutputs
+
+        ci = CiOutputs(summary_md=summary_md, junit=junit, exports=tuple(exports), bmf_measure=bmf_measure)
+        return command(*args, ci=ci, **kwargs)
+
+    for option in reversed((  # listed in --help in this order
+            click.option("--summary-md", "summary_md", type=click.Path(path_type=Path),
+                         help="Write a Markdown summary (for $GITHUB_STEP_SUMMARY or a PR comment)."),
+            click.option("--junit", "junit", type=click.Path(path_type=Path),
+                         help="Write JUnit XML: one testcase per gate, failed on regression, guard_failed "
+                              "or invalid."),
+            click.option("--bmf-measure", "bmf_measure", type=click.Choice(["custom", "latency"]),
+                         default="custom", show_default=True,
+                         help="bmf: the primary as a custom measure named by the metric, or as Bencher's "
+                              "built-in latency in nanoseconds (a primary in seconds; continues a history "
+                              "that Bencher's hyperfine adapter started)."),
+            click.option("--export", "exports", type=(click.Choice(EXPORT_FORMATS), click.Path(path_type=Path)),
+                         multiple=True, metavar="FORMAT FILE",
+                         help="Also write FILE in FORMAT: gab-json (github-action-benchmark; configure "
+                              "tool customSmallerIsBetter for a lower-is-better primary, customBiggerIsBetter "
+                              "for a higher-is-better one) or bmf (Bencher Metric Format). Invalid findings "
+                              "are left out (one line on stderr each). Repeatable."))):
+        with_ci_outputs = option(with_ci_outputs)
+    return with_ci_outputs
 
 
-def _write_ci_outputs(findings: list[Finding], summary_md: Path | None, junit: Path | None,
-                      exports: tuple[tuple[str, Path], ...], finding_paths: tuple[str, ...] = (), *,
-                      bmf_measure: str = "custom", full_report: str = "", exits_invalid: bool = False) -> None:
-    """Write the CI outputs; `finding_paths` names the finding a series just wrote (runs happened, so a
-    failed write is exit 4 and says how to write the output again). The metric exports leave invalid
-    findings out, one stderr line each; an export left with no entry is never written empty: it is refused
-    (exit 2), or, where the command then exits 3 for the invalid finding (`exits_invalid`), left unwritten
-    with a line saying so."""
-    from functools import partial
-
-    from gatekit.exports import EXPORTERS, EmptyExportError, junit_xml, skipped_notes, summary_markdown
-
-    def work() -> None:
-        summary = partial(summary_markdown, full_report=full_report or (finding_paths[0] if finding_paths else ""))
-        outputs = [(summary_md, summary, "summary"), (junit, junit_xml, "JUnit report")]
-        renderers = {**EXPORTERS, "bmf": partial(EXPORTERS["bmf"], measure=bmf_measure)}
-        outputs += [(path, renderers[name], f"{name} export") for name, path in exports]
-        if exports:
-            for note in skipped_notes(findings):
-                _stderr(note)
-        for path, render, what in outputs:
-            if path is None:
-                continue
-            try:
-                write_output(path, render(findings), what)
-            except EmptyExportError as exc:
-                if not exits_invalid:
-                    raise ConfigError(f"{path}: not written: {exc}") from None
-                _stderr(f"{path}: not written: {exc}")
-            except ConfigError as exc:  # what the findings hold cannot be this output (exit 2)
-                written = f"; the finding is written ({finding_paths[-1]})" if finding_paths else ""
-                raise ConfigError(f"{path}: not written: {exc}{written}") from None
-            except GatekitError as exc:
-                if not finding_paths:
-                    raise
-                raise OutputError(f"{exc}; the finding is written ({finding_paths[-1]}): write the output "
-                                  f"again with `gate report {finding_paths[-1]}` and the same option") from None
-    _call(work)
+def _write_ci_outputs(ci: CiOutputs, findings: list[Finding], **how) -> None:  # type: ignore[no-untyped-def]
+    """`ci.write` at the edge: its notes on stderr, its errors as gate errors (`how`: CiOutputs.write's)."""
+    _call(lambda: ci.write(findings, note=_stderr, **how))
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
@@ -223,8 +202,7 @@ def check(off: str | None, on: str | None, gate_path: Path) -> None:
 @ci_output_options
 def run(off: str | None, on: str | None, gate_path: Path, n: int | None, order: str | None, seed: int | None,
         policy: str | None, warmup: int | None, out: Path | None, runs_dir: Path | None, as_json: bool,
-        fail_on: str | None, resume: Path | None, sign_key: Path | None, summary_md: Path | None,
-        junit: Path | None, exports: tuple[tuple[str, Path], ...], bmf_measure: str) -> None:
+        fail_on: str | None, resume: Path | None, sign_key: Path | None, ci: CiOutputs) -> None:
     """Run the interleaved OFF/ON series, apply the preregistered rules and write the finding.
 
     OFF is the baseline arm and ON the arm with the change; each is an arm name of the gate file or a
@@ -246,14 +224,14 @@ def run(off: str | None, on: str | None, gate_path: Path, n: int | None, order: 
                 raise ConfigError("--resume continues a series exactly as registered; "
                                   "drop OFF/ON, --n, --order, --seed, --policy, --warmup, --out and --runs")
             opened = open_series(resume, gate_path if gate_path != Path("gate.toml") else None)
-            _check_exports(exports, opened.config, bmf_measure)
+            ci.check(opened.config.gate.primary, str(opened.config.path))
             return SeriesRunner(opened.config, opened.off, opened.on, report=_progress).resume(opened)
         if bool(off) != bool(on):
             raise ConfigError("name both arms or neither: gate run OFF ON (arm names of the gate file or arm "
                               ".toml paths; neither: the gate file's first two arms)")
         config = load_gate(gate_path).with_overrides(n=n, order=order, seed=seed, out=out, runs=runs_dir,
                                                      policy=policy, warmup=warmup)
-        _check_exports(exports, config, bmf_measure)
+        ci.check(config.gate.primary, str(config.path))
         off_arm, on_arm = _two_arms(config, off, on)
         return SeriesRunner(config, off_arm, on_arm, report=_progress).start()
 
@@ -266,16 +244,8 @@ def run(off: str | None, on: str | None, gate_path: Path, n: int | None, order: 
         signed = _call(lambda: sign_finding(json_path, result.finding.predecision.chain_head, key))
         paths += (str(signed),)
     _emit(result.finding, as_json, paths)
-    _write_ci_outputs([result.finding], summary_md, junit, exports, paths, bmf_measure=bmf_measure,
-                      exits_invalid=True)
+    _write_ci_outputs(ci, [result.finding], finding_paths=paths, exits_invalid=True)
     _exit_for(result.finding, fail_on)
-
-
-def _check_exports(exports: tuple[tuple[str, Path], ...], config: GateConfig, bmf_measure: str) -> None:
-    from gatekit.exports import check_export
-
-    for name, _ in exports:
-        check_export(name, config.gate.primary, str(config.path), bmf_measure=bmf_measure)
 
 
 def _emit(finding: Finding, as_json: bool, paths: tuple[str, ...] = ()) -> None:
@@ -306,8 +276,7 @@ def _exit_for(finding: Finding, fail_on: str | None) -> None:
 @click.option("--fail-on", type=click.Choice(sorted(FAIL_ON)), help="Exit 1 on this outcome.")
 @ci_output_options
 def analyze_cmd(source: Path, gate_path: Path | None, off_name: str | None, on_name: str | None, as_json: bool,
-                fail_on: str | None, summary_md: Path | None, junit: Path | None,
-                exports: tuple[tuple[str, Path], ...], bmf_measure: str) -> None:
+                fail_on: str | None, ci: CiOutputs) -> None:
     """Recompute stats and verdict offline from a series directory or a CSV.
 
     A series directory is analysed with the rules of its predecision file, after verifying its sha256,
@@ -334,7 +303,7 @@ def analyze_cmd(source: Path, gate_path: Path | None, off_name: str | None, on_n
 
     finding = _call(work)
     _emit(finding, as_json)
-    _write_ci_outputs([finding], summary_md, junit, exports, bmf_measure=bmf_measure, exits_invalid=True)
+    _write_ci_outputs(ci, [finding], exits_invalid=True)
     _exit_for(finding, fail_on)
 
 
@@ -547,10 +516,9 @@ def _prepare(paths: list[Path], runs_roots: tuple[Path, ...]):  # type: ignore[n
 @runs_root_option
 @ci_output_options
 def report_cmd(findings: tuple[Path, ...], html_dir: Path | None, md_file: Path | None, runs_roots: tuple[Path, ...],
-               summary_md: Path | None, junit: Path | None, exports: tuple[tuple[str, Path], ...],
-               bmf_measure: str) -> None:
+               ci: CiOutputs) -> None:
     """Render finding files (.json or .toml) as HTML pages and/or Markdown, and CI outputs."""
-    if not (html_dir or md_file or summary_md or junit or exports):
+    if not (html_dir or md_file or ci.requested):
         raise click.UsageError("say what to write: --html DIR, --md FILE, --summary-md, --junit or --export")
 
     def work() -> list[Path]:
@@ -567,8 +535,7 @@ def report_cmd(findings: tuple[Path, ...], html_dir: Path | None, md_file: Path 
         for item in prepared:
             for note in item.run_files.notes:
                 _stderr(f"{item.finding.id}: {note}")
-        _write_ci_outputs([f.finding for f in loaded], summary_md, junit, exports, bmf_measure=bmf_measure,
-                          full_report=str(md_file or html_dir or ""))
+        ci.write([f.finding for f in loaded], full_report=str(md_file or html_dir or ""), note=_stderr)
         return written
 
     for path in _call(work):
@@ -610,8 +577,7 @@ def site_cmd(findings_dir: Path, site_dir: Path, runs_roots: tuple[Path, ...]) -
 @click.option("--fail-on", type=click.Choice(sorted(FAIL_ON)), help="Exit 1 when any gate has this outcome.")
 @ci_output_options
 def campaign_cmd(campaign_file: Path, engine: str, address: str | None, max_parallel: int | None,
-                 resume: Path | None, fail_on: str | None, summary_md: Path | None, junit: Path | None,
-                 exports: tuple[tuple[str, Path], ...], bmf_measure: str) -> None:
+                 resume: Path | None, fail_on: str | None, ci: CiOutputs) -> None:
     """Run every gate of a campaign file; write each finding, one summary of all gates and the findings site.
 
     Exit 3 if any gate is invalid (or could not run), else 130 if any is interrupted (resume with --resume
@@ -619,12 +585,10 @@ def campaign_cmd(campaign_file: Path, engine: str, address: str | None, max_para
     """
     def work():  # type: ignore[no-untyped-def]
         from gatekit.campaign import CampaignOptions, load_campaign, run_campaign
-        from gatekit.exports import check_export
 
         campaign = load_campaign(campaign_file)
-        for name, _ in exports:  # an export that cannot hold a gate is refused before anything runs
-            for gate in campaign.gates:
-                check_export(name, gate.primary, str(gate.gate_path), bmf_measure=bmf_measure)
+        for gate in campaign.gates:  # an export that cannot hold a gate is refused before anything runs
+            ci.check(gate.primary, str(gate.gate_path))
         options = CampaignOptions(engine=engine, address=address, max_parallel=max_parallel, resume=resume)
         return run_campaign(campaign, options, report=_progress)
 
@@ -635,8 +599,8 @@ def campaign_cmd(campaign_file: Path, engine: str, address: str | None, max_para
         click.echo(line)
     findings = [f.finding for f in result.findings]
     if findings:
-        _write_ci_outputs(findings, summary_md, junit, exports, tuple(str(f.path) for f in result.findings),
-                          bmf_measure=bmf_measure, full_report=str(result.site_index or ""), exits_invalid=True)
+        _write_ci_outputs(ci, findings, finding_paths=tuple(str(f.path) for f in result.findings),
+                          full_report=str(result.site_index or ""), exits_invalid=True)
     if resume_hint(result):
         _stderr(resume_hint(result))
     raise SystemExit(result.exit_code(FAIL_ON[fail_on] if fail_on else ()))
@@ -706,8 +670,7 @@ def import_options(command: Callable) -> Callable:
 
 
 def _import(evidence: Callable[[], SeriesEvidence], *, out: Path, as_json: bool, fail_on: str | None,
-            summary_md: Path | None, junit: Path | None, exports: tuple[tuple[str, Path], ...],
-            bmf_measure: str = "custom") -> None:
+            ci: CiOutputs) -> None:
     """Analyze imported evidence like a gate's own, write the finding and its CI outputs, exit by outcome."""
     def work():  # type: ignore[no-untyped-def]
         from gatekit.analysis import analyze
@@ -718,8 +681,7 @@ def _import(evidence: Callable[[], SeriesEvidence], *, out: Path, as_json: bool,
 
     finding, paths = _call(work)
     _emit(finding, as_json, tuple(str(p) for p in paths))
-    _write_ci_outputs([finding], summary_md, junit, exports, bmf_measure=bmf_measure, full_report=str(paths[-1]),
-                      exits_invalid=True)
+    _write_ci_outputs(ci, [finding], full_report=str(paths[-1]), exits_invalid=True)
     _exit_for(finding, fail_on)
 
 

@@ -1,7 +1,7 @@
 """CI outputs of findings: a Markdown job summary, JUnit XML, github-action-benchmark and Bencher JSON.
 
-Pure serializers (findings in, str out), as hyperfine's exporters are; the CLI writes the text with
-`storage.write_output`. Formats:
+Pure serializers (findings in, str out), as hyperfine's exporters are; `CiOutputs`, the outputs one command
+was asked for, is the one writer (through `storage.write_output`). Formats:
 - summary-md: GitHub-flavoured Markdown for `$GITHUB_STEP_SUMMARY` or a PR comment, kept under GitHub's
   1024 KiB limit: whole gates while they fit, then a line saying how many were cut and where the rest is.
 - junit: one <testcase> per gate; <failure> on a failing decision (regression, guard_failed, invalid),
@@ -30,14 +30,18 @@ import json
 import re
 import xml.etree.ElementTree as ET
 from collections import Counter
+from dataclasses import dataclass
+from functools import partial
+from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
-from gatekit.errors import ConfigError
+from gatekit.errors import ConfigError, GatekitError, OutputError
 from gatekit.finding import Finding, Stats
 from gatekit.report.common import (decision_words, delta_ci, fmt, fmt_signed, guard_metrics, is_number,
                                    one_line_why, runs_per_arm, unit_of)
 from gatekit.report.markdown import literal
 from gatekit.stats import mean, sample_sd
+from gatekit.storage import write_output
 from gatekit.verdict import Decision
 
 NAME_MAX_BYTES = 1024  # Bencher's MAX_BENCHMARK_NAME_LEN (lib/bencher_valid/src/benchmark_name.rs), UTF-8 bytes
@@ -357,3 +361,61 @@ def bmf_json(findings: Sequence[Finding], *, measure: str = "custom") -> str:
 
 
 EXPORTERS: Mapping[str, Callable[..., str]] = {"gab-json": gab_json, "bmf": bmf_json}
+
+
+# -- the outputs one command writes -----------------------------------------------------------------
+
+@dataclass(frozen=True)
+class CiOutputs:
+    """The CI outputs a command was asked for (--summary-md, --junit, --export FORMAT FILE, --bmf-measure),
+    parsed once: `check` refuses an export that cannot hold a gate before anything runs; `write` is the one
+    place the serializers above reach disk."""
+
+    summary_md: Path | None = None
+    junit: Path | None = None
+    exports: tuple[tuple[str, Path], ...] = ()
+    bmf_measure: str = "custom"
+
+    @property
+    def requested(self) -> bool:
+        return bool(self.summary_md or self.junit or self.exports)
+
+    def check(self, primary: str, source: str) -> None:
+        """Refuse, before anything runs, an export that cannot hold a gate of this primary (`source` names it)."""
+        for name, _ in self.exports:
+            check_export(name, primary, source, bmf_measure=self.bmf_measure)
+
+    def _serializers(self, full_report: str) -> list[tuple[Path, Callable[[Sequence[Finding]], str], str]]:
+        """(file, serializer, what it is) for every output asked for, in the order they are written."""
+        exporters = {**EXPORTERS, "bmf": partial(EXPORTERS["bmf"], measure=self.bmf_measure)}
+        outputs = [(self.summary_md, partial(summary_markdown, full_report=full_report), "summary"),
+                   (self.junit, junit_xml, "JUnit report")]
+        outputs += [(path, exporters[name], f"{name} export") for name, path in self.exports]
+        return [(path, serialize, what) for path, serialize, what in outputs if path is not None]
+
+    def write(self, findings: Sequence[Finding], *, finding_paths: Sequence[str] = (), full_report: str = "",
+              exits_invalid: bool = False, note: Callable[[str], None] = lambda line: None) -> None:
+        """Write every output asked for, atomically. `finding_paths` names the finding a series just wrote
+        (runs happened, so a failed write is exit 4 and says how to write the output again); `full_report` is
+        where a cut summary points (default: that finding). The metric exports leave invalid findings out,
+        one `note` line each; an export left with no entry is never written empty: it is refused (exit 2),
+        or, where the command then exits 3 for the invalid finding (`exits_invalid`), left unwritten with a
+        `note` saying so."""
+        if self.exports:
+            for line in skipped_notes(findings):
+                note(line)
+        for path, serialize, what in self._serializers(full_report or next(iter(finding_paths), "")):
+            try:
+                write_output(path, serialize(findings), what)
+            except EmptyExportError as exc:
+                if not exits_invalid:
+                    raise ConfigError(f"{path}: not written: {exc}") from None
+                note(f"{path}: not written: {exc}")
+            except ConfigError as exc:  # what the findings hold cannot be this output (exit 2)
+                written = f"; the finding is written ({finding_paths[-1]})" if finding_paths else ""
+                raise ConfigError(f"{path}: not written: {exc}{written}") from None
+            except GatekitError as exc:
+                if not finding_paths:
+                    raise
+                raise OutputError(f"{exc}; the finding is written ({finding_paths[-1]}): write the output "
+                                  f"again with `gate report {finding_paths[-1]}` and the same option") from None
