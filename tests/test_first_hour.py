@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import os
 import re
 import shutil
@@ -21,7 +22,7 @@ import pytest
 from gatekit.config import load_gate
 from gatekit.errors import ConfigError
 from gatekit.finding import Stats
-from gatekit.report.common import fmt, fmt_signed, number_text
+from gatekit.report.common import MISSING, fmt, fmt_signed, number_text
 from gatekit.report.page import _SHOWN_STATS, STAT_LABELS, stats_blocks
 from gatekit.report.terminal import summary
 from gatekit.series.runner import SeriesRunner
@@ -232,6 +233,17 @@ def test_small_numbers_keep_their_significant_digits(value: float, digits: int, 
     assert number_text(value, digits) == fmt(value, digits) == text
     assert fmt_signed(value, digits) == signed
     assert float(text) == pytest.approx(value, rel=1e-3, abs=10 ** -digits / 2)
+
+
+@pytest.mark.parametrize("value", [None, math.nan, math.inf, -math.inf])
+def test_a_missing_value_reads_the_same_everywhere_and_takes_no_unit(value: Any) -> None:
+    # the terminal summary, the narrative, the pages and the exports all write numbers through fmt/fmt_signed
+    assert fmt(value, unit=" %") == fmt_signed(value, 2, unit=" %") == MISSING
+
+
+def test_a_unit_follows_numbers_only() -> None:
+    assert (fmt(1.5, 2, unit=" %"), fmt(3, unit=" s"), fmt_signed(-0.5, 1, unit=" %")) == ("1.50 %", "3 s", "-0.5 %")
+    assert (fmt("n/a", unit=" %"), fmt(True, unit=" %"), fmt_signed("1", unit=" %")) == ("n/a", "yes", MISSING)
 
 
 def _series(root: Path, off: dict[str, Any], on: dict[str, Any], *, title: str = "Small metrics",

@@ -26,23 +26,27 @@ def number_text(value: float, digits: int = 4, sign: str = "") -> str:
     return f"{value:{sign}.{digits}f}"
 
 
-def fmt(value: Any, digits: int = 4) -> str:
-    """A number with `digits` decimals (significant digits when small, see number_text); '—' for missing or
-    non-finite values; other values as text."""
+MISSING = "—"  # what reports and exports write for a value that is absent or not a finite number
+
+
+def fmt(value: Any, digits: int = 4, unit: str = "") -> str:
+    """A number with `digits` decimals (significant digits when small, see number_text) and `unit` after it;
+    MISSING for missing or non-finite values; other values as text (a bool as yes/no), without the unit."""
     if value is None or (isinstance(value, float) and not math.isfinite(value)):
-        return "—"
+        return MISSING
     if isinstance(value, bool):
         return "yes" if value else "no"
     if isinstance(value, float):
-        return number_text(value, digits)
-    return str(value)
+        return number_text(value, digits) + unit
+    return str(value) + unit if isinstance(value, int) else str(value)
 
 
-def fmt_signed(value: Any, digits: int = 4) -> str:
-    """A number with its sign, as `fmt` writes it; '—' for missing or non-finite values."""
+def fmt_signed(value: Any, digits: int = 4, unit: str = "") -> str:
+    """A number with its sign, as `fmt` writes it, and `unit` after it; MISSING for missing or non-finite
+    values."""
     if not is_number(value):
-        return "—"
-    return number_text(float(value), digits, "+")
+        return MISSING
+    return number_text(float(value), digits, "+") + unit
 
 
 _TIME_UNITS = (("_ms", "ms"), ("_us", "µs"), ("_ns", "ns"), ("_s", "s"))

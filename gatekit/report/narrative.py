@@ -4,26 +4,11 @@ can tell them from the sections people add."""
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 from gatekit import diagnostics
 from gatekit.finding import Finding, Section, Stats
-from gatekit.report.common import number_text
-
-
-def _fmt(value: Any, digits: int = 4) -> str:
-    if value is None or (isinstance(value, float) and not math.isfinite(value)):
-        return "—"
-    if isinstance(value, float):
-        return number_text(value, digits)
-    return str(value)
-
-
-def _signed(value: Any, digits: int = 4, unit: str = " %") -> str:
-    if value is None or (isinstance(value, float) and not math.isfinite(value)):
-        return "—"
-    return number_text(float(value), digits, "+") + unit
+from gatekit.report.common import MISSING, fmt, fmt_signed
 
 
 def _section(type_: str, **content: Any) -> Section:
@@ -45,50 +30,52 @@ def narrative(finding: Finding) -> tuple[Section, ...]:
     kind = "Blocked (not interleaved) comparison" if gate.order == "blocked" else f"Interleaved {gate.order} gate"
     lead = (f"{kind} of `{on_arm}` against `{off_arm}`, {gate.n} runs per arm, "
             f"deciding on {primary} ({gate.direction} is better). Decision: **{decision.value}** — "
-            f"Δ {_fmt(s.delta_pct)} % against a threshold of {_fmt(s.threshold_pct)} %.")
+            f"Δ {fmt(s.delta_pct)} % against a threshold of {fmt(s.threshold_pct)} %.")
     seq = finding.sequential
     if seq is not None:
         last = seq.looks[-1] if seq.looks else None
         lead = (f"Sequential gate of `{on_arm}` against `{off_arm}` in {gate.order} order, "
                 f"{' then '.join(str(n) for n in seq.runs_per_arm)} runs per arm, deciding on {primary} "
                 f"({gate.direction} is better). Decision: **{decision.value}** at look "
-                f"{last.look if last else '—'} — Δ {_signed(last.delta_pct if last else None)} as a ratio of "
-                f"geometric means, {100 * ((last.ci_level or 0) if last else 0):g} % CI "
-                f"[{_signed(last.ci_low_pct if last else None)}, {_signed(last.ci_high_pct if last else None)}], "
-                f"floor ±{seq.floor_pct:g} %. The classic Δ {_fmt(s.delta_pct)} % against "
-                f"{_fmt(s.threshold_pct)} % is reported beside it.")
+                f"{last.look if last else MISSING} — Δ {fmt_signed(last.delta_pct if last else None, unit=' %')} "
+                f"as a ratio of geometric means, {100 * ((last.ci_level or 0) if last else 0):g} % CI "
+                f"[{fmt_signed(last.ci_low_pct if last else None, unit=' %')}, "
+                f"{fmt_signed(last.ci_high_pct if last else None, unit=' %')}], "
+                f"floor ±{seq.floor_pct:g} %. The classic Δ {fmt(s.delta_pct)} % against "
+                f"{fmt(s.threshold_pct)} % is reported beside it.")
     duet = finding.duet
     if duet is not None:
         slots = f" on slots {duet.slots[0]} and {duet.slots[1]}" if len(duet.slots) == 2 else ""
         lead = (f"Duet gate of `{on_arm}` against `{off_arm}`: {duet.n_pairs} pairs, both runs of a pair at once"
                 f"{slots}, swapped every pair, deciding on {primary} ({gate.direction} is better). Decision: "
-                f"**{decision.value}** — Δ {_signed(duet.delta_pct)} as a ratio of geometric means with the slot "
-                f"effect removed, {100 * duet.interval_level:g} % CI [{_signed(duet.ci_low_pct)}, "
-                f"{_signed(duet.ci_high_pct)}], floor ±{duet.floor_pct:g} %; slot effect (slot 1 against slot 0) "
-                f"{_signed(duet.slot_effect_pct)} [{_signed(duet.slot_ci_low_pct)}, "
-                f"{_signed(duet.slot_ci_high_pct)}]. The classic Δ {_fmt(s.delta_pct)} % against "
-                f"{_fmt(s.threshold_pct)} % is reported beside it.")
+                f"**{decision.value}** — Δ {fmt_signed(duet.delta_pct, unit=' %')} as a ratio of geometric means "
+                f"with the slot effect removed, {100 * duet.interval_level:g} % CI "
+                f"[{fmt_signed(duet.ci_low_pct, unit=' %')}, {fmt_signed(duet.ci_high_pct, unit=' %')}], "
+                f"floor ±{duet.floor_pct:g} %; slot effect (slot 1 against slot 0) "
+                f"{fmt_signed(duet.slot_effect_pct, unit=' %')} [{fmt_signed(duet.slot_ci_low_pct, unit=' %')}, "
+                f"{fmt_signed(duet.slot_ci_high_pct, unit=' %')}]. The classic Δ {fmt(s.delta_pct)} % against "
+                f"{fmt(s.threshold_pct)} % is reported beside it.")
     # start-up overhead (wallclock − primary) is shown only when the primary is a time, so it exists
     shows_startup = any(run.startup_s is not None for run in finding.runs)
     startup_column = ("start-up s",) if shows_startup else ()
     columns = ("order", "arm", "run", primary, *startup_column, *guard_names, "load1 mean/max", "used")
     rows = []
     for run in finding.runs[:RUNS_TABLE_MAX]:
-        load = f"{_fmt(run.window.load1_mean, 2)} / {_fmt(run.window.load1_max, 2)}"
-        startup = (_fmt(run.startup_s),) if shows_startup else ()
-        rows.append((str(run.order), run.arm, run.label, _fmt(run.value_of(primary)), *startup,
-                     *[_fmt(run.metrics.get(g)) for g in guard_names], load,
+        load = f"{fmt(run.window.load1_mean, 2)} / {fmt(run.window.load1_max, 2)}"
+        startup = (fmt(run.startup_s),) if shows_startup else ()
+        rows.append((str(run.order), run.arm, run.label, fmt(run.value_of(primary)), *startup,
+                     *[fmt(run.metrics.get(g)) for g in guard_names], load,
                      "yes" if run.used else f"no: {run.reason}"))
     stat_items = [
-        {"key": f"mean {off_arm} (n={s.n_off})", "value": _fmt(s.mean_off)},
-        {"key": f"mean {on_arm} (n={s.n_on})", "value": _fmt(s.mean_on)},
-        {"key": "σ off / σ on", "value": f"{_fmt(s.sigma_off_pct)} % / {_fmt(s.sigma_on_pct)} %"},
-        {"key": "Δ", "value": f"{_fmt(s.delta_pct)} %"},
-        {"key": "threshold", "value": f"{_fmt(s.threshold_pct)} % = {gate.threshold.rule}"},
+        {"key": f"mean {off_arm} (n={s.n_off})", "value": fmt(s.mean_off)},
+        {"key": f"mean {on_arm} (n={s.n_on})", "value": fmt(s.mean_on)},
+        {"key": "σ off / σ on", "value": f"{fmt(s.sigma_off_pct)} % / {fmt(s.sigma_on_pct)} %"},
+        {"key": "Δ", "value": f"{fmt(s.delta_pct)} %"},
+        {"key": "threshold", "value": f"{fmt(s.threshold_pct)} % = {gate.threshold.rule}"},
         {"key": "pairs consistent", "value": s.pairs_consistent},
     ]
     for name, guard in finding.guards.items():
-        stat_items.append({"key": f"guard {name}", "value": f"Δ {_fmt(guard.delta)} (limit "
+        stat_items.append({"key": f"guard {name}", "value": f"Δ {fmt(guard.delta)} (limit "
                            f"{guard.limit:+g}) {'pass' if guard.passed else 'FAIL'}"})
     sections = [
         _section("lead", text=lead),
@@ -104,7 +91,7 @@ def narrative(finding: Finding) -> tuple[Section, ...]:
         _section("heading", text="Exclusion sensitivity"),
         _section("table", columns=("variant", "Δ %", "threshold %", "decision"),
                  align=("left", "right", "right", "left"),
-                 rows=tuple((r.variant, _fmt(r.delta_pct), _fmt(r.threshold_pct), r.decision.value)
+                 rows=tuple((r.variant, fmt(r.delta_pct), fmt(r.threshold_pct), r.decision.value)
                             for r in finding.sensitivity)),
     ]
     evidence = [f"{run.label}: {line}" for run in finding.runs for line in run.window.evidence]
@@ -116,24 +103,25 @@ def narrative(finding: Finding) -> tuple[Section, ...]:
             _section("table", columns=("look", "runs off+on", "Δ gm %", "CI %", "p on better", "p on worse",
                                        primary, "guards", "decision"),
                      align=("right", "right", "right", "left", "right", "right", "left", "left", "left"),
-                     rows=tuple((str(look.look), f"{look.n_off}+{look.n_on}", _signed(look.delta_pct, 4, ""),
-                                 f"[{_signed(look.ci_low_pct, 4, '')}, {_signed(look.ci_high_pct, 4, '')}]",
-                                 _fmt(look.p_better), _fmt(look.p_worse), look.primary,
-                                 ", ".join(f"{k} {g.status}" for k, g in look.guards.items()) or "—",
+                     rows=tuple((str(look.look), f"{look.n_off}+{look.n_on}", fmt_signed(look.delta_pct, 4),
+                                 f"[{fmt_signed(look.ci_low_pct, 4)}, {fmt_signed(look.ci_high_pct, 4)}]",
+                                 fmt(look.p_better), fmt(look.p_worse), look.primary,
+                                 ", ".join(f"{k} {g.status}" for k, g in look.guards.items()) or MISSING,
                                  look.decision) for look in seq.looks)),
         ]
     if duet is not None:
         level = f"{100 * duet.interval_level:g} %"
         slot_names = f"{duet.slots[1]} against {duet.slots[0]}" if len(duet.slots) == 2 else "slot 1 against slot 0"
         items = [
-            {"key": "Δ, slot effect removed", "value": f"{_signed(duet.delta_pct)}, {level} CI "
-             f"[{_signed(duet.ci_low_pct)}, {_signed(duet.ci_high_pct)}]"},
-            {"key": f"slot effect ({slot_names})", "value": f"{_signed(duet.slot_effect_pct)}, {level} CI "
-             f"[{_signed(duet.slot_ci_low_pct)}, {_signed(duet.slot_ci_high_pct)}]"},
+            {"key": "Δ, slot effect removed", "value": f"{fmt_signed(duet.delta_pct, unit=' %')}, {level} CI "
+             f"[{fmt_signed(duet.ci_low_pct, unit=' %')}, {fmt_signed(duet.ci_high_pct, unit=' %')}]"},
+            {"key": f"slot effect ({slot_names})",
+             "value": f"{fmt_signed(duet.slot_effect_pct, unit=' %')}, {level} CI "
+             f"[{fmt_signed(duet.slot_ci_low_pct, unit=' %')}, {fmt_signed(duet.slot_ci_high_pct, unit=' %')}]"},
             {"key": "pairs with on on slot 1 / slot 0", "value": f"{duet.pairs_on_slot1} / {duet.pairs_on_slot0}"},
             {"key": "Student t critical value (df)",
-             "value": f"{_fmt(duet.critical)} ({duet.df if duet.df is not None else '—'})"},
-            *({"key": f"guard {name} (paired)", "value": f"mean(on − off) {_fmt(g.mean_diff)}, bound {_fmt(g.bound)} "
+             "value": f"{fmt(duet.critical)} ({duet.df if duet.df is not None else MISSING})"},
+            *({"key": f"guard {name} (paired)", "value": f"mean(on − off) {fmt(g.mean_diff)}, bound {fmt(g.bound)} "
                f"vs limit {g.limit:+g} → {g.status}"} for name, g in duet.guards.items()),
         ]
         sections += [_section("heading", text="Duet estimate"), _section("kv", items=tuple(items))]
@@ -147,17 +135,17 @@ def _diagnostic_items(s: Stats) -> list[dict[str, str]]:
     """The diagnostics of `stats` as kv items (docs/statistics.md explains each)."""
     level = f"{100 * (s.ci_level if s.ci_level is not None else diagnostics.CI_LEVEL):g} %"
     return [
-        {"key": "Δ as a ratio of geometric means", "value": f"{_signed(s.gm_delta_pct)}, {level} CI "
-         f"[{_signed(s.ci_low_pct)}, {_signed(s.ci_high_pct)}] (Welch on log values, "
-         f"df {_fmt(s.welch_df, 1)})"},
-        {"key": "one-sided p (on better)", "value": _fmt(s.p_one_sided)},
+        {"key": "Δ as a ratio of geometric means", "value": f"{fmt_signed(s.gm_delta_pct, unit=' %')}, {level} CI "
+         f"[{fmt_signed(s.ci_low_pct, unit=' %')}, {fmt_signed(s.ci_high_pct, unit=' %')}] (Welch on log values, "
+         f"df {fmt(s.welch_df, 1)})"},
+        {"key": "one-sided p (on better)", "value": fmt(s.p_one_sided)},
         {"key": f"minimum detectable effect ({100 * diagnostics.MDE_POWER:g} % power, one-sided α "
-                f"{diagnostics.MDE_ALPHA:g})", "value": f"{_fmt(s.mde_pct)} %" if _fmt(s.mde_pct) != "—" else "—"},
-        {"key": "Hodges–Lehmann shift (n ≥ 4)", "value": _signed(s.hl_shift_pct)},
-        {"key": "drift per run off / on / pooled", "value": f"{_signed(s.drift_off_pct_per_run)} / "
-         f"{_signed(s.drift_on_pct_per_run)} / {_signed(s.drift_pct_per_run)}"},
-        {"key": "order bias (pooled drift × position gap)", "value": f"{_signed(s.order_bias_pct)} "
-         f"(on runs {_signed(s.order_gap_runs, 2, '')} runs after off)"},
+                f"{diagnostics.MDE_ALPHA:g})", "value": fmt(s.mde_pct, unit=" %")},
+        {"key": "Hodges–Lehmann shift (n ≥ 4)", "value": fmt_signed(s.hl_shift_pct, unit=' %')},
+        {"key": "drift per run off / on / pooled", "value": f"{fmt_signed(s.drift_off_pct_per_run, unit=' %')} / "
+         f"{fmt_signed(s.drift_on_pct_per_run, unit=' %')} / {fmt_signed(s.drift_pct_per_run, unit=' %')}"},
+        {"key": "order bias (pooled drift × position gap)", "value": f"{fmt_signed(s.order_bias_pct, unit=' %')} "
+         f"(on runs {fmt_signed(s.order_gap_runs, 2)} runs after off)"},
         {"key": "pairs consistent as a sign test", "value": f"{s.pairs_consistent}, one-sided p "
-         f"{_fmt(s.pairs_sign_p)}"},
+         f"{fmt(s.pairs_sign_p)}"},
     ]

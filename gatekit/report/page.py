@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 from gatekit.finding import Finding, Section, Stats, plain
-from gatekit.report.common import (decision_words, delta_ci, fmt, fmt_signed, guard_metrics, is_number,
+from gatekit.report.common import (MISSING, decision_words, delta_ci, fmt, fmt_signed, guard_metrics, is_number,
                                    one_line_why, runs_per_arm)
 from gatekit.report.narrative import narrative
 from gatekit.report.rundata import RunFiles
@@ -127,7 +127,7 @@ def stats_blocks(finding: Finding) -> list[Block]:
     for key, value in _further_stats(s):
         label, unit = STAT_LABELS.get(key, (key, ""))
         if isinstance(value, (str, int, float)) and not isinstance(value, bool):
-            items.append((label, fmt(value) + unit if is_number(value) else fmt(value)))
+            items.append((label, fmt(value, unit=unit)))
         elif isinstance(value, bool):
             items.append((label, "yes" if value else "no"))
     return [_table(["", finding.off_arm, finding.on_arm], ["left", "right", "right"], arm_rows), _kv(items)]
@@ -336,9 +336,8 @@ def build_page(finding: Finding, figures: Mapping[str, FigureImage], run_files: 
 
 def headline_numbers(finding: Finding) -> tuple[str, str]:
     """Δ and the first guard's Δ as short strings (for indexes and summaries)."""
-    delta = finding.stats.delta_pct
-    delta_text = f"{delta:+.2f} %" if is_number(delta) else "—"
-    guard_text = "—"
+    delta_text = fmt_signed(finding.stats.delta_pct, 2, unit=" %")
+    guard_text = MISSING
     for name, g in finding.guards.items():
         if is_number(g.delta):
             guard_text = f"{name} {fmt_signed(g.delta, 3)}"

@@ -2,11 +2,8 @@
 
 from __future__ import annotations
 
-import math
-from typing import Any
-
 from gatekit.finding import Finding
-from gatekit.report.common import number_text, runs_per_arm
+from gatekit.report.common import MISSING, fmt, runs_per_arm
 from gatekit.sanitize import show_controls
 
 
@@ -14,12 +11,6 @@ def clean_terminal_text(text: str) -> str:
     """`text` with control characters (newline included) and bidi overrides shown as escapes, so trainer
     strings cannot recolor, clear or forge summary lines."""
     return show_controls(text)
-
-
-def _num(value: Any, digits: int = 4) -> str:
-    if value is None or (isinstance(value, float) and not math.isfinite(value)):
-        return "—"
-    return number_text(value, digits) if isinstance(value, float) else str(value)
 
 
 def render_table(header: list[str], rows: list[list[str]], right: set[int]) -> list[str]:
@@ -43,9 +34,9 @@ def summary(finding: Finding, paths: tuple[str, ...] = ()) -> str:
     rows = []
     for run in finding.runs:
         window = run.window
-        rows.append([str(run.order), t(run.arm), t(run.label), _num(run.value_of(primary)),
-                     *[_num(run.metrics.get(g)) for g in guard_names],
-                     f"{_num(window.load1_mean, 2)} / {_num(window.load1_max, 2)}",
+        rows.append([str(run.order), t(run.arm), t(run.label), fmt(run.value_of(primary)),
+                     *[fmt(run.metrics.get(g)) for g in guard_names],
+                     f"{fmt(window.load1_mean, 2)} / {fmt(window.load1_max, 2)}",
                      "yes" if run.used else f"no ({t(run.reason)})"])
     right = {0, 3, *range(4, 4 + len(guard_names)), 4 + len(guard_names)}
     seq = finding.sequential
@@ -60,27 +51,27 @@ def summary(finding: Finding, paths: tuple[str, ...] = ()) -> str:
     lines += render_table(header, rows, right)
     lines += [f"evidence {t(run.label)}: {t(line)}" for run in finding.runs for line in run.window.evidence]
     lines += ["",
-              f"mean off {_num(s.mean_off)}  mean on {_num(s.mean_on)}  "
-              f"σ_off {_num(s.sigma_off_pct)} %  σ_on {_num(s.sigma_on_pct)} %",
-              f"Δ {_num(s.delta_pct)} %   threshold {_num(s.threshold_pct)} % "
+              f"mean off {fmt(s.mean_off)}  mean on {fmt(s.mean_on)}  "
+              f"σ_off {fmt(s.sigma_off_pct)} %  σ_on {fmt(s.sigma_on_pct)} %",
+              f"Δ {fmt(s.delta_pct)} %   threshold {fmt(s.threshold_pct)} % "
               f"({t(gate.threshold.rule)})   pairs consistent {t(s.pairs_consistent)}"]
     if s.gm_delta_pct is not None:
-        lines.append(f"Δ_gm {_num(s.gm_delta_pct)} % ({_level(s.ci_level)} CI {_num(s.ci_low_pct)} … "
-                     f"{_num(s.ci_high_pct)} %)   one-sided p {_num(s.p_one_sided)}   "
-                     f"MDE(80 %) {_num(s.mde_pct)} %   drift {_num(s.drift_pct_per_run)} %/run")
+        lines.append(f"Δ_gm {fmt(s.gm_delta_pct)} % ({_level(s.ci_level)} CI {fmt(s.ci_low_pct)} … "
+                     f"{fmt(s.ci_high_pct)} %)   one-sided p {fmt(s.p_one_sided)}   "
+                     f"MDE(80 %) {fmt(s.mde_pct)} %   drift {fmt(s.drift_pct_per_run)} %/run")
     for name, guard in finding.guards.items():
-        lines.append(f"guard {t(name)}: Δ {_num(guard.delta)} (limit {guard.limit:+g}) "
+        lines.append(f"guard {t(name)}: Δ {fmt(guard.delta)} (limit {guard.limit:+g}) "
                      f"{'pass' if guard.passed else 'FAIL'}")
     for look in seq.looks if seq else ():
-        lines.append(f"look {look.look} ({look.n_off}+{look.n_on} runs): Δ_gm {_num(look.delta_pct)} % "
-                     f"({_level(look.ci_level)} CI {_num(look.ci_low_pct)} … {_num(look.ci_high_pct)} %), "
-                     f"p(better) {_num(look.p_better)} → {t(look.decision)}")
+        lines.append(f"look {look.look} ({look.n_off}+{look.n_on} runs): Δ_gm {fmt(look.delta_pct)} % "
+                     f"({_level(look.ci_level)} CI {fmt(look.ci_low_pct)} … {fmt(look.ci_high_pct)} %), "
+                     f"p(better) {fmt(look.p_better)} → {t(look.decision)}")
     if duet is not None:
-        lines.append(f"duet: Δ {_num(duet.delta_pct)} % ({_level(duet.interval_level)} CI {_num(duet.ci_low_pct)} … "
-                     f"{_num(duet.ci_high_pct)} %, slot effect removed)   slot effect {_num(duet.slot_effect_pct)} % "
-                     f"({_num(duet.slot_ci_low_pct)} … {_num(duet.slot_ci_high_pct)} %) → {t(duet.decision)}")
+        lines.append(f"duet: Δ {fmt(duet.delta_pct)} % ({_level(duet.interval_level)} CI {fmt(duet.ci_low_pct)} … "
+                     f"{fmt(duet.ci_high_pct)} %, slot effect removed)   slot effect {fmt(duet.slot_effect_pct)} % "
+                     f"({fmt(duet.slot_ci_low_pct)} … {fmt(duet.slot_ci_high_pct)} %) → {t(duet.decision)}")
     for row in finding.sensitivity[1:]:
-        lines.append(f"sensitivity: {t(row.variant)}: Δ {_num(row.delta_pct)} % → {row.decision.value}")
+        lines.append(f"sensitivity: {t(row.variant)}: Δ {fmt(row.delta_pct)} % → {row.decision.value}")
     lines += ["", f"VERDICT: {verdict.decision.value.upper()}"]
     lines += [f"  - {t(reason)}" for reason in verdict.reasons]
     lines += [f"  ! {t(warning)}" for warning in verdict.warnings]
@@ -91,4 +82,4 @@ def summary(finding: Finding, paths: tuple[str, ...] = ()) -> str:
 
 def _level(level: float | None) -> str:
     """A confidence level as the summary writes it: 0.95 → "95 %"."""
-    return f"{100 * level:g} %" if level is not None else "—"
+    return f"{100 * level:g} %" if level is not None else MISSING
