@@ -54,3 +54,9 @@ clean:
 .PHONY: statistics
 statistics: setup
 	$(PY) benchmarks/statistics_tables.py --write docs/statistics.md
+
+# The command-line reference, docs/cli.md, generated from click's command tree (tests/test_docs.py fails when
+# it is stale): run after changing a command, an option or its help.
+.PHONY: docs
+docs: $(CORE_STAMP)
+	$(PY) benchmarks/cli_reference.py --write docs/cli.md

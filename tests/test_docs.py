@@ -1,8 +1,10 @@
-"""The README stays in step with the code: every gate key, placeholder, command and exit code."""
+"""The docs stay in step with the code: every gate key, placeholder, command and exit code in the README;
+docs/cli.md generated from the command tree; docs/architecture.md naming what exists."""
 
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 import re
 import tomllib
 from pathlib import Path
@@ -59,15 +61,77 @@ def test_every_bundled_backend_and_its_options_are_documented(backend: str) -> N
     assert f"| `{backend}` |" in README, f"backend {backend} missing from the README's Backends table"
 
 
-def test_every_command_and_option_is_documented() -> None:
-    ctx = click.Context(main)
-    for name, command in main.commands.items():
-        assert f"`gate {name}" in README, f"gate {name} missing from README"
+def _cli_reference():  # type: ignore[no-untyped-def]
+    """benchmarks/cli_reference.py, the generator of docs/cli.md (a script, not a package: loaded by path)."""
+    spec = importlib.util.spec_from_file_location("cli_reference", ROOT / "benchmarks" / "cli_reference.py")
+    module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+    spec.loader.exec_module(module)  # type: ignore[union-attr]
+    return module
+
+
+CLI_REFERENCE = _cli_reference()
+COMMANDS = CLI_REFERENCE.commands(main, "gate")  # every command and subcommand, `gate import …` included
+
+
+def test_the_cli_reference_is_generated_from_the_code() -> None:
+    written = (ROOT / "docs" / "cli.md").read_text(encoding="utf-8")
+    assert written == CLI_REFERENCE.reference(main), "docs/cli.md is stale: run `make docs` and commit it"
+
+
+def test_the_cli_reference_has_every_command_option_choice_and_default() -> None:
+    text = CLI_REFERENCE.reference(main)
+    assert {"gate run", "gate import hyperfine", "gate import gobench"} <= {path for path, _ in COMMANDS}
+    for path, command in COMMANDS:
+        section = text.split(f"\n## {path}\n", 1)[1].split("\n## ", 1)[0]
         for param in command.params:
-            for opt in getattr(param, "opts", []):
-                if opt.startswith("--") and opt != "--help":
-                    assert opt in README, f"gate {name} {opt} missing from README"
-    assert ctx  # the group itself builds
+            if not isinstance(param, click.Option):
+                continue
+            row = next((line for line in section.splitlines() if line.startswith(f"| `{param.opts[0]}`")), None)
+            assert row, f"{path} {param.opts[0]} missing from docs/cli.md"
+            assert " ".join((param.help or "").split())[:40].replace("<", "&lt;") in row, row
+            for kind in (param.type.types if isinstance(param.type, click.Tuple) else [param.type]):
+                for choice in getattr(kind, "choices", ()):
+                    assert f"`{choice}`" in row, f"{path} {param.opts[0]}: choice {choice} missing from docs/cli.md"
+            if param.show_default and not param.is_flag:
+                assert f"`{param.default}`" in row, f"{path} {param.opts[0]}: default missing from docs/cli.md"
+
+
+def test_the_readme_links_every_command_to_the_reference() -> None:
+    commands = README.split("\n## Commands\n", 1)[1].split("\n## ", 1)[0]
+    for path, command in COMMANDS:
+        if isinstance(command, click.Group):
+            continue  # its subcommands have the rows
+        assert f"](docs/cli.md#{CLI_REFERENCE.anchor(path)})" in commands, \
+            f"{path} has no row linking to docs/cli.md in the README's Commands section"
+
+
+def _stale_option_values(text: str) -> list[str]:
+    """Option values quoted in prose (`--policy sequential`, `--engine local|ray`) that the option does not
+    take: each must be one of its choices, and a list of them all the choices of a command's option."""
+    offered: dict[str, list[set[str]]] = {}
+    for _, command in COMMANDS:
+        for param in command.params:
+            kinds = param.type.types if isinstance(param.type, click.Tuple) else [param.type]
+            for kind in kinds:
+                if isinstance(kind, click.Choice):
+                    for opt in getattr(param, "opts", []):
+                        offered.setdefault(opt, []).append(set(kind.choices))
+    stale = []
+    for span in re.findall(r"`([^`\n]+)`", text):
+        for opt, listed in re.findall(r"(--[a-z][a-z-]*)[ =]([a-z][a-z0-9-]*(?:\\?\|[a-z][a-z0-9-]*)*)", span):
+            values = set(re.split(r"\\?\|", listed))
+            if opt in offered and not (values <= set().union(*offered[opt])
+                                       and ("|" not in listed or values in offered[opt])):
+                stale.append(f"{opt} {listed}")
+    return stale
+
+
+def test_option_values_quoted_in_the_docs_are_ones_the_options_take() -> None:
+    assert _stale_option_values("`gate run [--policy classic\\|sequential]` and `--engine lokal`") == [
+        "--policy classic\\|sequential", "--engine lokal"]  # the check can fail
+    for doc in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
+        if doc.name != "cli.md":  # generated from the options themselves
+            assert not _stale_option_values(doc.read_text()), f"{doc.name}: {_stale_option_values(doc.read_text())}"
 
 
 def test_placeholders_and_exit_codes_are_documented() -> None:
