@@ -163,13 +163,67 @@ def test_every_diagnostic_and_sequential_key_is_documented() -> None:
         assert key in README and f"`{key}`" in STATISTICS, f"sequential.{key} missing from the docs"
 
 
+ARCHITECTURE = (ROOT / "docs" / "architecture.md").read_text()
+GATEKIT_MODULES = sorted(p.relative_to(ROOT / "gatekit") for p in (ROOT / "gatekit").rglob("*.py")
+                         if p.name != "__init__.py" and "__pycache__" not in p.parts)
+
+
 def test_every_module_is_on_the_architecture_map() -> None:
-    architecture = (ROOT / "docs" / "architecture.md").read_text()
-    modules = sorted(p.relative_to(ROOT / "gatekit") for p in (ROOT / "gatekit").rglob("*.py")
-                     if p.name != "__init__.py")
-    for module in modules:  # listed as `name.py`, or `report/name.py` where the folder is not obvious
-        assert f"`{module.name}`" in architecture or f"`{module.as_posix()}`" in architecture, \
+    for module in GATEKIT_MODULES:  # listed as `name.py`, or `report/name.py` where the folder is not obvious
+        assert f"`{module.name}`" in ARCHITECTURE or f"`{module.as_posix()}`" in ARCHITECTURE, \
             f"gatekit/{module} is missing from docs/architecture.md"
+
+
+def test_every_module_file_and_folder_the_architecture_map_names_exists() -> None:
+    names = {m.name for m in GATEKIT_MODULES} | {m.as_posix() for m in GATEKIT_MODULES}
+    for token in set(re.findall(r"`([\w./-]+\.py|[\w./-]+/)`", ARCHITECTURE)):
+        assert (token in names or (ROOT / "gatekit" / token).is_dir() or (ROOT / token).exists()), \
+            f"docs/architecture.md names `{token}`, which is no module or folder of gatekit"
+
+
+def test_every_gate_policy_object_is_on_the_architecture_map() -> None:
+    from gatekit.policies.descriptors import gate_policies
+    from gatekit.policy import policy_for
+
+    for name in gate_policies():
+        assert f"`{type(policy_for(name)).__name__}`" in ARCHITECTURE, f"policy {name}'s object is not on the map"
+
+
+def _resolves(token: str, modules: dict[str, object]) -> bool | None:
+    """Whether `series.replay.read_state` or `RunLoop.run_slot` names something in gatekit; None when the
+    token is not such a name (a key, a file, an event)."""
+    parts = token.split(".")
+    if parts[0] in modules:
+        cut = max(i for i in range(1, len(parts) + 1) if ".".join(parts[:i]) in modules)
+        found, rest = modules[".".join(parts[:cut])], parts[cut:]
+    elif parts[0][0].isupper() and not parts[0].isupper():  # a class, defined in some module
+        owners = [m for m in modules.values() if isinstance(getattr(m, parts[0], None), type)]
+        if not owners:
+            return False
+        found, rest = getattr(owners[0], parts[0]), parts[1:]
+    else:
+        return None
+    for attr in rest:
+        if not hasattr(found, attr):
+            return False
+        found = getattr(found, attr)
+    return True
+
+
+def test_every_function_and_class_the_architecture_names_exists() -> None:
+    import importlib
+    import pkgutil
+
+    import gatekit
+
+    modules = {info.name.removeprefix("gatekit."): importlib.import_module(info.name)
+               for info in pkgutil.walk_packages(gatekit.__path__, "gatekit.")}
+    assert _resolves("series.replay.read_state", modules) and _resolves("RunLoop.run_slot", modules)
+    assert _resolves("series.replay.no_such_reader", modules) is False  # the check can fail
+    files = (".py", ".json", ".jsonl", ".toml", ".csv", ".md", ".html")  # campaign.jsonl is a file, not a name
+    tokens = {t for t in re.findall(r"`([A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*)`", ARCHITECTURE) if not t.endswith(files)}
+    missing = sorted(t for t in tokens if _resolves(t, modules) is False)
+    assert not missing, f"docs/architecture.md names what gatekit no longer has: {', '.join(missing)}"
 
 
 def test_statistics_doc_has_every_scenario_its_tables_and_sources() -> None:
