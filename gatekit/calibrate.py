@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, ClassVar, Mapping, Sequence
 
 import numpy as np
 import tomlkit
@@ -29,15 +29,14 @@ from gatekit.finding import plain
 from gatekit.policies.descriptors import describe, gate_policies
 from gatekit.preflight import run_checks
 from gatekit.provenance import hash_artifacts, host_fingerprint, software_versions
-from gatekit.records import RunRecord
+from gatekit.records import CALIBRATION_SCHEMA, Event, RunRecord
 from gatekit.sampler import LoadReader, read_system_load
 from gatekit.schedule import Slot
-from gatekit.series.replay import JournalState
+from gatekit.series.replay import RunLog
 from gatekit.series.runloop import RunLoop, new_series_dir, now, runs_lock
 from gatekit.simulate import Scenario, simulate
 from gatekit.storage import JOURNAL_FILE, Journal, write_output
 
-CALIBRATION_SCHEMA = "gatekit.calibration/1"
 DUET_POLICY = "duet"
 SEQUENTIAL_RUNS = describe("sequential").stages or ()
 SEQUENTIAL_RUNS_WORDS = describe("sequential").stages_words
@@ -360,6 +359,24 @@ class Calibration:
     document: Mapping[str, Any] = field(default_factory=dict)
 
 
+@dataclass(frozen=True, slots=True)
+class CalibrationStart(Event):
+    """A calibration journal's first event (the runs' events are a series'; its chain is anchored on no file)."""
+
+    KIND: ClassVar[str] = "calibration_start"
+    arm: str
+    n: int
+    started: str
+    artifacts: Mapping[str, str]
+
+
+@dataclass(frozen=True, slots=True)
+class CalibrationEnd(Event):
+    KIND: ClassVar[str] = "calibration_end"
+    cv_pct: float | None
+    path: Path
+
+
 def calibration_document(*, arm: str, primary: str, gate_path: Path, series_dir: Path, records: Sequence[RunRecord],
                          values: Sequence[float], result: CalibrationStats, started: str,
                          artifacts: Mapping[str, str]) -> dict[str, Any]:
@@ -394,9 +411,7 @@ def run_calibration(config: GateConfig, arm: ArmSpec, n: int, *, min_effect_pct:
         series_dir = new_series_dir(runs_dir, f"calibrate-{arm.name}-{started:%Y%m%d-%H%M%S}")
         journal = Journal(series_dir / JOURNAL_FILE)
         artifacts = hash_artifacts(config.driver.hash)
-        start = {"event": "calibration_start", "arm": arm.name, "n": n,
-                 "started": started.isoformat(timespec="seconds"), "artifacts": artifacts}
-        journal.append(**start)
+        journal.record(CalibrationStart(arm.name, n, started.isoformat(timespec="seconds"), artifacts))
 
         def every_run_counts(record: RunRecord) -> None:
             if record.failed or record.value_of(primary) is None:
@@ -404,7 +419,7 @@ def run_calibration(config: GateConfig, arm: ArmSpec, n: int, *, min_effect_pct:
                 raise CalibrationError(f"{record.label} failed: {why} (see {series_dir / record.label / 'stderr.log'}); "
                                        "a calibration needs every run")
 
-        state = JournalState(start=start)
+        state = RunLog()
         loop = RunLoop(config, {arm.name: arm}, driver, backend, report, lambda label: load_reader)
         changed = loop.run(series_dir, journal, state, [Slot(arm.name, k) for k in range(1, n + 1)],
                            primary=primary, start_artifacts=artifacts, check=every_run_counts,
@@ -425,7 +440,7 @@ def run_calibration(config: GateConfig, arm: ArmSpec, n: int, *, min_effect_pct:
         except GatekitError as exc:  # the runs happened: say so, and how to get a usable calibration
             raise OutputError(f"{exc}; the {n} runs are journaled in {series_dir}, but a calibration cannot be "
                               "resumed: fix the folder and run `gate calibrate` again") from None
-        journal.append("calibration_end", cv_pct=document.get("cv_pct"), path=str(path))
+        journal.record(CalibrationEnd(document.get("cv_pct"), path))
     return Calibration(path, latest, arm.name, primary, tuple(values), result, document)
 
 

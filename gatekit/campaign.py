@@ -28,14 +28,15 @@ import os
 import re
 import socket
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Callable, ClassVar, Iterator, Mapping, Sequence
 
 from gatekit.config import NAME_PATTERN, NAME_RULE, TomlTable, load_gate, load_toml, resolve_path
 from gatekit.engines import (ENGINES, GateOutcome, GateStatus, GateTask, Pinning, core_sets, run_local, run_ray,
                              visible_gpus)
 from gatekit.errors import EXIT_FAIL_ON, EXIT_INVALID, ConfigError, SeriesError, SeriesInterrupted
+from gatekit.records import Event, Record
 from gatekit.series.runloop import now
 from gatekit.storage import Journal, atomic_write_bytes
 
@@ -69,10 +70,6 @@ class GateEntry:
     def key(self) -> str:
         """The gate's name in the campaign (journal, folders): position, gate id and arms."""
         return _UNSAFE.sub("-", f"{self.index + 1:02d}-{self.gate_id}-{self.off}-{self.on}")[:120]
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"key": self.key, "gate": str(self.gate_path), "off": self.off, "on": self.on,
-                "gpus": self.gpus, "cpus": self.cpus}
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,6 +121,78 @@ class CampaignResult:
         if any(d in fail_on for d in decisions):
             return EXIT_FAIL_ON
         return 0
+
+
+# -- the journal's events --------------------------------------------------------------------------
+
+@dataclass(frozen=True, slots=True)
+class JournaledGate(Record):
+    """A gate as campaign_start lists it."""
+
+    key: str
+    gate: Path
+    off: str
+    on: str
+    gpus: int
+    cpus: int
+
+    @classmethod
+    def of(cls, entry: GateEntry) -> JournaledGate:
+        return cls(entry.key, entry.gate_path, entry.off, entry.on, entry.gpus, entry.cpus)
+
+
+@dataclass(frozen=True, slots=True)
+class CampaignStart(Event):
+    KIND: ClassVar[str] = "campaign_start"
+    campaign_id: str
+    campaign_path: Path
+    campaign_sha256: str
+    started: str
+    host: str
+    out: Path
+    gates: tuple[JournaledGate, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class CampaignResume(Event):
+    KIND: ClassVar[str] = "campaign_resume"
+    resumed: str
+    host: str
+    skipped: tuple[str, ...]  # the gates finished before
+
+
+@dataclass(frozen=True, slots=True)
+class EngineChosen(Event):
+    KIND: ClassVar[str] = "engine"
+    engine: str
+    address: str
+    max_parallel: int | None  # the local engine's; None under Ray
+
+
+@dataclass(frozen=True, slots=True)
+class GateStart(Event):
+    """A gate started where its pinning says (local), or submitted to Ray with what it asked for."""
+
+    KIND: ClassVar[str] = "gate_start"
+    key: str
+    pinning: Pinning | None = field(default=None, metadata={"omit": None})
+    started: str = field(default="", metadata={"omit": ""})
+    requested: Mapping[str, int] | None = field(default=None, metadata={"omit": None})  # {cpus, gpus}
+    submitted: str = field(default="", metadata={"omit": ""})
+
+
+@dataclass(frozen=True, slots=True)
+class GateEnd(Event):
+    KIND: ClassVar[str] = "gate_end"
+    outcome: GateOutcome
+    ended: str
+
+
+@dataclass(frozen=True, slots=True)
+class CampaignStop(Event):
+    KIND: ClassVar[str] = "campaign_stop"
+    stopped: str
+    unfinished: tuple[str, ...]
 
 
 # -- the campaign file ------------------------------------------------------------------------------
@@ -199,19 +268,24 @@ def new_campaign_folder(campaign: Campaign) -> Path:
             folder = campaign.runs / f"{name}-{suffix}"
 
 
-def latest_outcomes(folder: Path) -> tuple[Mapping[str, Any], dict[str, GateOutcome]]:
+def latest_outcomes(folder: Path) -> tuple[CampaignStart, dict[str, GateOutcome]]:
     """The campaign_start event and each gate's last gate_end, from the journal."""
     journal = Journal(folder / CAMPAIGN_JOURNAL)
     if not journal.path.is_file():
         raise SeriesError(f"{folder}: no {CAMPAIGN_JOURNAL} here; is this a campaign folder?")
-    start: Mapping[str, Any] | None = None
+    start: CampaignStart | None = None
     outcomes: dict[str, GateOutcome] = {}
-    for event in journal.events():
-        if event.get("event") == "campaign_start":
-            start = event
-        elif event.get("event") == "gate_end":
-            outcome = GateOutcome.from_dict(event["outcome"])
-            outcomes[outcome.key] = outcome
+    for number, _, event in journal.entries():
+        kind = event.get("event") if isinstance(event, Mapping) else None
+        try:
+            if kind == CampaignStart.KIND:
+                start = CampaignStart.from_dict(event)
+            elif kind == GateEnd.KIND:
+                outcome = GateEnd.from_dict(event).outcome
+                outcomes[outcome.key] = outcome
+        except ValueError as exc:  # a RecordError naming the key
+            raise SeriesError(f"{journal.path}: event {number} ({kind!r}) is not what gatekit wrote ({exc}); the "
+                              "journal was edited or damaged") from None
     if start is None:
         raise SeriesError(f"{journal.path}: no campaign_start event; the journal is damaged")
     return start, outcomes
@@ -245,9 +319,9 @@ def run_campaign(campaign: Campaign, options: CampaignOptions, *, report: Report
     if options.resume is not None:
         folder = options.resume.resolve()
         start, done = latest_outcomes(folder)
-        if start.get("campaign_sha256") != campaign.sha256:
+        if start.campaign_sha256 != campaign.sha256:
             raise ConfigError(f"{campaign.path}: changed since the campaign in {folder} started (sha256 "
-                              f"{start.get('campaign_sha256')} -> {campaign.sha256}); restore it or start a new "
+                              f"{start.campaign_sha256} -> {campaign.sha256}); restore it or start a new "
                               "campaign")
     else:
         folder, done = new_campaign_folder(campaign), {}
@@ -263,9 +337,8 @@ def run_campaign(campaign: Campaign, options: CampaignOptions, *, report: Report
         gate = by_key[task.key]
         at = now().isoformat(timespec="seconds")
         # a Ray gate may wait in Ray's queue for its resources: its start on the worker is its outcome's `began`
-        where = ({"pinning": pinning.to_dict(), "started": at} if pinning else
-                 {"requested": {"cpus": task.cpus, "gpus": task.gpus}, "submitted": at})
-        journal.append("gate_start", key=task.key, **where)
+        journal.record(GateStart(task.key, pinning=pinning, started=at) if pinning else
+                       GateStart(task.key, requested={"cpus": task.cpus, "gpus": task.gpus}, submitted=at))
         what = (f"started ({pinning.describe()})" if pinning else
                 f"submitted to Ray (num_cpus={task.cpus}, num_gpus={task.gpus})")
         report(f"campaign {campaign.id}: gate {gate.index + 1}/{total} {task.key} {what}")
@@ -273,7 +346,7 @@ def run_campaign(campaign: Campaign, options: CampaignOptions, *, report: Report
     def ended(outcome: GateOutcome) -> None:
         gate = by_key[outcome.key]
         outcomes[outcome.key] = outcome
-        journal.append("gate_end", outcome=outcome.to_dict(), ended=now().isoformat(timespec="seconds"))
+        journal.record(GateEnd(outcome, now().isoformat(timespec="seconds")))
         if outcome.status is GateStatus.FINISHED:
             what = f"{outcome.decision} ({outcome.finding_path}; ran on {outcome.pinning.describe()})"
         else:
@@ -283,16 +356,15 @@ def run_campaign(campaign: Campaign, options: CampaignOptions, *, report: Report
     tasks = [_task(campaign, folder, g) for g in todo]
     with _campaign_lock(folder):
         if options.resume is None:
-            journal.append("campaign_start", campaign_id=campaign.id, campaign_path=str(campaign.path),
-                           campaign_sha256=campaign.sha256, started=now().isoformat(timespec="seconds"),
-                           host=socket.gethostname(), out=str(campaign.out),
-                           gates=[g.to_dict() for g in campaign.gates])
+            journal.record(CampaignStart(campaign.id, campaign.path, campaign.sha256,
+                                         now().isoformat(timespec="seconds"), socket.gethostname(), campaign.out,
+                                         tuple(JournaledGate.of(g) for g in campaign.gates)))
         else:
             report(f"campaign {campaign.id}: resuming {folder}: {len(finished)} of {total} gate(s) finished")
-            journal.append("campaign_resume", resumed=now().isoformat(timespec="seconds"), host=socket.gethostname(),
-                           skipped=sorted(finished))
-        journal.append("engine", engine=options.engine, address=options.address or "",
-                       max_parallel=(options.max_parallel or 1) if options.engine == "local" else None)
+            journal.record(CampaignResume(now().isoformat(timespec="seconds"), socket.gethostname(),
+                                          tuple(sorted(finished))))
+        journal.record(EngineChosen(options.engine, options.address or "",
+                                    (options.max_parallel or 1) if options.engine == "local" else None))
         if tasks:
             if options.engine == "ray":
                 run_ray(tasks, address=options.address, started=started, finished=ended)
@@ -301,7 +373,7 @@ def run_campaign(campaign: Campaign, options: CampaignOptions, *, report: Report
                           finished=ended)
         ordered = tuple((g, outcomes.get(g.key)) for g in campaign.gates)
         unfinished = [g.key for g, o in ordered if o is None or o.status is not GateStatus.FINISHED]
-        journal.append("campaign_stop", stopped=now().isoformat(timespec="seconds"), unfinished=unfinished)
+        journal.record(CampaignStop(now().isoformat(timespec="seconds"), tuple(unfinished)))
     result = CampaignResult(campaign, folder, ordered)
     # the site draws every finding's figures (seconds each): redrawn only when a gate ran
     return write_campaign_outputs(result, site=bool(tasks) or not (folder / SITE_DIR / "index.html").is_file())

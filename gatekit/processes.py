@@ -29,6 +29,7 @@ from typing import Iterable, Iterator
 import psutil
 
 from gatekit.contract import ENV_RUN_DIR
+from gatekit.records import Record
 from gatekit.sanitize import show_controls
 from gatekit.signals import signals_deferred
 
@@ -225,14 +226,11 @@ def reap_group_zombies(pgid: int, *, keep: int) -> None:
 
 
 @dataclass(frozen=True, slots=True)
-class Escapee:
+class Escapee(Record):
     """A process that outlived its run: its pid and command line (escaped for terminals, bounded)."""
 
     pid: int
     command: str
-
-    def to_dict(self) -> dict[str, int | str]:
-        return {"pid": self.pid, "command": self.command}
 
 
 def escaped_evidence(escaped: list[Escapee], source: str = "the run") -> str:

@@ -216,6 +216,14 @@ def _admits_none(hint: Any) -> bool:
     return type(None) in typing.get_args(hint)
 
 
+class Event(Record):
+    """A journal event: a record whose `KIND` is its `event` key in the journal (`storage.Journal.record`).
+    The journal's own keys (`event`, `prev`, `schema`) are not fields; decoding leaves them aside."""
+
+    __slots__ = ()
+    KIND: ClassVar[str] = ""
+
+
 @dataclass(frozen=True, slots=True)
 class LoadSample(Record):
     """One sampler reading inside a run window."""
@@ -389,6 +397,7 @@ def startup_overhead_s(metrics: Mapping[str, float], process_wallclock_s: float,
 #   gatekit.predecision/1  the preregistered rules; a sequential spec without `sequential_version` is v3.
 #   gatekit.predecision/2  `decision.sequential_version` is stated for every sequential spec; the series'
 #                          journal is gatekit.journal/3 or later.
+#   gatekit.calibration/1  a `gate calibrate` result (calibration.toml): its runs' values, CV, warm-up, drift.
 #   gatekit.journal/1      one JSON event a line, no hash chain (no `prev`), no `schema`.
 #   gatekit.journal/2      hash-chained: each line's `prev` is the sha256 of the line before it (the first
 #                          line's: of the file its journal is anchored on, or of no bytes); no `schema`.
@@ -401,6 +410,7 @@ SCHEMA_KEY = "schema"
 FINDING_SCHEMA = "gatekit.finding/2"
 PREDECISION_SCHEMA = "gatekit.predecision/2"
 JOURNAL_SCHEMA = "gatekit.journal/3"
+CALIBRATION_SCHEMA = "gatekit.calibration/1"
 UNCHAINED_JOURNAL = "gatekit.journal/1"
 CHAINED_JOURNAL_WITHOUT_SCHEMA = "gatekit.journal/2"
 # a sequential predecision written before `sequential_version` existed preregistered version 3 (4, then 8 rounds)

@@ -9,12 +9,13 @@ import re
 import stat
 import tempfile
 from pathlib import Path
-from typing import Any, Iterator, Mapping
+from typing import Any, Iterator, Mapping, TypeVar
 
 import psutil
 
 from gatekit.errors import ConfigError, GatekitError, OutputError, SeriesError
-from gatekit.records import JOURNAL_SCHEMA, SCHEMA_KEY, UNCHAINED_JOURNAL, journal_schema, schema_problem, upgrade
+from gatekit.records import (JOURNAL_SCHEMA, SCHEMA_KEY, UNCHAINED_JOURNAL, Event, journal_schema, schema_problem,
+                             upgrade)
 from gatekit.signals import signals_deferred
 
 
@@ -94,6 +95,7 @@ def remove_stale_temp_files(folder: Path) -> list[Path]:
 
 
 
+EventT = TypeVar("EventT", bound=Event)
 JOURNAL_FILE = "journal.jsonl"  # a series' (or a calibration's) journal, in its directory
 DONE_FILE = "DONE"  # a finished series: its decision, then its finding's path
 LOCK_FILE = ".gatekit.lock"  # in a runs folder: held by the gate process that owns it
@@ -210,6 +212,10 @@ class Journal:
                 self._head = line_sha256(data[:-1])
         return json.loads(text)
 
+    def record(self, event: EventT) -> EventT:
+        """Write a typed event; returns it as a reader of the journal will see it."""
+        return type(event).from_dict(self.append(event.KIND, **event.to_dict()))  # type: ignore[no-any-return]
+
     def _failed(self, event: str, exc: OSError) -> OutputError:
         # a journal exists only inside a series, so a failed event is an output failure (exit 4), not usage
         return OutputError(f"{self.path}: cannot record the '{event}' event: {exc.strerror or exc}; every "
@@ -219,14 +225,20 @@ class Journal:
     def events(self) -> Iterator[Mapping[str, Any]]:
         """Every complete event, upgraded to the current format (`records.upgrade`); a torn last line (killed
         mid-write) is ignored, anything else is an error. Its chain is `gate verify`'s to check, on `lines`."""
+        for _, _, event in self.entries():
+            yield event
+
+    def entries(self) -> Iterator[tuple[int, bytes, Any]]:
+        """(line number, the line's exact bytes, its event upgraded to the current format) of every event;
+        a journal of a format this gatekit does not know is a SeriesError naming it."""
         schema: object = None
-        for number, _, event in self.lines():
+        for number, line, event in self.lines():
             if schema is None:
                 schema = journal_schema(event)
                 problem = schema_problem(schema, JOURNAL_SCHEMA)
                 if problem:
                     raise SeriesError(f"{self.path}: line {number}: {problem}")
-            yield upgrade(event, schema) if isinstance(event, Mapping) else event  # type: ignore[arg-type]
+            yield number, line, upgrade(event, schema) if isinstance(event, Mapping) else event  # type: ignore[arg-type]
 
     def lines(self) -> Iterator[tuple[int, bytes, Any]]:
         """(line number, the line's exact bytes, its event) of every event, as `events` reads them."""

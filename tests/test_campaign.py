@@ -22,10 +22,12 @@ from typing import Any
 import psutil
 import pytest
 
-from gatekit.campaign import CAMPAIGN_JOURNAL, CampaignOptions, load_campaign, run_campaign
+from gatekit.campaign import (CAMPAIGN_JOURNAL, CampaignOptions, CampaignStart, JournaledGate, load_campaign,
+                              run_campaign)
 from gatekit.engines import (GateOutcome, GateStatus, GateTask, Pinning, core_sets, outcome_of, pack_gate_files,
                              unpack_gate_files, visible_gpus)
 from gatekit.errors import ConfigError
+from gatekit.storage import Journal
 from tests.conftest import GATE_TEMPLATE, gate_cli, gate_invoke, write_toml
 
 TRAINER = Path(__file__).parent / "fixtures" / "campaign" / "trainer.py"
@@ -261,7 +263,9 @@ def test_a_campaign_changed_since_it_started_is_not_resumed(tmp_path: Path) -> N
     campaign = load_campaign(path)
     folder = tmp_path / "runs" / "nightly-x"
     folder.mkdir(parents=True)
-    (folder / CAMPAIGN_JOURNAL).write_text(json.dumps({"event": "campaign_start", "campaign_sha256": "0" * 64}) + "\n")
+    start = CampaignStart(campaign.id, campaign.path, "0" * 64, "2026-12-01T00:00:00+00:00", "host", campaign.out,
+                          tuple(JournaledGate.of(g) for g in campaign.gates))
+    Journal(folder / CAMPAIGN_JOURNAL).record(start)
     with pytest.raises(ConfigError, match=r"campaign.toml: changed since the campaign in .* started"):
         run_campaign(campaign, CampaignOptions(resume=folder))
 

@@ -133,7 +133,7 @@ def test_the_recorded_campaign_journal_replays_to_its_gates(copy: Path) -> None:
     assert (folder / CAMPAIGN_COPY).read_bytes() == campaign.path.read_bytes()
 
     start, outcomes = latest_outcomes(folder)  # what `gate campaign --resume` reads
-    assert start["campaign_sha256"] == campaign.sha256
+    assert start.campaign_sha256 == campaign.sha256
     assert list(outcomes) == [gate.key for gate in campaign.gates]
     members = {e["name"].removeprefix("campaign/"): e for e in SERIES if e["root"] == "campaign"}
     assert set(members) == set(outcomes)

@@ -29,7 +29,8 @@ from gatekit.report.common import number_text
 from gatekit.sanitize import safe_outcome
 from gatekit.sampler import LoadReader, WindowSampler, samples_csv
 from gatekit.schedule import Slot
-from gatekit.series.replay import JournalState
+from gatekit.series.events import DuetPair, Escaped, Interrupted, RunEnd, RunStart
+from gatekit.series.replay import RunLog
 from gatekit.signals import ignore_further_interrupts, interrupt_on_sigterm
 from gatekit.slots import DeviceSlot, slot_for
 from gatekit.storage import LOCK_FILE, Journal, atomic_write_text
@@ -79,9 +80,9 @@ class RunLoop:
         self.config, self.arms, self.driver, self.backend = config, arms, driver, backend
         self.report, self.load_reader_for = report, load_reader_for
 
-    def run(self, series_dir: Path, journal: Journal, state: JournalState, slots: list[Slot], *, primary: str,
+    def run(self, series_dir: Path, journal: Journal, state: RunLog, slots: list[Slot], *, primary: str,
             start_artifacts: Mapping[str, str], resume_hint: str,
-            more: Callable[[JournalState], list[Slot]] = lambda state: [],
+            more: Callable[[RunLog], list[Slot]] = lambda state: [],
             check: Callable[[RunRecord], Sequence[str] | None] = lambda record: None) -> list[str]:
         """Run every slot not yet in `state`, then whatever `more(state)` adds, until it adds nothing.
         `check(record)` sees each finished run; what it returns stops the loop there. Returns the messages
@@ -93,14 +94,14 @@ class RunLoop:
                                  check)
             except KeyboardInterrupt:  # between runs (a run in flight raises SeriesInterrupted itself)
                 ignore_further_interrupts()
-                journal.append("interrupted", label="")
+                journal.record(Interrupted(""))
                 raise SeriesInterrupted(f"interrupted; {resume_hint}") from None
             except OSError as exc:  # a full or read-only disk under the series directory
                 raise OutputError(f"{exc.filename or series_dir}: {exc.strerror or exc}; every finished run is in "
                                   f"the journal — fix it, then {resume_hint}") from None
 
-    def _run(self, series_dir: Path, journal: Journal, state: JournalState, slots: list[Slot], primary: str,
-             start_artifacts: Mapping[str, str], resume_hint: str, more: Callable[[JournalState], list[Slot]],
+    def _run(self, series_dir: Path, journal: Journal, state: RunLog, slots: list[Slot], primary: str,
+             start_artifacts: Mapping[str, str], resume_hint: str, more: Callable[[RunLog], list[Slot]],
              check: Callable[[RunRecord], Sequence[str] | None]) -> list[str]:
         series_began = time.monotonic()
         durations: list[float] = []
@@ -132,10 +133,9 @@ class RunLoop:
                 for record in records:  # a pair is journaled only whole: resume re-runs a pair cut off
                     if changed:
                         record = dataclasses.replace(record, artifacts_ok=False)
-                    written = journal.append("run_end", record=record.to_dict(),
-                                             hash_s=[hash_before_s, hash_after_s])
+                    record = journal.record(RunEnd(record, (hash_before_s, hash_after_s))).record
                     state.hash_s += [hash_before_s, hash_after_s]
-                    record = state.records[record.label] = RunRecord.from_dict(written["record"])
+                    state.records[record.label] = record
                     self.report(run_line(record, primary, series_dir))
                     stop = stop or check(record)
                 if changed:
@@ -164,7 +164,7 @@ class RunLoop:
                 outcome = safe_outcome(self.driver.run(run.request))
         except KeyboardInterrupt:
             ignore_further_interrupts()
-            journal.append("interrupted", label=slot.label)
+            journal.record(Interrupted(slot.label))
             self._stop_escapees(journal, run.request.run_dir, slot.label, known)
             atomic_write_text(run.request.run_dir / "samples.csv", samples_csv(run.sampler.samples))
             raise SeriesInterrupted(f"interrupted during {slot.label}; {resume_hint}") from None
@@ -184,15 +184,15 @@ class RunLoop:
             for run in runs:  # the threads' trainers: the main thread alone sees the interrupt
                 stop_run_processes(run.request.run_dir, LEFTOVER_GRACE_S)
             outcomes.wait()
-            journal.append("interrupted", label=" + ".join(s.label for s in pair))
+            journal.record(Interrupted(" + ".join(s.label for s in pair)))
             self._stop_pair_escapees(journal, runs, known)
             for run in runs:
                 atomic_write_text(run.request.run_dir / "samples.csv", samples_csv(run.sampler.samples))
             raise SeriesInterrupted(f"interrupted during pair r{pair[0].round}; the pair runs again; "
                                     f"{resume_hint}") from None
         skew_ms = (max(released) - min(released)) * 1000 if len(released) == len(runs) else None
-        journal.append("duet_pair", round=pair[0].round, labels=[s.label for s in pair],
-                       start_skew_ms=None if skew_ms is None else round(skew_ms, 3))
+        journal.record(DuetPair(pair[0].round, tuple(s.label for s in pair),
+                                None if skew_ms is None else round(skew_ms, 3)))
         escaped = self._stop_pair_escapees(journal, runs, known)
         return [self._close_run(journal, run, outcome, escaped[run.slot.label])
                 for run, outcome in zip(runs, outcomes.results)]
@@ -212,8 +212,7 @@ class RunLoop:
                              stdout_path=run_dir / "stdout.log", stderr_path=run_dir / "stderr.log",
                              env=device.env() if device else {}, cpus=device.cores if device else ())
         started_at = now().isoformat(timespec="seconds")
-        journal.append("run_start", label=slot.label, order=order, started_at=started_at,
-                       **({"slot": device.text} if device else {}))
+        journal.record(RunStart(slot.label, order, started_at, device.text if device else None))
         backend = slot_backend(self.backend.backend, device)
         sampler = WindowSampler(self.config.rules.sample_interval_s, read=self.load_reader_for(slot.label),
                                 telemetry=slot_telemetry(backend, device))
@@ -248,7 +247,7 @@ class RunLoop:
         escaped = stop_escapees(run_dir, known, LEFTOVER_GRACE_S)
         if not escaped:
             return ()
-        journal.append("escaped", label=label, processes=[e.to_dict() for e in escaped])
+        journal.record(Escaped(label, tuple(escaped)))
         return (escaped_evidence(escaped, source),)
 
     def _stop_pair_escapees(self, journal: Journal, runs: Sequence[OpenRun],

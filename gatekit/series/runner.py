@@ -27,6 +27,8 @@ from gatekit.records import CheckResult, RunRecord
 from gatekit.sampler import LoadReader, read_system_load
 from gatekit.schedule import WARMUP_ROUND, Slot, extension, needs_seed, order_seed, plan, retry_slots
 from gatekit.sequential import design_for
+from gatekit.series.events import (Extend, Hashing, Invalid, JournaledArm, LeftoversStopped, ProvenanceEnd,
+                                   ProvenanceStart, Retry, SeriesEnd, SeriesStart)
 from gatekit.series.replay import JournalState, OpenSeries, evidence_from_state, open_series, replacements
 from gatekit.series.reservation import check_finding_id, release_finding_id, reserve_finding_id
 from gatekit.series.runloop import LEFTOVER_GRACE_S, Report, RunLoop, new_series_dir, now, runs_lock
@@ -100,7 +102,7 @@ class SeriesRunner:
             leftovers = [pid for prefix in dict.fromkeys((series_dir.absolute(), series_dir.resolve()))
                          for pid in stop_run_processes(prefix, LEFTOVER_GRACE_S)]
             if leftovers:
-                journal.append("leftovers_stopped", pids=leftovers)
+                journal.record(LeftoversStopped(tuple(leftovers)))
                 self.report(f"stopped {len(leftovers)} leftover trainer process(es) of the interrupted run: "
                             + ", ".join(f"pid {pid}" for pid in leftovers))
             if state.end is None and not state.problems:
@@ -140,22 +142,22 @@ class SeriesRunner:
                             spec.warmup)
         out_dir = config.gate.out
         finding_id = reserve_finding_id(out_dir, f"{config.gate.id}-{started:%Y-%m-%d}", series_id)
-        start = {
-            "event": "series_start", "series_id": series_id, "finding_id": finding_id,
-            "date": f"{started:%Y-%m-%d}", "started": started.isoformat(timespec="seconds"),
-            "gate_path": str(config.path), "gate_sha256": gate_sha256, "predecision_sha256": predecision_sha,
-            "off_arm": self.off.name, "on_arm": self.on.name, "out_dir": str(out_dir),
-            "schedule": [s.to_dict() for s in schedule],
-            "arms": {a.name: {"config": str(a.config) if a.config else "", "args": list(a.args),
-                              "env": redacted_env(a.env, config.gate.record_env)}
-                     for a in (self.off, self.on)},
-            "provenance_start": {"artifacts": artifacts, "git": git_state(config.base_dir).to_dict(),
-                                 "host": host_fingerprint(), "software": software_versions(),
-                                 "backend": {"name": self.backend.name, **self.backend.backend.provenance()},
-                                 "hashing": {"artifact_bytes": artifact_bytes(config.driver.hash), "hash_s": hash_s}},
-        }
+        start = SeriesStart(
+            series_id=series_id, finding_id=finding_id, date=f"{started:%Y-%m-%d}",
+            started=started.isoformat(timespec="seconds"), gate_path=config.path, gate_sha256=gate_sha256,
+            predecision_sha256=predecision_sha, off_arm=self.off.name, on_arm=self.on.name, out_dir=out_dir,
+            schedule=tuple(schedule),
+            arms={a.name: JournaledArm(str(a.config) if a.config else "", a.args,
+                                       redacted_env(a.env, config.gate.record_env))
+                  for a in (self.off, self.on)},
+            provenance_start=ProvenanceStart(
+                artifacts=artifacts, git=git_state(config.base_dir).to_dict(), host=host_fingerprint(),
+                software=software_versions(),
+                backend={"name": self.backend.name, **self.backend.backend.provenance()},
+                hashing=Hashing(artifact_bytes(config.driver.hash), hash_s)),
+        )
         try:
-            start = journal.append(**start)
+            start = journal.record(start)
         except OutputError as exc:  # nothing ran yet: a plain error (exit 2), and nothing to resume
             what = str(exc).split("; every earlier event")[0]
             raise GatekitError(f"{what}; nothing ran — free space or fix permissions and start the series "
@@ -172,10 +174,10 @@ class SeriesRunner:
         series_dir, state = opened.series_dir, opened.state
         if state.end is not None or state.problems:  # ended (invalid or finished) before its finding
             return self._finish(opened, journal)
-        slots = [Slot.from_dict(s) for s in state.start["schedule"]]
-        slots += [s for r in state.retries for s in
-                  retry_slots(self.off.name, self.on.name, r["round"], r["replaces"], r.get("first"))]
-        slots += [Slot.from_dict(s) for e in state.extensions for s in e["slots"]]
+        slots = list(state.start.schedule)
+        slots += [s for r in state.retries for s in retry_slots(self.off.name, self.on.name, r.round, r.replaces,
+                                                                 r.first)]
+        slots += [s for e in state.extensions for s in e.slots]
         logs: dict[str, Path] = {}  # a stop's message -> the failed run's log, printed (absolute) beside it
 
         def stop_at_unretryable(record: RunRecord) -> list[str]:
@@ -187,13 +189,13 @@ class SeriesRunner:
         # a series cut off between a failed run and its stop (killed, power loss) stops on resume, too
         stops = [m for r in sorted(state.records.values(), key=lambda r: r.order) for m in stop_at_unretryable(r)]
         changed = stops[:1] or self.loop.run(series_dir, journal, state, slots, primary=self.spec.primary,
-                                         start_artifacts={**state.start["provenance_start"]["artifacts"],
+                                         start_artifacts={**state.start.provenance_start.artifacts,
                                                           **_arm_config_hashes(opened.predecision)},
                                          resume_hint=f"resume with: gate run --resume {series_dir}",
                                          more=lambda current: self._more_slots(opened, journal),
                                          check=stop_at_unretryable)
         for message in changed:
-            journal.append("invalid", reason=message)
+            journal.record(Invalid(message))
             state.problems.append(message)
             self.report(f"INVALID: {message}" + (f"; its log: {logs[message]}" if message in logs else ""))
         return self._finish(opened, journal)
@@ -206,7 +208,7 @@ class SeriesRunner:
             return ""
         classified = classify(list(state.records.values()), self.spec, replacements(state.retries), state.cores)
         unresolved = set(classified.loc[self.policy.unresolved(classified), "label"])
-        if record.label not in unresolved or any(r["replaces"] == record.pair for r in self._plan_retries(state)):
+        if record.label not in unresolved or any(r.replaces == record.pair for r in self._plan_retries(state)):
             return ""
         left = sum(1 for s in slots if s.label not in state.records)
         return (f"stopped after {record.label}: its failure cannot be retried (rules.max_retries = "
@@ -220,42 +222,40 @@ class SeriesRunner:
         if new:
             slots = []
             for retry in new:
-                state.retries.append(journal.append("retry", **retry))
-                slots += retry_slots(self.off.name, self.on.name, retry["round"], retry["replaces"],
-                                     retry.get("first"))
-                why = "; ".join(f"{label} {info['detail']}" for label, info in retry["flagged"].items())
-                self.report(f"retrying pair r{retry['replaces']} as r{retry['round']}: {why}")
+                retry = journal.record(retry)
+                state.retries.append(retry)
+                slots += retry_slots(self.off.name, self.on.name, retry.round, retry.replaces, retry.first)
+                why = "; ".join(f"{label} {info['detail']}" for label, info in retry.flagged.items())
+                self.report(f"retrying pair r{retry.replaces} as r{retry.round}: {why}")
             return slots
         stage = self._plan_extension(opened)
         if stage is None:
             return []
-        state.extensions.append(journal.append("extend", **stage))
-        number = stage["stage"] - 1  # the look that did not decide
+        stage = journal.record(stage)
+        state.extensions.append(stage)
+        number = stage.stage - 1  # the look that did not decide
         self.report(f"look {number} did not decide: extending to "
                     f"{design_for(self.spec.sequential_version).runs[number]} runs per arm")
-        return [Slot.from_dict(s) for s in stage["slots"]]
+        return list(stage.slots)
 
-    def _plan_retries(self, state: JournalState) -> list[dict[str, Any]]:
+    def _plan_retries(self, state: JournalState) -> list[Retry]:
         """Pairs with a failed or contaminated run get a re-run pair, at most max_retries per original pair."""
-        retry_of = {r["round"]: r["replaces"] for r in state.retries}
+        retry_of = {r.round: r.replaces for r in state.retries}
         classified = classify(list(state.records.values()), self.spec, replacements(state.retries), state.cores)
         next_round = max(r.pair for r in state.records.values()) + 1
         retries = []
         for retry in sorted(self.policy.retries(classified, self.spec.rules, self.off.name, self.on.name),
                             key=lambda r: r.replaces):
             root = rules.lineage_root(retry.replaces, retry_of)
-            used = sum(1 for r in state.retries if rules.lineage_root(r["replaces"], retry_of) == root)
+            used = sum(1 for r in state.retries if rules.lineage_root(r.replaces, retry_of) == root)
             if used >= self.spec.rules.max_retries:
                 continue
-            event: dict[str, Any] = {"round": next_round, "replaces": retry.replaces, "flagged": retry.flagged,
-                                     "reason": f"pair re-run as r{next_round}{retry.reason_suffix}"}
-            if retry.first is not None:
-                event["first"] = retry.first
-            retries.append(event)
+            retries.append(Retry(round=next_round, replaces=retry.replaces, flagged=retry.flagged,
+                                 reason=f"pair re-run as r{next_round}{retry.reason_suffix}", first=retry.first))
             next_round += 1
         return retries
 
-    def _plan_extension(self, opened: OpenSeries) -> dict[str, Any] | None:
+    def _plan_extension(self, opened: OpenSeries) -> Extend | None:
         """The policy's next stage when its look — assessed exactly as the finding will be, narrative aside —
         did not decide; None after the last stage or when the look decided."""
         state = opened.state
@@ -263,33 +263,30 @@ class SeriesRunner:
         stage = len(state.extensions) + 2  # stage 1 is the preregistered schedule
         if stage > len(runs) or not assess(evidence_from_state(opened)).decided.extend:
             return None
-        seed = self.spec.seed if self.spec.seed is not None else order_seed(state.start["predecision_sha256"])
+        seed = self.spec.seed if self.spec.seed is not None else order_seed(state.start.predecision_sha256)
         done, target = runs[stage - 2], runs[stage - 1]
         slots = extension(self.off.name, self.on.name, self.spec.order, seed, done_rounds=done,
                           more_rounds=target - done, first_round=max(r.pair for r in state.records.values()) + 1)
-        return {"stage": stage, "slots": [s.to_dict() for s in slots],
-                "reason": f"look {stage - 1} undecided: extend to {target} runs per arm"}
+        return Extend(stage, tuple(slots), f"look {stage - 1} undecided: extend to {target} runs per arm")
 
     def _finish(self, opened: OpenSeries, journal: Journal) -> SeriesResult:
         series_dir, state = opened.series_dir, opened.state
         if state.end is None:  # a resumed series whose finding could not be written has ended already
             artifacts, hash_s = hash_artifacts_timed(self.config.driver.hash)
-            end = {"event": "series_end",
-                   "provenance_end": {"artifacts": artifacts, "git": git_state(self.config.base_dir).to_dict(),
-                                      "hash_s": hash_s},
-                   "finished": now().isoformat(timespec="seconds")}
-            state.end = journal.append(**end)
+            state.end = journal.record(SeriesEnd(
+                ProvenanceEnd(artifacts, git_state(self.config.base_dir).to_dict(), hash_s),
+                finished=now().isoformat(timespec="seconds")))
         # The state is the journal as written, event for event, so this is what `gate analyze` computes; the
         # journal itself knows its chain head after the last event (escaped, retry, … included).
         state.chain_head, state.legacy = journal.head, journal.legacy
         finding = analyze(evidence_from_state(opened))
-        out_dir = Path(state.start["out_dir"])
+        out_dir = state.start.out_dir
         try:
             remove_stale_temp_files(out_dir)  # what a gate killed while writing a finding left there
-            check_finding_id(out_dir, state.start["finding_id"], state.start["series_id"])
+            check_finding_id(out_dir, state.start.finding_id, state.start.series_id)
             paths = write_finding(finding, out_dir)
             atomic_write_text(series_dir / DONE_FILE, f"{finding.decision.value}\n{paths[0]}\n")
-            release_finding_id(out_dir, state.start["finding_id"])
+            release_finding_id(out_dir, state.start.finding_id)
         except (GatekitError, OSError) as exc:
             what = exc if isinstance(exc, GatekitError) else f"{exc.filename}: {exc.strerror or exc}"
             raise OutputError(f"{what}. The series itself is complete and journaled in {series_dir}: fix the "
