@@ -9,11 +9,15 @@ TEST_STAMP := $(VENV)/.test-stamp
 TORCH_PIN ?= torch==2.13.0
 DEMO_DIR ?= demo-out
 
-.PHONY: setup browser test regold demo bench clean
+.PHONY: setup browser test regold demo bench dist clean
 
 # The demo needs only the core; the tests also install the test, torch and ray extras.
+# The distribution was once named "gatekit" (PyPI's gatekit is another project): an old editable install of this
+# checkout under that name is removed first, or its entry points would register every plugin twice.
 $(CORE_STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	! $(PY) -m pip show gatekit 2>/dev/null | grep -qx 'Editable project location: $(CURDIR)' || \
+		$(PY) -m pip uninstall --quiet --yes gatekit
 	$(PY) -m pip install --quiet --disable-pip-version-check -e .
 	touch $(CORE_STAMP)
 
@@ -47,8 +51,20 @@ demo: $(CORE_STAMP)
 bench: $(TEST_STAMP)
 	$(PY) benchmarks/run.py --write docs/benchmarks.md
 
+# A wheel and an sdist in dist/ for `pip install` or `pipx install` in another project (README "Install into
+# your own project"), built with the venv's own setuptools; then the wheel is checked (every module, the script,
+# the entry points, the extras) and installed into a throwaway venv, where `gate --help` and `gate drivers` run.
+dist: $(TEST_STAMP)
+	rm -rf dist build *.egg-info
+	$(PY) -m build --no-isolation --outdir dist .
+	rm -rf build *.egg-info
+	GATEKIT_WHEEL="$$(ls dist/*.whl)" $(PY) -m pytest -q -p no:cacheprovider tests/test_wheel.py
+	smoke="$$(mktemp -d)" && $(PYTHON) -m venv "$$smoke" && \
+		"$$smoke/bin/pip" install --quiet --disable-pip-version-check dist/*.whl && \
+		(cd "$$smoke" && bin/gate --help >/dev/null && bin/gate drivers) && rm -rf "$$smoke"
+
 clean:
-	rm -rf $(VENV) $(DEMO_DIR) .pytest_cache test-artifacts
+	rm -rf $(VENV) $(DEMO_DIR) .pytest_cache test-artifacts dist build
 
 # The simulated tables of docs/statistics.md (a few minutes; fixed seed, so reproducible).
 .PHONY: statistics

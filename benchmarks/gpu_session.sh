@@ -84,7 +84,7 @@ two-gpus)
 ray)
     mkdir -p "$OUT"
     "$PY" -c "import ray; print('ray', ray.__version__)" 2>/dev/null ||
-        { echo "ray: $PY cannot import ray; install it first (pip install 'gatekit[ray]')" >&2; exit 2; }
+        { echo "ray: $PY cannot import ray; install it first ($("$PY" -c 'from gatekit.distribution import install_hint; print(install_hint("ray"))'))" >&2; exit 2; }
     gpus=$(nvidia-smi --query-gpu=index --format=csv,noheader | wc -l)
     timed campaign-ray "${GATE[@]}" campaign "$(campaign_file campaign-ray)" --engine ray
     timed campaign-local "${GATE[@]}" campaign "$(campaign_file campaign-local)" --max-parallel "$gpus"

@@ -84,8 +84,13 @@ def cache_torch_bytecode(cache_dir: Path | None) -> Path | None:
 TORCH_BYTECODE_PREFIX = cache_torch_bytecode(dataset_cache_dir())
 
 import numpy as np  # noqa: E402
-import torch  # noqa: E402
-import torch.nn.functional as F  # noqa: E402
+try:
+    import torch
+    import torch.nn.functional as F
+except ImportError:  # one line on stderr (the run's stderr.log), not a traceback
+    from gatekit.driver import install_hint  # only here: the trainer's start stays free of gatekit's imports
+
+    sys.exit(f"torch_trainer: PyTorch is not installed; install it with: {install_hint('torch')}")
 
 TORCH_IMPORTED = time.perf_counter()
 

@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-from importlib.metadata import PackageNotFoundError, version
+from gatekit.distribution import installed_version
 
-try:
-    __version__ = version("gatekit")
-except PackageNotFoundError:  # running from a source tree that was never installed
-    __version__ = "0+unknown"
+__version__ = installed_version()

@@ -13,6 +13,7 @@ import click
 
 from gatekit import __version__
 from gatekit.config import EXPORT_FORMATS, ORDERS, GateConfig, ThresholdSpec, load_gate
+from gatekit.distribution import install_hint
 from gatekit.driver import (BACKEND_GROUP, DRIVER_GROUP, installed_backends, installed_drivers, load_backend,
                             make_backend, make_driver)
 from gatekit.engines import ENGINES
@@ -198,7 +199,7 @@ def check(off: str | None, on: str | None, gate_path: Path) -> None:
               help="Continue an interrupted series directory.")
 @click.option("--sign-key", type=click.Path(path_type=Path, dir_okay=False),
               help="Ed25519 private key (PEM): sign the finding and the journal's chain head into <id>.sig "
-              "(needs: pip install 'gatekit[sign]').")
+              f"(needs: {install_hint('sign')}).")
 @ci_output_options
 def run(off: str | None, on: str | None, gate_path: Path, n: int | None, order: str | None, seed: int | None,
         policy: str | None, warmup: int | None, out: Path | None, runs_dir: Path | None, as_json: bool,
@@ -566,7 +567,7 @@ def site_cmd(findings_dir: Path, site_dir: Path, runs_roots: tuple[Path, ...]) -
 @main.command("campaign")
 @click.argument("campaign_file", type=click.Path(path_type=Path, dir_okay=False))
 @click.option("--engine", type=click.Choice(ENGINES), default="local", show_default=True,
-              help="local: gates as processes on this host; ray: each gate a Ray task (pip install 'gatekit[ray]').")
+              help=f"local: gates as processes on this host; ray: each gate a Ray task ({install_hint('ray')}).")
 @click.option("--address", help="Ray: join the cluster at this address (e.g. auto or HOST:6379); default: start a "
                                 "local Ray.")
 @click.option("--max-parallel", type=click.IntRange(min=1),

@@ -4,8 +4,9 @@ A driver starts one trainer run and reports a RunOutcome. A backend watches the 
 on (GPU, Mac, CPU): preflight, provenance, telemetry in every run window, and contamination evidence.
 Plugins import only this module, `gatekit.records` and `gatekit.errors`; built-ins register through entry
 points like third-party ones. This module therefore re-exports what a driver needs beyond the protocols: the
-trainer contract's environment variable names (`gatekit.contract`) and the means to stop a trainer and the
-processes that escaped its group (`processes_in_run_dirs`, `stop_pids`, `signals_deferred`).
+trainer contract's environment variable names (`gatekit.contract`), the means to stop a trainer and the
+processes that escaped its group (`processes_in_run_dirs`, `stop_pids`, `signals_deferred`), and the pip
+command that installs an extra a plugin needs (`install_hint`).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from gatekit.records import CheckResult, RunOutcome
 # Part of the driver API, re-exported so plugins import them from here: the trainer contract's environment
 # variables, and stopping a trainer together with the processes that left its process group.
 from gatekit.contract import ENV_ARM, ENV_RESULT, ENV_RUN, ENV_RUN_DIR  # noqa: F401
+from gatekit.distribution import install_hint  # noqa: F401  (the pip command naming an extra a plugin needs)
 from gatekit.processes import processes_in_run_dirs, reap_group_zombies, stop_pids  # noqa: F401
 from gatekit.signals import signals_deferred  # noqa: F401
 

@@ -31,6 +31,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
+from gatekit.distribution import install_hint
 from gatekit.errors import ConfigError, GatekitError, OutputError, SeriesInterrupted
 from gatekit.records import Record
 from gatekit.signals import interrupt_on_sigterm
@@ -343,7 +344,7 @@ def run_ray(tasks: Sequence[GateTask], *, address: str | None, started: Started,
     try:
         import ray
     except ImportError:
-        raise ConfigError("--engine ray: Ray is not installed; install it with: pip install 'gatekit[ray]'") from None
+        raise ConfigError(f"--engine ray: Ray is not installed; install it with: {install_hint('ray')}") from None
     own = not ray.is_initialized()
     if own:
         try:

@@ -14,9 +14,12 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Mapping, Sequence
 
+from gatekit.distribution import installed_version
 from gatekit.records import Record
 
-SOFTWARE = ("gatekit", "click", "pandas", "scipy", "psutil", "tomlkit", "matplotlib", "numpy", "nvidia-ml-py")
+# Distributions whose versions provenance records; gatekit itself is recorded under "gatekit" (its import name)
+# from its own distribution, whatever else of that name is installed.
+SOFTWARE = ("click", "pandas", "scipy", "psutil", "tomlkit", "matplotlib", "numpy", "nvidia-ml-py")
 
 # The only environment variables provenance records: the ones that change how a trainer performs.
 # An allow-list, never a deny-list, so a token or password that happens to be set is never written down.
@@ -164,7 +167,7 @@ def host_fingerprint() -> dict[str, object]:
 
 
 def software_versions() -> dict[str, str]:
-    versions = {}
+    versions = {"gatekit": installed_version()}
     for name in SOFTWARE:
         try:
             versions[name] = version(name)

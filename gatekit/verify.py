@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping
 
+from gatekit.distribution import install_hint
 from gatekit.errors import ConfigError, GatekitError, SeriesError, VerificationError
 from gatekit.provenance import sha256_file
 from gatekit.records import JOURNAL_SCHEMA, UNCHAINED_JOURNAL, journal_schema, schema_problem
@@ -27,7 +28,6 @@ if TYPE_CHECKING:  # the analysis (pandas) behind a finding loads only when a fi
 PREDECISION_FILE = "predecision.toml"  # prereg.PREDECISION_FILE
 RECORD_FILE = "record.json"
 SIGNATURE_SCHEMA = "gatekit.signature/1"
-SIGN_EXTRA = "pip install 'gatekit[sign]'"
 # sections of a finding that are recomputed from the journal and must be equal (paths differ by machine)
 RECOMPUTED_SECTIONS = ("runs", "stats", "guards", "sensitivity", "verdict", "sequential", "duet")
 
@@ -237,7 +237,7 @@ def _crypto() -> Any:
         from cryptography.hazmat.primitives import serialization
         from cryptography.hazmat.primitives.asymmetric import ed25519
     except ImportError:
-        raise ConfigError(f"signing needs the cryptography package: {SIGN_EXTRA}") from None
+        raise ConfigError(f"signing needs the cryptography package: {install_hint('sign')}") from None
     return serialization, ed25519
 
 

@@ -18,6 +18,7 @@ from typing import Iterator
 import psutil
 import pytest
 
+from gatekit.distribution import install_hint
 from gatekit.driver import (AUTO_ORDER, Backend, installed_backends, load_backend, make_backend)
 from gatekit.errors import ConfigError
 from gatekit.records import LoadSample, RunOutcome, RunRecord, WindowSummary
@@ -232,7 +233,7 @@ def test_nvml_errors_in_a_recording_become_empty_cells() -> None:
 @pytest.mark.skipif(importlib.util.find_spec("pynvml") is not None, reason="nvidia-ml-py is installed here")
 def test_cuda_without_nvidia_ml_py_says_so_cleanly() -> None:
     found = CudaBackend.detect()
-    assert not found.ok and found.detail == "not available: nvidia-ml-py not installed (pip install 'gatekit[cuda]')"
+    assert not found.ok and found.detail == f"not available: nvidia-ml-py not installed ({install_hint('cuda')})"
     (check,) = CudaBackend().preflight()  # the live reader
     assert not check.ok and "nvidia-ml-py not installed" in check.detail
 

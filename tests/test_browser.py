@@ -13,6 +13,7 @@ from typing import Any, Iterator
 
 import pytest
 
+from gatekit.distribution import install_hint
 from gatekit.sampler import read_pressure
 from tests.conftest import FIXTURES, gate_invoke, make_gate
 from tests.findings_kit import SEED_SECTIONS, hostile_data, variant, write_json
@@ -28,7 +29,7 @@ if not (CHROMIUM.is_file() and os.access(CHROMIUM, os.X_OK)):
                 "installed here (make test runs tests/browser/ensure-chromium.sh, which needs root and apt-get)",
                 allow_module_level=True)
 sync_api = pytest.importorskip("playwright.sync_api", reason="the playwright package is missing: "
-                               "pip install -e '.[test]' (make test does)")
+                               f"{install_hint('test')} (make test does)")
 
 
 @pytest.fixture(scope="module")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import shutil
 import sys
 from pathlib import Path
@@ -17,6 +18,7 @@ from typing import Any
 import pytest
 
 from gatekit.config import load_gate
+from gatekit.distribution import install_hint
 from gatekit.errors import ConfigError, SeriesError, VerificationError
 from gatekit.exports import summary_markdown
 from gatekit.finding import load_finding
@@ -320,5 +322,5 @@ def test_signing_without_cryptography_names_the_extra(tmp_path: Path, monkeypatc
     for name in [m for m in sys.modules if m == "cryptography" or m.startswith("cryptography.")]:
         monkeypatch.delitem(sys.modules, name)
     monkeypatch.setitem(sys.modules, "cryptography", None)  # an import of it now fails
-    with pytest.raises(ConfigError, match=r"pip install 'gatekit\[sign\]'"):
+    with pytest.raises(ConfigError, match=re.escape(install_hint("sign"))):
         load_signing_key(tmp_path / "sign.pem")

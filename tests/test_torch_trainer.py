@@ -20,7 +20,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-torch = pytest.importorskip("torch", reason="the torch extra is not installed (pip install -e '.[torch]')")
+from gatekit.distribution import install_hint
+
+torch = pytest.importorskip("torch", reason=f"the torch extra is not installed ({install_hint('torch')})")
 
 from gatekit_drivers.command import read_result  # noqa: E402
 from gatekit_drivers.torch_trainer import (Trainer, TrainerConfig, TrainerConfigError, dataset_key,  # noqa: E402

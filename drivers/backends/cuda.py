@@ -1,4 +1,4 @@
-"""The cuda backend: NVML telemetry in every run window, through `nvidia-ml-py` (`pip install 'gatekit[cuda]'`).
+"""The cuda backend: NVML telemetry in every run window, through `nvidia-ml-py` (the `cuda` extra).
 
 Each sample reads GPU utilisation, memory, SM clock, temperature, power, clock-event (throttle) reasons and
 the compute processes on the GPU. A compute process that is not the trainer — its ancestors do not include
@@ -20,7 +20,7 @@ from typing import Any, Mapping, Protocol, Sequence
 
 import psutil
 
-from gatekit.driver import Telemetry, TelemetrySample
+from gatekit.driver import Telemetry, TelemetrySample, install_hint
 from gatekit.errors import ConfigError, DriverError
 from gatekit.records import CheckResult
 from gatekit_drivers.backends._options import take_options
@@ -43,7 +43,7 @@ CLOCK_EVENT_REASONS = {
 # Reasons that mean the GPU ran slower than it could for a cause outside the trainer (heat, power brake).
 # sw_power_cap and gpu_idle are routine under load and between kernels, so they are reported, not evidence.
 SLOWDOWN_MASK = 0x8 | 0x20 | 0x40 | 0x80
-INSTALL_HINT = "pip install 'gatekit[cuda]'"
+INSTALL_HINT = install_hint("cuda")
 
 
 class NvmlReader(Protocol):
