@@ -126,7 +126,7 @@ def run_series(folder: Path, n: int, trainer_s: float, hash_paths: list[str] = (
         rss.append(me.memory_info().rss)
 
     originals = (Journal.append, runloop_module.atomic_write_text, runloop_module.WindowSampler,
-                 command_module.processes_in_run_dirs, command_module.read_result)
+                 command_module.stop_run_processes, command_module.read_result)
 
     class TimedSampler(WindowSampler):
         __enter__ = timings.wrap("sampler open", WindowSampler.__enter__)
@@ -135,7 +135,7 @@ def run_series(folder: Path, n: int, trainer_s: float, hash_paths: list[str] = (
     Journal.append = timings.wrap("journal append", Journal.append)  # type: ignore[method-assign]
     runloop_module.atomic_write_text = timings.wrap("run files (samples.csv, record.json)", originals[1])
     runloop_module.WindowSampler = TimedSampler  # type: ignore[misc]
-    command_module.processes_in_run_dirs = timings.wrap("escaped-process sweep", originals[3])
+    command_module.stop_run_processes = timings.wrap("escaped-process sweep", originals[3])
     command_module.read_result = timings.wrap("result parsing", originals[4])
     try:
         runner = SeriesRunner(config, config.arms["off"], config.arms["on"])
@@ -145,7 +145,7 @@ def run_series(folder: Path, n: int, trainer_s: float, hash_paths: list[str] = (
         total_s, harness_cpu_s = time.perf_counter() - began, cpu_s() - cpu_began
     finally:
         (Journal.append, runloop_module.atomic_write_text, runloop_module.WindowSampler,
-         command_module.processes_in_run_dirs, command_module.read_result) = originals  # type: ignore[misc]
+         command_module.stop_run_processes, command_module.read_result) = originals  # type: ignore[misc]
     journal = list(Journal(result.series_dir / "journal.jsonl").events())
     hash_s = [s for e in journal if e["event"] == "run_end" for s in e.get("hash_s", [])]
     return {"starts": starts, "driver_s": driver_s, "wallclock_s": wallclocks, "rss": rss, "timings": timings,

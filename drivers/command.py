@@ -20,8 +20,8 @@ import tomllib
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from gatekit.driver import (ENV_ARM, ENV_RESULT, ENV_RUN, ENV_RUN_DIR, ArmInput, RunRequest, processes_in_run_dirs,
-                            reap_group_zombies, signals_deferred, stop_pids)
+from gatekit.driver import (ENV_ARM, ENV_RESULT, ENV_RUN, ENV_RUN_DIR, ArmInput, RunRequest, reap_group_zombies,
+                            signals_deferred, stop_run_processes)
 from gatekit.errors import ConfigError
 from gatekit.records import CheckResult, RunOutcome
 
@@ -231,8 +231,8 @@ def _signal_group(pgid: int, sig: int) -> bool:
 
 
 def _stop_group(proc: subprocess.Popen[bytes], run_dir: Path) -> list[int]:
-    """SIGTERM the trainer's whole process group, SIGKILL whatever outlives a grace period; then stop
-    the processes that left the group (setsid, daemons) but still carry this run's GATEKIT_RUN_DIR.
+    """SIGTERM the trainer's whole process group, SIGKILL whatever outlives a grace period; then freeze and
+    kill the processes that left the group (setsid, daemons) but still carry this run's GATEKIT_RUN_DIR.
 
     Also runs after a normal exit, so grandchildren a trainer left behind cannot load the next run.
     Signals are held back meanwhile: a second Ctrl-C cannot cut the cleanup short. Returns the PIDs of
@@ -253,7 +253,7 @@ def _stop_group(proc: subprocess.Popen[bytes], run_dir: Path) -> list[int]:
                 continue
             break
         proc.wait()
-        return stop_pids(processes_in_run_dirs(run_dir), KILL_GRACE_S)
+        return stop_run_processes(run_dir)
 
 
 def _signal_name(code: int) -> str:

@@ -5,8 +5,8 @@ on (GPU, Mac, CPU): preflight, provenance, telemetry in every run window, and co
 Plugins import only this module, `gatekit.records` and `gatekit.errors`; built-ins register through entry
 points like third-party ones. This module therefore re-exports what a driver needs beyond the protocols: the
 trainer contract's environment variable names (`gatekit.contract`), the means to stop a trainer and the
-processes that escaped its group (`processes_in_run_dirs`, `stop_pids`, `signals_deferred`), and the pip
-command that installs an extra a plugin needs (`install_hint`).
+processes that escaped its group (`processes_in_run_dirs`, `stop_pids`, `stop_run_processes`,
+`signals_deferred`), and the pip command that installs an extra a plugin needs (`install_hint`).
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from gatekit.records import CheckResult, RunOutcome
 # variables, and stopping a trainer together with the processes that left its process group.
 from gatekit.contract import ENV_ARM, ENV_RESULT, ENV_RUN, ENV_RUN_DIR  # noqa: F401
 from gatekit.distribution import install_hint  # noqa: F401  (the pip command naming an extra a plugin needs)
-from gatekit.processes import processes_in_run_dirs, reap_group_zombies, stop_pids  # noqa: F401
+from gatekit.processes import processes_in_run_dirs, reap_group_zombies, stop_pids, stop_run_processes  # noqa: F401
 from gatekit.signals import signals_deferred  # noqa: F401
 
 DRIVER_GROUP = "gatekit.drivers"

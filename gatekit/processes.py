@@ -7,9 +7,16 @@ run directory of this series is a leftover of that run.
 
 A process that calls `setsid` *and* clears its environment escapes both. On Linux the gate therefore
 becomes a child subreaper (`prctl(PR_SET_CHILD_SUBREAPER)`) while a series runs: every descendant whose
-parent exits is re-parented to gatekit instead of init, so after a run any child of the gate that is not
-one it knew before the run is an escaped descendant of that run (`stop_escapees`). macOS and other systems
-have no subreaper: there only the process-group kill and the environment scan apply.
+parent exits is re-parented to gatekit instead of init, so after a run any child of the gate that it did not
+have when it became the subreaper is an escaped descendant of a run (`stop_escapees`). macOS and other
+systems have no subreaper: there only the process-group kill and the environment scan apply.
+
+Escapees are frozen before they are killed (`freeze_and_kill`): each one found gets SIGSTOP, which it
+cannot catch, and the search is repeated — its children, the gate's new children, the marked processes —
+until a search finds nothing new and every process found has stopped; only then does everything get
+SIGKILL. So a process that forks a successor and exits over and over, or answers SIGTERM by forking a copy
+of itself, cannot stay one step ahead: a stopped process forks nothing. No cgroup is used (see
+docs/reliability.md for what that leaves open).
 """
 
 from __future__ import annotations
@@ -24,7 +31,7 @@ import time
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Iterator
+from typing import Callable, Iterable, Iterator
 
 import psutil
 
@@ -34,6 +41,11 @@ from gatekit.sanitize import show_controls
 from gatekit.signals import signals_deferred
 
 _PROC = Path("/proc")
+# How long a freeze chases a process tree that keeps forking faster than it is stopped (a search takes
+# milliseconds; a relay of Python processes is caught within tens of them)
+FREEZE_S = 5.0
+KILL_WAIT_S = 2.0  # SIGKILL cannot be refused; this only waits for the kernel to finish the processes
+_STOPPED_STATES = frozenset("TtZXx")  # stopped, traced, or already dead: forks nothing more
 
 
 def _environ_bytes(pid: int) -> bytes | None:
@@ -66,14 +78,7 @@ def processes_in_run_dirs(prefix: Path, *, exclude: Iterable[int] = ()) -> list[
                 continue
             if value == str(prefix) or value.startswith(f"{prefix}/"):
                 found.append(process.info["pid"])
-    return [pid for pid in found if _alive(pid)]
-
-
-def _alive(pid: int) -> bool:
-    try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-    except psutil.Error:
-        return False
+    return [pid for pid in found if _live(pid)]
 
 
 def stop_pids(pids: Iterable[int], grace_s: float) -> list[int]:
@@ -86,24 +91,27 @@ def stop_pids(pids: Iterable[int], grace_s: float) -> list[int]:
         except ProcessLookupError:
             continue
     deadline = time.monotonic() + grace_s
-    while time.monotonic() < deadline and any(_alive(pid) for pid in signalled):
+    while time.monotonic() < deadline and any(_live(pid) for pid in signalled):
         time.sleep(0.02)
     for pid in signalled:
-        if _alive(pid):
+        if _live(pid):
             try:
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
                 continue
     deadline = time.monotonic() + 2.0  # SIGKILL cannot be refused; this only waits for the kernel
-    while time.monotonic() < deadline and any(_alive(pid) for pid in signalled):
+    while time.monotonic() < deadline and any(_live(pid) for pid in signalled):
         time.sleep(0.01)
     return signalled
 
 
-def stop_run_processes(prefix: Path, grace_s: float) -> list[int]:
-    """Stop every leftover process of the run directory (or series directory) `prefix`."""
+def stop_run_processes(prefix: Path) -> list[int]:
+    """Freeze and kill every leftover process of the run directory (or series directory) `prefix`, with
+    whatever it started; returns the PIDs that were stopped."""
     with signals_deferred():
-        return stop_pids(processes_in_run_dirs(prefix), grace_s)
+        frozen = freeze_and_kill(lambda: processes_in_run_dirs(prefix))
+        reap(frozen)
+    return list(frozen)
 
 
 # -- the child subreaper (Linux >= 3.4) ------------------------------------------------------------------
@@ -111,8 +119,6 @@ def stop_run_processes(prefix: Path, grace_s: float) -> list[int]:
 PR_SET_CHILD_SUBREAPER = 36  # <linux/prctl.h>
 PR_GET_CHILD_SUBREAPER = 37
 COMMAND_CHARS = 200  # an escaped process's command line as recorded: enough to recognise it
-ESCAPE_SWEEPS = 3  # stopping an escapee re-parents its children to us: look again, a bounded number of times
-EXIT_GRACE_S = 2.0  # SIGTERM to SIGKILL for what is left when the run loop ends (normally nothing)
 
 
 @functools.cache
@@ -152,39 +158,115 @@ def become_subreaper(on: bool = True) -> bool:
 
 def child_pids() -> set[int]:
     """PIDs of this process's children, zombies included."""
-    return {child.pid for child in _children()}
+    return set(_child_pids_of(os.getpid()))
 
 
-def _children() -> list[psutil.Process]:
-    """This process's children. Linux lists them per thread (an adopted orphan goes to one of the threads)
-    in /proc/self/task/*/children, without scanning every process as psutil must."""
+def _child_pids_of(pid: int) -> list[int]:
+    """PIDs of `pid`'s children. Linux lists them per thread (an adopted orphan goes to one of the threads)
+    in /proc/<pid>/task/*/children, without scanning every process as psutil must."""
+    if not _proc_lists_children():
+        return _psutil_children(pid)
     try:
-        tasks = os.listdir(_PROC / "self" / "task")
-        pids = []
-        for task in tasks:
-            with open(_PROC / "self" / "task" / task / "children") as handle:
-                pids += [int(word) for word in handle.read().split()]
-    except (OSError, ValueError):  # no /proc or no CONFIG_PROC_CHILDREN (or a thread ended meanwhile)
+        tasks = os.listdir(_PROC / str(pid) / "task")
+    except OSError:  # the process is gone
+        return []
+    found: list[int] = []
+    for task in tasks:
         try:
-            return psutil.Process().children()
-        except psutil.Error:
-            return []
-    return [process for process in map(_process, dict.fromkeys(pids)) if process is not None]
+            with open(_PROC / str(pid) / "task" / task / "children") as handle:
+                found += [int(word) for word in handle.read().split()]
+        except OSError:  # that thread ended meanwhile
+            continue
+    return list(dict.fromkeys(found))
 
 
-def orphans_of_this_process(known: set[int]) -> list[psutil.Process]:
-    """Live children of this process that are not in `known` (the children it had before a run): with the
-    subreaper on, descendants of a finished run re-parented to gatekit. The sampler is a thread, not one."""
-    found = []
-    for child in _children():
-        if child.pid in known:
-            continue
-        try:
-            if child.status() != psutil.STATUS_ZOMBIE:
-                found.append(child)
-        except psutil.Error:
-            continue
-    return found
+@functools.cache
+def _proc_lists_children() -> bool:
+    """Whether /proc has the per-thread children lists (Linux with CONFIG_PROC_CHILDREN)."""
+    return (_PROC / "self" / "task" / str(os.getpid()) / "children").is_file()
+
+
+def _psutil_children(pid: int) -> list[int]:
+    try:
+        return [child.pid for child in psutil.Process(pid).children()]
+    except psutil.Error:
+        return []
+
+
+def _state(pid: int) -> str | None:
+    """A process's state letter as the kernel reports it (R, S, D, T, Z, ...), None when it is gone."""
+    try:
+        with open(_PROC / str(pid) / "stat", "rb") as handle:
+            return handle.read().rsplit(b")", 1)[1].split()[0].decode()
+    except (OSError, IndexError):
+        if _PROC.is_dir():
+            return None
+    try:  # no /proc (macOS): psutil's names for the states that matter here
+        status = psutil.Process(pid).status()
+    except psutil.Error:
+        return None
+    return {psutil.STATUS_ZOMBIE: "Z", psutil.STATUS_STOPPED: "T", psutil.STATUS_DEAD: "X"}.get(status, "R")
+
+
+def _live(pid: int) -> bool:
+    state = _state(pid)
+    return state is not None and state not in "ZXx"
+
+
+def _signal(pid: int, sig: int) -> bool:
+    """Send `sig` to `pid`; False when there is no such process any more."""
+    try:
+        os.kill(pid, sig)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def freeze_and_kill(find: Callable[[], Iterable[int]]) -> dict[int, str]:
+    """Stop everything `find()` returns, with all its descendants, so that nothing can fork away; then kill it.
+
+    Each process found gets SIGSTOP at once (no process can catch or ignore it; sent before anything else is
+    read, so a process that lives for one fork is still caught), and the live ones' command lines are
+    recorded; then `find()` and the children of every frozen process are searched again, until a search
+    finds no new live process and every frozen one has really stopped (a fork already under way when the
+    signal came completes: its child is found by the next search). Then all of them get SIGKILL, which
+    reaches a stopped process too, and are waited for (not reaped: see `reap`). Gives up chasing after
+    FREEZE_S (a tree forking faster than the search) and kills what it holds. `find()` must return only
+    PIDs that cannot have been reused (this process's unreaped children, or processes found just now).
+    Returns {pid: command line} of the live processes it stopped.
+    """
+    frozen: dict[int, str] = {}
+    exited: set[int] = set()
+    deadline = time.monotonic() + FREEZE_S
+    while True:
+        candidates = [*find(), *(child for pid in frozen for child in _child_pids_of(pid))]
+        signalled = [pid for pid in dict.fromkeys(candidates)
+                     if pid not in frozen and pid != os.getpid() and _signal(pid, signal.SIGSTOP)]
+        new = [pid for pid in signalled if _live(pid)]
+        frozen.update((pid, _command_line(pid)) for pid in new)
+        # one that had exited may have left children, re-parented since the search: search once more
+        just_exited = {pid for pid in signalled if pid not in frozen} - exited
+        exited |= just_exited
+        settled = not new and not just_exited and all((_state(pid) or "X") in _STOPPED_STATES for pid in frozen)
+        if settled or time.monotonic() >= deadline:
+            break
+        if not new:
+            time.sleep(0.0005)  # SIGSTOP is sent; the kernel is still stopping a process that was running
+    for pid in frozen:
+        _signal(pid, signal.SIGKILL)
+    kill_deadline = time.monotonic() + KILL_WAIT_S
+    while time.monotonic() < kill_deadline and any(_live(pid) for pid in frozen):
+        time.sleep(0.005)
+    return frozen
+
+
+def adopted_children(known: Iterable[int]) -> list[int]:
+    """This process's children that are not in `known` (the children it had before): with the subreaper on,
+    descendants of a run re-parented to gatekit. The exited ones are reaped first, so no PID returned can
+    have been reused until the next call. The sampler is a thread, not one."""
+    skip = set(known)
+    reap_orphaned_zombies(skip)
+    return [pid for pid in child_pids() if pid not in skip]
 
 
 def reap(pids: Iterable[int]) -> None:
@@ -201,14 +283,7 @@ def reap_orphaned_zombies(known: Iterable[int]) -> None:
     """Reap the exited children of this process that are not in `known` (e.g. members of a trainer's
     process group that were re-parented to the subreaper and then killed with the group)."""
     skip = set(known)
-    zombies = []
-    for child in _children():
-        try:
-            if child.pid not in skip and child.status() == psutil.STATUS_ZOMBIE:
-                zombies.append(child.pid)
-        except psutil.Error:
-            continue
-    reap(zombies)
+    reap(pid for pid in child_pids() if pid not in skip)
 
 
 def reap_group_zombies(pgid: int, *, keep: int) -> None:
@@ -240,9 +315,13 @@ def escaped_evidence(escaped: list[Escapee], source: str = "the run") -> str:
     return f"{count} stopped: " + ", ".join(f"pid {e.pid} `{e.command}`" for e in escaped)
 
 
-def _command_line(process: psutil.Process) -> str:
+def _command_line(pid: int) -> str:
     try:
-        words = process.cmdline() or [process.name()]
+        process = psutil.Process(pid)
+        try:
+            words = process.cmdline() or [process.name()]
+        except psutil.ZombieProcess:  # it exited as it was found: its name is all that is left
+            words = [process.name()]
     except psutil.Error:
         return "?"
     # what a trainer chose as a command line is printed on the gate's terminal: no control characters
@@ -250,64 +329,45 @@ def _command_line(process: psutil.Process) -> str:
     return text if len(text) <= COMMAND_CHARS else text[:COMMAND_CHARS - 1] + "…"
 
 
-def _process(pid: int) -> psutil.Process | None:
-    try:
-        return psutil.Process(pid)
-    except psutil.Error:
-        return None
-
-
-def _with_descendants(processes: Iterable[psutil.Process]) -> list[psutil.Process]:
-    out: dict[int, psutil.Process] = {}
-    for process in processes:
-        out[process.pid] = process
-        try:
-            out.update((d.pid, d) for d in process.children(recursive=True))
-        except psutil.Error:
-            continue
-    return list(out.values())
-
-
-def stop_escapees(run_dir: Path, known: set[int], grace_s: float) -> list[Escapee]:
+def stop_escapees(run_dir: Path, known: Iterable[int]) -> list[Escapee]:
     """Find, stop and reap the processes that escaped the run in `run_dir`, and say which they were.
 
     Escaped are the children of this process not in `known` (descendants re-parented to the subreaper;
     the trainer itself has been waited for) and the processes whose environment still names `run_dir`,
-    each with its descendants. Each is recorded (pid, command line) before it is signalled (SIGTERM, then
-    SIGKILL after `grace_s`), then reaped. Stopping one re-parents its children to us, so this looks again.
+    each with all its descendants: frozen, recorded (pid, command line) and killed (`freeze_and_kill`),
+    then reaped. `known` must not hold a process of any run: one that survived its run is found again.
     """
-    escaped: dict[int, Escapee] = {}
+    skip = set(known)
     with signals_deferred():
-        for _ in range(ESCAPE_SWEEPS):
-            marked = [_process(pid) for pid in processes_in_run_dirs(run_dir, exclude=escaped)]
-            found = [p for p in _with_descendants([*orphans_of_this_process(known), *filter(None, marked)])
-                     if p.pid not in escaped and p.pid != os.getpid()]
-            if not found:
-                break
-            for process in found:
-                escaped[process.pid] = Escapee(process.pid, _command_line(process))
-            stop_pids([p.pid for p in found], grace_s)
-            reap(p.pid for p in found)
-        reap_orphaned_zombies(known)
-    return list(escaped.values())
+        frozen = freeze_and_kill(lambda: [*adopted_children(skip), *processes_in_run_dirs(run_dir)])
+        reap(frozen)
+        reap_orphaned_zombies(skip)
+    return [Escapee(pid, command) for pid, command in frozen.items()]
+
+
+@dataclass(frozen=True, slots=True)
+class Subreaper:
+    """This process as a child subreaper: whether it is one, and the children it had when it became one
+    (a run's escapees are the children it has beyond those)."""
+
+    enabled: bool
+    own: frozenset[int]
 
 
 @contextmanager
-def child_subreaper() -> Iterator[bool]:
-    """This process is a child subreaper inside the block (Linux); yields whether it is.
+def child_subreaper() -> Iterator[Subreaper]:
+    """This process is a child subreaper inside the block (Linux); yields whether it is and its own children.
 
-    On leaving, whatever was re-parented to it and still runs is stopped and reaped, and the flag is
+    On leaving, whatever was re-parented to it and still runs is frozen, killed and reaped, and the flag is
     restored, so a library caller (or a test process) is not left adopting orphans."""
     was = is_subreaper()
     enabled = was or become_subreaper()
-    known = child_pids()
+    own = frozenset(child_pids())
     try:
-        yield enabled
+        yield Subreaper(enabled, own)
     finally:
         if enabled and not was:
             with signals_deferred():
-                leftovers = [p.pid for p in _with_descendants(orphans_of_this_process(known))]
-                stop_pids(leftovers, EXIT_GRACE_S)
-                reap(leftovers)
-                reap_orphaned_zombies(known)
+                reap(freeze_and_kill(lambda: adopted_children(own)))
+                reap_orphaned_zombies(own)
                 become_subreaper(False)

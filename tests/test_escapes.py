@@ -35,6 +35,18 @@ pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="th
 ESCAPING_TRAINER = '''
 import os, runpy, subprocess, sys, tomllib
 
+ESCAPEES = {
+    # burns a CPU until its time is up
+    "burner": "import sys, time\\nend = time.monotonic() + float(sys.argv[1])\\nwhile time.monotonic() < end: pass",
+    # forks a successor and exits, over and over: at any instant its live process is a new one
+    "relay": ("import os, sys, time\\nend = time.monotonic() + float(sys.argv[1])\\n"
+              "while time.monotonic() < end:\\n    if os.fork():\\n        os._exit(0)"),
+    # answers every SIGTERM by forking a copy of itself in a new session, and exits
+    "hydra": ("import os, signal, sys, time\\nend = time.monotonic() + float(sys.argv[1])\\n"
+              "def split(signum, frame):\\n    if os.fork():\\n        os._exit(0)\\n    os.setsid()\\n"
+              "signal.signal(signal.SIGTERM, split)\\n"
+              "while time.monotonic() < end:\\n    time.sleep(0.01)"),
+}
 config = tomllib.load(open(sys.argv[sys.argv.index("--config") + 1], "rb"))
 escape = config["escape"]
 run = os.environ["GATEKIT_RUN"]
@@ -47,7 +59,7 @@ if os.path.exists(escape["pid_file"]):
     with open(escape["seen_file"], "a") as handle:
         handle.write(f"{run} {state}\\n")
 if escape["label"] == run:
-    burn = "import sys, time\\nend = time.monotonic() + float(sys.argv[1])\\nwhile time.monotonic() < end: pass"
+    burn = ESCAPEES[escape.get("kind", "burner")]
     child = subprocess.Popen([sys.executable, "-c", burn, str(escape["burn_s"]), escape["token"]],
                              start_new_session=escape.get("setsid", True),
                              env=None if escape.get("keep_env") else {}, stdin=subprocess.DEVNULL,
@@ -78,11 +90,24 @@ def token() -> Iterator[str]:
     try:
         yield word
     finally:
-        for process in _burners(word):
-            try:
-                process.kill()
-            except psutil.Error:
-                pass
+        for _ in range(100):  # a relay's live process changes all the time: kill until none is left
+            left = _burners(word)
+            if not left:
+                break
+            for process in left:
+                try:
+                    process.kill()
+                except psutil.Error:
+                    pass
+
+
+def _none_alive(token: str) -> bool:
+    """No process carrying `token` is alive, checked a few times (a relay is a new process at every look)."""
+    for _ in range(5):
+        if _burners(token):
+            return False
+        time.sleep(0.05)
+    return True
 
 
 def _escaping_gate(gate_dir, token: str, **options: object) -> tuple[GateDir, Path, Path]:
@@ -177,6 +202,58 @@ def test_a_burner_of_an_interrupted_run_is_stopped_and_journaled(gate_dir, token
             proc.wait()
 
 
+@pytest.mark.parametrize("kind", ["relay", "hydra"])
+def test_an_escapee_that_re_forks_or_forks_on_sigterm_is_frozen_journaled_and_does_not_outlive_the_gate(
+        gate_dir, token, kind: str) -> None:
+    """Issue 19, point 4: a setsid + env={} process that forks a successor and exits over and over (relay),
+    or that answers every SIGTERM by forking a setsid'd copy (hydra). Before, the relay was never journaled
+    and the hydra survived the sweeps; both outlived the gate with ppid 1. Now each process found is
+    stopped (SIGSTOP) before anything is killed, the search repeats until nothing new appears, and all of it
+    gets SIGKILL: journaled for the run that started it, and nothing of it is left after `gate` exits."""
+    g, _, _ = _escaping_gate(gate_dir, token, kind=kind, burn_s=60)
+    done = gate_cli("run", "off", "on", cwd=g.root)
+    assert done.returncode == 0, done.stderr
+    assert _none_alive(token)
+    (series,) = g.series_dirs()
+    escaped = [e for e in events(series) if e["event"] == "escaped"]
+    assert [e["label"] for e in escaped] == ["on-r1"]
+    # its code as its command line (one that was exiting as it was found has only its name left)
+    assert any("os.fork()" in p["command"] for p in escaped[0]["processes"])
+    assert [r["label"] for r in g.finding()["runs"] if r["window"].get("evidence")] == ["on-r1"]
+
+
+def test_a_process_that_outlives_its_runs_sweep_is_an_escapee_of_the_next_run_too(gate_dir, token,
+                                                                                 monkeypatch) -> None:
+    """Before, the gate's children were listed before each run and never counted as that run's escapees,
+    so a descendant that survived its own run's sweep was "known" for every later run. Here the kernel is
+    made to drop on-r1's signals (as for a process stuck in the kernel): the next run's sweep finds the
+    burner again, charges it to that run and stops it."""
+    g, pid_file, seen_file = _escaping_gate(gate_dir, token)
+    real_signal = processes._signal
+    dropped: list[int] = []
+
+    def stuck_during_on_r1(pid: int, sig: int) -> bool:
+        if pid_file.exists() and pid == int(pid_file.read_text()) and not seen_file.exists():
+            dropped.append(sig)
+            return True  # as if delivered: the process does not stop
+        return real_signal(pid, sig)
+
+    monkeypatch.setattr(processes, "_signal", stuck_during_on_r1)
+    monkeypatch.setattr(processes, "FREEZE_S", 0.2)
+    monkeypatch.setattr(processes, "KILL_WAIT_S", 0.2)
+    config = load_gate(g.gate)
+    result = SeriesRunner(config, config.arm("off"), config.arm("on")).start()
+    pid = int(pid_file.read_text())
+    assert dropped  # on-r1's sweep did try to stop it
+    seen = dict(line.split() for line in seen_file.read_text().splitlines())
+    assert seen["off-r2"] in ("R", "S")  # it outlived on-r1's sweep
+    assert seen["on-r2"] == "gone"  # off-r2's sweep stopped it
+    assert not _burners(token)
+    escaped = [(e["label"], [p["pid"] for p in e["processes"]]) for e in events(result.series_dir)
+               if e["event"] == "escaped"]
+    assert escaped == [("on-r1", [pid]), ("off-r2", [pid])]
+
+
 def test_a_child_left_in_the_trainers_group_is_stopped_with_it_at_once(gate_dir, token) -> None:
     """Re-parented to the gate and killed with the group, it would stay a zombie that keeps the group
     'alive' for the driver's whole grace period; it is reaped at once, and it is no escapee (the group
@@ -232,8 +309,8 @@ def test_no_subreaper_off_linux(monkeypatch) -> None:
     try:
         assert processes.become_subreaper() is False
         assert processes.is_subreaper() is False
-        with processes.child_subreaper() as enabled:
-            assert enabled is False
+        with processes.child_subreaper() as reaper:
+            assert reaper.enabled is False
     finally:
         monkeypatch.undo()
         processes._libc.cache_clear()

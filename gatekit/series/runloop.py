@@ -15,7 +15,7 @@ import os
 import time
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Callable, Iterator, Mapping, Sequence
+from typing import Callable, Iterable, Iterator, Mapping, Sequence
 
 from gatekit.config import ArmSpec, GateConfig
 from gatekit.driver import ChosenBackend, Driver, RunRequest
@@ -36,7 +36,6 @@ from gatekit.slots import DeviceSlot, slot_for
 from gatekit.storage import LOCK_FILE, Journal, atomic_write_text
 
 RESULT_FILE = "result"
-LEFTOVER_GRACE_S = 5.0
 
 Report = Callable[[str], None]
 
@@ -79,6 +78,9 @@ class RunLoop:
                  report: Report, load_reader_for: Callable[[str], LoadReader]) -> None:
         self.config, self.arms, self.driver, self.backend = config, arms, driver, backend
         self.report, self.load_reader_for = report, load_reader_for
+        # the gate's own children when its run loop began: never an escapee of a run. Any other child alive
+        # after a run is one, also if it outlived an earlier run's sweep (it is never "known" for later runs)
+        self.own_children: frozenset[int] = frozenset()
 
     def run(self, series_dir: Path, journal: Journal, state: RunLog, slots: list[Slot], *, primary: str,
             start_artifacts: Mapping[str, str], resume_hint: str,
@@ -88,7 +90,8 @@ class RunLoop:
         `check(record)` sees each finished run; what it returns stops the loop there. Returns the messages
         that stopped it early — changed artifacts, or what `check` returned — empty when every slot ran."""
         # The subreaper adopts every descendant whose parent exits, so a run's escapees are found after it.
-        with interrupt_on_sigterm(), child_subreaper():
+        with interrupt_on_sigterm(), child_subreaper() as reaper:
+            self.own_children = reaper.own
             try:
                 return self._run(series_dir, journal, state, slots, primary, start_artifacts, resume_hint, more,
                                  check)
@@ -158,7 +161,7 @@ class RunLoop:
 
     def run_slot(self, series_dir: Path, journal: Journal, slot: Slot, *, order: int, resume_hint: str) -> RunRecord:
         run = self._open_run(series_dir, journal, slot, order=order)
-        known = child_pids()  # the gate's own children before the run: never an escapee of it
+        known = self.own_children
         try:
             with run.sampler:
                 outcome = safe_outcome(self.driver.run(run.request))
@@ -175,14 +178,14 @@ class RunLoop:
                  resume_hint: str) -> list[RunRecord]:
         """A duet pair: both runs released from one barrier, each on its slot, each with its own sampler."""
         runs = [self._open_run(series_dir, journal, slot, order=order + i) for i, slot in enumerate(pair)]
-        known = child_pids()
+        known = self.own_children
         outcomes, released = run_together(self.driver, runs)
         try:
             outcomes.wait()
         except KeyboardInterrupt:
             ignore_further_interrupts()
             for run in runs:  # the threads' trainers: the main thread alone sees the interrupt
-                stop_run_processes(run.request.run_dir, LEFTOVER_GRACE_S)
+                stop_run_processes(run.request.run_dir)
             outcomes.wait()
             journal.record(Interrupted(" + ".join(s.label for s in pair)))
             self._stop_pair_escapees(journal, runs, known)
@@ -240,18 +243,18 @@ class RunLoop:
         # a replacement pair keeps the slots of the pair it replaces, so the slots stay balanced
         return self.config.duet.slots[slot_for(slot.arm == off_arm, slot.retry_of or slot.round)]
 
-    def _stop_escapees(self, journal: Journal, run_dir: Path, label: str, known: set[int],
+    def _stop_escapees(self, journal: Journal, run_dir: Path, label: str, known: Iterable[int],
                        source: str = "the run") -> tuple[str, ...]:
         """Stop and reap the processes that escaped this run (re-parented to the gate, or still naming its
         run directory), journal them as `escaped`, and return the window evidence line naming them."""
-        escaped = stop_escapees(run_dir, known, LEFTOVER_GRACE_S)
+        escaped = stop_escapees(run_dir, known)
         if not escaped:
             return ()
         journal.record(Escaped(label, tuple(escaped)))
         return (escaped_evidence(escaped, source),)
 
     def _stop_pair_escapees(self, journal: Journal, runs: Sequence[OpenRun],
-                            known: set[int]) -> dict[str, tuple[str, ...]]:
+                            known: Iterable[int]) -> dict[str, tuple[str, ...]]:
         """A duet pair's escapees, by run. Both runs' orphans are the gate's children by now, so each run
         first takes the processes whose environment names its own run directory (and what they started);
         an orphan that names neither (a cleared environment) could have come from either run, so it is

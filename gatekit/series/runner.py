@@ -31,7 +31,7 @@ from gatekit.series.events import (Extend, Hashing, Invalid, JournaledArm, Lefto
                                    ProvenanceStart, Retry, SeriesEnd, SeriesStart)
 from gatekit.series.replay import JournalState, OpenSeries, evidence_from_state, open_series, replacements
 from gatekit.series.reservation import check_finding_id, release_finding_id, reserve_finding_id
-from gatekit.series.runloop import LEFTOVER_GRACE_S, Report, RunLoop, new_series_dir, now, runs_lock
+from gatekit.series.runloop import Report, RunLoop, new_series_dir, now, runs_lock
 from gatekit.storage import DONE_FILE, JOURNAL_FILE, Journal, atomic_write_text, remove_stale_temp_files
 
 PREFLIGHT_LOAD = "preflight"  # the label SeriesRunner's load_reader_for is asked for the preflight's reading
@@ -100,7 +100,7 @@ class SeriesRunner:
             # Holding the lock, no gate process owns this series: whatever still runs in one of its run
             # directories is a trainer orphaned by a killed gate, and would load the runs to come.
             leftovers = [pid for prefix in dict.fromkeys((series_dir.absolute(), series_dir.resolve()))
-                         for pid in stop_run_processes(prefix, LEFTOVER_GRACE_S)]
+                         for pid in stop_run_processes(prefix)]
             if leftovers:
                 journal.record(LeftoversStopped(tuple(leftovers)))
                 self.report(f"stopped {len(leftovers)} leftover trainer process(es) of the interrupted run: "
