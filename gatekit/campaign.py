@@ -22,7 +22,6 @@ series with `gate run --resume`.
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import os
 import re
@@ -38,7 +37,7 @@ from gatekit.engines import (ENGINES, GateOutcome, GateStatus, GateTask, Pinning
 from gatekit.errors import EXIT_FAIL_ON, EXIT_INVALID, ConfigError, SeriesError, SeriesInterrupted
 from gatekit.records import Event, Record
 from gatekit.series.runloop import now
-from gatekit.storage import Journal, atomic_write_bytes
+from gatekit.storage import Journal, atomic_write_bytes, pid_lock
 
 if TYPE_CHECKING:  # the findings (and the statistics behind them) are loaded when the gates are done
     from gatekit.findingset import LoadedFinding
@@ -382,17 +381,8 @@ def run_campaign(campaign: Campaign, options: CampaignOptions, *, report: Report
 @contextmanager
 def _campaign_lock(folder: Path) -> Iterator[None]:
     """One campaign process per campaign folder: two would run the same gates and interleave the journal."""
-    with (folder / ".campaign.lock").open("a+") as handle:
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            handle.seek(0)
-            raise SeriesError(f"{folder}: another campaign process runs here ({handle.read().strip() or 'unknown'}); "
-                              "wait for it") from None
-        handle.seek(0)
-        handle.truncate()
-        handle.write(f"pid {os.getpid()}")
-        handle.flush()
+    with pid_lock(folder / ".campaign.lock", lambda holder: SeriesError(
+            f"{folder}: another campaign process runs here ({holder}); wait for it")):
         yield
 
 

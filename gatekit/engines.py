@@ -36,7 +36,7 @@ from gatekit.errors import ConfigError, GatekitError, OutputError, SeriesInterru
 from gatekit.records import Record
 from gatekit.signals import interrupt_on_sigterm
 from gatekit.slots import cpu_list
-from gatekit.storage import DONE_FILE, JOURNAL_FILE, LOCK_FILE, atomic_write_bytes
+from gatekit.storage import DONE_FILE, JOURNAL_FILE, LOCK_FILE, atomic_write_bytes, open_own_file
 
 ENGINES = ("local", "ray")
 STOP_GRACE_S = 120.0  # a gate asked to stop journals its interruption and stops its trainer within this
@@ -213,8 +213,8 @@ def _wait_for_owner(lock: Path, timeout_s: float = STOP_GRACE_S) -> None:
     stop when its campaign or worker died, and is journaling the interruption); after `timeout_s` the new
     attempt starts anyway and the gate's own lock says who holds it."""
     deadline = time.monotonic() + timeout_s
-    try:
-        handle = lock.open("a+")
+    try:  # never through a planted link: the gate's own lock then names the problem
+        handle = os.fdopen(open_own_file(lock, os.O_RDONLY | os.O_CREAT), "rb")
     except OSError:
         return
     with handle:

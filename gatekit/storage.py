@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import errno
+import fcntl
 import hashlib
 import json
 import os
 import re
 import stat
 import tempfile
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator, Mapping, TypeVar
+from typing import Any, Callable, Iterator, Mapping, TypeVar
 
 import psutil
 
@@ -93,6 +96,44 @@ def remove_stale_temp_files(folder: Path) -> list[Path]:
             continue
     return removed
 
+
+def open_own_file(path: Path, flags: int, mode: int = 0o666) -> int:
+    """A file descriptor of `path`, a file gatekit owns (a lock, a journal), opened without following a
+    symbolic link and only when it is a regular file: a link planted in its place would make gatekit
+    truncate or append to whatever it points at, a FIFO would block it. Raises OSError, whose strerror
+    says which of these it was (callers name the file and what they wanted of it)."""
+    try:
+        fd = os.open(path, flags | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, mode)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP or path.is_symlink():
+            raise OSError(errno.ELOOP, "is a symbolic link; gatekit opens the files it owns only as regular "
+                          "files, never through a link (remove it)", str(path)) from None
+        raise
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise OSError(errno.EINVAL, "is not a regular file; gatekit opens the files it owns only as regular "
+                      "files (remove it)", str(path))
+    return fd
+
+
+@contextmanager
+def pid_lock(path: Path, busy: Callable[[str], GatekitError]) -> Iterator[None]:
+    """Hold an exclusive lock (flock) on `path`, created if missing, with this process's pid written in it.
+    While another process holds it, raises `busy(what the holder wrote)`; a path that cannot be a lock
+    (a symbolic link, not a regular file, unwritable) is a SeriesError naming it."""
+    try:
+        fd = open_own_file(path, os.O_RDWR | os.O_CREAT)
+    except OSError as exc:
+        raise SeriesError(f"{path}: cannot be used as a lock: {exc.strerror or exc}") from None
+    with os.fdopen(fd, "r+") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise busy(handle.read(200).strip() or "unknown") from None
+        handle.truncate()
+        handle.write(f"pid {os.getpid()}")
+        handle.flush()
+        yield
 
 
 EventT = TypeVar("EventT", bound=Event)
@@ -180,7 +221,7 @@ class Journal:
         with signals_deferred():
             size = 0
             try:
-                fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
+                fd = open_own_file(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
             except OSError as exc:
                 raise self._failed(event, exc) from None
             try:

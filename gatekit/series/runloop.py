@@ -9,9 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-import fcntl
 import json
-import os
 import time
 from contextlib import contextmanager
 from pathlib import Path
@@ -33,7 +31,7 @@ from gatekit.series.events import DuetPair, Escaped, Interrupted, RunEnd, RunSta
 from gatekit.series.replay import RunLog
 from gatekit.signals import ignore_further_interrupts, interrupt_on_sigterm
 from gatekit.slots import DeviceSlot, slot_for
-from gatekit.storage import LOCK_FILE, Journal, atomic_write_text
+from gatekit.storage import LOCK_FILE, Journal, atomic_write_text, pid_lock
 
 RESULT_FILE = "result"
 
@@ -49,24 +47,9 @@ def now() -> dt.datetime:
 def runs_lock(runs_dir: Path) -> Iterator[None]:
     """One series at a time per runs folder: two interleaved series would contaminate each other."""
     runs_dir.mkdir(parents=True, exist_ok=True)
-    path = runs_dir / LOCK_FILE
-    handle = path.open("a+")
-    try:
-        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        handle.seek(0)
-        holder = handle.read().strip() or "unknown"
-        handle.close()
-        raise SeriesError(f"{runs_dir}: another series is running here ({holder}); wait for it or use "
-                          "another `runs` folder") from None
-    handle.seek(0)
-    handle.truncate()
-    handle.write(f"pid {os.getpid()}")
-    handle.flush()
-    try:
+    with pid_lock(runs_dir / LOCK_FILE, lambda holder: SeriesError(
+            f"{runs_dir}: another series is running here ({holder}); wait for it or use another `runs` folder")):
         yield
-    finally:
-        handle.close()
 
 
 class RunLoop:

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from gatekit.storage import Journal
-from gatekit.errors import OutputError
+from gatekit.storage import Journal, pid_lock
+from gatekit.errors import OutputError, SeriesError
 from tests.conftest import gate_invoke
 from tests.faults.faultkit import (assert_journal_consistent, fault_gate, in_mount_namespace,
                                    mount_namespace_available)
@@ -130,3 +130,37 @@ def test_written_files_get_the_usual_mode_not_owner_only(tmp_path: Path) -> None
     finally:
         os.umask(previous)
     assert stat.S_IMODE((tmp_path / "finding.json").stat().st_mode) == 0o644
+
+
+def test_files_gatekit_owns_are_never_opened_through_a_planted_link(tmp_path: Path) -> None:
+    """Issue 19, point 8: `runs/.gatekit.lock` planted as a symbolic link had its target truncated and
+    overwritten with `pid N`. The lock, the campaign lock and the journal are opened without following a
+    link (O_NOFOLLOW) and only as regular files: refused naming the file, the target untouched."""
+    victim = tmp_path / "victim.txt"
+    victim.write_text("precious\n")
+    g = fault_gate(tmp_path / "g")
+    (g.root / "runs").mkdir()
+    lock = g.root / "runs" / ".gatekit.lock"
+    lock.symlink_to(victim)
+    done = gate_invoke("run", "off", "on", cwd=g.root)
+    assert done.returncode == 2, done.stderr
+    (line,) = [line for line in done.stderr.splitlines() if line.startswith("gate: error: ")]
+    assert str(lock) in line and "is a symbolic link" in line, line
+    assert victim.read_text() == "precious\n" and g.order() == []  # nothing ran, nothing written through it
+    lock.unlink()
+    os.mkfifo(lock)  # a FIFO cannot block the gate either
+    done = gate_invoke("run", "off", "on", cwd=g.root)
+    assert done.returncode == 2 and f"{lock}: cannot be used as a lock: is not a regular file" in done.stderr
+    # the same helper holds the campaign lock; a journal replaced by a link (a trainer can reach its series
+    # folder) is never appended through
+    campaign_lock = tmp_path / ".campaign.lock"
+    campaign_lock.symlink_to(victim)
+    with pytest.raises(SeriesError, match=f"{campaign_lock}: cannot be used as a lock: is a symbolic link"):
+        with pid_lock(campaign_lock, SeriesError):
+            pass
+    journal = tmp_path / "series" / "journal.jsonl"
+    journal.parent.mkdir()
+    journal.symlink_to(victim)
+    with pytest.raises(OutputError, match=f"{journal}: cannot record the 'series_start' event: is a symbolic link"):
+        Journal(journal).append("series_start")
+    assert victim.read_text() == "precious\n"
