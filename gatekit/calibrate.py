@@ -35,7 +35,7 @@ from gatekit.schedule import Slot
 from gatekit.series.replay import RunLog
 from gatekit.series.runloop import RunLoop, new_series_dir, now, runs_lock
 from gatekit.simulate import Scenario, simulate
-from gatekit.storage import JOURNAL_FILE, Journal, write_output
+from gatekit.storage import Journal, SeriesLayout, write_output
 
 DUET_POLICY = "duet"
 SEQUENTIAL_RUNS = describe("sequential").stages or ()
@@ -409,14 +409,14 @@ def run_calibration(config: GateConfig, arm: ArmSpec, n: int, *, min_effect_pct:
     with runs_lock(runs_dir):
         started = now()
         series_dir = new_series_dir(runs_dir, f"calibrate-{arm.name}-{started:%Y%m%d-%H%M%S}")
-        journal = Journal(series_dir / JOURNAL_FILE)
+        journal = Journal(SeriesLayout(series_dir).journal)
         artifacts = hash_artifacts(config.driver.hash)
         journal.record(CalibrationStart(arm.name, n, started.isoformat(timespec="seconds"), artifacts))
 
         def every_run_counts(record: RunRecord) -> None:
             if record.failed or record.value_of(primary) is None:
                 why = record.outcome.error or f"primary metric '{primary}' missing"
-                raise CalibrationError(f"{record.label} failed: {why} (see {series_dir / record.label / 'stderr.log'}); "
+                raise CalibrationError(f"{record.label} failed: {why} (see {SeriesLayout(series_dir).run(record.label).stderr}); "
                                        "a calibration needs every run")
 
         state = RunLog()

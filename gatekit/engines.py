@@ -36,7 +36,7 @@ from gatekit.errors import ConfigError, GatekitError, OutputError, SeriesInterru
 from gatekit.records import Record
 from gatekit.signals import interrupt_on_sigterm
 from gatekit.slots import cpu_list
-from gatekit.storage import DONE_FILE, JOURNAL_FILE, LOCK_FILE, atomic_write_bytes, open_own_file
+from gatekit.storage import SeriesLayout, atomic_write_bytes, open_own_file
 
 ENGINES = ("local", "ray")
 STOP_GRACE_S = 120.0  # a gate asked to stop journals its interruption and stops its trainer within this
@@ -161,13 +161,13 @@ def series_dirs(runs_dir: Path) -> list[Path]:
     """The series folders of a gate's runs folder, oldest first (by their journal's last write)."""
     if not runs_dir.is_dir():
         return []
-    found = [p for p in runs_dir.iterdir() if p.is_dir() and (p / JOURNAL_FILE).is_file()]
-    return sorted(found, key=lambda p: ((p / JOURNAL_FILE).stat().st_mtime, p.name))
+    found = [p for p in runs_dir.iterdir() if SeriesLayout(p).journal.is_file()]
+    return sorted(found, key=lambda p: (SeriesLayout(p).journal.stat().st_mtime, p.name))
 
 
 def resumable_series(runs_dir: Path) -> Path | None:
     """The gate's interrupted series (journaled, no DONE), newest first; None: start a new one."""
-    open_ones = [p for p in series_dirs(runs_dir) if not (p / DONE_FILE).exists()]
+    open_ones = [p for p in series_dirs(runs_dir) if not SeriesLayout(p).done.exists()]
     return open_ones[-1] if open_ones else None
 
 
@@ -194,7 +194,7 @@ def start_gate(task: GateTask, pinning: Pinning) -> tuple[subprocess.Popen[bytes
     """Start the gate process of `task` (continuing its interrupted series if it has one); its output is
     appended to the task's log. Returns the process, the series it resumes and the series there before."""
     task.runs_dir.mkdir(parents=True, exist_ok=True)
-    _wait_for_owner(task.runs_dir / LOCK_FILE)
+    _wait_for_owner(SeriesLayout.lock(task.runs_dir))
     resume = resumable_series(task.runs_dir)
     before = frozenset(series_dirs(task.runs_dir))
     task.log_path.parent.mkdir(parents=True, exist_ok=True)
@@ -236,7 +236,7 @@ def outcome_of(task: GateTask, exit_code: int, pinning: Pinning, *, resumed: Pat
     series is DONE (its first line the decision, its second the finding's TOML path), and the exit code."""
     new = [p for p in series_dirs(task.runs_dir) if p not in before]
     series = resumed or (new[-1] if new else None)
-    done = series / DONE_FILE if series else None
+    done = SeriesLayout(series).done if series else None
     if done is not None and done.is_file():
         lines = done.read_text(encoding="utf-8").splitlines()
         if len(lines) >= 2:

@@ -21,9 +21,7 @@ from gatekit.policy import policy_for
 from gatekit.provenance import sha256_bytes, sha256_file
 from gatekit.records import PREDECISION_SCHEMA, SCHEMA_KEY, Record, schema_problem, upgrade
 from gatekit.schedule import Slot
-from gatekit.storage import atomic_write_bytes
-
-PREDECISION_FILE = "predecision.toml"
+from gatekit.storage import SeriesLayout, atomic_write_bytes
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,14 +167,14 @@ def predecision_document(spec: DecisionSpec, *, series_id: str, created: str, ga
 def write_predecision(series_dir: Path, text: str) -> str:
     """Write the predecision file atomically and return its sha256."""
     data = text.encode("utf-8")
-    atomic_write_bytes(series_dir / PREDECISION_FILE, data)
+    atomic_write_bytes(SeriesLayout(series_dir).predecision, data)
     return sha256_bytes(data)
 
 
 def read_predecision(series_dir: Path, expected_sha256: str) -> dict[str, Any]:
     """Read the predecision file back after verifying it is byte-for-byte what was registered; an older
     format is upgraded after the check (the file itself is never rewritten)."""
-    path = series_dir / PREDECISION_FILE
+    path = SeriesLayout(series_dir).predecision
     try:
         data = path.read_bytes()
     except FileNotFoundError:

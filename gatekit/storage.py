@@ -11,6 +11,7 @@ import re
 import stat
 import tempfile
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping, TypeVar
 
@@ -136,10 +137,71 @@ def pid_lock(path: Path, busy: Callable[[str], GatekitError]) -> Iterator[None]:
         yield
 
 
+@dataclass(frozen=True, slots=True)
+class RunFolder:
+    """The files of one run's folder, `<series>/<label>/` (DESIGN "Series directory")."""
+
+    path: Path
+
+    @property
+    def record(self) -> Path:
+        """The run's record, as its `run_end` event journaled it (verify compares the two)."""
+        return self.path / "record.json"
+
+    @property
+    def samples(self) -> Path:
+        """The in-window sampler's rows."""
+        return self.path / "samples.csv"
+
+    @property
+    def stdout(self) -> Path:
+        return self.path / "stdout.log"
+
+    @property
+    def stderr(self) -> Path:
+        return self.path / "stderr.log"
+
+    @property
+    def result(self) -> Path:
+        """GATEKIT_RESULT: the file the trainer may write its metrics to."""
+        return self.path / "result"
+
+
+@dataclass(frozen=True, slots=True)
+class SeriesLayout:
+    """The one home of a series folder's file names, `<runs>/<series-id>/`: the predecision, the journal,
+    `DONE` and a folder per run; a calibration's folder is laid out the same, without a predecision."""
+
+    path: Path
+
+    @property
+    def predecision(self) -> Path:
+        """The preregistered rules, written and hashed before the first run (the journal's anchor)."""
+        return self.path / "predecision.toml"
+
+    @property
+    def journal(self) -> Path:
+        return self.path / "journal.jsonl"
+
+    @property
+    def done(self) -> Path:
+        """A finished series: its decision, then its finding's path."""
+        return self.path / "DONE"
+
+    def run(self, label: str) -> RunFolder:
+        return RunFolder(self.path / label)
+
+    def cut_off(self, label: str, attempt: int) -> Path:
+        """Where the folder of a run cut off mid-way is kept, aside, when the run runs again."""
+        return self.path / f"{label}.cut-{attempt}"
+
+    @staticmethod
+    def lock(runs_dir: Path) -> Path:
+        """The lock in a runs folder, held by the gate process that owns the series there."""
+        return runs_dir / ".gatekit.lock"
+
+
 EventT = TypeVar("EventT", bound=Event)
-JOURNAL_FILE = "journal.jsonl"  # a series' (or a calibration's) journal, in its directory
-DONE_FILE = "DONE"  # a finished series: its decision, then its finding's path
-LOCK_FILE = ".gatekit.lock"  # in a runs folder: held by the gate process that owns it
 LEGACY_JOURNAL_WARNING = "journal written before hash chains: not tamper-evident"
 # The chain's anchor when a journal has no predecision file before it (a calibration): sha256 of no bytes.
 EMPTY_SHA256 = hashlib.sha256(b"").hexdigest()

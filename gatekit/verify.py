@@ -18,15 +18,13 @@ from gatekit.distribution import install_hint
 from gatekit.errors import ConfigError, GatekitError, SeriesError, VerificationError
 from gatekit.provenance import sha256_file
 from gatekit.records import JOURNAL_SCHEMA, UNCHAINED_JOURNAL, journal_schema, schema_problem
-from gatekit.storage import (EMPTY_SHA256, JOURNAL_FILE, LEGACY_JOURNAL_WARNING, Journal, atomic_write_text,
+from gatekit.storage import (EMPTY_SHA256, LEGACY_JOURNAL_WARNING, Journal, SeriesLayout, atomic_write_text,
                              line_sha256)
 
 if TYPE_CHECKING:  # the analysis (pandas) behind a finding loads only when a finding is recomputed
     from gatekit.config import GateConfig
     from gatekit.finding import Finding
 
-PREDECISION_FILE = "predecision.toml"  # prereg.PREDECISION_FILE
-RECORD_FILE = "record.json"
 SIGNATURE_SCHEMA = "gatekit.signature/1"
 # sections of a finding that are recomputed from the journal and must be equal (paths differ by machine)
 RECOMPUTED_SECTIONS = ("runs", "stats", "guards", "sensitivity", "verdict", "sequential", "duet")
@@ -54,10 +52,11 @@ def verify_series(series_dir: Path, finding_path: Path | None = None, *,
     """Recompute the chain, check the predecision hash and every `record.json`; given a finding, check it
     equals what `analyze_series` recomputes and records the journal's chain head; given a public key,
     check the finding's signature. Raises VerificationError at the first disagreement."""
-    journal_path = series_dir / JOURNAL_FILE
+    layout = SeriesLayout(series_dir)
+    journal_path = layout.journal
     events, head, run_ends = _verify_chain(series_dir, journal_path)
     for label, (number, record) in sorted(run_ends.items()):
-        _verify_record(series_dir / label / RECORD_FILE, journal_path, number, record)
+        _verify_record(layout.run(label).record, journal_path, number, record)
     warnings = (LEGACY_JOURNAL_WARNING,) if head is None else ()
     signature = None
     if finding_path is not None:
@@ -130,14 +129,14 @@ def _verify_chain(series_dir: Path, journal_path: Path) -> tuple[int, str | None
 
 def _anchor(series_dir: Path, event: Mapping[str, Any], where: str) -> tuple[str, str]:
     """What the first event's prev must be: the predecision's sha256 (a series), or of no bytes."""
-    path = series_dir / PREDECISION_FILE
+    path = SeriesLayout(series_dir).predecision
     if event.get("event") == "series_start":
         return _file_sha256(path, where), str(path)
     return EMPTY_SHA256, "the empty anchor of a journal without a predecision"
 
 
 def _verify_predecision(series_dir: Path, start: Mapping[str, Any], where: str) -> None:
-    path = series_dir / PREDECISION_FILE
+    path = SeriesLayout(series_dir).predecision
     actual = _file_sha256(path, where)
     if start.get("predecision_sha256") != actual:
         raise VerificationError(f"{path}: sha256 {actual} differs from {where.split(': ', 1)[1]}'s "

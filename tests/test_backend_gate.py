@@ -23,7 +23,7 @@ from gatekit.driver import ChosenBackend
 from gatekit.errors import PreflightError, SeriesError
 from gatekit.report.terminal import summary
 from gatekit.series.runner import SeriesRunner
-from gatekit.storage import DONE_FILE
+from gatekit.storage import SeriesLayout
 from gatekit.verify import analyze_series
 from gatekit_drivers.backends.cuda import CudaBackend
 from tests.conftest import gate_invoke
@@ -241,7 +241,7 @@ def test_resume_refuses_another_backend_than_registered(gate_dir) -> None:
     g = gate_dir(off={"elapsed": OFF_TIMES}, on={"elapsed": ON_TIMES})
     config = load_gate(g.gate)
     result = SeriesRunner(config, config.arms["off"], config.arms["on"], backend=_replayed_cuda(list)).start()
-    (result.series_dir / DONE_FILE).unlink()  # as if cut off before it finished
+    SeriesLayout(result.series_dir).done.unlink()  # as if cut off before it finished
     cpu = SeriesRunner(config, config.arms["off"], config.arms["on"])  # this machine's own choice
     if cpu.backend.name == "cuda":
         pytest.skip("this machine itself auto-detects cuda")

@@ -23,7 +23,7 @@ import pytest
 from gatekit import processes
 from gatekit.config import load_gate
 from gatekit.series.runner import SeriesRunner
-from gatekit.storage import JOURNAL_FILE
+from gatekit.storage import SeriesLayout
 from tests.conftest import GateDir, gate_cli, write_toml
 from tests.test_duet import duet_gate, needs_two_cores
 from tests.faults.faultkit import events, finish, start_gate, wait_for
@@ -147,7 +147,7 @@ def test_a_setsid_burner_with_a_cleared_environment_is_stopped_recorded_and_coun
     (line,) = record["window"]["evidence"]
     assert line.startswith("1 process escaped the run and was stopped: ") and f"pid {pid} " in line
     assert token in line
-    events = [json.loads(x) for x in (result.series_dir / JOURNAL_FILE).read_text().splitlines()]
+    events = [json.loads(x) for x in SeriesLayout(result.series_dir).journal.read_text().splitlines()]
     escaped = [e for e in events if e["event"] == "escaped"]
     assert [(e["label"], [p["pid"] for p in e["processes"]]) for e in escaped] == [("on-r1", [pid])]
     assert token in escaped[0]["processes"][0]["command"]
@@ -266,7 +266,7 @@ def test_a_child_left_in_the_trainers_group_is_stopped_with_it_at_once(gate_dir,
     assert set(dict(line.split() for line in seen_file.read_text().splitlines()).values()) == {"gone"}
     assert not _burners(token)
     assert not any(row.window.evidence for row in result.finding.runs)
-    events = [json.loads(x)["event"] for x in (result.series_dir / JOURNAL_FILE).read_text().splitlines()]
+    events = [json.loads(x)["event"] for x in SeriesLayout(result.series_dir).journal.read_text().splitlines()]
     assert "escaped" not in events
 
 

@@ -26,7 +26,7 @@ from gatekit.report.common import MISSING, fmt, fmt_signed, number_text
 from gatekit.report.page import _SHOWN_STATS, STAT_LABELS, stats_blocks
 from gatekit.report.terminal import summary
 from gatekit.series.runner import SeriesRunner
-from gatekit.storage import JOURNAL_FILE
+from gatekit.storage import SeriesLayout
 from tests.conftest import gate_invoke, write_toml
 from tests.fakes import FakeDriver, LoadScript, fake_gate
 
@@ -152,7 +152,7 @@ def test_the_readme_command_only_gate_runs_its_arms_args(tmp_path: Path, calm_ma
     done = gate_invoke("run", "--n", "2", cwd=gate_path.parent)
     assert done.returncode == 0, done.stderr
     (series,) = [p for p in (gate_path.parent / "runs").iterdir() if p.is_dir()]
-    start = json.loads((series / JOURNAL_FILE).read_text().splitlines()[0])
+    start = json.loads(SeriesLayout(series).journal.read_text().splitlines()[0])
     assert start["arms"]["off"]["args"] == ["-1"] and start["arms"]["on"]["args"] == ["-9"]
 
 
@@ -336,7 +336,7 @@ def _crashing_off(root: Path, **rules: Any) -> tuple[Any, FakeDriver, list[str]]
 
 
 def _journal(series_dir: Path) -> list[dict[str, Any]]:
-    return [json.loads(line) for line in (series_dir / JOURNAL_FILE).read_text().splitlines()]
+    return [json.loads(line) for line in SeriesLayout(series_dir).journal.read_text().splitlines()]
 
 
 def test_a_failure_without_a_retry_left_stops_the_series_there(tmp_path: Path) -> None:
@@ -372,9 +372,9 @@ def test_a_series_cut_off_before_its_stop_stops_on_resume(tmp_path: Path) -> Non
     result, _, _ = _crashing_off(tmp_path / "g", max_retries=0)
     series = result.series_dir
     # as if the gate had been killed right after off-r1's run_end: the stop, the end and DONE never written
-    lines = (series / JOURNAL_FILE).read_text().splitlines(keepends=True)
+    lines = SeriesLayout(series).journal.read_text().splitlines(keepends=True)
     cut = next(i for i, line in enumerate(lines) if json.loads(line)["event"] == "run_end") + 1
-    (series / JOURNAL_FILE).write_text("".join(lines[:cut]))
+    SeriesLayout(series).journal.write_text("".join(lines[:cut]))
     (series / "DONE").unlink()
     for path in result.finding_paths:
         path.unlink()

@@ -13,7 +13,7 @@ from gatekit.errors import OutputError, SeriesInterrupted
 from gatekit.series.replay import open_series
 from gatekit.provenance import sha256_file
 from gatekit.series.runner import SeriesRunner
-from gatekit.storage import DONE_FILE, JOURNAL_FILE
+from gatekit.storage import SeriesLayout
 
 
 def _interrupting_reader(label_to_stop: str):
@@ -40,7 +40,7 @@ def test_an_interrupted_series_keeps_its_finding_id_and_never_overwrites_another
 
     result_b = SeriesRunner(config, config.arm("off"), config.arm("on")).start()
     b_bytes = {p: p.read_bytes() for p in result_b.finding_paths}
-    a_id = json.loads((series_a / JOURNAL_FILE).read_text().splitlines()[0])["finding_id"]
+    a_id = json.loads(SeriesLayout(series_a).journal.read_text().splitlines()[0])["finding_id"]
     assert result_b.finding.id != a_id and result_b.finding.meta.series_id == result_b.series_dir.name
 
     opened = open_series(series_a)
@@ -48,7 +48,7 @@ def test_an_interrupted_series_keeps_its_finding_id_and_never_overwrites_another
     assert result_a.finding.id == a_id != result_b.finding.id
     assert {p: p.read_bytes() for p in result_b.finding_paths} == b_bytes  # B's finding untouched
     for result in (result_a, result_b):  # DONE and the finding agree
-        decision, path = (result.series_dir / DONE_FILE).read_text().splitlines()
+        decision, path = SeriesLayout(result.series_dir).done.read_text().splitlines()
         assert Path(path) == result.finding_paths[0]
         assert json.loads(result.finding_paths[1].read_text())["meta"]["series_id"] == result.series_dir.name
         assert decision == result.finding.decision.value
@@ -62,7 +62,7 @@ def test_a_finding_of_another_series_is_never_overwritten(gate_dir) -> None:
         SeriesRunner(config, config.arm("off"), config.arm("on"),
                      load_reader_for=_interrupting_reader("off-r2")).start()
     (series_a,) = g.series_dirs()
-    a_id = json.loads((series_a / JOURNAL_FILE).read_text().splitlines()[0])["finding_id"]
+    a_id = json.loads(SeriesLayout(series_a).journal.read_text().splitlines()[0])["finding_id"]
     # as an older gatekit (no reservation) would have left it: another series' finding at A's id
     (g.root / "findings" / f".{a_id}.reserved").unlink()
     other = {"meta": {"id": a_id, "series_id": "someone-else"}}
@@ -71,7 +71,7 @@ def test_a_finding_of_another_series_is_never_overwritten(gate_dir) -> None:
     with pytest.raises(OutputError, match=f"belongs to series 'someone-else', not to this series '{series_a.name}'"):
         SeriesRunner(opened.config, opened.off, opened.on).resume(opened)
     assert json.loads((g.root / "findings" / f"{a_id}.json").read_text()) == other
-    assert not (series_a / DONE_FILE).exists()
+    assert not SeriesLayout(series_a).done.exists()
 
 
 def test_an_arm_config_changed_during_a_series_makes_it_invalid(gate_dir, tmp_path: Path) -> None:
@@ -177,7 +177,7 @@ def test_arm_env_values_are_redacted_at_rest_and_resume_still_works(gate_dir, tm
         SeriesRunner(config, config.arm("off"), config.arm("on"),
                      load_reader_for=_interrupting_reader("off-r2")).start()
     (series_dir,) = g.series_dirs()
-    start = json.loads((series_dir / JOURNAL_FILE).read_text().splitlines()[0])
+    start = json.loads(SeriesLayout(series_dir).journal.read_text().splitlines()[0])
     env = start["arms"]["on"]["env"]
     digest = __import__("hashlib").sha256(SECRET.encode()).hexdigest()[:12]
     assert env == {"WANDB_API_KEY": f"<redacted sha256:{digest}>", "MY_FLAG": "1"}

@@ -7,6 +7,7 @@ function counts as much as one at the top — and each rule lists the file, line
 from __future__ import annotations
 
 import ast
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -251,3 +252,41 @@ def test_the_cycle_check_finds_lazy_and_package_cycles(tmp_path: Path) -> None:
     assert graph["gatekit.d"].keys() == {"gatekit.pkg.b", "gatekit.pkg"}
     assert [[(i.path.name, i.line, i.module) for i in cycle] for cycle in cycles] == [
         [("a.py", 1, "gatekit.pkg.b"), ("b.py", 2, "gatekit.c"), ("c.py", 1, "gatekit.a")]]
+
+
+# The file names of a series folder (DESIGN "Series directory"); their one home is storage.SeriesLayout.
+SERIES_FOLDER_NAMES = ("predecision.toml", "journal.jsonl", "DONE", ".gatekit.lock", "record.json", "samples.csv",
+                       "stdout.log", "stderr.log", ".cut-")
+
+
+def spelled_series_names(path: Path) -> list[tuple[str, str]]:
+    """(`file:line: 'text'`, the name) of every string in a module, docstrings aside, that spells a series
+    folder's file name."""
+    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    docstrings = {id(node.value) for node in ast.walk(tree)
+                  if isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant)}
+    spelled = "|".join(re.escape(name) for name in SERIES_FOLDER_NAMES)
+    where = path.relative_to(ROOT) if ROOT in path.parents else path
+    return [(f"{where}:{node.lineno}: {node.value!r}", match.group(1))
+            for node in ast.walk(tree)
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings
+            for match in re.finditer(rf"(?<![\w.])({spelled})(?!\w)", node.value)]
+
+
+def test_series_folder_names_have_one_home() -> None:
+    layout = ROOT / "gatekit" / "storage.py"
+    assert {name for _, name in spelled_series_names(layout)} == set(SERIES_FOLDER_NAMES)
+    found = [line for path in ALL_SOURCES if path != layout for line, _ in spelled_series_names(path)]
+    assert not found, ("a series folder's file names live in storage.SeriesLayout (and RunFolder); use them:\n"
+                       + "\n".join(found))
+
+
+def test_the_name_check_sees_f_strings_and_skips_docstrings(tmp_path: Path) -> None:
+    path = tmp_path / "module.py"
+    path.write_text('"""Writes journal.jsonl."""\n'
+                    'def done(folder):\n'
+                    '    """Reads DONE."""\n'
+                    '    return folder / "DONE", f"{folder}/stderr.log", "DONE_FILE", "undone", "x.jsonl"\n',
+                    encoding="utf-8")
+    assert [(line.split(": ", 1)[1], name) for line, name in spelled_series_names(path)] == [
+        ("'DONE'", "DONE"), ("'/stderr.log'", "stderr.log")]

@@ -14,7 +14,7 @@ from gatekit.series import replay, runner
 from gatekit.config import load_gate
 from gatekit.series.replay import open_series
 from gatekit.series.runner import SeriesRunner
-from gatekit.storage import DONE_FILE, JOURNAL_FILE
+from gatekit.storage import SeriesLayout
 from gatekit.verify import analyze_series
 from gatekit.storage import Journal
 
@@ -25,10 +25,10 @@ def _interrupted_series(gate_dir) -> tuple[Path, Path]:
     config = load_gate(g.gate)
     result = SeriesRunner(config, config.arm("off"), config.arm("on")).start()
     series_dir = result.series_dir
-    (series_dir / DONE_FILE).unlink()
+    SeriesLayout(series_dir).done.unlink()
     for path in result.finding_paths:
         path.unlink()
-    lines = (series_dir / JOURNAL_FILE).read_text().splitlines(keepends=True)
+    lines = SeriesLayout(series_dir).journal.read_text().splitlines(keepends=True)
     kept, run_ends = [], 0
     for line in lines:
         event = json.loads(line)["event"]
@@ -37,7 +37,7 @@ def _interrupted_series(gate_dir) -> tuple[Path, Path]:
         if run_ends > 2 or event == "series_end":
             break
         kept.append(line)
-    (series_dir / JOURNAL_FILE).write_text("".join(kept))
+    SeriesLayout(series_dir).journal.write_text("".join(kept))
     return g.gate, series_dir
 
 
@@ -72,7 +72,7 @@ def test_resume_replays_the_journal_once_and_hashes_each_file_once(gate_dir, mon
 
     assert result.finding.decision.value == "adopted"
     assert len(result.finding.runs) == 6
-    assert replays == [series_dir / JOURNAL_FILE]
+    assert replays == [SeriesLayout(series_dir).journal]
     assert len(predecision_reads) == 1
     # the gate file and each arm config once; the trainer is hashed by the run loop around every run
     assert hashed.count("gate.toml") == 1
@@ -87,5 +87,5 @@ def test_resume_refuses_a_changed_arm_config_before_anything_runs(gate_dir) -> N
     arm.write_text(arm.read_text() + "\n# edited\n")
     with pytest.raises(SeriesError, match="arm config of 'on' changed"):
         open_series(series_dir)
-    events = [json.loads(line)["event"] for line in (series_dir / JOURNAL_FILE).read_text().splitlines()]
+    events = [json.loads(line)["event"] for line in SeriesLayout(series_dir).journal.read_text().splitlines()]
     assert events.count("run_end") == 2

@@ -21,9 +21,7 @@ from typing import Any, Mapping, Sequence
 
 from gatekit.finding import Finding
 from gatekit.report.common import is_number
-
-RESULT_FILE = "result"
-SAMPLES_FILE = "samples.csv"
+from gatekit.storage import RunFolder
 
 
 @dataclass(frozen=True, slots=True)
@@ -171,19 +169,20 @@ def load_run_files(finding: Finding, finding_path: Path | None, runs_roots: Sequ
             continue
         load1: tuple[tuple[float, float], ...] = ()
         psi_cpu: tuple[tuple[float, float], ...] = ()
-        samples = _read(folder / SAMPLES_FILE)
+        files = RunFolder(folder)
+        samples = _read(files.samples)
         if samples is None:
-            notes.append(f"{relative}/{SAMPLES_FILE} is missing or unreadable; its load timeline is left out")
+            notes.append(f"{relative}/{files.samples.name} is missing or unreadable; its load timeline is left out")
         else:
             text = samples.decode("utf-8", errors="replace")
-            load1, note = parse_samples(text, f"{relative}/{SAMPLES_FILE}")
+            load1, note = parse_samples(text, f"{relative}/{files.samples.name}")
             psi_cpu = parse_pressure_trace(text)
             if note:
                 notes.append(note)
         ms: tuple[float, ...] = ()
-        result = _read(folder / RESULT_FILE)
+        result = _read(files.result)
         if result is not None:
-            ms, note = parse_result_trace(result, f"{relative}/{RESULT_FILE}")
+            ms, note = parse_result_trace(result, f"{relative}/{files.result.name}")
             if note:
                 notes.append(note)
         traces[label] = RunTrace(label=label, folder=relative, load1=load1, ms_per_iter=ms, psi_cpu=psi_cpu)

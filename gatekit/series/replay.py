@@ -16,11 +16,11 @@ from gatekit.analysis import SeriesEvidence, analyze
 from gatekit.config import ArmSpec, GateConfig, load_gate
 from gatekit.errors import SeriesError
 from gatekit.finding import Finding
-from gatekit.prereg import PREDECISION_FILE, DecisionSpec, read_predecision
+from gatekit.prereg import DecisionSpec, read_predecision
 from gatekit.provenance import REDACTED_PREFIX, changed_artifacts, git_diff_stat, git_root, sha256_file
 from gatekit.records import RunRecord
 from gatekit.series.events import Extend, Invalid, Retry, RunEnd, SeriesEnd, SeriesStart
-from gatekit.storage import JOURNAL_FILE, LEGACY_JOURNAL_WARNING, Journal, line_sha256
+from gatekit.storage import LEGACY_JOURNAL_WARNING, Journal, SeriesLayout, line_sha256
 
 
 @dataclass(slots=True)
@@ -57,7 +57,7 @@ def read_state(series_dir: Path) -> JournalState:
     A line that parses but does not hold what gatekit wrote (an edited or damaged journal) is an error
     naming the journal and the line, never a traceback later on.
     """
-    path = series_dir / JOURNAL_FILE
+    path = SeriesLayout(series_dir).journal
     journal = Journal(path)
     state: JournalState | None = None
     last = b""
@@ -213,10 +213,10 @@ def evidence_from_state(opened: OpenSeries | tuple[Path, JournalState, Mapping[s
     return SeriesEvidence(
         series_id=start.series_id, finding_id=start.finding_id, spec=spec, records=records,
         replaced=replaced, date=start.date,
-        predecision_path=_display(series_dir / PREDECISION_FILE, base),
+        predecision_path=_display(SeriesLayout(series_dir).predecision, base),
         predecision_sha256=start.predecision_sha256, provenance=provenance,
         invalid_reasons=tuple(problems), warnings=tuple(warnings), config_paths=tuple(config_paths),
-        related_runs=tuple(_display(series_dir / r.label, base) for r in records),
+        related_runs=tuple(_display(SeriesLayout(series_dir).run(r.label).path, base) for r in records),
         chain_head=state.chain_head,
     )
 

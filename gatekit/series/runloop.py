@@ -31,9 +31,7 @@ from gatekit.series.events import DuetPair, Escaped, Interrupted, RunEnd, RunSta
 from gatekit.series.replay import RunLog
 from gatekit.signals import ignore_further_interrupts, interrupt_on_sigterm
 from gatekit.slots import DeviceSlot, slot_for
-from gatekit.storage import LOCK_FILE, Journal, atomic_write_text, pid_lock
-
-RESULT_FILE = "result"
+from gatekit.storage import Journal, RunFolder, SeriesLayout, atomic_write_text, pid_lock
 
 Report = Callable[[str], None]
 
@@ -47,7 +45,7 @@ def now() -> dt.datetime:
 def runs_lock(runs_dir: Path) -> Iterator[None]:
     """One series at a time per runs folder: two interleaved series would contaminate each other."""
     runs_dir.mkdir(parents=True, exist_ok=True)
-    with pid_lock(runs_dir / LOCK_FILE, lambda holder: SeriesError(
+    with pid_lock(SeriesLayout.lock(runs_dir), lambda holder: SeriesError(
             f"{runs_dir}: another series is running here ({holder}); wait for it or use another `runs` folder")):
         yield
 
@@ -152,7 +150,7 @@ class RunLoop:
             ignore_further_interrupts()
             journal.record(Interrupted(slot.label))
             self._stop_escapees(journal, run.request.run_dir, slot.label, known)
-            atomic_write_text(run.request.run_dir / "samples.csv", samples_csv(run.sampler.samples))
+            atomic_write_text(RunFolder(run.request.run_dir).samples, samples_csv(run.sampler.samples))
             raise SeriesInterrupted(f"interrupted during {slot.label}; {resume_hint}") from None
         return self._close_run(journal, run, outcome,
                                self._stop_escapees(journal, run.request.run_dir, slot.label, known))
@@ -173,7 +171,7 @@ class RunLoop:
             journal.record(Interrupted(" + ".join(s.label for s in pair)))
             self._stop_pair_escapees(journal, runs, known)
             for run in runs:
-                atomic_write_text(run.request.run_dir / "samples.csv", samples_csv(run.sampler.samples))
+                atomic_write_text(RunFolder(run.request.run_dir).samples, samples_csv(run.sampler.samples))
             raise SeriesInterrupted(f"interrupted during pair r{pair[0].round}; the pair runs again; "
                                     f"{resume_hint}") from None
         skew_ms = (max(released) - min(released)) * 1000 if len(released) == len(runs) else None
@@ -185,17 +183,19 @@ class RunLoop:
 
     def _open_run(self, series_dir: Path, journal: Journal, slot: Slot, *, order: int) -> OpenRun:
         """The run's folder (a folder left by a cut-off run is kept aside), its request and its sampler."""
-        run_dir = series_dir / slot.label
+        layout = SeriesLayout(series_dir)
+        files = layout.run(slot.label)
+        run_dir = files.path
         if run_dir.exists():  # cut off mid-way earlier: keep its files, run it again
             attempt = 1
-            while (series_dir / f"{slot.label}.cut-{attempt}").exists():
+            while layout.cut_off(slot.label, attempt).exists():
                 attempt += 1
-            run_dir.rename(series_dir / f"{slot.label}.cut-{attempt}")
+            run_dir.rename(layout.cut_off(slot.label, attempt))
         run_dir.mkdir()
         device = self.device_slot(slot)
         request = RunRequest(arm=arm_input(self.arms[slot.arm]), label=slot.label, run_dir=run_dir,
-                             result_path=run_dir / RESULT_FILE, timeout_s=self.config.driver.timeout_s,
-                             stdout_path=run_dir / "stdout.log", stderr_path=run_dir / "stderr.log",
+                             result_path=files.result, timeout_s=self.config.driver.timeout_s,
+                             stdout_path=files.stdout, stderr_path=files.stderr,
                              env=device.env() if device else {}, cpus=device.cores if device else ())
         started_at = now().isoformat(timespec="seconds")
         journal.record(RunStart(slot.label, order, started_at, device.text if device else None))
@@ -206,8 +206,8 @@ class RunLoop:
 
     def _close_run(self, journal: Journal, run: OpenRun, outcome: RunOutcome, escaped: tuple[str, ...]) -> RunRecord:
         """`escaped`: the evidence lines of the processes that escaped the run (already stopped)."""
-        run_dir = run.request.run_dir
-        atomic_write_text(run_dir / "samples.csv", samples_csv(run.sampler.samples))
+        files = RunFolder(run.request.run_dir)
+        atomic_write_text(files.samples, samples_csv(run.sampler.samples))
         telemetry = [s.extra for s in run.sampler.samples]
         window = WindowSummary.of(run.sampler.samples,
                                   evidence=tuple(run.backend.window_evidence(telemetry)) + escaped,
@@ -215,7 +215,7 @@ class RunLoop:
         record = RunRecord(order=run.order, arm=run.slot.arm, label=run.slot.label, pair=run.slot.round,
                            outcome=outcome, window=window, retry_of=run.slot.retry_of, started_at=run.started_at,
                            slot=run.device.text if run.device else None)
-        atomic_write_text(run_dir / "record.json", json.dumps(record.to_dict(), indent=2, allow_nan=False))
+        atomic_write_text(files.record, json.dumps(record.to_dict(), indent=2, allow_nan=False))
         return record
 
     def device_slot(self, slot: Slot) -> DeviceSlot | None:
@@ -255,7 +255,8 @@ def run_line(record: RunRecord, primary: str, series_dir: Path | None = None) ->
     """The progress line of a finished run, its primary metric under its own name; a failed run's log by its
     absolute path (given the series folder), as every other path gate prints."""
     if record.failed:
-        log = (series_dir / record.label / "stderr.log").absolute() if series_dir else f"{record.label}/stderr.log"
+        log = (SeriesLayout(series_dir).run(record.label).stderr.absolute() if series_dir
+               else RunFolder(Path(record.label)).stderr)
         return f"      {record.label} FAILED: {record.outcome.error} (see {log})"
     value = record.value_of(primary)
     shown = number_text(value) if value is not None else "missing"

@@ -19,7 +19,7 @@ from gatekit.errors import GatekitError, OutputError, PreflightError, SeriesErro
 from gatekit.finding import Finding, write_finding
 from gatekit.policy import policy_for
 from gatekit.preflight import run_checks
-from gatekit.prereg import PREDECISION_FILE, DecisionSpec, predecision_document, write_predecision
+from gatekit.prereg import DecisionSpec, predecision_document, write_predecision
 from gatekit.processes import stop_run_processes
 from gatekit.provenance import (artifact_bytes, git_state, hash_artifacts_timed, host_fingerprint, redacted_env,
                                 sha256_file, software_versions)
@@ -32,7 +32,7 @@ from gatekit.series.events import (Extend, Hashing, Invalid, JournaledArm, Lefto
 from gatekit.series.replay import JournalState, OpenSeries, evidence_from_state, open_series, replacements
 from gatekit.series.reservation import check_finding_id, release_finding_id, reserve_finding_id
 from gatekit.series.runloop import Report, RunLoop, new_series_dir, now, runs_lock
-from gatekit.storage import DONE_FILE, JOURNAL_FILE, Journal, atomic_write_text, remove_stale_temp_files
+from gatekit.storage import Journal, SeriesLayout, atomic_write_text, remove_stale_temp_files
 
 PREFLIGHT_LOAD = "preflight"  # the label SeriesRunner's load_reader_for is asked for the preflight's reading
 
@@ -78,7 +78,8 @@ class SeriesRunner:
         with runs_lock(runs_dir):
             started = now()
             series_dir = new_series_dir(runs_dir, f"{self.config.gate.id}-{started:%Y%m%d-%H%M%S}")
-            journal = Journal(series_dir / JOURNAL_FILE, genesis=series_dir / PREDECISION_FILE)
+            layout = SeriesLayout(series_dir)
+            journal = Journal(layout.journal, genesis=layout.predecision)
             state, predecision = self._preregister(series_dir, series_dir.name, started, journal)
             return self._execute(OpenSeries(series_dir, state, predecision, self.config, self.off, self.on), journal)
 
@@ -87,8 +88,9 @@ class SeriesRunner:
         if isinstance(opened, Path):
             opened = open_series(opened, self.config.path)
         series_dir, state, predecision = opened.series_dir, opened.state, opened.predecision
-        if (series_dir / DONE_FILE).exists():
-            raise SeriesError(f"{series_dir}: this series is finished (DONE exists); start a new one")
+        layout = SeriesLayout(series_dir)
+        if layout.done.exists():
+            raise SeriesError(f"{series_dir}: this series is finished ({layout.done.name} exists); start a new one")
         registered = predecision.get("backend", {}).get("name")
         if registered and registered != self.backend.name:
             raise SeriesError(f"{series_dir}: was registered with the {registered} backend, but this machine "
@@ -96,7 +98,7 @@ class SeriesRunner:
         self.spec = DecisionSpec.from_dict(predecision["decision"])  # the rules as frozen, not as read now
         self.policy = policy_for(self.spec.policy, self.spec.sequential_version)
         with runs_lock(series_dir.parent):
-            journal = Journal(series_dir / JOURNAL_FILE, genesis=series_dir / PREDECISION_FILE)
+            journal = Journal(layout.journal, genesis=layout.predecision)
             # Holding the lock, no gate process owns this series: whatever still runs in one of its run
             # directories is a trainer orphaned by a killed gate, and would load the runs to come.
             leftovers = [pid for prefix in dict.fromkeys((series_dir.absolute(), series_dir.resolve()))
@@ -162,7 +164,7 @@ class SeriesRunner:
             what = str(exc).split("; every earlier event")[0]
             raise GatekitError(f"{what}; nothing ran — free space or fix permissions and start the series "
                                "again") from None
-        self.report(f"preregistered {series_dir / PREDECISION_FILE} (sha256 {predecision_sha[:12]}…)")
+        self.report(f"preregistered {SeriesLayout(series_dir).predecision} (sha256 {predecision_sha[:12]}…)")
         return JournalState(start=start), tomlkit.parse(text).unwrap()
 
     def _backend_registration(self) -> dict[str, Any]:
@@ -183,7 +185,7 @@ class SeriesRunner:
         def stop_at_unretryable(record: RunRecord) -> list[str]:
             message = self._unretryable(state, record, slots)
             if message:
-                logs[message] = (series_dir / record.label / "stderr.log").absolute()
+                logs[message] = SeriesLayout(series_dir).run(record.label).stderr.absolute()
             return [message] if message else []
 
         # a series cut off between a failed run and its stop (killed, power loss) stops on resume, too
@@ -285,7 +287,7 @@ class SeriesRunner:
             remove_stale_temp_files(out_dir)  # what a gate killed while writing a finding left there
             check_finding_id(out_dir, state.start.finding_id, state.start.series_id)
             paths = write_finding(finding, out_dir)
-            atomic_write_text(series_dir / DONE_FILE, f"{finding.decision.value}\n{paths[0]}\n")
+            atomic_write_text(SeriesLayout(series_dir).done, f"{finding.decision.value}\n{paths[0]}\n")
             release_finding_id(out_dir, state.start.finding_id)
         except (GatekitError, OSError) as exc:
             what = exc if isinstance(exc, GatekitError) else f"{exc.filename}: {exc.strerror or exc}"
