@@ -1,4 +1,4 @@
-"""The duet policy's error rates, checked by simulation (gatekit/duet.py holds the rule).
+"""The duet policy's error rates, checked by simulation (gatekit/policies/duet.py holds the rule).
 
 The duet rule needs no calibrated constant: under normal non-shared noise its studentized Δ̂ is exactly
 Student t with n − 2 df, so the critical value is t_{1−TEST_ALPHA, n−2}. This script checks that claim and
@@ -8,7 +8,7 @@ measured situation of two GPUs of one host. Power rows show what a duet of n pai
 
 Most rows run `gatekit.simulate.simulate` (the function behind `gate simulate --policy duet`); the rows with
 unequal slot noise draw their own runs (the simulator gives both slots the same noise) and score them with
-`gatekit.duet.pair_codes`, the same rule.
+`gatekit.policies.duet.pair_codes`, the same rule.
 
 Run: .venv/bin/python benchmarks/duet_calibration.py [--draws N] [--seed S]
 """
@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from gatekit.duet import ALPHA, TEST_ALPHA, pair_codes, parity_signs
+from gatekit.policies.duet import ALPHA, TEST_ALPHA, pair_codes, parity_signs
 from gatekit.simulate import Scenario, simulate
 from gatekit.verdict import ADOPTED
 

@@ -1,4 +1,4 @@
-"""The sequential policy's constants, calibrated by simulation (gatekit/sequential.py holds the results).
+"""The sequential policy's constants, calibrated by simulation (gatekit/policies/sequential.py holds the results).
 
 Under the null every round's pair difference d = log on − log off is normal with mean 0 (the statistic HL/S
 and the guard's t statistic are scale-free, so σ = 1 serves every noise level). Rounds 1–4 make look 1,
@@ -29,7 +29,7 @@ import math
 import numpy as np
 from scipy import stats as sps
 
-from gatekit.sequential import CALIBRATION_ALPHA, CALIBRATION_SEED, DESIGNS, Design, pair_arrays, statistic
+from gatekit.policies.sequential import CALIBRATION_ALPHA, CALIBRATION_SEED, DESIGNS, Design, pair_arrays, statistic
 
 CHUNK = 200_000
 

@@ -19,10 +19,9 @@ from pathlib import Path
 
 import numpy as np
 
-from gatekit.config import SEQUENTIAL_RUNS
 from gatekit.diagnostics import ci_arrays, p_better_arrays, welch_arrays
-from gatekit.policy import SEQUENTIAL, policy_for
-from gatekit.sequential import gain_bounds
+from gatekit.policies.descriptors import policy_for
+from gatekit.policies.sequential import SEQUENTIAL, gain_bounds
 from gatekit.simulate import SUITE, TARGETS, Rate, Scenario, ThresholdSpec, meets, run_suite, simulate, simulate_runs
 from gatekit.verdict import ADOPTED, CONTINUE, EQUIVALENT, INCONCLUSIVE, REGRESSION, REJECTED
 
@@ -88,7 +87,7 @@ def order_table(draws: int) -> str:
 def v2_codes(off_log: np.ndarray, on_log: np.ndarray, floor_pct: float = 1.0) -> np.ndarray:
     """The sequential policy before v3, for comparison: Welch t on log values, df = min(n) − 1, one-sided
     α = 0.0325 per look, the same floor and outcomes, unpaired."""
-    alpha, (first, last) = 0.0325, SEQUENTIAL_RUNS[:2]  # v2 looked at 4, then 8 runs per arm
+    alpha, (first, last) = 0.0325, SEQUENTIAL.design.runs[:2]  # v2 looked at 4, then 8 runs per arm
     g_adopt, g_regress = gain_bounds(floor_pct, "lower")
     f = floor_pct / 100
 
@@ -116,7 +115,7 @@ def df_table(draws: int) -> str:
              "adopted %, v4 (the policy) |",
              "| --- | --- | --- | --- |"]
     for scenario in (s for s in SUITE if s.name in names):
-        off, on, _, _ = simulate_runs(scenario, "thue-morse", SEQUENTIAL_RUNS[-1], draws, np.random.default_rng(SEED))
+        off, on, _, _ = simulate_runs(scenario, "thue-morse", SEQUENTIAL.design.runs[-1], draws, np.random.default_rng(SEED))
         v3, _ = policy_for("sequential", 3).simulate(off[:, :8], on[:, :8], ThresholdSpec())
         v4, _ = SEQUENTIAL.simulate(off, on, ThresholdSpec())
         lines.append(f"| {scenario.name} | {cell(Rate.of(v2_codes(off, on) == ADOPTED))} | "

@@ -14,7 +14,8 @@ import pandas as pd
 from gatekit import diagnostics, rules, stats
 from gatekit.finding import (Arms, Finding, GateInfo, GuardRow, Meta, Predecision, Provenance, RulesInfo, RunRow,
                              Stats, ThresholdRule)
-from gatekit.policy import Decided, Evidence, Policy, policy_for
+from gatekit.policies.base import Decided, Evidence, Policy
+from gatekit.policies.descriptors import policy_for
 from gatekit.prereg import DecisionSpec
 from gatekit.records import RunRecord, startup_overhead_s
 from gatekit.report.narrative import narrative
@@ -80,7 +81,7 @@ def records_table(records: Sequence[RunRecord], primary: str) -> pd.DataFrame:
 def classify(records: Sequence[RunRecord], spec: DecisionSpec, replaced: Mapping[int, rules.Replacement],
              cores: int | None) -> pd.DataFrame:
     """The run table classified by the spec's policy: used or not, and why."""
-    policy = policy_for(spec.policy, spec.sequential_version)
+    policy = policy_for(spec.policy, spec.design_version)
     return policy.classify(records_table(records, spec.primary), spec.rules, replaced, cores)
 
 
@@ -146,7 +147,7 @@ def _used_values(used: pd.DataFrame, by_label: Mapping[str, RunRecord], arm: str
 def assess(evidence: SeriesEvidence) -> Assessment:
     """Classify, compute the figures and let the policy decide: a pure function of the evidence."""
     spec, records = evidence.spec, evidence.records
-    policy: Policy = policy_for(spec.policy, spec.sequential_version)
+    policy: Policy = policy_for(spec.policy, spec.design_version)
     off_arm, on_arm = spec.off_arm, spec.on_arm
     by_label = {r.label: r for r in records}
     table = classify(records, spec, evidence.replaced, evidence.cores)

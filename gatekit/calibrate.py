@@ -21,12 +21,12 @@ import numpy as np
 import tomlkit
 
 from gatekit import __version__, stats
-from gatekit.config import CALIBRATION_FILE, ArmSpec, GateConfig, ThresholdSpec, duet_pairs_ok
+from gatekit.config import CALIBRATION_FILE, ArmSpec, GateConfig, ThresholdSpec
 from gatekit.diagnostics import MDE_POWER, ols_slope
 from gatekit.driver import ChosenBackend, Driver, make_backend, make_driver
 from gatekit.errors import CalibrationError, ConfigError, GatekitError, OutputError, PreflightError, ProvenanceError
 from gatekit.finding import plain
-from gatekit.policies.descriptors import describe, gate_policies
+from gatekit.policies.descriptors import DEFAULT_POLICY, describe, gate_policies, policy_for
 from gatekit.preflight import run_checks
 from gatekit.provenance import hash_artifacts, host_fingerprint, software_versions
 from gatekit.records import CALIBRATION_SCHEMA, Event, RunRecord
@@ -37,13 +37,9 @@ from gatekit.series.runloop import RunLoop, new_series_dir, now, runs_lock
 from gatekit.simulate import Scenario, simulate
 from gatekit.storage import Journal, SeriesLayout, write_output
 
-DUET_POLICY = "duet"
-SEQUENTIAL_RUNS = describe("sequential").stages or ()
-SEQUENTIAL_RUNS_WORDS = describe("sequential").stages_words
 WARMUP_Z = 3.5  # Iglewicz & Hoaglin (1993): a modified z-score above 3.5 marks an outlier
 CHANGE_POINT_PERMUTATIONS = 2000
 CHANGE_POINT_ALPHA = 0.05
-MDE_AT_N = (3, 4, 8)
 
 
 # -- pure statistics ---------------------------------------------------------------------------------
@@ -122,8 +118,7 @@ def change_point(values: Sequence[float], seed: int = 0) -> ChangePoint | None:
 PLAN_POWER = MDE_POWER
 PLAN_DRAWS = 20_000  # simulated gates per candidate n: the power's MC standard error is ≤ 0.35 points
 PLAN_SEED = 20261130
-PLAN_MAX_N = 64
-PLAN_SCAN = (3, 4, 6, 8, 12, 16, 24, 32, 48, 64)  # candidate n (3: the gate's default), then bisection
+# the sizes a plan tries are each policy's (descriptor.plan_sizes, then bisection at its plan_step)
 MDE_TOLERANCE_PCT = 0.01  # the simulated MDE is bisected to this many percentage points
 MDE_DRAWS = 10_000  # simulated gates per bisection step
 
@@ -138,11 +133,11 @@ class Plan:
     effect_pct: float  # negative: on is faster
     thresholds: ThresholdSpec
     power_target_pct: float
-    n: int | None  # classic: the fewest runs per arm reaching the target (None: none up to PLAN_MAX_N);
-    #                sequential: its own fixed design's most, 12 (None when that misses the target)
-    power_pct: float  # at n; classic and unreachable: at PLAN_MAX_N; sequential: of its design
+    n: int | None  # the fewest runs per arm reaching the target (None: none up to the policy's largest size);
+    #                a policy that fixes its stages: their most, 12 (None when its design misses the target)
+    power_pct: float  # at n; unreachable: at the largest size; a fixed design: its own
     runs_per_arm: float  # mean runs per arm at that power (the sequential policy may stop at 4)
-    tried: tuple[tuple[int, float], ...]  # (runs per arm, simulated power %), classic only
+    tried: tuple[tuple[int, float], ...]  # (runs per arm, simulated power %) of the sizes tried
     draws: int
     seed: int
     reason: str = ""  # why the target is out of reach, when it is
@@ -163,14 +158,16 @@ class Plan:
         head = (f"{self.policy} policy, CV {self.cv_pct:g} %, true effect {self.effect_pct:+g} %, floor "
                 f"{self.thresholds.floor_pct:g} %, target power {self.power_target_pct:g} % "
                 f"({self.draws} simulated gates per n, seed {self.seed})")
-        if self.policy == "sequential":
+        described = describe(self.policy)
+        if described.fixes_schedule:
             verdict = "reaches" if self.reached else "does NOT reach"
-            body = (f"the sequential policy runs {SEQUENTIAL_RUNS_WORDS}: power {self.power_pct:.1f} % "
+            body = (f"the {self.policy} policy runs {described.stages_words}: power {self.power_pct:.1f} % "
                     f"({verdict} {self.power_target_pct:g} %), {self.runs_per_arm:.2f} runs per arm on average")
         elif self.n is not None:
             body = f"runs per arm: {self.n} (simulated power {self.power_pct:.1f} %)"
         else:
-            body = f"runs per arm: none up to {PLAN_MAX_N} (power {self.power_pct:.1f} % at {PLAN_MAX_N})"
+            most = described.plan_sizes[-1]
+            body = f"runs per arm: none up to {most} (power {self.power_pct:.1f} % at {most})"
         lines = [head, body]
         if self.tried:
             lines.append("power by runs per arm: " + ", ".join(f"n={n}: {pw:.1f} %" for n, pw in self.tried))
@@ -199,22 +196,23 @@ def plan_runs(policy: str, cv_pct: float, effect_pct: float, *, thresholds: Thre
               power: float = PLAN_POWER, draws: int = PLAN_DRAWS, seed: int = PLAN_SEED) -> Plan:
     """Runs per arm for `power` at a true `effect_pct` under `policy`, by simulation (gatekit.simulate).
 
-    Classic: the power at n = 3, 4, 6, 8, … 64 runs per arm until one reaches the target, then bisection
-    between it and the n before; the classic rule adopts only beyond max(k·σ_off, floor), which more runs do
-    not lower, so an effect inside it is out of reach at any n. Sequential: its looks are fixed (4, 8, then
-    12 runs per arm when look 2 is close), so the plan is its power at the effect and whether that reaches the
-    target.
+    A policy that takes the gate's n (classic, duet): the power at each of its plan sizes (3, 4, 6, 8, … 64
+    runs per arm; a duet's even numbers of pairs) until one reaches the target, then bisection between it and
+    the size before; the classic rule adopts only beyond max(k·σ_off, floor), which more runs do not lower, so
+    an effect inside it is out of reach at any n (the policy says why: `Policy.unreachable`). A policy that
+    fixes its stages (sequential: 4, 8, then 12 runs per arm when look 2 is close): the plan is its power at
+    the effect and whether that reaches the target.
     """
     _check_plan_input(policy, cv_pct, effect_pct, power)
     target_pct = 100 * power
-    if policy == "sequential":
-        result = simulate(policy, _plan_scenario(cv_pct, effect_pct, SEQUENTIAL_RUNS[0]), draws=draws, seed=seed,
+    described, planned = describe(policy), policy_for(policy)
+    if described.fixes_schedule:
+        result = simulate(policy, _plan_scenario(cv_pct, effect_pct, described.first_stage), draws=draws, seed=seed,
                           thresholds=thresholds)
         reached = result.adopted.pct >= target_pct
-        reason = "" if reached else (f"the sequential policy's looks are fixed ({SEQUENTIAL_RUNS_WORDS}), so "
-                                     "more runs cannot lift its power here: lower the noise or state a larger "
-                                     "effect")
-        return Plan(policy, cv_pct, effect_pct, thresholds, target_pct, SEQUENTIAL_RUNS[-1] if reached else None,
+        most = planned.max_rounds(described.first_stage)
+        reason = "" if reached else planned.unreachable(effect_pct, cv_pct, thresholds, most)
+        return Plan(policy, cv_pct, effect_pct, thresholds, target_pct, most if reached else None,
                     result.adopted.pct, result.runs_per_arm, (), draws, seed, reason)
     powers: dict[int, float] = {}
 
@@ -225,9 +223,7 @@ def plan_runs(policy: str, cv_pct: float, effect_pct: float, *, thresholds: Thre
         return powers[n]
 
     floor_pct = thresholds.floor_pct
-    # a duet runs an even number of pairs, at least 4 (its slots swap every pair)
-    step = 2 if policy == DUET_POLICY else 1
-    candidates = tuple(n for n in PLAN_SCAN if duet_pairs_ok(n)) if step == 2 else PLAN_SCAN
+    step, candidates = described.plan_step, described.plan_sizes  # a duet: an even number of pairs, at least 4
     # Δ must pass the floor whatever n is, and Δ̂ centres on the true effect: inside the floor the power stays
     # near or below 50 % at every n, so the first and the last n of the scan show it and the rest are skipped
     scan = (candidates[0], candidates[-1]) if -effect_pct <= floor_pct and power >= 0.5 else candidates
@@ -248,26 +244,15 @@ def plan_runs(policy: str, cv_pct: float, effect_pct: float, *, thresholds: Thre
     if found is not None:
         return Plan(policy, cv_pct, effect_pct, thresholds, target_pct, found, powers[found], float(found), tried,
                     draws, seed)
-    limit = max(thresholds.sigma_k * cv_pct, floor_pct)
-    if policy == DUET_POLICY and -effect_pct <= floor_pct:
-        reason = (f"the duet policy adopts only when its whole interval is beyond the floor {floor_pct:g} %: a true "
-                  f"{effect_pct:+g} % is not beyond it; state a larger effect or lower the floor")
-    elif policy == DUET_POLICY:
-        reason = f"more than {candidates[-1]} pairs are needed: lower the noise first"
-    elif -effect_pct <= limit:
-        reason = (f"the classic rule adopts only when Δ is beyond max({thresholds.sigma_k:g}·σ_off, floor "
-                  f"{thresholds.floor_pct:g} %) ≈ {limit:g} %, and more runs do not lower that: a true "
-                  f"{effect_pct:+g} % is not beyond it; state a larger effect, lower the noise or the floor")
-    else:
-        reason = f"more than {PLAN_MAX_N} runs per arm are needed: lower the noise first"
+    reason = planned.unreachable(effect_pct, cv_pct, thresholds, candidates[-1])
     return Plan(policy, cv_pct, effect_pct, thresholds, target_pct, None, powers[candidates[-1]],
                 float(candidates[-1]), tried, draws, seed, reason)
 
 
 def policy_mde(policy: str, cv_pct: float, n: int, *, thresholds: ThresholdSpec = ThresholdSpec(),
                power: float = PLAN_POWER, draws: int = MDE_DRAWS, seed: int = PLAN_SEED) -> float:
-    """The smallest improvement (in %, positive) the policy adopts with `power` at n runs per arm (the
-    sequential policy: its own design), by bisection on simulated power; the same seed for every effect
+    """The smallest improvement (in %, positive) the policy adopts with `power` at n runs per arm (a policy
+    that fixes its stages: its own design), by bisection on simulated power; the same seed for every effect
     makes the power monotone in it. NaN when even −90 % is not found."""
     target_pct = 100 * power
 
@@ -298,7 +283,7 @@ class CalibrationStats:
     n_needed: int | None  # runs per arm for min_effect at PLAN_POWER under the policy (see plan)
     mde_pct: Mapping[int, float]  # smallest effect the policy adopts with PLAN_POWER at n runs per arm
     warnings: tuple[str, ...] = ()
-    policy: str = "classic"
+    policy: str = DEFAULT_POLICY
     plan: Plan | None = None  # None when the CV is 0 or undefined
 
     def to_dict(self) -> dict[str, Any]:
@@ -311,7 +296,7 @@ class CalibrationStats:
                 "mde_pct": {str(n): v for n, v in self.mde_pct.items()}, "warnings": list(self.warnings)}
 
 
-def analyze_calibration(values: Sequence[float], min_effect_pct: float, *, policy: str = "classic",
+def analyze_calibration(values: Sequence[float], min_effect_pct: float, *, policy: str = DEFAULT_POLICY,
                         thresholds: ThresholdSpec = ThresholdSpec()) -> CalibrationStats:
     """Everything a calibration reports, from the A/A values in execution order; the runs needed and the
     minimum detectable effects are simulated under `policy` with its thresholds (plan_runs, policy_mde)."""
@@ -334,8 +319,7 @@ def analyze_calibration(values: Sequence[float], min_effect_pct: float, *, polic
     mde: dict[int, float] = {}
     if math.isfinite(cv) and cv > 0:
         plan = plan_runs(policy, cv, -min_effect_pct, thresholds=thresholds)
-        sizes = MDE_AT_N if policy == "classic" else (SEQUENTIAL_RUNS[-1],)
-        mde = {n: policy_mde(policy, cv, n, thresholds=thresholds) for n in sizes}
+        mde = {n: policy_mde(policy, cv, n, thresholds=thresholds) for n in describe(policy).mde_sizes}
         if plan.reason:
             warnings.append(plan.reason)
     else:
@@ -455,19 +439,20 @@ def summary(calibration: Calibration) -> str:
         cp = s.change_point
         lines.append(f"change point: largest shift {cp.shift_pct:+.4f} % at run {s.warmup_runs + cp.index + 1}, "
                      f"permutation p {cp.p:.4f}" + (" — NOT stationary" if cp.p < CHANGE_POINT_ALPHA else ""))
-    if s.plan is not None and s.policy == "sequential":
-        lines.append(f"the sequential policy ({SEQUENTIAL_RUNS_WORDS}) finds a {s.min_effect_pct:g} % "
+    described = describe(s.policy)
+    if s.plan is not None and described.fixes_schedule:
+        lines.append(f"the {s.policy} policy ({described.stages_words}) finds a {s.min_effect_pct:g} % "
                      "effect with "
                      f"{s.plan.power_pct:.1f} % power (simulated; {100 * PLAN_POWER:g} % "
                      f"{'reached' if s.plan.reached else 'NOT reached'})")
     elif s.plan is not None:
         needed = (s.n_needed if s.n_needed is not None
-                  else f"more than {PLAN_MAX_N} (power {s.plan.power_pct:.1f} % there)")
+                  else f"more than {described.plan_sizes[-1]} (power {s.plan.power_pct:.1f} % there)")
         lines.append(f"runs per arm to find a {s.min_effect_pct:g} % effect with {100 * PLAN_POWER:g} % power under "
-                     f"the classic policy (simulated, threshold and floor {s.plan.thresholds.floor_pct:g} % "
+                     f"the {s.policy} policy (simulated, threshold and floor {s.plan.thresholds.floor_pct:g} % "
                      f"included): {needed}")
     if s.mde_pct:
-        sizes = {n: SEQUENTIAL_RUNS_WORDS if s.policy == "sequential" else f"n={n}" for n in s.mde_pct}
+        sizes = {n: described.stages_words if described.fixes_schedule else f"n={n}" for n in s.mde_pct}
         lines.append(f"minimum detectable effect under the {s.policy} policy ({100 * PLAN_POWER:g} % power, "
                      "simulated): " + ", ".join(f"{sizes[n]}: {v:.2f} %" for n, v in s.mde_pct.items()))
     lines += [f"  ! {w}" for w in s.warnings]

@@ -16,6 +16,7 @@ import tomlkit
 
 from gatekit.config import GuardSpec, RulesSpec
 from gatekit.errors import FindingError
+from gatekit.policies.descriptors import DEFAULT_POLICY
 from gatekit.records import (FINDING_SCHEMA, SCHEMA_KEY, Record, RecordError, WindowSummary, kind_of, metric_value,
                              schema_problem, upgrade)
 from gatekit.storage import write_output
@@ -69,7 +70,7 @@ class GateInfo(Record):
     primary: str = field(kw_only=True)
     direction: str = field(kw_only=True)
     expect_diff: tuple[str, ...] = ()
-    policy: str = "classic"
+    policy: str = DEFAULT_POLICY
     warmup: int = 0
     seed_source: str | None = None
     threshold: ThresholdRule = field(kw_only=True)
@@ -256,7 +257,7 @@ class SequentialInfo(Record):
 
 @dataclass(frozen=True, slots=True)
 class DuetInfo(Record):
-    """The duet policy's estimate, slot effect and constants, as the finding records them (gatekit.duet)."""
+    """The duet policy's estimate, slot effect and constants, as the finding records them (gatekit.policies.duet)."""
 
     version: int
     method: str

@@ -16,8 +16,7 @@ import tomlkit
 from gatekit import __version__, rules, stats
 from gatekit.config import SEEDED_ORDERS, GateConfig, GuardSpec, RulesSpec, ThresholdSpec, resolve_history_sigma
 from gatekit.errors import SeriesError
-from gatekit.policies.descriptors import DEFAULT_POLICY, INTERLEAVED, describe
-from gatekit.policy import policy_for
+from gatekit.policies.descriptors import DEFAULT_POLICY, INTERLEAVED, describe, policy_for
 from gatekit.provenance import sha256_bytes, sha256_file
 from gatekit.records import PREDECISION_SCHEMA, SCHEMA_KEY, Record, schema_problem, upgrade
 from gatekit.schedule import Slot

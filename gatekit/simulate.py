@@ -13,34 +13,27 @@ shares). Under the duet policy both runs of round k run at once at position k (d
 both), off on slot 0 in odd rounds and on slot 1 in even ones, and a run on slot 1 is slowed by
 `slot_effect`.
 
-The real policies (classic, sequential, duet) are simulated by their own objects' vectorised forms
-(`Policy.simulate`: the same verdict.classic_codes and sequential.look_codes a gate runs); welch and
-bootstrap are comparison rules that exist only here. Tests compare both real policies, draw by draw, with
-the scalar code a gate runs.
+Every policy is simulated by its own object's vectorised form (`SimulatedPolicy.simulate`: for the gate
+policies the same verdict.classic_codes and sequential.look_codes a gate runs), which also says which
+scenarios it takes; the comparison rules (gatekit.policies.comparison) are policies only `gate simulate`
+runs. Tests compare the real policies, draw by draw, with the scalar code a gate runs.
 """
 
 from __future__ import annotations
 
-import itertools
 import math
 from dataclasses import asdict, dataclass, replace
 from typing import Any, Sequence
 
 import numpy as np
 
-from gatekit.config import ORDERS, ThresholdSpec, duet_pairs_ok
-from gatekit.diagnostics import p_better_arrays, welch_arrays
+from gatekit.config import ORDERS, ThresholdSpec
 from gatekit.errors import ConfigError
-from gatekit.policies.descriptors import describe, gate_policies, simulation_policies
-from gatekit.policy import policy_for
-from gatekit.sequential import gain_bounds, guard_pass_arrays
-from gatekit.verdict import ADOPTED, CODE_NAMES, REGRESSION, REJECTED
+from gatekit.policies.descriptors import DUET_MODE, describe, policies_of_mode, policy_for, simulation_policies
 from gatekit.schedule import round_orders, thue_morse
+from gatekit.verdict import CODE_NAMES
 
 OUTCOMES = ("adopted", "regression", "rejected", "equivalent", "inconclusive")
-WELCH_ALPHA = 0.05  # the fixed-n "welch" policy: one-sided, plus the floor
-BOOTSTRAP_LEVEL = 0.95
-BOOTSTRAP_MAX_N = 5  # the exact bootstrap enumerates C(2n−1, n)² resample pairs per gate
 CHUNK_VALUES = 20_000_000  # floats per chunk of gates: bounds memory at a few hundred MB
 
 
@@ -206,76 +199,34 @@ def _noise(scenario: Scenario, draws: int, rounds: int, rng: np.random.Generator
     return rng.standard_t(df, (draws, rounds)) * math.sqrt((df - 2) / df)
 
 
-# -- the policies ------------------------------------------------------------------------------------
-
-def welch_codes(off_log: np.ndarray, on_log: np.ndarray, t: ThresholdSpec) -> np.ndarray:
-    """A fixed-n Welch test on logs at one-sided 0.05, plus the floor on the ratio of geometric means."""
-    diff, se, df = welch_arrays(off_log, on_log)
-    better = p_better_arrays(diff, se, df, "lower") < WELCH_ALPHA
-    worse = p_better_arrays(diff, se, df, "higher") < WELCH_ALPHA
-    g_adopt, g_regress = gain_bounds(t.floor_pct, "lower")
-    return np.select([better & (-diff >= g_adopt), worse & (-diff <= g_regress)],
-                     [ADOPTED, REGRESSION], default=REJECTED)
-
-
-def _multisets(n: int) -> tuple[np.ndarray, np.ndarray]:
-    """Every bootstrap resample of n values as multiplicities [K, n] and its probability n!/∏m_i!/n^n."""
-    rows, weights = [], []
-    for combo in itertools.combinations_with_replacement(range(n), n):
-        counts = np.bincount(combo, minlength=n)
-        rows.append(counts)
-        weights.append(math.factorial(n) / math.prod(math.factorial(int(c)) for c in counts) / n ** n)
-    return np.array(rows, float), np.array(weights)
-
-
-def bootstrap_codes(off_log: np.ndarray, on_log: np.ndarray, t: ThresholdSpec) -> np.ndarray:
-    """The percentile bootstrap of Δ = mean_on/mean_off − 1 (each arm resampled), exactly (B → ∞): adopted
-    when its 95 % interval lies below 0, regression above 0. Needs n ≤ 5 per arm."""
-    n = off_log.shape[-1]
-    counts, weights = _multisets(n)
-    off_means = np.exp(off_log) @ counts.T / n  # [draws, K]
-    on_means = np.exp(on_log) @ counts.T / n
-    deltas = (on_means[:, :, None] / off_means[:, None, :] - 1).reshape(len(off_log), -1)
-    pair_w = np.outer(weights, weights).ravel()
-    order = np.argsort(deltas, axis=1)
-    sorted_d = np.take_along_axis(deltas, order, axis=1)
-    cumulative = np.cumsum(pair_w[order], axis=1)
-    tail = (1 - BOOTSTRAP_LEVEL) / 2
-
-    def quantile(q: float) -> np.ndarray:  # inverse CDF: the smallest value whose CDF reaches q
-        index = np.argmax(cumulative >= q - 1e-12, axis=1)
-        return sorted_d[np.arange(len(sorted_d)), index]
-
-    low, high = quantile(tail), quantile(1 - tail)
-    return np.select([high < 0, low > 0], [ADOPTED, REGRESSION], default=REJECTED)
-
-
 # -- the driver ----------------------------------------------------------------------------------------
 
 def default_order(policy: str) -> str:
     return describe(policy).order
 
 
-def validate(policy: str, scenario: Scenario, draws: int) -> None:
-    """Bad input is a ConfigError naming the option, like every other gate input."""
+def runs_at_once(policy: str) -> bool:
+    """Whether both runs of a round run together (a duet's pairs), not one after the other."""
+    return describe(policy).mode == DUET_MODE
+
+
+def validate(policy: str, scenario: Scenario, draws: int) -> Any:
+    """The policy's object (a gatekit.policies.base.SimulatedPolicy, which takes Scenarios: not imported here,
+    so nothing cycles) for a scenario it can run; bad input is a ConfigError naming the option, like every
+    other gate input."""
     if policy not in simulation_policies():
         raise ConfigError(f"--policy: must be one of {', '.join(simulation_policies())}, got {policy!r}")
+    rule = policy_for(policy)
     if scenario.order is not None and scenario.order not in ORDERS:
         raise ConfigError(f"--order: must be one of {', '.join(ORDERS)}, got {scenario.order!r}")
     if draws < 2:
         raise ConfigError(f"--draws: must be at least 2, got {draws}")
     if scenario.n < 2:
         raise ConfigError(f"--n: must be at least 2 runs per arm, got {scenario.n}")
-    if policy == "bootstrap" and scenario.n > BOOTSTRAP_MAX_N:
-        raise ConfigError(f"--n: the exact bootstrap needs n ≤ {BOOTSTRAP_MAX_N}, got {scenario.n}")
-    if policy == "duet":
-        if not duet_pairs_ok(scenario.n):
-            raise ConfigError(f"--n: the duet policy needs an even number of pairs, at least 4 (both slot orders "
-                              f"equally often), got {scenario.n}")
-        if scenario.order is not None:
-            raise ConfigError("--order: does not apply to --policy duet (both runs of a pair run at once)")
-    elif scenario.slot_effect_pct:
-        raise ConfigError(f"--slot-effect: needs --policy duet (only a duet runs on two slots), got {policy!r}")
+    rule.check_scenario(scenario)
+    if scenario.slot_effect_pct and not runs_at_once(policy):
+        raise ConfigError(f"--slot-effect: needs --policy {' or '.join(policies_of_mode(DUET_MODE))} (only a duet "
+                          f"runs on two slots), got {policy!r}")
     if not scenario.shared_cv_pct >= 0:
         raise ConfigError(f"--shared-cv: must be a non-negative percentage, got {scenario.shared_cv_pct}")
     if not scenario.slot_effect_pct > -100:
@@ -294,34 +245,31 @@ def validate(policy: str, scenario: Scenario, draws: int) -> None:
     if scenario.tails is not None and not scenario.tails > 2:
         raise ConfigError(f"--tails: must be above 2 degrees of freedom (finite variance), got {scenario.tails}")
     if scenario.guard_drop is not None:
-        if policy != "sequential":
-            raise ConfigError(f"--guard-drop: guard scenarios need --policy sequential, got {policy!r}")
+        if not rule.simulates_guard:
+            guarded = [name for name in simulation_policies() if policy_for(name).simulates_guard]
+            raise ConfigError(f"--guard-drop: guard scenarios need --policy {' or '.join(guarded)}, got {policy!r}")
         if not scenario.guard_sd > 0:
             raise ConfigError(f"--guard-sd: must be positive with --guard-drop, got {scenario.guard_sd}")
         if not scenario.limit >= 0:
             raise ConfigError(f"--guard-drop: must be non-negative, got {scenario.guard_drop}")
+    return rule
 
 
 def simulate(policy: str, scenario: Scenario, *, draws: int = 100_000, seed: int = 0,
              thresholds: ThresholdSpec = ThresholdSpec()) -> SimulationResult:
     """Simulate `draws` gates of one scenario under one policy; reproducible from `seed`."""
-    validate(policy, scenario, draws)
+    rule = validate(policy, scenario, draws)
     order = scenario.order or default_order(policy)
-    rounds = policy_for(policy).max_rounds(scenario.n) if policy in gate_policies() else scenario.n
+    rounds = rule.max_rounds(scenario.n)
     rng = np.random.default_rng(seed)
-    per_gate = {"bootstrap": 4 * math.comb(2 * rounds - 1, rounds) ** 2}.get(policy, 4 * rounds)
-    chunk = max(1, min(draws, CHUNK_VALUES // per_gate))
+    chunk = max(1, min(draws, CHUNK_VALUES // rule.values_per_gate(rounds)))
     codes_parts, runs_parts, guard_parts = [], [], []
     for start in range(0, draws, chunk):
         size = min(chunk, draws - start)
-        off, on, _, _ = simulate_runs(scenario, order, rounds, size, rng, concurrent=policy == "duet")
+        off, on, _, _ = simulate_runs(scenario, order, rounds, size, rng, concurrent=runs_at_once(policy))
         if scenario.guard_drop is not None:
-            guard_parts.append(guard_passes(scenario, size, rng))
-        if policy in gate_policies():
-            codes, runs = policy_for(policy).simulate(off, on, thresholds)
-        else:
-            codes = {"welch": welch_codes, "bootstrap": bootstrap_codes}[policy](off, on, thresholds)
-            runs = np.full(size, rounds)
+            guard_parts.append(rule.guard_passes(scenario, size, rng))
+        codes, runs = rule.simulate(off, on, thresholds)
         codes_parts.append(codes)
         runs_parts.append(runs + scenario.warmup / 2)
     codes, runs = np.concatenate(codes_parts), np.concatenate(runs_parts).astype(float)
@@ -330,14 +278,6 @@ def simulate(policy: str, scenario: Scenario, *, draws: int = 100_000, seed: int
     guard = Rate.of(np.concatenate(guard_parts)) if guard_parts else None
     return SimulationResult(policy, order, scenario, thresholds, draws, seed, rates, float(runs.mean()),
                             float(runs.std(ddof=1) / math.sqrt(draws)), guard)
-
-
-def guard_passes(scenario: Scenario, draws: int, rng: np.random.Generator) -> np.ndarray:
-    """Does the sequential guard pass at any look (4, 8 or 12 rounds: the worst case, as if the primary were
-    undecided until each)? Each round's difference is normal(−drop, sd)."""
-    looks = describe("sequential").stages or ()
-    diffs = -(scenario.guard_drop or 0.0) + scenario.guard_sd * rng.standard_normal((draws, looks[-1]))
-    return np.logical_or.reduce([guard_pass_arrays(diffs[:, :n], scenario.limit) for n in looks])
 
 
 # -- the issue's scenarios -----------------------------------------------------------------------------
@@ -392,9 +332,10 @@ TARGET_OF = {scenario.name: target for scenario, target in TARGETS}
 
 
 def meets(result: SimulationResult) -> bool | None:
-    """Whether a sequential result meets its scenario's target (None: no target for this policy or row)."""
+    """Whether a result meets its scenario's target (None: no target for this policy or row; the targets are
+    the policy's whose descriptor has suite_targets, the sequential policy's)."""
     target = TARGET_OF.get(result.scenario.name)
-    if target is None or result.policy != "sequential":
+    if target is None or not describe(result.policy).suite_targets:
         return None
     if target == GUARD_PASS:
         return result.guard_pass is not None and result.guard_pass.pct <= 5.0
@@ -412,11 +353,12 @@ DUET_SUITE_PAIRS = 8  # a duet in the suite runs this many pairs (the suite's n 
 def run_suite(policies: Sequence[str], *, draws: int, seed: int, order: str | None = None,
               thresholds: ThresholdSpec = ThresholdSpec()) -> list[SimulationResult]:
     """Every scenario of SUITE under every policy (the same seed for each, so columns are comparable); guard
-    scenarios only under the sequential policy, the only one with a paired guard."""
-    return [simulate(policy, replace(scenario, order=order, **({"n": DUET_SUITE_PAIRS} if policy == "duet" else {})),
+    scenarios only under a policy that simulates its guard (the sequential policy's paired guard)."""
+    return [simulate(policy, replace(scenario, order=order, **({"n": DUET_SUITE_PAIRS} if runs_at_once(policy)
+                                                               else {})),
                      draws=draws, seed=seed, thresholds=thresholds)
             for scenario in SUITE for policy in policies
-            if scenario.guard_drop is None or policy == "sequential"]
+            if scenario.guard_drop is None or policy_for(policy).simulates_guard]
 
 
 def table(results: Sequence[SimulationResult]) -> str:
@@ -431,7 +373,7 @@ def table(results: Sequence[SimulationResult]) -> str:
         rows.append([r.scenario.describe(), r.policy, r.order, f"{r.adopted.pct:.2f} ± {r.adopted.se_pct:.2f}",
                      r.meaning, f"{r.rates['regression'].pct:.2f}", f"{r.rates['equivalent'].pct:.2f}",
                      f"{r.rates['inconclusive'].pct:.2f}", f"{r.runs_per_arm:.2f}", guard,
-                     TARGET_OF.get(r.scenario.name, "—") if r.policy == "sequential" else "—",
+                     TARGET_OF.get(r.scenario.name, "—") if describe(r.policy).suite_targets else "—",
                      "—" if met is None else "yes" if met else "**NO**"])
     lines = ["| " + " | ".join(header) + " |", "|" + "|".join(" --- " for _ in header) + "|"]
     lines += ["| " + " | ".join(row) + " |" for row in rows]

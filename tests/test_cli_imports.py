@@ -43,7 +43,7 @@ def test_option_choices_name_what_the_library_implements() -> None:
     from gatekit import config
     from gatekit.exports import EXPORTERS
     from gatekit.policies.descriptors import gate_policies, simulation_policies
-    from gatekit.policy import policy_for
+    from gatekit.policies.descriptors import policy_for
     from gatekit.simulate import Scenario, simulate
 
     assert tuple(EXPORTERS) == config.EXPORT_FORMATS

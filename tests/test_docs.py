@@ -155,7 +155,7 @@ def test_every_policy_order_and_sigma_ref_value_is_in_the_readme() -> None:
 def test_every_diagnostic_and_sequential_key_is_documented() -> None:
     import math
     from gatekit.diagnostics import Diagnostics
-    from gatekit.sequential import SequentialOutcome
+    from gatekit.policies.sequential import SequentialOutcome
     diagnostics = Diagnostics(*[math.nan] * len(dataclasses.fields(Diagnostics))).to_dict()
     for key in diagnostics:
         assert f"`{key}`" in README and key in STATISTICS, f"stats.{key} missing from README or docs/statistics.md"
@@ -182,8 +182,7 @@ def test_every_module_file_and_folder_the_architecture_map_names_exists() -> Non
 
 
 def test_every_gate_policy_object_is_on_the_architecture_map() -> None:
-    from gatekit.policies.descriptors import gate_policies
-    from gatekit.policy import policy_for
+    from gatekit.policies.descriptors import gate_policies, policy_for
 
     for name in gate_policies():
         assert f"`{type(policy_for(name)).__name__}`" in ARCHITECTURE, f"policy {name}'s object is not on the map"

@@ -15,12 +15,12 @@ import pytest
 from click.testing import CliRunner
 from scipy import stats as sps
 
-from gatekit import duet
+from gatekit.policies import duet
 from gatekit.analysis import records_table
 from gatekit.cli import main
 from gatekit.config import GuardSpec, RulesSpec, ThresholdSpec
 from gatekit.finding import DuetInfo
-from gatekit.policy import policy_for
+from gatekit.policies.descriptors import policy_for
 from gatekit.records import RunOutcome, RunRecord, WindowSummary
 from gatekit.simulate import Scenario, simulate
 from gatekit.verdict import CODE_NAMES, Decision, Verdict
@@ -269,7 +269,7 @@ def test_the_95_percent_ci_of_delta_is_t_0975_times_the_ols_standard_error() -> 
     import numpy as np
     import scipy.stats as sps
 
-    from gatekit.duet import _info, fit
+    from gatekit.policies.duet import _info, fit
 
     d = np.log(np.array([0.95, 0.97, 0.94, 0.98, 0.96, 0.95]))
     sign = np.array([1.0, -1.0, 1.0, -1.0, 1.0, -1.0])

@@ -256,7 +256,7 @@ def test_a_real_cpu_hog_during_one_run_is_psi_evidence_for_that_run_only(tmp_pat
 
 
 def test_per_core_load1_is_the_sequential_rule_under_rules_evidence_load1() -> None:
-    from gatekit.sequential import telemetry_flags
+    from gatekit.policies.sequential import telemetry_flags
     table = _table([{"load1_max": 2.0}, {"load1_max": 3.2}, {"load1_max": 3.0}])
     loaded, words = per_core_load1(table, RulesSpec(), cores=2)
     # by hand: 1.0, 1.6 and 1.5 per core against the limit 1.5: only the second is above it

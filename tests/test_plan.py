@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from gatekit.calibrate import PLAN_SCAN, plan_runs, policy_mde
+from gatekit.calibrate import plan_runs, policy_mde
+from gatekit.policies.descriptors import describe
 from gatekit.config import ThresholdSpec
 from tests.conftest import gate_invoke
 
@@ -30,7 +31,7 @@ def test_classic_plan_reaches_80_pct_in_gate_simulate(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     plan = json.loads(done.stdout)
     n = plan["n"]
-    assert plan["reached"] and plan["power_pct"] >= 80 and n > PLAN_SCAN[0]  # CV 2 %: threshold 4 %, n > 3
+    assert plan["reached"] and plan["power_pct"] >= 80 and n > describe("classic").plan_sizes[0]  # CV 2 %: threshold 4 %, n > 3
     assert simulated_power(tmp_path, "classic", 2, -5, n) >= 80 - 3
     # and n is the fewest: one run fewer stays below the target (within the same 3 points)
     assert simulated_power(tmp_path, "classic", 2, -5, n - 1) < 80 + 3

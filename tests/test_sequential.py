@@ -14,10 +14,10 @@ import numpy as np
 import pytest
 from scipy import stats as sps
 
-from gatekit import sequential as sq
 from gatekit.config import GuardSpec, load_gate
 from gatekit.errors import SeriesInterrupted
-from gatekit.policy import policy_for
+from gatekit.policies import sequential as sq
+from gatekit.policies.descriptors import policy_for
 from gatekit.records import upgrade
 from gatekit.schedule import extension, order_seed, plan, thue_morse
 from gatekit.series.runner import SeriesRunner
@@ -135,7 +135,7 @@ def test_the_v3_calibration_is_kept() -> None:
     c1, c2 = result["critical"]
     assert c1 == pytest.approx(sq.V3.critical[0], rel=0.05) and c2 == pytest.approx(sq.V3.critical[1], rel=0.03)
     assert result["guard_look_level"] == pytest.approx(sq.V3.guard_look_level, abs=0.002)
-    assert sq.design_for(3).runs == (4, 8) and sq.design_for(None) is sq.V4 and sq.V4.runs == (4, 8, 12)
+    assert policy_for("sequential", 3).stages(0) == (4, 8) and policy_for("sequential").design is sq.V4 and sq.V4.runs == (4, 8, 12)
 
 
 def _gates(d: list[list[float]]) -> tuple[np.ndarray, np.ndarray]:
@@ -505,7 +505,7 @@ def test_telemetry_flags_load_per_core_and_battery_never_the_value() -> None:
 
 def test_backend_evidence_flags_a_run_for_the_sequential_policy() -> None:
     """Another GPU process seen by the backend flags the window, whatever the run's value."""
-    from gatekit import sequential
+    from gatekit.policies import sequential
     from gatekit.config import RulesSpec
     from gatekit.rules import run_table
 

@@ -13,9 +13,12 @@ import numpy as np
 import pytest
 from scipy import stats as sps
 
-from gatekit import sequential, stats
-from gatekit.policy import CLASSIC, policy_for
-from gatekit.simulate import SUITE, Scenario, ThresholdSpec, bootstrap_codes, simulate, simulate_runs
+from gatekit import stats
+from gatekit.policies import sequential
+from gatekit.policies.classic import CLASSIC
+from gatekit.policies.comparison import bootstrap_codes
+from gatekit.policies.descriptors import policy_for
+from gatekit.simulate import SUITE, Scenario, ThresholdSpec, simulate, simulate_runs
 from gatekit.verdict import CODE_NAMES, classic_decision
 from tests.conftest import gate_invoke
 

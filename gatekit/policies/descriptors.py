@@ -1,9 +1,10 @@
 """What the gate file, the command line and the planners know of each policy, without importing it.
 
 One `PolicyDescriptor` per policy: its name, the gate mode it decides, its run order, the stages it fixes (if
-any), the load evidence it defaults to and the sizes `gate plan` tries. This module imports only the
-standard library and sits below `gatekit.config`, so the gate file's checks and `gate --help` read it
-without pandas, and nothing cycles.
+any), the load evidence it defaults to, the sizes `gate plan` tries, and where its Policy object lives. This
+module imports only the standard library and sits below `gatekit.config`, so the gate file's checks and
+`gate --help` read it without pandas and nothing cycles; `policy_for` imports a policy's module only when its
+object is asked for.
 
 A policy is registered once, here (the built-ins below) or by `register` (a plugin, a test); nothing else
 keeps a list of policy names.
@@ -11,7 +12,9 @@ keeps a list of policy names.
 
 from __future__ import annotations
 
+import importlib
 from dataclasses import dataclass
+from typing import Any
 
 INTERLEAVED, DUET_MODE = "interleaved", "duet"  # the gate modes (config.MODES): one run at a time, or pairs at once
 PLAN_SIZES = (3, 4, 6, 8, 12, 16, 24, 32, 48, 64)  # `gate plan`'s runs per arm to try (3: the gate's default)
@@ -22,6 +25,7 @@ class PolicyDescriptor:
     """A policy as data: enough for config, the CLI and the planners, with no statistics imported."""
 
     name: str
+    implementation: str  # "module:function": the function takes a design version (None: current), gives the Policy
     mode: str = INTERLEAVED  # the gate mode whose series it decides
     order: str = "abab"  # its run order when the gate states none ("duet": pairs run together, not interleaved)
     stages: tuple[int, ...] | None = None  # runs per arm at each look when the policy fixes them; None: the gate's n
@@ -52,22 +56,27 @@ class PolicyDescriptor:
     @property
     def stages_words(self) -> str:
         """The stages as messages say them: "4, then 8, then 12 runs per arm"."""
-        return ", then ".join(str(n) for n in self.stages or ()) + " runs per arm"
+        return stages_words(self.stages or ())
+
+
+def stages_words(stages: tuple[int, ...]) -> str:
+    """Runs per arm at each look as messages say them: "4, then 8, then 12 runs per arm"."""
+    return ", then ".join(str(n) for n in stages) + " runs per arm"
 
 
 _PLAN_PAIRS = tuple(n for n in PLAN_SIZES if n >= 4 and n % 2 == 0)  # a duet: an even number of pairs, at least 4
 
 BUILTIN = (
-    PolicyDescriptor("classic"),
-    PolicyDescriptor("sequential",
+    PolicyDescriptor("classic", "gatekit.policies.classic:policy"),
+    PolicyDescriptor("sequential", "gatekit.policies.sequential:policy",
                      order="thue-morse", stages=(4, 8, 12), version=4, version_key="sequential_version",
                      default_evidence="psi", plan_sizes=(), mde_sizes=(12,),
                      in_suite=True, suite_targets=True),
-    PolicyDescriptor("duet",
+    PolicyDescriptor("duet", "gatekit.policies.duet:policy",
                      mode=DUET_MODE, order="duet", default_evidence="psi", plan_sizes=_PLAN_PAIRS, plan_step=2,
                      mde_sizes=(12,)),
-    PolicyDescriptor("welch", gate=False),
-    PolicyDescriptor("bootstrap", gate=False),
+    PolicyDescriptor("welch", "gatekit.policies.comparison:welch", gate=False),
+    PolicyDescriptor("bootstrap", "gatekit.policies.comparison:bootstrap", gate=False),
 )
 DEFAULT_POLICY = BUILTIN[0].name  # a gate file without gate.policy
 _REGISTRY: dict[str, PolicyDescriptor] = {d.name: d for d in BUILTIN}  # the one mutable part: register()
@@ -111,3 +120,11 @@ def policies_of_mode(mode: str) -> tuple[str, ...]:
 def suite_policies() -> tuple[str, ...]:
     """What `gate simulate --suite` runs without --policy: the default policy beside those marked for it."""
     return (DEFAULT_POLICY, *(d.name for d in _REGISTRY.values() if d.in_suite and d.name != DEFAULT_POLICY))
+
+
+def policy_for(name: str, version: int | None = None) -> Any:
+    """The Policy object of a registered name (a gatekit.policies.base.Policy; a comparison rule's is a
+    base.SimulatedPolicy) in the design version a predecision records (None: the current one). Its module is
+    imported now, not before."""
+    module, _, function = describe(name).implementation.partition(":")
+    return getattr(importlib.import_module(module), function)(version)

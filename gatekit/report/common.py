@@ -10,7 +10,7 @@ import math
 import re
 from typing import Any
 
-from gatekit.finding import Finding, Stats
+from gatekit.finding import Finding, Section, Stats
 from gatekit.verdict import Decision, Verdict
 
 
@@ -47,6 +47,16 @@ def fmt_signed(value: Any, digits: int = 4, unit: str = "") -> str:
     if not is_number(value):
         return MISSING
     return number_text(float(value), digits, "+") + unit
+
+
+def level_text(level: float | None) -> str:
+    """A confidence level as the summary writes it: 0.95 → "95 %"."""
+    return f"{100 * level:g} %" if level is not None else MISSING
+
+
+def generated_section(type_: str, **content: Any) -> Section:
+    """A narrative section gatekit wrote (marked `generated`, so a report tells it from the ones people add)."""
+    return Section(type_, generated=True, **content)
 
 
 _TIME_UNITS = (("_ms", "ms"), ("_us", "µs"), ("_ns", "ns"), ("_s", "s"))

@@ -4,15 +4,11 @@ can tell them from the sections people add."""
 
 from __future__ import annotations
 
-from typing import Any
-
 from gatekit import diagnostics
 from gatekit.finding import Finding, Section, Stats
-from gatekit.report.common import MISSING, fmt, fmt_signed
-
-
-def _section(type_: str, **content: Any) -> Section:
-    return Section(type_, generated=True, **content)
+from gatekit.policies.base import words_of
+from gatekit.report.common import fmt, fmt_signed
+from gatekit.report.common import generated_section as _section
 
 
 # The narrative's runs table stops here: a table of thousands of rows reads as nothing (the runs themselves are
@@ -31,30 +27,8 @@ def narrative(finding: Finding) -> tuple[Section, ...]:
     lead = (f"{kind} of `{on_arm}` against `{off_arm}`, {gate.n} runs per arm, "
             f"deciding on {primary} ({gate.direction} is better). Decision: **{decision.value}** — "
             f"Δ {fmt(s.delta_pct)} % against a threshold of {fmt(s.threshold_pct)} %.")
-    seq = finding.sequential
-    if seq is not None:
-        last = seq.looks[-1] if seq.looks else None
-        lead = (f"Sequential gate of `{on_arm}` against `{off_arm}` in {gate.order} order, "
-                f"{' then '.join(str(n) for n in seq.runs_per_arm)} runs per arm, deciding on {primary} "
-                f"({gate.direction} is better). Decision: **{decision.value}** at look "
-                f"{last.look if last else MISSING} — Δ {fmt_signed(last.delta_pct if last else None, unit=' %')} "
-                f"as a ratio of geometric means, {100 * ((last.ci_level or 0) if last else 0):g} % CI "
-                f"[{fmt_signed(last.ci_low_pct if last else None, unit=' %')}, "
-                f"{fmt_signed(last.ci_high_pct if last else None, unit=' %')}], "
-                f"floor ±{seq.floor_pct:g} %. The classic Δ {fmt(s.delta_pct)} % against "
-                f"{fmt(s.threshold_pct)} % is reported beside it.")
-    duet = finding.duet
-    if duet is not None:
-        slots = f" on slots {duet.slots[0]} and {duet.slots[1]}" if len(duet.slots) == 2 else ""
-        lead = (f"Duet gate of `{on_arm}` against `{off_arm}`: {duet.n_pairs} pairs, both runs of a pair at once"
-                f"{slots}, swapped every pair, deciding on {primary} ({gate.direction} is better). Decision: "
-                f"**{decision.value}** — Δ {fmt_signed(duet.delta_pct, unit=' %')} as a ratio of geometric means "
-                f"with the slot effect removed, {100 * duet.interval_level:g} % CI "
-                f"[{fmt_signed(duet.ci_low_pct, unit=' %')}, {fmt_signed(duet.ci_high_pct, unit=' %')}], "
-                f"floor ±{duet.floor_pct:g} %; slot effect (slot 1 against slot 0) "
-                f"{fmt_signed(duet.slot_effect_pct, unit=' %')} [{fmt_signed(duet.slot_ci_low_pct, unit=' %')}, "
-                f"{fmt_signed(duet.slot_ci_high_pct, unit=' %')}]. The classic Δ {fmt(s.delta_pct)} % against "
-                f"{fmt(s.threshold_pct)} % is reported beside it.")
+    words = words_of(finding)  # the policy's own: its lead, its sections
+    lead = words.lead or lead
     # start-up overhead (wallclock − primary) is shown only when the primary is a time, so it exists
     shows_startup = any(run.startup_s is not None for run in finding.runs)
     startup_column = ("start-up s",) if shows_startup else ()
@@ -97,34 +71,7 @@ def narrative(finding: Finding) -> tuple[Section, ...]:
     evidence = [f"{run.label}: {line}" for run in finding.runs for line in run.window.evidence]
     if evidence:
         sections += [_section("heading", text="Backend evidence (rule i)"), _section("list", items=tuple(evidence))]
-    if seq is not None:
-        sections += [
-            _section("heading", text="Sequential looks"),
-            _section("table", columns=("look", "runs off+on", "Δ gm %", "CI %", "p on better", "p on worse",
-                                       primary, "guards", "decision"),
-                     align=("right", "right", "right", "left", "right", "right", "left", "left", "left"),
-                     rows=tuple((str(look.look), f"{look.n_off}+{look.n_on}", fmt_signed(look.delta_pct, 4),
-                                 f"[{fmt_signed(look.ci_low_pct, 4)}, {fmt_signed(look.ci_high_pct, 4)}]",
-                                 fmt(look.p_better), fmt(look.p_worse), look.primary,
-                                 ", ".join(f"{k} {g.status}" for k, g in look.guards.items()) or MISSING,
-                                 look.decision) for look in seq.looks)),
-        ]
-    if duet is not None:
-        level = f"{100 * duet.interval_level:g} %"
-        slot_names = f"{duet.slots[1]} against {duet.slots[0]}" if len(duet.slots) == 2 else "slot 1 against slot 0"
-        items = [
-            {"key": "Δ, slot effect removed", "value": f"{fmt_signed(duet.delta_pct, unit=' %')}, {level} CI "
-             f"[{fmt_signed(duet.ci_low_pct, unit=' %')}, {fmt_signed(duet.ci_high_pct, unit=' %')}]"},
-            {"key": f"slot effect ({slot_names})",
-             "value": f"{fmt_signed(duet.slot_effect_pct, unit=' %')}, {level} CI "
-             f"[{fmt_signed(duet.slot_ci_low_pct, unit=' %')}, {fmt_signed(duet.slot_ci_high_pct, unit=' %')}]"},
-            {"key": "pairs with on on slot 1 / slot 0", "value": f"{duet.pairs_on_slot1} / {duet.pairs_on_slot0}"},
-            {"key": "Student t critical value (df)",
-             "value": f"{fmt(duet.critical)} ({duet.df if duet.df is not None else MISSING})"},
-            *({"key": f"guard {name} (paired)", "value": f"mean(on − off) {fmt(g.mean_diff)}, bound {fmt(g.bound)} "
-               f"vs limit {g.limit:+g} → {g.status}"} for name, g in duet.guards.items()),
-        ]
-        sections += [_section("heading", text="Duet estimate"), _section("kv", items=tuple(items))]
+    sections += words.sections
     sections += [_section("heading", text="Diagnostics"), _section("kv", items=tuple(_diagnostic_items(s)))]
     if verdict.warnings:
         sections += [_section("heading", text="Warnings"), _section("list", items=tuple(verdict.warnings))]

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from gatekit.finding import Finding
-from gatekit.report.common import MISSING, fmt, runs_per_arm
+from gatekit.policies.base import words_of
+from gatekit.report.common import fmt, runs_per_arm
+from gatekit.report.common import level_text as _level
 from gatekit.sanitize import show_controls
 
 
@@ -39,13 +41,9 @@ def summary(finding: Finding, paths: tuple[str, ...] = ()) -> str:
                      f"{fmt(window.load1_mean, 2)} / {fmt(window.load1_max, 2)}",
                      "yes" if run.used else f"no ({t(run.reason)})"])
     right = {0, 3, *range(4, 4 + len(guard_names)), 4 + len(guard_names)}
-    seq = finding.sequential
-    size = f"n={'→'.join(str(n) for n in seq.runs_per_arm)}, sequential" if seq else runs_per_arm(finding)
-    duet = finding.duet
-    arrangement = t(gate.order)
-    if duet is not None:  # a duet has no order: its pairs ran together on two slots
-        size = f"n={duet.n_pairs} pairs, duet"
-        arrangement = "slots " + " & ".join(t(s) for s in duet.slots)
+    words = words_of(finding)  # the policy's own: how its runs were arranged, how many, its lines
+    size = t(words.size or runs_per_arm(finding))
+    arrangement = t(words.arrangement or gate.order)  # a duet has no order: its pairs ran together on two slots
     lines = [f"gate {t(gate.id)}: {t(finding.on_arm)} vs {t(finding.off_arm)} "
              f"({arrangement}, {size}, {t(primary)}, {t(gate.direction)} is better)", ""]
     lines += render_table(header, rows, right)
@@ -62,14 +60,7 @@ def summary(finding: Finding, paths: tuple[str, ...] = ()) -> str:
     for name, guard in finding.guards.items():
         lines.append(f"guard {t(name)}: Δ {fmt(guard.delta)} (limit {guard.limit:+g}) "
                      f"{'pass' if guard.passed else 'FAIL'}")
-    for look in seq.looks if seq else ():
-        lines.append(f"look {look.look} ({look.n_off}+{look.n_on} runs): Δ_gm {fmt(look.delta_pct)} % "
-                     f"({_level(look.ci_level)} CI {fmt(look.ci_low_pct)} … {fmt(look.ci_high_pct)} %), "
-                     f"p(better) {fmt(look.p_better)} → {t(look.decision)}")
-    if duet is not None:
-        lines.append(f"duet: Δ {fmt(duet.delta_pct)} % ({_level(duet.interval_level)} CI {fmt(duet.ci_low_pct)} … "
-                     f"{fmt(duet.ci_high_pct)} %, slot effect removed)   slot effect {fmt(duet.slot_effect_pct)} % "
-                     f"({fmt(duet.slot_ci_low_pct)} … {fmt(duet.slot_ci_high_pct)} %) → {t(duet.decision)}")
+    lines += [t(line) for line in words.lines]
     for row in finding.sensitivity[1:]:
         lines.append(f"sensitivity: {t(row.variant)}: Δ {fmt(row.delta_pct)} % → {row.decision.value}")
     lines += ["", f"VERDICT: {verdict.decision.value.upper()}"]
@@ -78,8 +69,3 @@ def summary(finding: Finding, paths: tuple[str, ...] = ()) -> str:
     if paths:
         lines += ["", "finding: " + ", ".join(paths)]
     return "\n".join(lines)
-
-
-def _level(level: float | None) -> str:
-    """A confidence level as the summary writes it: 0.95 → "95 %"."""
-    return f"{100 * level:g} %" if level is not None else MISSING

@@ -17,7 +17,7 @@ from gatekit.config import ArmSpec, GateConfig
 from gatekit.driver import ChosenBackend, Driver, make_backend, make_driver
 from gatekit.errors import GatekitError, OutputError, PreflightError, SeriesError
 from gatekit.finding import Finding, write_finding
-from gatekit.policy import policy_for
+from gatekit.policies.descriptors import policy_for
 from gatekit.preflight import run_checks
 from gatekit.prereg import DecisionSpec, predecision_document, write_predecision
 from gatekit.processes import stop_run_processes
@@ -26,7 +26,6 @@ from gatekit.provenance import (artifact_bytes, git_state, hash_artifacts_timed,
 from gatekit.records import CheckResult, RunRecord
 from gatekit.sampler import LoadReader, read_system_load
 from gatekit.schedule import WARMUP_ROUND, Slot, extension, needs_seed, order_seed, plan, retry_slots
-from gatekit.sequential import design_for
 from gatekit.series.events import (Extend, Hashing, Invalid, JournaledArm, LeftoversStopped, ProvenanceEnd,
                                    ProvenanceStart, Retry, SeriesEnd, SeriesStart)
 from gatekit.series.replay import JournalState, OpenSeries, evidence_from_state, open_series, replacements
@@ -61,7 +60,7 @@ class SeriesRunner:
         self.loop = RunLoop(config, {off.name: off, on.name: on}, self.driver, self.backend, report,
                             load_reader_for or (lambda label: read_system_load))
         self.spec = DecisionSpec.from_gate(config, off.name, on.name)
-        self.policy = policy_for(self.spec.policy, self.spec.sequential_version)
+        self.policy = policy_for(self.spec.policy, self.spec.design_version)
 
     # -- entry points ----------------------------------------------------------------------------
 
@@ -96,7 +95,7 @@ class SeriesRunner:
             raise SeriesError(f"{series_dir}: was registered with the {registered} backend, but this machine "
                               f"gives {self.backend.name} ({self.backend.detail}); resume it where it started")
         self.spec = DecisionSpec.from_dict(predecision["decision"])  # the rules as frozen, not as read now
-        self.policy = policy_for(self.spec.policy, self.spec.sequential_version)
+        self.policy = policy_for(self.spec.policy, self.spec.design_version)
         with runs_lock(series_dir.parent):
             journal = Journal(layout.journal, genesis=layout.predecision)
             # Holding the lock, no gate process owns this series: whatever still runs in one of its run
@@ -236,8 +235,8 @@ class SeriesRunner:
         stage = journal.record(stage)
         state.extensions.append(stage)
         number = stage.stage - 1  # the look that did not decide
-        self.report(f"look {number} did not decide: extending to "
-                    f"{design_for(self.spec.sequential_version).runs[number]} runs per arm")
+        self.report(f"look {number} did not decide: extending to {self.policy.stages(self.spec.n)[number]} runs "
+                    "per arm")
         return list(stage.slots)
 
     def _plan_retries(self, state: JournalState) -> list[Retry]:
@@ -261,7 +260,7 @@ class SeriesRunner:
         """The policy's next stage when its look — assessed exactly as the finding will be, narrative aside —
         did not decide; None after the last stage or when the look decided."""
         state = opened.state
-        runs = design_for(self.spec.sequential_version).runs  # rounds per look (only a sequential series extends)
+        runs = self.policy.stages(self.spec.n)  # rounds per look
         stage = len(state.extensions) + 2  # stage 1 is the preregistered schedule
         if stage > len(runs) or not assess(evidence_from_state(opened)).decided.extend:
             return None

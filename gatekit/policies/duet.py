@@ -19,26 +19,38 @@ the sequential policy's own (`sequential.look_codes`: adopted / regression beyon
 floor, equivalent, rejected, else inconclusive) with that t critical value and the OLS standard error as its
 scale.
 
-Pure: tables and values in, decisions out; `pair_codes` is vectorised so `gate simulate --policy duet` runs
-this exact rule.
+The statistics are pure functions (tables and values in, decisions out; `pair_codes` is vectorised so
+`gate simulate --policy duet` runs this exact rule). `DuetPolicy`, at the end, is the policy object over them:
+its stated rules, simulation scenarios, plan words and the words its estimate adds to a finding's narrative
+and summary.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
 from scipy import stats as sps
 
 from gatekit import rules
-from gatekit.config import GuardSpec
+from gatekit.config import GuardSpec, RulesSpec, ThresholdSpec, duet_pairs_ok
 from gatekit.diagnostics import log_values, pct
-from gatekit.finding import DuetInfo, PairedGuard
-from gatekit.sequential import guard_reason, look_codes, paired_guard, unreplaced_flags, with_guards
-from gatekit.verdict import CODE_NAMES, too_noisy_reason
+from gatekit.errors import ConfigError
+from gatekit.finding import DuetInfo, Finding, PairedGuard
+from gatekit.policies import sequential
+from gatekit.policies.base import (Decided, Evidence, PolicyWords, Retry, SimulationDefaults, classic_beside,
+                                   guard_values)
+from gatekit.policies.descriptors import describe
+from gatekit.policies.sequential import guard_reason, look_codes, paired_guard, unreplaced_flags, with_guards
+from gatekit.records import RunRecord
+from gatekit.report.common import MISSING, fmt, fmt_signed, generated_section, level_text
+from gatekit.verdict import CODE_NAMES, Decision, Verdict, too_noisy_reason
+
+if TYPE_CHECKING:
+    from gatekit.simulate import Scenario
 
 VERSION = 1
 ALPHA = 0.05  # one-sided: the bound on false adoption (and on a guard's false pass)
@@ -282,3 +294,143 @@ def _reasons(info: DuetInfo, estimate: DuetEstimate, primary: str) -> list[str]:
     if info.primary == "adopted" and info.decision == "inconclusive":
         lines.append("a guard's bound is too wide to pass: inconclusive, never a pass")
     return lines
+
+
+# -- the policy object --------------------------------------------------------------------------------
+
+class DuetPolicy(SimulationDefaults):
+    """Both arms of a pair at once on twin slots, the slots swapped every pair: the pairs' log-ratios with the
+    slot effect estimated (OLS on [1, slot sign]) and removed, a Student t interval with n − 2 df, the
+    sequential policy's floor-aware outcomes, paired guards, telemetry-only contamination (the statistics above)."""
+
+    name = "duet"
+
+    def stages(self, n: int) -> tuple[int, ...]:
+        return (n,)
+
+    def max_rounds(self, n: int) -> int:
+        return n
+
+    def stated_rules(self, primary: str, rules_spec: RulesSpec, threshold: ThresholdSpec) -> list[str]:
+        floor, alpha, level = threshold.floor_pct, TEST_ALPHA, INTERVAL_LEVEL
+        return [
+            "Policy duet: pair k runs the off and the on run at the same time, one on each slot; odd pairs run "
+            "off on slot 0 and on on slot 1, even pairs the reverse. The classic Delta and threshold are "
+            "reported beside it and decide nothing.",
+            "Per pair d = ln(on) - ln(off) = Delta + s*sign + noise, sign = +1 when on ran on slot 1, -1 when "
+            "on ran on slot 0 (from the runs' recorded slots; the pair's parity where none was recorded); s is "
+            "the slot-1-minus-slot-0 effect. Noise both runs share cancels from d. Delta and s are the least "
+            f"squares fit of d on [1, sign]; SE from the residuals with n - 2 degrees of freedom; c = the "
+            f"one-sided {1 - alpha:g} Student t quantile with n - 2 df; interval Delta +/- c SE ({100 * level:g} %).",
+            f"Adopted iff Delta/SE is beyond c on the better side AND Delta is at least {floor:g} % better AND "
+            f"every guard passes. Regression iff Delta/SE is beyond c on the worse side AND at least {floor:g} % "
+            f"worse. Equivalent iff the interval lies inside +/-{floor:g} %. Rejected iff it excludes an "
+            f"improvement of {floor:g} %. Anything else is inconclusive. The slot effect is reported in % with "
+            "its interval.",
+            f"Guards: paired non-inferiority on the pairs' (off, on) values: pass iff the one-sided "
+            f"{100 * GUARD_LEVEL:g} % t bound of mean(on - off) clears -max_drop (+max_drop for "
+            "lower-is-better guards); fail iff the opposite bound is beyond it; otherwise inconclusive, and an "
+            "adoption becomes inconclusive — never a pass.",
+            f"Contamination only from telemetry that does not look at the result (rules.evidence = "
+            f"{rules_spec.evidence}, the backend's evidence for the slot, the machine on battery); a flagged or "
+            f"failed run takes its pair out, and the pair is re-run, both runs together; needing more than "
+            f"{rules_spec.max_retries} re-run(s) for a pair makes the outcome inconclusive.",
+        ]
+
+    def classify(self, runs: pd.DataFrame, rules_spec: RulesSpec, replaced: Mapping[int, rules.Replacement],
+                 cores: int | None) -> pd.DataFrame:
+        return sequential.classify(runs, rules_spec, replaced, cores)
+
+    def retries(self, classified: pd.DataFrame, rules_spec: RulesSpec, off_arm: str, on_arm: str) -> list[Retry]:
+        # both runs of the pair again, together: neither goes first
+        needed = sequential.rounds_needing_replacement(classified)
+        return [Retry(round_, flagged) for round_, flagged in needed.items()]
+
+    def unresolved(self, classified: pd.DataFrame) -> pd.Series:
+        return ~classified["replaced"] & classified["failed"]
+
+    def warnings(self, evidence: Evidence) -> list[str]:
+        return sequential.SEQUENTIAL.warnings(evidence)
+
+    def decide(self, classic: Verdict, classified: pd.DataFrame, records: Sequence[RunRecord], *, off_arm: str,
+               on_arm: str, primary: str, direction: str, guards: Sequence[Any], floor_pct: float,
+               warnings: Sequence[str]) -> Decided:
+        """The duet estimate decides; the classic verdict is reported beside it as one reason."""
+        values = guard_values(classified, records, guards)
+        outcome = decide(classified, values, off_arm=off_arm, on_arm=on_arm, guard_specs=guards,
+                         floor_pct=floor_pct, direction=direction, primary=primary)
+        all_warnings = (*warnings, *outcome.warnings)
+        if classic.decision is Decision.INVALID:
+            return Decided(Verdict(Decision.INVALID, classic.reasons, all_warnings), duet=outcome.info)
+        reasons = [*outcome.reasons, classic_beside(classic)]
+        return Decided(Verdict(Decision(outcome.decision), tuple(reasons), all_warnings), duet=outcome.info)
+
+    def simulate(self, off_log: np.ndarray, on_log: np.ndarray, thresholds: ThresholdSpec
+                 ) -> tuple[np.ndarray, np.ndarray]:
+        """pair_codes (the function behind `gate run`); column k is pair k + 1, its slot sign from the
+        swap rule."""
+        signs = parity_signs(np.arange(1, off_log.shape[-1] + 1))
+        codes = pair_codes(on_log - off_log, signs, floor_pct=thresholds.floor_pct, direction="lower")
+        return codes, np.full(off_log.shape[0], off_log.shape[-1])
+
+    def check_scenario(self, scenario: Scenario) -> None:
+        if not duet_pairs_ok(scenario.n):
+            raise ConfigError(f"--n: the duet policy needs an even number of pairs, at least 4 (both slot orders "
+                              f"equally often), got {scenario.n}")
+        if scenario.order is not None:
+            raise ConfigError("--order: does not apply to --policy duet (both runs of a pair run at once)")
+
+    def unreachable(self, effect_pct: float, cv_pct: float, thresholds: ThresholdSpec, most: int) -> str:
+        floor_pct = thresholds.floor_pct
+        if -effect_pct <= floor_pct:
+            return (f"the duet policy adopts only when its whole interval is beyond the floor {floor_pct:g} %: a "
+                    f"true {effect_pct:+g} % is not beyond it; state a larger effect or lower the floor")
+        return f"more than {most} pairs are needed: lower the noise first"
+
+    def words(self, finding: Finding) -> PolicyWords:
+        """The lead and a table give the estimate with the slot effect removed and the slot effect itself; the
+        summary names the slots and the pairs."""
+        duet = finding.duet
+        if duet is None:  # flagged runs without a replacement: no estimate, the common words
+            return PolicyWords()
+        gate, s = finding.gate, finding.stats
+        slots = f" on slots {duet.slots[0]} and {duet.slots[1]}" if len(duet.slots) == 2 else ""
+        lead = (f"Duet gate of `{finding.on_arm}` against `{finding.off_arm}`: {duet.n_pairs} pairs, both runs of a "
+                f"pair at once{slots}, swapped every pair, deciding on {gate.primary} ({gate.direction} is better). "
+                f"Decision: **{finding.verdict.decision.value}** — Δ {fmt_signed(duet.delta_pct, unit=' %')} as a "
+                f"ratio of geometric means with the slot effect removed, {100 * duet.interval_level:g} % CI "
+                f"[{fmt_signed(duet.ci_low_pct, unit=' %')}, {fmt_signed(duet.ci_high_pct, unit=' %')}], "
+                f"floor ±{duet.floor_pct:g} %; slot effect (slot 1 against slot 0) "
+                f"{fmt_signed(duet.slot_effect_pct, unit=' %')} [{fmt_signed(duet.slot_ci_low_pct, unit=' %')}, "
+                f"{fmt_signed(duet.slot_ci_high_pct, unit=' %')}]. The classic Δ {fmt(s.delta_pct)} % against "
+                f"{fmt(s.threshold_pct)} % is reported beside it.")
+        level = f"{100 * duet.interval_level:g} %"
+        slot_names = f"{duet.slots[1]} against {duet.slots[0]}" if len(duet.slots) == 2 else "slot 1 against slot 0"
+        items = [
+            {"key": "Δ, slot effect removed", "value": f"{fmt_signed(duet.delta_pct, unit=' %')}, {level} CI "
+             f"[{fmt_signed(duet.ci_low_pct, unit=' %')}, {fmt_signed(duet.ci_high_pct, unit=' %')}]"},
+            {"key": f"slot effect ({slot_names})",
+             "value": f"{fmt_signed(duet.slot_effect_pct, unit=' %')}, {level} CI "
+             f"[{fmt_signed(duet.slot_ci_low_pct, unit=' %')}, {fmt_signed(duet.slot_ci_high_pct, unit=' %')}]"},
+            {"key": "pairs with on on slot 1 / slot 0", "value": f"{duet.pairs_on_slot1} / {duet.pairs_on_slot0}"},
+            {"key": "Student t critical value (df)",
+             "value": f"{fmt(duet.critical)} ({duet.df if duet.df is not None else MISSING})"},
+            *({"key": f"guard {name} (paired)", "value": f"mean(on − off) {fmt(g.mean_diff)}, bound {fmt(g.bound)} "
+               f"vs limit {g.limit:+g} → {g.status}"} for name, g in duet.guards.items()),
+        ]
+        line = (f"duet: Δ {fmt(duet.delta_pct)} % ({level_text(duet.interval_level)} CI {fmt(duet.ci_low_pct)} … "
+                f"{fmt(duet.ci_high_pct)} %, slot effect removed)   slot effect {fmt(duet.slot_effect_pct)} % "
+                f"({fmt(duet.slot_ci_low_pct)} … {fmt(duet.slot_ci_high_pct)} %) → {duet.decision}")
+        return PolicyWords(lead=lead, sections=(generated_section("heading", text="Duet estimate"),
+                                                generated_section("kv", items=tuple(items))),
+                           arrangement="slots " + " & ".join(duet.slots), size=f"n={duet.n_pairs} pairs, duet",
+                           lines=(line,))
+
+
+DUET = DuetPolicy()
+assert all(duet_pairs_ok(n) for n in describe(DUET.name).plan_sizes), "gate plan tries only sizes a duet can run"
+
+
+def policy(version: int | None = None) -> DuetPolicy:
+    """The duet policy (version 1, its only design so far)."""
+    return DUET

@@ -23,26 +23,35 @@ Outcomes follow Chromium Pinpoint's SAME / DIFFERENT / UNKNOWN: adopted or regre
 the floor), equivalent (CI inside ±floor: same), rejected (an improvement of the floor is ruled out),
 inconclusive (unknown — never a pass). docs/statistics.md gives the simulated error rates.
 
-Pure: tables and values in, decisions out. `design_codes` is vectorised so `gate simulate` runs this exact rule.
+The statistics are pure functions (tables and values in, decisions out; `design_codes` is vectorised so
+`gate simulate` runs this exact rule). `SequentialPolicy`, at the end, is the policy object over them: its
+stated rules, stages, simulation, plan words and the words its looks add to a finding's narrative and summary.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
 from scipy import stats as sps
 
 from gatekit import rules, stats
-from gatekit.config import GuardSpec, RulesSpec
+from gatekit.config import GuardSpec, RulesSpec, ThresholdSpec
 from gatekit.diagnostics import log_values, pct
-from gatekit.finding import Look, PairedGuard, SequentialInfo
-from gatekit.policies.descriptors import describe
+from gatekit.finding import Finding, Look, PairedGuard, SequentialInfo
+from gatekit.policies.base import (Decided, Evidence, PolicyWords, Retry, SimulationDefaults, classic_beside,
+                                   guard_values)
+from gatekit.policies.descriptors import describe, stages_words
+from gatekit.records import RunRecord
+from gatekit.report.common import MISSING, fmt, fmt_signed, generated_section, level_text
 from gatekit.verdict import (ADOPTED, CODE_NAMES, CONTINUE, EQUIVALENT, INCONCLUSIVE, REGRESSION, REJECTED,
-                             too_noisy_reason)
+                             Decision, Verdict, too_noisy_reason)
+
+if TYPE_CHECKING:
+    from gatekit.simulate import Scenario
 
 ALPHA = 0.05  # one-sided, over all looks together: the bound on false adoption and on a guard's false pass
 CALIBRATION_ALPHA = 0.045  # what the constants hold under normal noise: a margin for drift, tails and outliers
@@ -81,8 +90,9 @@ V3 = Design(3, (4, 8), (6.1577, 3.5745), 0.97437, 2_000_000, CALIBRATION_ALPHA)
 V4 = Design(4, (4, 8, 12), (7.7583, 4.0920, 3.1126), 0.98090, 1_000_000, 0.03, stop_band=(-2.0, 0.0),
             extend_window=3.0)
 DESIGNS = {3: V3, 4: V4}
-CURRENT = DESIGNS[describe("sequential").version]
-assert CURRENT.runs == describe("sequential").stages, "the descriptor's stages are the current design's looks"
+DESCRIPTOR = describe("sequential")
+CURRENT = DESIGNS[DESCRIPTOR.version]  # type: ignore[index]
+assert CURRENT.runs == DESCRIPTOR.stages, "the descriptor's stages are the current design's looks"
 
 # the current design's constants under their familiar names
 VERSION = CURRENT.version
@@ -90,11 +100,6 @@ CRITICAL = CURRENT.critical
 GUARD_LOOK_LEVEL = CURRENT.guard_look_level
 GUARD_LEVEL = GUARD_LOOK_LEVEL
 CALIBRATION_DRAWS = CURRENT.calibration_draws
-
-
-def design_for(version: int | None) -> Design:
-    """The design a series preregistered (None: the current one)."""
-    return CURRENT if version is None else DESIGNS[version]
 
 
 # -- the look, vectorised ----------------------------------------------------------------------------
@@ -484,3 +489,195 @@ def decide(classified: pd.DataFrame, guard_values: Mapping[str, Mapping[str, flo
             return SequentialOutcome("continue", tuple(reasons), tuple(looks), extend=True, statistics=tuple(ts),
                                      design=design)
     raise AssertionError("the last look always decides")  # pragma: no cover
+
+
+# -- the policy object --------------------------------------------------------------------------------
+
+class SequentialPolicy(SimulationDefaults):
+    """Up to three looks (v4: 4, 8, then 12 runs per arm, Thue–Morse order; v3: 4, then 8) on the AB/BA pair
+    differences: a robust estimate, a calibrated boundary, an early stop, equivalence, group-sequential paired
+    guards, telemetry-only contamination (the statistics above). One object per design version: a series is
+    decided by the version its predecision records."""
+
+    name = "sequential"
+    simulates_guard = True  # its paired guard, look by look
+
+    def __init__(self, design: Design = CURRENT) -> None:
+        self.design = design
+
+    def stages(self, n: int) -> tuple[int, ...]:
+        return self.design.runs  # its own looks, whatever the gate file's n
+
+    def max_rounds(self, n: int) -> int:
+        return self.design.runs[-1]
+
+    def stated_rules(self, primary: str, rules_spec: RulesSpec, threshold: ThresholdSpec) -> list[str]:
+        if self.design.looks == 2:
+            return self._v3_rules(rules_spec, threshold)
+        first, second, third = self.design.runs
+        floor, alpha, level = threshold.floor_pct, ALPHA, self.design.guard_look_level
+        c1, c2, c3 = self.design.critical
+        low, high = self.design.stop_band or (0.0, 0.0)
+        window = self.design.extend_window
+        return [
+            f"Policy sequential (version {self.design.version}): look 1 after {first} runs per arm, look 2 after "
+            f"{second}, look 3 after {third} only when look 2 is undecided and its HL/S lies within {window:g} of "
+            f"c2 on the better side; stop at the first look that decides. Look 1 stops early as inconclusive when "
+            f"HL/S on the better side is at least {low:g} and below {high:g} (on is not ahead). The classic Delta "
+            "and threshold are reported beside it and decide nothing.",
+            f"At each look: the rounds' pair differences d = ln(on) - ln(off) (each round an adjacent AB or BA "
+            f"pair; the Thue-Morse order balances them, so a linear drift cancels from the centre); estimate HL = "
+            f"Hodges-Lehmann median of the Walsh averages of d, scale S = mean(min(|d - median d|, "
+            f"{SCALE_CAP:g} median|d - median d|)) / sqrt(n). Adopted iff "
+            f"HL/S is beyond c = {c1:g} (look 1), {c2:g} (look 2), {c3:g} (look 3) on the better side (calibrated "
+            f"by simulation under normal noise: looks 1 and 2 spend {100 * self.design.early_alpha:g} % in equal "
+            f"shares, look 3 the rest of {100 * CALIBRATION_ALPHA:g} %: one-sided alpha at most "
+            f"{alpha:g} over all looks) AND HL is at least {floor:g} % better AND every guard passes. Regression "
+            f"iff HL/S is beyond c on the worse side AND at least {floor:g} % worse.",
+            f"Equivalent iff HL +/- c S lies inside +/-{floor:g} %. Rejected iff that interval "
+            f"excludes an improvement of {floor:g} % (at any look). At the last look run anything else is "
+            "inconclusive.",
+            f"Guards: paired non-inferiority on the rounds' (off, on) pairs: pass iff the one-sided "
+            f"{100 * level:.3f} % t bound of mean(on - off) clears -max_drop (+max_drop for lower-is-better "
+            f"guards); that per-look level holds a false pass to {100 * CALIBRATION_ALPHA:g} % over "
+            "three looks when the true drop equals the limit. Fail iff the opposite "
+            "bound is beyond it; otherwise the guard is inconclusive and an adoption waits for the next look, "
+            "then becomes inconclusive — never a pass.",
+            self._contamination_rule(rules_spec),
+        ]
+
+    def _contamination_rule(self, rules_spec: RulesSpec) -> str:
+        return (f"Contamination only from telemetry that does not look at the result: the load evidence of "
+                f"rules.evidence = {rules_spec.evidence} (load1: the window's {rules_spec.load_stat} of load1 per "
+                f"core above {rules_spec.load_per_core_limit:g}; psi and steal: see the common rules, with that "
+                "load1 rule where a window did not record them), the backend's evidence, or the machine on "
+                "battery. A flagged run's pair is re-run once at the end of its stage in the mirror order; "
+                f"needing more than {rules_spec.max_retries} re-run(s) for a pair makes the outcome inconclusive.")
+
+    def _v3_rules(self, rules_spec: RulesSpec, threshold: ThresholdSpec) -> list[str]:
+        """Version 3's words, unchanged (a v3 predecision states them)."""
+        first, last = self.design.runs
+        floor, alpha, level = threshold.floor_pct, ALPHA, self.design.guard_look_level
+        c1, c2 = self.design.critical
+        return [
+            f"Policy sequential: look 1 after {first} runs per arm, look 2 after {last}; stop at the first look "
+            "that decides. The classic Delta and threshold are reported beside it and decide nothing.",
+            f"At each look: the rounds' pair differences d = ln(on) - ln(off) (each round an adjacent AB or BA "
+            f"pair; the Thue-Morse order balances them, so a linear drift cancels from the centre); estimate HL = "
+            f"Hodges-Lehmann median of the Walsh averages of d, scale S = mean(min(|d - median d|, "
+            f"{SCALE_CAP:g} median|d - median d|)) / sqrt(n). Adopted iff "
+            f"HL/S is beyond c = {c1:g} (look 1), {c2:g} (look 2) on the better side (a Pocock "
+            f"boundary calibrated by simulation to {100 * CALIBRATION_ALPHA:g} % under normal noise: "
+            f"one-sided alpha at most {alpha:g} over both looks) AND HL is at least {floor:g} % better AND every guard "
+            f"passes. Regression iff HL/S is beyond c on the worse side AND at least "
+            f"{floor:g} % worse.",
+            f"Equivalent iff HL +/- c S lies inside +/-{floor:g} %. Rejected iff that interval "
+            f"excludes an improvement of {floor:g} % (stops look 1 too). At look 2 anything else is inconclusive.",
+            f"Guards: paired non-inferiority on the rounds' (off, on) pairs: pass iff the one-sided "
+            f"{100 * level:.3f} % t bound of mean(on - off) clears -max_drop (+max_drop for lower-is-better "
+            f"guards); that per-look level holds a false pass to {100 * CALIBRATION_ALPHA:g} % over both "
+            "looks when the true drop equals the limit. Fail iff the opposite "
+            "bound is beyond it; otherwise the guard is inconclusive and an adoption waits for look 2, then "
+            "becomes inconclusive — never a pass.",
+            f"Contamination only from telemetry that does not look at the result: the load evidence of "
+            f"rules.evidence = {rules_spec.evidence} (load1: the window's {rules_spec.load_stat} of load1 per core "
+            f"above {rules_spec.load_per_core_limit:g}; psi and steal: see the common rules, with that load1 rule "
+            "where a window did not record them), the backend's evidence, or the machine on battery. A flagged run's pair is re-run once at the end of its stage in the mirror order; "
+            f"needing more than {rules_spec.max_retries} re-run(s) for a pair makes the outcome inconclusive.",
+        ]
+
+    def classify(self, runs: pd.DataFrame, rules_spec: RulesSpec, replaced: Mapping[int, rules.Replacement],
+                 cores: int | None) -> pd.DataFrame:
+        return classify(runs, rules_spec, replaced, cores)
+
+    def retries(self, classified: pd.DataFrame, rules_spec: RulesSpec, off_arm: str, on_arm: str) -> list[Retry]:
+        # in the mirror slot: the arm that ran second goes first
+        return [Retry(round_, flagged, mirror_first(classified, round_, off_arm, on_arm), " in the mirror order")
+                for round_, flagged in rounds_needing_replacement(classified).items()]
+
+    def unresolved(self, classified: pd.DataFrame) -> pd.Series:
+        # a run flagged twice makes the outcome inconclusive (the decision says so); a failure stays invalid
+        return ~classified["replaced"] & classified["failed"]
+
+    def warnings(self, evidence: Evidence) -> list[str]:
+        if not evidence.cores:
+            return ["the host's CPU count is unknown, so load per core cannot flag runs"]
+        return []
+
+    def decide(self, classic: Verdict, classified: pd.DataFrame, records: Sequence[RunRecord], *, off_arm: str,
+               on_arm: str, primary: str, direction: str, guards: Sequence[Any], floor_pct: float,
+               warnings: Sequence[str]) -> Decided:
+        """The sequential looks decide; the classic verdict is reported beside it as one reason."""
+        values = guard_values(classified, records, guards)
+        outcome = decide(classified, values, off_arm=off_arm, on_arm=on_arm, guard_specs=guards,
+                         floor_pct=floor_pct, direction=direction, primary=primary, design=self.design)
+        all_warnings = (*warnings, *outcome.warnings)
+        if classic.decision is Decision.INVALID:  # nothing to extend: the series cannot be trusted
+            info = replace(outcome, extend=False).info(floor_pct)
+            return Decided(Verdict(Decision.INVALID, classic.reasons, all_warnings), info)
+        decision, reasons = outcome.decision, list(outcome.reasons)
+        if decision == "continue":  # a look undecided and the next stage never ran
+            decision = "inconclusive"
+            missing = len(outcome.looks) + 1
+            reasons.append(f"stage {missing} did not run, so look {missing} is missing")
+        reasons.append(classic_beside(classic))
+        return Decided(Verdict(Decision(decision), tuple(reasons), all_warnings), outcome.info(floor_pct),
+                       outcome.extend)
+
+    def simulate(self, off_log: np.ndarray, on_log: np.ndarray, thresholds: ThresholdSpec
+                 ) -> tuple[np.ndarray, np.ndarray]:
+        """The design's looks with their stop rules (design_codes: the same look_codes and
+        stop_codes behind `gate run`), columns paired by round."""
+        return design_codes(off_log, on_log, floor_pct=thresholds.floor_pct, direction="lower", design=self.design)
+
+    def guard_passes(self, scenario: Scenario, draws: int, rng: np.random.Generator) -> np.ndarray:
+        """Does the paired guard pass at any look (the worst case, as if the primary were undecided until each)?
+        Each round's difference on − off is normal(−drop, sd)."""
+        looks = self.design.runs
+        diffs = -(scenario.guard_drop or 0.0) + scenario.guard_sd * rng.standard_normal((draws, looks[-1]))
+        return np.logical_or.reduce([guard_pass_arrays(diffs[:, :n], scenario.limit, self.design.guard_look_level)
+                                     for n in looks])
+
+    def unreachable(self, effect_pct: float, cv_pct: float, thresholds: ThresholdSpec, most: int) -> str:
+        return (f"the sequential policy's looks are fixed ({stages_words(self.design.runs)}), so more runs cannot "
+                "lift its power here: lower the noise or state a larger effect")
+
+    def words(self, finding: Finding) -> PolicyWords:
+        """The lead names the deciding look, a table lists the looks, the summary a line per look."""
+        seq = finding.sequential
+        if seq is None:
+            return PolicyWords()
+        gate, s, primary = finding.gate, finding.stats, finding.gate.primary
+        last = seq.looks[-1] if seq.looks else None
+        lead = (f"Sequential gate of `{finding.on_arm}` against `{finding.off_arm}` in {gate.order} order, "
+                f"{' then '.join(str(n) for n in seq.runs_per_arm)} runs per arm, deciding on {primary} "
+                f"({gate.direction} is better). Decision: **{finding.verdict.decision.value}** at look "
+                f"{last.look if last else MISSING} — Δ {fmt_signed(last.delta_pct if last else None, unit=' %')} "
+                f"as a ratio of geometric means, {100 * ((last.ci_level or 0) if last else 0):g} % CI "
+                f"[{fmt_signed(last.ci_low_pct if last else None, unit=' %')}, "
+                f"{fmt_signed(last.ci_high_pct if last else None, unit=' %')}], "
+                f"floor ±{seq.floor_pct:g} %. The classic Δ {fmt(s.delta_pct)} % against "
+                f"{fmt(s.threshold_pct)} % is reported beside it.")
+        table = generated_section(
+            "table", columns=("look", "runs off+on", "Δ gm %", "CI %", "p on better", "p on worse", primary,
+                              "guards", "decision"),
+            align=("right", "right", "right", "left", "right", "right", "left", "left", "left"),
+            rows=tuple((str(look.look), f"{look.n_off}+{look.n_on}", fmt_signed(look.delta_pct, 4),
+                        f"[{fmt_signed(look.ci_low_pct, 4)}, {fmt_signed(look.ci_high_pct, 4)}]",
+                        fmt(look.p_better), fmt(look.p_worse), look.primary,
+                        ", ".join(f"{k} {g.status}" for k, g in look.guards.items()) or MISSING,
+                        look.decision) for look in seq.looks))
+        lines = tuple(f"look {look.look} ({look.n_off}+{look.n_on} runs): Δ_gm {fmt(look.delta_pct)} % "
+                      f"({level_text(look.ci_level)} CI {fmt(look.ci_low_pct)} … {fmt(look.ci_high_pct)} %), "
+                      f"p(better) {fmt(look.p_better)} → {look.decision}" for look in seq.looks)
+        return PolicyWords(lead=lead, sections=(generated_section("heading", text="Sequential looks"), table),
+                           size=f"n={'→'.join(str(n) for n in seq.runs_per_arm)}, sequential", lines=lines)
+
+
+SEQUENTIAL = SequentialPolicy()
+BY_VERSION = {version: SequentialPolicy(design) for version, design in DESIGNS.items()}
+
+
+def policy(version: int | None = None) -> SequentialPolicy:
+    """The sequential policy in the design version a predecision records (None: the current one)."""
+    return SEQUENTIAL if version is None else BY_VERSION[version]

@@ -1,0 +1,193 @@
+"""The `Policy` protocol and what its methods exchange; each policy implements it in its own module.
+
+A policy owns everything that differs between ways of deciding: the rules it states in the predecision
+file, how it classifies runs (contamination) and which pairs it re-runs, its stages (whether a series
+extends after a look), the decision itself, the warnings about its own evidence, its vectorised form for
+`gate simulate` with the scenarios it can simulate, what `gate plan` says when a target is out of its
+reach, and the words its record of a finding adds to the narrative and the terminal summary (`PolicyWords`).
+Everything the policies share (the run table, the classic figures, guards, diagnostics, the finding) is in
+`gatekit.analysis`, which asks the policy object — never compares policy names. A comparison rule that only
+`gate simulate` runs (welch, bootstrap) implements the smaller `SimulatedPolicy`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Mapping, Protocol, Sequence
+
+import numpy as np
+import pandas as pd
+
+from gatekit import diagnostics, rules
+from gatekit.config import RulesSpec, ThresholdSpec
+from gatekit.finding import DuetInfo, Finding, Section, SensitivityRow, SequentialInfo
+from gatekit.policies.descriptors import gate_policies, policy_for
+from gatekit.records import RunRecord
+from gatekit.verdict import Verdict
+
+if TYPE_CHECKING:
+    from gatekit.simulate import Scenario
+
+Flagged = Mapping[str, Mapping[str, object]]  # run label -> {contaminated, z, detail}
+
+
+@dataclass(frozen=True, slots=True)
+class Retry:
+    """A pair to re-run: the round it replaces, what flagged its runs, and which arm goes first (None: the
+    schedule's usual order)."""
+
+    replaces: int
+    flagged: Flagged
+    first: str | None = None
+    reason_suffix: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Evidence:
+    """What a policy's warnings look at: the classic figures of the used runs and the series' context."""
+
+    order: str
+    direction: str
+    n_off: int
+    max_z: float | None  # the largest |z| rule (ii) can see at this n (Samuelson); None: σ not from the arm
+    sigma_k: float
+    sigma_off_pct: float
+    sigma_on_pct: float
+    delta_pct: float
+    threshold_pct: float
+    diagnostics: diagnostics.Diagnostics
+    sensitivity: Sequence[SensitivityRow]
+    guard_warnings: Sequence[str]  # guards decided inside their own noise
+    invalid: bool
+    cores: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class Decided:
+    """A policy's decision: the verdict, the sequential looks (None for a fixed-n policy), whether the
+    series must extend before it can decide, and the duet estimate with its slot effect (duet policy only)."""
+
+    verdict: Verdict
+    sequential: SequentialInfo | None = None
+    extend: bool = False
+    duet: DuetInfo | None = None
+
+
+def guard_values(classified: pd.DataFrame, records: Sequence[RunRecord],
+                 guards: Sequence[Any]) -> dict[str, dict[str, float]]:
+    """Each guard metric's value in each classified run that has it (the paired policies' guard input)."""
+    by_label = {r.label: r for r in records}
+    return {g.metric: {label: value for label in classified["label"]
+                       if (value := by_label[label].value_of(g.metric)) is not None} for g in guards}
+
+
+def classic_beside(classic: Verdict) -> str:
+    """The classic verdict as one reason of a policy that decides otherwise."""
+    return (f"classic rule beside it (decides nothing here): {classic.decision.value} — "
+            + (classic.reasons[0] if classic.reasons else ""))
+
+
+@dataclass(frozen=True, slots=True)
+class PolicyWords:
+    """What a policy's own record of a finding adds to the narrative and the terminal summary; a field left
+    empty keeps the common words (the classic figures' lead, the gate's order and n)."""
+
+    lead: str | None = None  # the narrative's lead sentence
+    sections: tuple[Section, ...] = ()  # its own narrative sections, after the backend evidence
+    arrangement: str | None = None  # the summary's first line: how the runs were arranged (default: the order)
+    size: str | None = None  # and how many ran (default: n=<gate.n>)
+    lines: tuple[str, ...] = ()  # summary lines after the guards (looks, estimates)
+
+
+class SimulatedPolicy(Protocol):
+    """What `gate simulate` runs: a gate policy, or a comparison rule that exists only there."""
+
+    name: str
+    simulates_guard: bool  # guard scenarios (--guard-drop) simulate its paired guard
+
+    def max_rounds(self, n: int) -> int:
+        """Runs per arm at most, for a gate file's (or a scenario's) n."""
+        ...
+
+    def check_scenario(self, scenario: Scenario) -> None:
+        """Refuse a scenario this policy cannot run (a ConfigError naming the option)."""
+        ...
+
+    def values_per_gate(self, rounds: int) -> int:
+        """Floats one simulated gate holds at once, so the simulation chunks its gates to bounded memory."""
+        ...
+
+    def simulate(self, off_log: np.ndarray, on_log: np.ndarray, thresholds: ThresholdSpec
+                 ) -> tuple[np.ndarray, np.ndarray]:
+        """Outcome codes and runs per arm of many simulated gates at once (lower is better)."""
+        ...
+
+    def guard_passes(self, scenario: Scenario, draws: int, rng: np.random.Generator) -> np.ndarray:
+        """Whether its guard passes in each of `draws` guard scenarios (only when simulates_guard)."""
+        ...
+
+
+class Policy(SimulatedPolicy, Protocol):
+    """A gate policy: everything `gate run`, analysis, planning and the reports ask of one."""
+
+    def stages(self, n: int) -> tuple[int, ...]:
+        """Runs per arm at each look, for a gate file's n; a series extends to the next one while undecided."""
+        ...
+
+    def stated_rules(self, primary: str, rules_spec: RulesSpec, threshold: ThresholdSpec) -> list[str]:
+        """The policy's own rules in words, for the predecision file."""
+        ...
+
+    def classify(self, runs: pd.DataFrame, rules_spec: RulesSpec, replaced: Mapping[int, rules.Replacement],
+                 cores: int | None) -> pd.DataFrame:
+        """The run table with `replaced, missing_window, load_evidence, z, contaminated, reason, used`."""
+        ...
+
+    def retries(self, classified: pd.DataFrame, rules_spec: RulesSpec, off_arm: str, on_arm: str) -> list[Retry]:
+        """Pairs that must be re-run (before the max_retries budget is applied)."""
+        ...
+
+    def unresolved(self, classified: pd.DataFrame) -> pd.Series:
+        """Runs whose problem, left without a retry, makes the series invalid."""
+        ...
+
+    def warnings(self, evidence: Evidence) -> list[str]:
+        """Warnings about this policy's evidence."""
+        ...
+
+    def decide(self, classic: Verdict, classified: pd.DataFrame, records: Sequence[RunRecord], *, off_arm: str,
+               on_arm: str, primary: str, direction: str, guards: Sequence[Any], floor_pct: float,
+               warnings: Sequence[str]) -> Decided:
+        """The decision, given the classic verdict the shared analysis computed."""
+        ...
+
+    def unreachable(self, effect_pct: float, cv_pct: float, thresholds: ThresholdSpec, most: int) -> str:
+        """Why `gate plan` finds no size up to `most` runs per arm for this effect (it scans its sizes)."""
+        ...
+
+    def words(self, finding: Finding) -> PolicyWords:
+        """What its record of the finding adds to the narrative and the summary."""
+        ...
+
+
+class SimulationDefaults:
+    """The simulation a policy has unless it says otherwise: any scenario, 4 floats a round, no guard."""
+
+    simulates_guard = False
+
+    def check_scenario(self, scenario: Scenario) -> None:
+        return None
+
+    def values_per_gate(self, rounds: int) -> int:
+        return 4 * rounds
+
+    def guard_passes(self, scenario: Scenario, draws: int, rng: np.random.Generator) -> np.ndarray:
+        raise NotImplementedError(f"the {getattr(self, 'name', 'this')} policy simulates no guard")
+
+
+def words_of(finding: Finding) -> PolicyWords:
+    """What the finding's policy adds to the common words: the one call the narrative and the terminal make
+    (a finding of a policy this gatekit does not know gets the common words alone)."""
+    if finding.gate.policy not in gate_policies():
+        return PolicyWords()
+    return policy_for(finding.gate.policy).words(finding)

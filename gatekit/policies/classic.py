@@ -1,0 +1,100 @@
+"""The classic policy: the team's rule as the seed finding applies it (DESIGN step 6), exactly.
+
+Δ of the arithmetic means against max(k·σ_off, floor); contamination = load evidence (i) AND a deviation
+beyond sigma_k (ii); a contaminated or failed pair re-run once. Its statistics are the shared ones
+(`gatekit.rules`, `gatekit.verdict`, `gatekit.diagnostics`), so this module is the thin object over them;
+its words are the predecision's common rules and the narrative's common lead.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+import pandas as pd
+
+from gatekit import diagnostics, rules
+from gatekit.config import RulesSpec, ThresholdSpec
+from gatekit.finding import Finding
+from gatekit.policies.base import Decided, Evidence, PolicyWords, Retry, SimulationDefaults
+from gatekit.records import RunRecord
+from gatekit.verdict import Verdict, classic_codes
+
+
+class ClassicPolicy(SimulationDefaults):
+    """The team's rule (DESIGN step 6): Δ against max(k·σ_off, floor), contamination = load evidence AND
+    deviation beyond sigma_k, a contaminated or failed pair re-run once."""
+
+    name = "classic"
+
+    def stages(self, n: int) -> tuple[int, ...]:
+        return (n,)
+
+    def max_rounds(self, n: int) -> int:
+        return n
+
+    def stated_rules(self, primary: str, rules_spec: RulesSpec, threshold: ThresholdSpec) -> list[str]:
+        return []  # the classic rules are the predecision's common rules
+
+    def classify(self, runs: pd.DataFrame, rules_spec: RulesSpec, replaced: Mapping[int, rules.Replacement],
+                 cores: int | None) -> pd.DataFrame:
+        return rules.classify(runs, rules_spec, replaced)
+
+    def retries(self, classified: pd.DataFrame, rules_spec: RulesSpec, off_arm: str, on_arm: str) -> list[Retry]:
+        return [Retry(round_, flagged) for round_, flagged in rules.rounds_needing_retry(classified, rules_spec).items()]
+
+    def unresolved(self, classified: pd.DataFrame) -> pd.Series:
+        return ~classified["replaced"] & (classified["failed"] | classified["contaminated"])
+
+    def warnings(self, evidence: Evidence) -> list[str]:
+        found: list[str] = []
+        if evidence.max_z is not None and evidence.max_z < evidence.sigma_k:
+            found.append(f"rule (ii) cannot fire: at n={evidence.n_off} no run can be more than {evidence.max_z:.3f}σ "
+                         f"from its own arm's mean (Samuelson bound (n−1)/√n), below sigma_k = {evidence.sigma_k:g}; "
+                         "contamination retries are effectively disabled")
+        flips = [row.variant for row in evidence.sensitivity[1:] if row.decision != evidence.sensitivity[0].decision]
+        if flips and not evidence.invalid:
+            found.append("the decision is sensitive to single runs: it changes when you " + "; ".join(flips))
+        found += diagnostics.classic_warnings(
+            evidence.diagnostics, order=evidence.order, direction=evidence.direction,
+            sigma_off_pct=evidence.sigma_off_pct, sigma_on_pct=evidence.sigma_on_pct,
+            delta_pct=evidence.delta_pct, threshold_pct=evidence.threshold_pct)
+        return found + list(evidence.guard_warnings)
+
+    def decide(self, classic: Verdict, classified: pd.DataFrame, records: Sequence[RunRecord], *, off_arm: str,
+               on_arm: str, primary: str, direction: str, guards: Sequence[Any], floor_pct: float,
+               warnings: Sequence[str]) -> Decided:
+        return Decided(classic)
+
+    def simulate(self, off_log: np.ndarray, on_log: np.ndarray, thresholds: ThresholdSpec
+                 ) -> tuple[np.ndarray, np.ndarray]:
+        """The classic rule on arithmetic means, vectorised: the same stats.threshold_pct and
+        verdict.classic_codes a gate runs."""
+        off, on = np.exp(off_log), np.exp(on_log)
+        mean_off, mean_on = off.mean(axis=-1), on.mean(axis=-1)
+        if off.shape[-1] > 1:
+            sigma_off_pct = 100 * off.std(axis=-1, ddof=1) / mean_off
+            threshold = np.maximum(thresholds.sigma_k * sigma_off_pct, thresholds.floor_pct)
+        else:
+            threshold = np.full(mean_off.shape, thresholds.floor_pct)
+        delta = 100 * (mean_on - mean_off) / mean_off
+        return classic_codes(delta, threshold, "lower"), np.full(off.shape[0], off.shape[-1])
+
+    def unreachable(self, effect_pct: float, cv_pct: float, thresholds: ThresholdSpec, most: int) -> str:
+        limit = max(thresholds.sigma_k * cv_pct, thresholds.floor_pct)
+        if -effect_pct <= limit:  # more runs do not lower max(k·σ, floor)
+            return (f"the classic rule adopts only when Δ is beyond max({thresholds.sigma_k:g}·σ_off, floor "
+                    f"{thresholds.floor_pct:g} %) ≈ {limit:g} %, and more runs do not lower that: a true "
+                    f"{effect_pct:+g} % is not beyond it; state a larger effect, lower the noise or the floor")
+        return f"more than {most} runs per arm are needed: lower the noise first"
+
+    def words(self, finding: Finding) -> PolicyWords:
+        return PolicyWords()  # the common lead and summary are the classic figures
+
+
+CLASSIC = ClassicPolicy()
+
+
+def policy(version: int | None = None) -> ClassicPolicy:
+    """The classic policy (it has one design)."""
+    return CLASSIC
