@@ -391,12 +391,24 @@ def calibrate(arm: str | None, gate_path: Path, n: int, min_effect_pct: float | 
 @click.option("--draws", type=int, default=100_000, show_default=True, help="Simulated gates per scenario and policy.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the simulation.")
 @click.option("--suite", is_flag=True, help="Every scenario of docs/statistics.md instead of the one given.")
+@click.option("--bisect", "bisect", is_flag=True,
+              help="Simulate `gate bisect` over --commits commits (a step of --effect at a random one) beside a "
+                   "Pinpoint-style baseline: rate of naming the right culprit, runs and rounds.")
+@click.option("--commits", type=click.IntRange(2, 100_000), default=128, show_default=True,
+              help="With --bisect: commits from GOOD (excluded) to BAD.")
+@click.option("--max-parallel", type=click.IntRange(1, 64), default=1, show_default=True,
+              help="With --bisect: probes at once (one wall round).")
+@click.option("--confidence", type=click.FloatRange(0.5, 0.9999), default=0.95, show_default=True,
+              help="With --bisect: the posterior a commit must hold to be named the culprit.")
+@click.option("--budget", type=click.IntRange(8), default=400, show_default=True,
+              help="With --bisect: runs at most, endpoints and references included.")
 @click.option("--json", "as_json", is_flag=True, help="Print the results as JSON on stdout.")
 def simulate_cmd(policies: tuple[str, ...], cv_pct: float, cv_on_pct: float | None, effect_pct: float,
                  drift_pct: float, cold_pct: float, outlier_rate: float, outlier_pct: float, tails: float | None,
                  guard_drop: float | None, guard_sd: float, shared_cv_pct: float, slot_effect_pct: float,
                  order: str | None, n: int, warmup: int,
-                 sigma_k: float, floor_pct: float, draws: int, seed: int, suite: bool, as_json: bool) -> None:
+                 sigma_k: float, floor_pct: float, draws: int, seed: int, suite: bool, bisect: bool, commits: int,
+                 max_parallel: int, confidence: float, budget: int, as_json: bool) -> None:
     """Monte-Carlo of a decision policy: false adoption, power and runs per arm, with their MC errors.
 
     Run times are lognormal with the given CVs (Student t on the log scale with --tails); the true effect is
@@ -406,7 +418,13 @@ def simulate_cmd(policies: tuple[str, ...], cv_pct: float, cv_on_pct: float | No
 
     A duet (--policy duet --n 8) runs both arms of a pair at once: --shared-cv adds noise common to both,
     --slot-effect makes slot 1 slower than slot 0.
+
+    --bisect simulates `gate bisect` instead (docs/bisect.md), e.g.
+    gate simulate --bisect --commits 128 --effect 2 --cv 0.5 --draws 1000
     """
+    if bisect:
+        _simulate_bisect(commits, effect_pct, cv_pct, max_parallel, confidence, budget, n, draws, seed, as_json)
+        return
     from gatekit.simulate import Scenario, run_suite, simulate, table
 
     thresholds = ThresholdSpec(sigma_k=sigma_k, floor_pct=floor_pct)
@@ -429,6 +447,32 @@ def simulate_cmd(policies: tuple[str, ...], cv_pct: float, cv_on_pct: float | No
     else:
         click.echo(table(results))
     _stderr(f"{len(results)} simulation(s) of {draws} gates in {time.monotonic() - began:.1f} s; "
+            "± is one Monte-Carlo standard error")
+
+
+def _simulate_bisect(commits: int, effect_pct: float, cv_pct: float, max_parallel: int, confidence: float,
+                     budget: int, n: int, draws: int, seed: int, as_json: bool) -> None:
+    from gatekit.bisect.simulation import DEFAULT_DRAWS, BisectScenario, simulate_bisect, table as bisect_table
+
+    began = time.monotonic()
+    if click.get_current_context().get_parameter_source("draws") == click.core.ParameterSource.DEFAULT:
+        draws = DEFAULT_DRAWS  # one bisect is a loop of posteriors, not a vectorised gate
+
+    def work():  # type: ignore[no-untyped-def]
+        if effect_pct == 0:
+            raise ConfigError("--bisect: --effect must not be 0 (there is no culprit to find)")
+        if draws < 1:
+            raise ConfigError(f"--draws: must be at least 1, got {draws}")
+        scenario = BisectScenario(commits=commits, effect_pct=effect_pct, cv_pct=cv_pct, max_parallel=max_parallel,
+                                  confidence=confidence, budget=budget, endpoint_pairs=n)
+        return simulate_bisect(scenario, draws=draws, seed=seed)
+
+    result = _call(work)
+    if as_json:
+        click.echo(json.dumps({"bisect_simulation": result.to_dict()}, indent=2, allow_nan=False))
+    else:
+        click.echo(bisect_table([result]))
+    _stderr(f"{draws} simulated bisects per method in {time.monotonic() - began:.1f} s; "
             "± is one Monte-Carlo standard error")
 
 

@@ -1,0 +1,216 @@
+"""`gate simulate --bisect`: Monte-Carlo of a bisect under a noise scenario, beside a Pinpoint-style baseline.
+
+Commits 0 (GOOD) … N (BAD); the culprit is drawn uniformly from 1 … N; a run at commit i has log value
+log(1 + effect)·[i ≥ culprit] + σ·ε, σ = sqrt(log(1 + CV²)), ε standard normal. Every trainer execution is
+counted as a run, the endpoints' and the references' included.
+
+- gatekit: the endpoints as a classic gate (n pairs GOOD/BAD; the bisect goes on only if the classic rule
+  shows a change either way), then rounds of up to `max_parallel` probes, each one pair (a run of the probed
+  commit beside a run of GOOD), chosen and judged by `posterior`, until one commit holds `confidence` of the
+  posterior or the budget is spent (then the most likely commit is its answer).
+- Pinpoint-style baseline (Chromium's Pinpoint, as its documentation and code describe it): 10 runs at each
+  probed commit, unpaired; adjacent probed commits compared by p = min(Kolmogorov–Smirnov, Mann–Whitney U):
+  different below 0.01, the same above `BASELINE_HIGH_P`, unknown between (10 more runs at both, up to
+  `BASELINE_MAX_RUNS` per commit; still unknown then: the smaller p decides); with `max_parallel` ≥ 3, two
+  levels of speculative midpoints run in one round (each round probes the midpoint and its two children).
+  Pinpoint's own "high" threshold comes from a table by effect size and sample size; a fixed 0.05 stands in.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+from scipy import stats as scipy_stats
+
+from gatekit.bisect.posterior import Pair, best_probes, noise_estimate, posterior
+
+BASELINE_RUNS = 10
+BASELINE_LOW_P = 0.01
+BASELINE_HIGH_P = 0.05
+BASELINE_MAX_RUNS = 40
+DEFAULT_DRAWS = 1000
+ENDPOINT_PAIRS = 3  # the gate's default n
+ENDPOINT_SIGMA_K = 2.0  # the classic threshold: max(2·σ_off, 1 %)
+ENDPOINT_FLOOR_PCT = 1.0
+
+
+@dataclass(frozen=True, slots=True)
+class BisectScenario:
+    commits: int = 128
+    effect_pct: float = 2.0
+    cv_pct: float = 0.5
+    max_parallel: int = 1
+    confidence: float = 0.95
+    budget: int = 400  # runs, endpoints and references included
+    endpoint_pairs: int = ENDPOINT_PAIRS
+
+
+@dataclass(frozen=True, slots=True)
+class MethodResult:
+    method: str
+    draws: int
+    right_culprit: float  # fraction of draws that named the true culprit
+    right_culprit_se: float
+    mean_runs: float
+    mean_rounds: float
+    stopped_on_budget: float  # gatekit: fraction ending as a credible set; baseline: 0
+
+
+@dataclass(frozen=True, slots=True)
+class BisectSimulation:
+    scenario: BisectScenario
+    gatekit: MethodResult
+    baseline: MethodResult
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"scenario": asdict(self.scenario), "gatekit": asdict(self.gatekit), "baseline": asdict(self.baseline),
+                "runs_ratio": self.gatekit.mean_runs / self.baseline.mean_runs}
+
+
+class _Machine:
+    """Draws run values for one simulated bisect."""
+
+    def __init__(self, scenario: BisectScenario, culprit: int, rng: np.random.Generator) -> None:
+        self.shift = math.log1p(scenario.effect_pct / 100.0)
+        self.sigma = math.sqrt(math.log1p((scenario.cv_pct / 100.0) ** 2))
+        self.culprit = culprit
+        self.rng = rng
+        self.runs = 0
+
+    def log_runs(self, commit: int, count: int) -> np.ndarray:
+        self.runs += count
+        return self.shift * (commit >= self.culprit) + self.sigma * self.rng.standard_normal(count)
+
+
+def endpoints_differ(good_log: np.ndarray, bad_log: np.ndarray) -> bool:
+    """The classic gate's rule on the endpoints, either direction: |Δ| ≥ max(2·σ_off, 1 %)."""
+    good, bad = np.exp(good_log), np.exp(bad_log)
+    delta_pct = (bad.mean() / good.mean() - 1.0) * 100.0
+    sigma_pct = good.std(ddof=1) / good.mean() * 100.0
+    return abs(delta_pct) >= max(ENDPOINT_SIGMA_K * sigma_pct, ENDPOINT_FLOOR_PCT)
+
+
+def _gatekit_once(scenario: BisectScenario, machine: _Machine) -> tuple[int | None, int, bool]:
+    """One simulated gatekit bisect: (named culprit or None, rounds, ended on the budget)."""
+    n = scenario.commits
+    good = machine.log_runs(0, scenario.endpoint_pairs)
+    bad = machine.log_runs(n, scenario.endpoint_pairs)
+    if not endpoints_differ(good, bad):
+        return None, 1, False
+    pairs = [Pair(n, 0, float(b - g)) for g, b in zip(good, bad)]
+    probeable = range(1, n)
+    rounds = 1
+    while True:
+        probabilities = posterior(pairs, n)
+        if probabilities.max() >= scenario.confidence:
+            return int(np.argmax(probabilities)) + 1, rounds, False
+        if machine.runs + 2 > scenario.budget:
+            return int(np.argmax(probabilities)) + 1, rounds, True
+        delta, noise = noise_estimate(pairs, probabilities, n)
+        width = min(scenario.max_parallel, (scenario.budget - machine.runs) // 2)
+        chosen = best_probes(probabilities, abs(delta) / max(noise, 1e-12), probeable, width)
+        rounds += 1
+        for commit in chosen:
+            probe = machine.log_runs(commit, 1)[0]
+            reference = machine.log_runs(0, 1)[0]
+            pairs.append(Pair(commit, 0, float(probe - reference)))
+
+
+def _compare(a: np.ndarray, b: np.ndarray) -> tuple[str, float]:
+    """Pinpoint's comparison: p = min(KS, MWU); different, same or unknown."""
+    p = min(scipy_stats.ks_2samp(a, b).pvalue, scipy_stats.mannwhitneyu(a, b, alternative="two-sided").pvalue)
+    if p < BASELINE_LOW_P:
+        return "different", p
+    return ("same" if p > BASELINE_HIGH_P else "unknown"), p
+
+
+def _baseline_once(scenario: BisectScenario, machine: _Machine) -> tuple[int | None, int]:
+    """One simulated Pinpoint-style bisect: (named culprit or None, rounds)."""
+    values: dict[int, np.ndarray] = {}
+
+    def measure(commit: int) -> None:
+        values[commit] = np.concatenate([values.get(commit, np.empty(0)), machine.log_runs(commit, BASELINE_RUNS)])
+
+    def judge(lo: int, hi: int) -> tuple[str, float]:
+        """Compare two probed commits, adding runs to both while unknown."""
+        while True:
+            verdict, p = _compare(values[lo], values[hi])
+            if verdict != "unknown" or max(len(values[lo]), len(values[hi])) >= BASELINE_MAX_RUNS:
+                return verdict, p
+            for commit in (lo, hi):
+                if len(values[commit]) < BASELINE_MAX_RUNS:
+                    measure(commit)
+
+    lo, hi = 0, scenario.commits
+    measure(lo)
+    measure(hi)
+    rounds = 1
+    if judge(lo, hi)[0] != "different":
+        return None, rounds
+    speculate = scenario.max_parallel >= 3
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        rounds += 1
+        wanted = [mid]
+        if speculate:  # the midpoints of both halves too, before knowing which half it is
+            wanted += [c for c in ((lo + mid) // 2, (mid + hi) // 2) if c not in (lo, mid, hi)]
+        for commit in wanted:
+            if commit not in values:
+                measure(commit)
+        left, left_p = judge(lo, mid)
+        right, right_p = judge(mid, hi)
+        go_left = (left == "different") if left != right else (left_p <= right_p)
+        lo, hi = (lo, mid) if go_left else (mid, hi)
+        if speculate and hi - lo > 1:
+            # the speculative child of the chosen half is probed already: one more level in this round
+            mid = (lo + hi) // 2
+            if mid in values:
+                left, left_p = judge(lo, mid)
+                right, right_p = judge(mid, hi)
+                go_left = (left == "different") if left != right else (left_p <= right_p)
+                lo, hi = (lo, mid) if go_left else (mid, hi)
+    return hi, rounds
+
+
+def simulate_bisect(scenario: BisectScenario, *, draws: int = 1000, seed: int = 0) -> BisectSimulation:
+    """Both methods on the same drawn culprits (each its own noise stream)."""
+    rng = np.random.default_rng(seed)
+    culprits = rng.integers(1, scenario.commits + 1, size=draws)
+    ours = np.zeros(draws, bool)
+    ours_runs, ours_rounds, ours_budget = np.zeros(draws), np.zeros(draws), np.zeros(draws)
+    theirs = np.zeros(draws, bool)
+    theirs_runs, theirs_rounds = np.zeros(draws), np.zeros(draws)
+    streams = rng.spawn(2 * draws)
+    for index, culprit in enumerate(culprits):
+        machine = _Machine(scenario, int(culprit), streams[2 * index])
+        named, rounds, on_budget = _gatekit_once(scenario, machine)
+        ours[index], ours_runs[index], ours_rounds[index], ours_budget[index] = named == culprit, machine.runs, \
+            rounds, on_budget
+        machine = _Machine(scenario, int(culprit), streams[2 * index + 1])
+        named, rounds = _baseline_once(scenario, machine)
+        theirs[index], theirs_runs[index], theirs_rounds[index] = named == culprit, machine.runs, rounds
+
+    def result(method: str, hits: np.ndarray, runs: np.ndarray, rounds: np.ndarray, budget: np.ndarray) -> MethodResult:
+        rate = float(hits.mean())
+        return MethodResult(method, draws, rate, math.sqrt(rate * (1 - rate) / draws), float(runs.mean()),
+                            float(rounds.mean()), float(budget.mean()))
+
+    return BisectSimulation(scenario, result("gatekit", ours, ours_runs, ours_rounds, ours_budget),
+                            result("pinpoint-style", theirs, theirs_runs, theirs_rounds, np.zeros(draws)))
+
+
+def table(results: list[BisectSimulation]) -> str:
+    """A Markdown table: each scenario's two methods side by side, and gatekit's runs as a share of the baseline's."""
+    lines = ["| commits | Δ | CV | parallel | method | right culprit | mean runs | mean rounds | runs vs baseline |",
+             "| ---: | ---: | ---: | ---: | --- | ---: | ---: | ---: | ---: |"]
+    for result in results:
+        s = result.scenario
+        for method in (result.gatekit, result.baseline):
+            share = f"{method.mean_runs / result.baseline.mean_runs:.2f}"
+            lines.append(f"| {s.commits} | {s.effect_pct:g} % | {s.cv_pct:g} % | {s.max_parallel} | {method.method} | "
+                         f"{method.right_culprit * 100:.1f} ± {method.right_culprit_se * 100:.1f} % | "
+                         f"{method.mean_runs:.1f} | {method.mean_rounds:.1f} | {share} |")
+    return "\n".join(lines)
