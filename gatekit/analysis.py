@@ -47,9 +47,6 @@ class SeriesEvidence:
         return self.provenance.get("host", {}).get("cpu_count")
 
 
-MIN_PRIMARY = 1e-300  # the smallest positive primary metric taken as a measurement (Δ divides by it)
-
-
 def records_table(records: Sequence[RunRecord], primary: str) -> pd.DataFrame:
     """The run table rules work on; a run without its primary metric counts as failed. Warm-up runs
     (round 0) are not in it: they are discarded by preregistration."""
@@ -58,17 +55,7 @@ def records_table(records: Sequence[RunRecord], primary: str) -> pd.DataFrame:
         if record.pair == WARMUP_ROUND:
             continue
         value = record.value_of(primary)
-        error = record.outcome.error
-        if not error and value is None:
-            error = f"primary metric '{primary}' missing or not a finite number"
-        if not error and value is not None and not value > 0:
-            # Δ is relative to the off arm's mean: a time, a rate or a loss used as primary must be > 0.
-            error = f"primary metric '{primary}' is {value:g}, not a positive number"
-        elif not error and value is not None and value < MIN_PRIMARY:
-            # A subnormal like 5e-324 is no measurement, and dividing by it makes Δ -100 % or infinite.
-            error = f"primary metric '{primary}' is {value:g}, below {MIN_PRIMARY:g}: too small to be a measurement"
-        if not error and not record.artifacts_ok:
-            error = "hashed artifact changed during the run"
+        error = record.failure(primary)
         rows.append({"order": record.order, "arm": record.arm, "label": record.label, "pair": record.pair,
                      "value": value, "failed": bool(error), "error": error, "samples": record.window.samples,
                      "load1_mean": record.window.load1_mean, "load1_max": record.window.load1_max,

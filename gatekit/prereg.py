@@ -110,6 +110,9 @@ def stated_rules(spec: DecisionSpec) -> list[str]:
         f"A contaminated or failed pair is re-run at the end of the series, at most {r.max_retries} "
         "time(s) per pair; no retry chains; discarded runs stay in the record.",
         "A failed run (non-zero exit, timeout, missing primary metric) is never used as a number.",
+        "Stop rule: when the first run of each arm fails the same way (the same reason), the trainer fails "
+        "whatever the arm; the series stops there as invalid. A failed run that no retry is left for stops it "
+        "as invalid too.",
         "Pair consistency counts rounds where on is better than off; ties count as not better.",
     ]
     if r.sigma_ref == "arm":

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any, Callable, ClassVar, Mapping, Union
 
 PROCESS_WALLCLOCK = "process_wallclock_s"  # measured by gatekit around every run, so it always exists
+MIN_PRIMARY = 1e-300  # the smallest positive primary metric taken as a measurement (Δ divides by it)
 EXTRA = "extra_keys"  # the field a record keeps unknown document keys in
 
 
@@ -360,6 +361,25 @@ class RunRecord(Record):
     def value_of(self, metric: str) -> float | None:
         """The run's value of a metric (see `metric_value`)."""
         return metric_value(self.outcome.metrics, self.outcome.process_wallclock_s, metric)
+
+    def failure(self, primary: str) -> str:
+        """THE reason a run cannot count as a measurement of `primary` ('' when it can): the driver's error, a
+        primary missing, not positive or too small to be one, or a hashed artifact changed during the run.
+        The run loop (progress line, early stop) and the analysis (run table) both ask this."""
+        if self.outcome.error:
+            return self.outcome.error
+        value = self.value_of(primary)
+        if value is None:
+            return f"primary metric '{primary}' missing or not a finite number"
+        if not value > 0:
+            # Δ is relative to the off arm's mean: a time, a rate or a loss used as primary must be > 0.
+            return f"primary metric '{primary}' is {value:g}, not a positive number"
+        if value < MIN_PRIMARY:
+            # A subnormal like 5e-324 is no measurement, and dividing by it makes Δ -100 % or infinite.
+            return f"primary metric '{primary}' is {value:g}, below {MIN_PRIMARY:g}: too small to be a measurement"
+        if not self.artifacts_ok:
+            return "hashed artifact changed during the run"
+        return ""
 
 
 def metric_value(metrics: Mapping[str, float], process_wallclock_s: float, metric: str) -> float | None:

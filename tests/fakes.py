@@ -12,6 +12,9 @@ The arm's config file says what each run "measures", so a test reads like the se
     [fail]                 # label -> why that run fails (a failed run reports no metric)
     off-r2 = "exit code 1"
 
+    [stderr]               # label -> what the run writes to its stderr.log (default: its failure, if any)
+    off-r2 = "Traceback …\nValueError: no such optimizer"
+
 `FakeDriver.log` lists the labels in the order they ran, so the schedule can be asserted the way hyperfine's
 execution_order_tests do. Real trainer processes (tests/fixtures/fake_trainer.py) stay the test of the
 trainer contract; this fake is for what gatekit decides from the outcomes.
@@ -84,7 +87,7 @@ class FakeDriver:
             error = f"fake driver: {request.arm.config.name} has no [runs.{request.label}]"
         wallclock = float(measured.pop("process_wallclock_s", 0.0))
         request.stdout_path.write_text(f"fake run {request.label}\n")
-        request.stderr_path.write_text(f"{error}\n" if error else "")
+        request.stderr_path.write_text(plan.get("stderr", {}).get(request.label, f"{error}\n" if error else ""))
         if error:
             return RunOutcome(exit_code=1, process_wallclock_s=wallclock, error=error)
         # the trainer contract's result file, as a real trainer would leave it

@@ -25,6 +25,8 @@ from gatekit.finding import Stats
 from gatekit.report.common import MISSING, fmt, fmt_signed, number_text
 from gatekit.report.page import _SHOWN_STATS, STAT_LABELS, stats_blocks
 from gatekit.report.terminal import summary
+from gatekit.sanitize import show_controls
+from gatekit.series.runloop import LAST_LINE_CHARS
 from gatekit.series.runner import SeriesRunner
 from gatekit.storage import SeriesLayout
 from tests.conftest import gate_invoke, write_toml
@@ -345,7 +347,7 @@ def test_a_failure_without_a_retry_left_stops_the_series_there(tmp_path: Path) -
     assert driver.log == ["off-r1", "on-r1", "off-r2", "on-r2", "off-r3", "on-r3", "off-r4"]
     finding = result.finding
     assert finding.decision.value == "invalid"
-    stop = ("stopped after off-r4: its failure cannot be retried (rules.max_retries = 1), so the series is "
+    stop = ("stopped after off-r4: its failure (exit code 1) cannot be retried (rules.max_retries = 1), so the series is "
             "invalid whatever runs next; 5 scheduled run(s) not run")
     assert stop in finding.verdict.reasons
     assert "off-r4 failed: exit code 1 and its pair has no retry left" in " ".join(finding.verdict.reasons)
@@ -359,6 +361,48 @@ def test_a_failure_without_a_retry_left_stops_the_series_there(tmp_path: Path) -
     assert verified.returncode == 0, verified.stderr
     # the echo warning is not given for an arm whose runs all failed before echoing anything
     assert not [w for w in finding.verdict.warnings if "echoed no effective config" in w]
+
+
+def test_a_trainer_that_fails_the_same_way_in_both_arms_stops_after_their_first_runs(tmp_path: Path) -> None:
+    # it writes no result: every run misses its primary, whatever the arm (the schedule had 6 runs + 6 retries)
+    no_result = {f"{arm}-r{k}": {"psnr_db": 30.0} for arm in ("off", "on") for k in range(1, 7)}
+    result, driver, lines = _series(tmp_path / "g", {"config": {"mode": "a"}, "runs": no_result},
+                                    {"config": {"mode": "b"}, "runs": no_result})
+    assert driver.log == ["off-r1", "on-r1"]
+    missing = "primary metric 'train_elapsed_s' missing or not a finite number"
+    for label in driver.log:  # the progress line says FAILED, why, and where its log is
+        log = (result.series_dir / label / "stderr.log").absolute()
+        assert f"      {label} FAILED: {missing} (see {log})" in lines
+    stop = (f"stopped after on-r1: the first run of each arm (off-r1 and on-r1) failed the same way ({missing}), "
+            "so the trainer fails whatever the arm and the series is invalid; fix the trainer (run its command by "
+            "hand) and start again; 4 scheduled run(s) not run")
+    assert result.finding.decision.value == "invalid" and stop in result.finding.verdict.reasons
+    predecision = SeriesLayout(result.series_dir).predecision.read_text()
+    assert "Stop rule: when the first run of each arm fails the same way" in predecision  # preregistered
+
+
+def test_a_crash_quotes_the_trainers_last_stderr_line_bounded_and_escaped(tmp_path: Path) -> None:
+    said = "ValueError: no such optimizer \x1b[2J" + "x" * 400  # a screen-clearing escape, and far too long
+    crash = {f"{arm}-r1": "exit code 1" for arm in ("off", "on")}
+    stderr = {label: f"Traceback (most recent call last):\n{said}\n\n" for label in crash}
+    result, driver, lines = _series(tmp_path / "g", {"config": {"mode": "a"}, "fail": crash, "stderr": stderr},
+                                    {"config": {"mode": "b"}, "fail": crash, "stderr": stderr})
+    assert driver.log == ["off-r1", "on-r1"]
+    quoted = show_controls(said)[:LAST_LINE_CHARS - 1] + "…"
+    assert len(quoted) == LAST_LINE_CHARS and "\x1b" not in quoted and quoted.startswith("ValueError: no such")
+    assert any(line.startswith(f'      off-r1 FAILED: exit code 1; its last stderr line: "{quoted}" (see ')
+               for line in lines)
+    assert any(f'failed the same way (exit code 1; its last stderr line: "{quoted}")' in reason
+               for reason in result.finding.verdict.reasons)
+
+
+def test_failures_that_differ_between_the_arms_do_not_stop_the_series_early(tmp_path: Path) -> None:
+    result, driver, _ = _series(tmp_path / "g", {"config": {"mode": "a"}, "fail": {"off-r1": "exit code 1"},
+                                                 "runs": _runs("off", [10.0, 10.1, 9.9, 10.0])},
+                                {"config": {"mode": "b"}, "fail": {"on-r1": "exit code 2"},
+                                 "runs": _runs("on", [9.0, 9.1, 8.9, 9.0])})
+    assert driver.log == ["off-r1", "on-r1", "off-r2", "on-r2", "off-r3", "on-r3", "off-r4", "on-r4"]
+    assert result.finding.decision.value == "adopted"
 
 
 def test_with_no_retries_the_first_failure_stops_the_series(tmp_path: Path) -> None:

@@ -318,4 +318,6 @@ def test_a_forged_process_wallclock_never_shows_in_the_progress_line() -> None:
     assert record.value_of("process_wallclock_s") == 1.5
     missing = RunRecord(order=2, arm="on", label="on-r1", pair=1,
                         outcome=RunOutcome(exit_code=0, process_wallclock_s=1.5), window=WindowSummary.of([]))
-    assert "train_elapsed_s = missing" in run_line(missing, "train_elapsed_s")  # never the wallclock instead
+    # never the wallclock instead: a run without its primary is a failed run, and its line says so
+    assert run_line(missing, "train_elapsed_s").startswith(
+        "      on-r1 FAILED: primary metric 'train_elapsed_s' missing or not a finite number (see ")

@@ -24,7 +24,7 @@ from gatekit.processes import child_pids, child_subreaper, escaped_evidence, sto
 from gatekit.provenance import changed_artifacts, hash_artifacts_timed
 from gatekit.records import RunOutcome, RunRecord, WindowSummary
 from gatekit.report.common import number_text
-from gatekit.sanitize import safe_outcome
+from gatekit.sanitize import safe_outcome, show_controls
 from gatekit.sampler import LoadReader, WindowSampler, samples_csv
 from gatekit.schedule import Slot
 from gatekit.series.events import DuetPair, Escaped, Interrupted, RunEnd, RunStart
@@ -251,16 +251,43 @@ class RunLoop:
         return {label: own + unmarked for label, own in evidence.items()}
 
 
+LAST_LINE_CHARS = 200  # a trainer's last stderr line as quoted in a message: enough for an exception's line
+
+
+def last_log_line(path: Path, limit: int = LAST_LINE_CHARS) -> str:
+    """The last non-blank line of a run's log, control characters escaped, cut to `limit` characters ('' when
+    the log is empty or unreadable): what a failed trainer said last, usually its error."""
+    try:
+        with path.open("rb") as handle:
+            handle.seek(max(0, handle.seek(0, 2) - 8 * limit))  # a tail is enough; a log can be gigabytes
+            lines = [line.strip() for line in handle.read().decode("utf-8", "replace").splitlines()]
+    except OSError:
+        return ""
+    last = next((line for line in reversed(lines) if line), "")
+    last = show_controls(last)
+    return last if len(last) <= limit else last[:limit - 1] + "…"
+
+
+def failure_text(record: RunRecord, primary: str, series_dir: Path | None = None) -> str:
+    """Why a run failed (see RunRecord.failure), with its trainer's last stderr line when the series folder is
+    known and the line says more than the failure itself; '' when the run did not fail."""
+    failure = record.failure(primary)
+    said = last_log_line(SeriesLayout(series_dir).run(record.label).stderr) if failure and series_dir else ""
+    return failure + (f"; its last stderr line: \"{said}\"" if said and said not in failure else "")
+
+
 def run_line(record: RunRecord, primary: str, series_dir: Path | None = None) -> str:
-    """The progress line of a finished run, its primary metric under its own name; a failed run's log by its
+    """The progress line of a finished run, its primary metric under its own name; a failed run — its driver
+    reported an error, or its primary is missing (RunRecord.failure) — says FAILED, why, and its log by its
     absolute path (given the series folder), as every other path gate prints."""
-    if record.failed:
+    failure = failure_text(record, primary, series_dir)
+    if failure:
         log = (SeriesLayout(series_dir).run(record.label).stderr.absolute() if series_dir
                else RunFolder(Path(record.label)).stderr)
-        return f"      {record.label} FAILED: {record.outcome.error} (see {log})"
+        return f"      {record.label} FAILED: {failure} (see {log})"
     value = record.value_of(primary)
-    shown = number_text(value) if value is not None else "missing"
-    return (f"      {record.label} {primary} = {shown}, wallclock {record.outcome.process_wallclock_s:.2f} s, "
+    return (f"      {record.label} {primary} = {number_text(value)}, wallclock "
+            f"{record.outcome.process_wallclock_s:.2f} s, "
             f"load1 mean {record.window.load1_mean or 0:.2f} over {record.window.samples} samples"
             + "".join(f"; evidence: {line}" for line in record.window.evidence))
 

@@ -30,7 +30,7 @@ from gatekit.series.events import (Extend, Hashing, Invalid, JournaledArm, Lefto
                                    ProvenanceStart, Retry, SeriesEnd, SeriesStart)
 from gatekit.series.replay import JournalState, OpenSeries, evidence_from_state, open_series, replacements
 from gatekit.series.reservation import check_finding_id, release_finding_id, reserve_finding_id
-from gatekit.series.runloop import Report, RunLoop, new_series_dir, now, runs_lock
+from gatekit.series.runloop import Report, RunLoop, failure_text, new_series_dir, now, runs_lock
 from gatekit.storage import Journal, SeriesLayout, atomic_write_text, remove_stale_temp_files
 
 PREFLIGHT_LOAD = "preflight"  # the label SeriesRunner's load_reader_for is asked for the preflight's reading
@@ -182,7 +182,7 @@ class SeriesRunner:
         logs: dict[str, Path] = {}  # a stop's message -> the failed run's log, printed (absolute) beside it
 
         def stop_at_unretryable(record: RunRecord) -> list[str]:
-            message = self._unretryable(state, record, slots)
+            message = self._unretryable(state, record, slots, series_dir)
             if message:
                 logs[message] = SeriesLayout(series_dir).run(record.label).stderr.absolute()
             return [message] if message else []
@@ -201,20 +201,34 @@ class SeriesRunner:
             self.report(f"INVALID: {message}" + (f"; its log: {logs[message]}" if message in logs else ""))
         return self._finish(opened, journal)
 
-    def _unretryable(self, state: JournalState, record: RunRecord, slots: Sequence[Slot]) -> str:
-        """Why the series stops after `record`, or '' to go on. A failed run that its policy leaves unresolved
-        and that no retry is left for makes the series invalid by the preregistered rules, whatever runs next
-        (analysis: "… and its pair has no retry left"), so the runs still to come would only cost time."""
-        if not record.failed or record.pair == WARMUP_ROUND:  # a failed warm-up run is discarded, never retried
+    def _unretryable(self, state: JournalState, record: RunRecord, slots: Sequence[Slot], series_dir: Path) -> str:
+        """Why the series stops after `record`, or '' to go on (both rules are in the predecision's words):
+        - the first run of each arm failed the same way: the trainer fails whatever the arm (a crash on start,
+          a result it never writes), so every run to come would fail too, retries included;
+        - a failed run that its policy leaves unresolved and that no retry is left for makes the series invalid
+          by the preregistered rules, whatever runs next (analysis: "… and its pair has no retry left").
+        Either way the runs still to come would only cost time."""
+        primary = self.spec.primary
+        if not record.failure(primary) or record.pair == WARMUP_ROUND:  # a failed warm-up run is discarded
             return ""
+        left = sum(1 for s in slots if s.label not in state.records)
+        firsts = [next((s.label for s in state.start.schedule if s.arm == arm and s.round != WARMUP_ROUND), None)
+                  for arm in (self.off.name, self.on.name)]
+        if record.label in firsts and all(label in state.records for label in firsts):
+            failures = {state.records[label].failure(primary) for label in firsts if label is not None}
+            if len(failures) == 1:
+                why = failure_text(record, primary, series_dir)
+                return (f"stopped after {record.label}: the first run of each arm ({' and '.join(map(str, firsts))}) "
+                        f"failed the same way ({why}), so the trainer fails whatever the arm and the series is "
+                        f"invalid; fix the trainer (run its command by hand) and start again; {left} scheduled "
+                        "run(s) not run")
         classified = classify(list(state.records.values()), self.spec, replacements(state.retries), state.cores)
         unresolved = set(classified.loc[self.policy.unresolved(classified), "label"])
         if record.label not in unresolved or any(r.replaces == record.pair for r in self._plan_retries(state)):
             return ""
-        left = sum(1 for s in slots if s.label not in state.records)
-        return (f"stopped after {record.label}: its failure cannot be retried (rules.max_retries = "
-                f"{self.spec.rules.max_retries}), so the series is invalid whatever runs next; {left} scheduled "
-                "run(s) not run")
+        return (f"stopped after {record.label}: its failure ({failure_text(record, primary, series_dir)}) cannot "
+                f"be retried (rules.max_retries = {self.spec.rules.max_retries}), so the series is invalid "
+                f"whatever runs next; {left} scheduled run(s) not run")
 
     def _more_slots(self, opened: OpenSeries, journal: Journal) -> list[Slot]:
         """Retries of flagged pairs; when none are due, the policy's next stage if it asks for one."""
