@@ -109,8 +109,8 @@ def binary_information(q: np.ndarray, snr: float) -> np.ndarray:
     weights = weights / weights.sum()
 
     def log_mix(x: np.ndarray) -> np.ndarray:  # log of the mixture density (up to the Gaussian constant)
-        lo = np.log1p(-q[..., None] + 1e-300) - 0.5 * x * x
-        hi = np.log(q[..., None] + 1e-300) - 0.5 * (x - snr) ** 2
+        lo = np.log(np.maximum(1.0 - q[..., None], 1e-300)) - 0.5 * x * x  # q = 1: that component has no weight
+        hi = np.log(np.maximum(q[..., None], 1e-300)) - 0.5 * (x - snr) ** 2
         return np.logaddexp(lo, hi)
 
     # E[-log f(d)] under each component, f the mixture; the component's own entropy is the same for both

@@ -57,6 +57,12 @@ class MethodResult:
     mean_runs: float
     mean_rounds: float
     stopped_on_budget: float  # gatekit: fraction ending as a credible set; baseline: 0
+    no_change: float  # fraction stopped at the endpoints (their comparison showed no change)
+
+    @property
+    def right_when_bisected(self) -> float:
+        """The right-culprit rate among the bisects that got past the endpoints."""
+        return self.right_culprit / (1.0 - self.no_change) if self.no_change < 1 else 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,8 +72,9 @@ class BisectSimulation:
     baseline: MethodResult
 
     def to_dict(self) -> dict[str, Any]:
-        return {"scenario": asdict(self.scenario), "gatekit": asdict(self.gatekit), "baseline": asdict(self.baseline),
-                "runs_ratio": self.gatekit.mean_runs / self.baseline.mean_runs}
+        methods = {name: {**asdict(m), "right_when_bisected": m.right_when_bisected}
+                   for name, m in (("gatekit", self.gatekit), ("baseline", self.baseline))}
+        return {"scenario": asdict(self.scenario), **methods, "runs_ratio": self.gatekit.mean_runs / self.baseline.mean_runs}
 
 
 class _Machine:
@@ -183,34 +190,41 @@ def simulate_bisect(scenario: BisectScenario, *, draws: int = 1000, seed: int = 
     ours_runs, ours_rounds, ours_budget = np.zeros(draws), np.zeros(draws), np.zeros(draws)
     theirs = np.zeros(draws, bool)
     theirs_runs, theirs_rounds = np.zeros(draws), np.zeros(draws)
+    ours_stopped, theirs_stopped = np.zeros(draws, bool), np.zeros(draws, bool)
     streams = rng.spawn(2 * draws)
     for index, culprit in enumerate(culprits):
         machine = _Machine(scenario, int(culprit), streams[2 * index])
         named, rounds, on_budget = _gatekit_once(scenario, machine)
         ours[index], ours_runs[index], ours_rounds[index], ours_budget[index] = named == culprit, machine.runs, \
             rounds, on_budget
+        ours_stopped[index] = named is None
         machine = _Machine(scenario, int(culprit), streams[2 * index + 1])
         named, rounds = _baseline_once(scenario, machine)
         theirs[index], theirs_runs[index], theirs_rounds[index] = named == culprit, machine.runs, rounds
+        theirs_stopped[index] = named is None
 
-    def result(method: str, hits: np.ndarray, runs: np.ndarray, rounds: np.ndarray, budget: np.ndarray) -> MethodResult:
+    def result(method: str, hits: np.ndarray, runs: np.ndarray, rounds: np.ndarray, budget: np.ndarray,
+               stopped: np.ndarray) -> MethodResult:
         rate = float(hits.mean())
         return MethodResult(method, draws, rate, math.sqrt(rate * (1 - rate) / draws), float(runs.mean()),
-                            float(rounds.mean()), float(budget.mean()))
+                            float(rounds.mean()), float(budget.mean()), float(stopped.mean()))
 
-    return BisectSimulation(scenario, result("gatekit", ours, ours_runs, ours_rounds, ours_budget),
-                            result("pinpoint-style", theirs, theirs_runs, theirs_rounds, np.zeros(draws)))
+    return BisectSimulation(scenario, result("gatekit", ours, ours_runs, ours_rounds, ours_budget, ours_stopped),
+                            result("pinpoint-style", theirs, theirs_runs, theirs_rounds, np.zeros(draws),
+                                   theirs_stopped))
 
 
 def table(results: list[BisectSimulation]) -> str:
     """A Markdown table: each scenario's two methods side by side, and gatekit's runs as a share of the baseline's."""
-    lines = ["| commits | Δ | CV | parallel | method | right culprit | mean runs | mean rounds | runs vs baseline |",
-             "| ---: | ---: | ---: | ---: | --- | ---: | ---: | ---: | ---: |"]
+    lines = ["| commits | Δ | CV | parallel | method | right culprit | stopped at the endpoints | right when bisected "
+             "| mean runs | mean rounds | runs vs baseline |",
+             "| ---: | ---: | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
     for result in results:
         s = result.scenario
         for method in (result.gatekit, result.baseline):
             share = f"{method.mean_runs / result.baseline.mean_runs:.2f}"
             lines.append(f"| {s.commits} | {s.effect_pct:g} % | {s.cv_pct:g} % | {s.max_parallel} | {method.method} | "
                          f"{method.right_culprit * 100:.1f} ± {method.right_culprit_se * 100:.1f} % | "
+                         f"{method.no_change * 100:.1f} % | {method.right_when_bisected * 100:.1f} % | "
                          f"{method.mean_runs:.1f} | {method.mean_rounds:.1f} | {share} |")
     return "\n".join(lines)

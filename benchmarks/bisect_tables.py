@@ -1,0 +1,53 @@
+"""The bisect planning table of docs/benchmarks.md: `gate simulate --bisect` for each scenario below, one
+process per scenario, the same code and seed as the command (so each row is reproducible by the command
+printed beside it).
+
+    python benchmarks/bisect_tables.py [--draws 1000] [--jobs 6] [--json FILE]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import time
+from concurrent.futures import ProcessPoolExecutor
+
+from gatekit.bisect.simulation import BisectScenario, simulate_bisect, table
+
+SCENARIOS = (  # (effect %, CV %, max parallel)
+    (2.0, 0.5, 1), (2.0, 0.5, 4), (2.0, 2.0, 1), (5.0, 0.5, 1), (5.0, 2.0, 1), (5.0, 2.0, 4))
+COMMITS = 128
+
+
+def _one(args: tuple[float, float, int, int]):  # type: ignore[no-untyped-def]
+    effect, cv, parallel, draws = args
+    began = time.monotonic()
+    result = simulate_bisect(BisectScenario(commits=COMMITS, effect_pct=effect, cv_pct=cv, max_parallel=parallel),
+                             draws=draws, seed=0)
+    return result, time.monotonic() - began
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--draws", type=int, default=1000)
+    parser.add_argument("--jobs", type=int, default=len(SCENARIOS))
+    parser.add_argument("--json")
+    args = parser.parse_args()
+    with ProcessPoolExecutor(args.jobs) as pool:
+        done = list(pool.map(_one, [(e, c, k, args.draws) for e, c, k in SCENARIOS]))
+    print(table([result for result, _ in done]))
+    print()
+    for (effect, cv, parallel), (_, seconds) in zip(SCENARIOS, done):
+        print(f"gate simulate --bisect --commits {COMMITS} --effect {effect:g} --cv {cv:g} --max-parallel {parallel} "
+              f"--draws {args.draws}   # {seconds:.0f} s")
+    print(f"\nMachine: {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs; python "
+          f"{platform.python_version()}")
+    if args.json:
+        with open(args.json, "w") as handle:
+            json.dump([result.to_dict() for result, _ in done], handle, indent=2)
+
+
+if __name__ == "__main__":
+    main()

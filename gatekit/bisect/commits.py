@@ -1,0 +1,111 @@
+"""The git side of a bisect: the commits between GOOD and BAD, one detached worktree per probed commit, and
+the probe's build (exit 125 skips the commit, as `git bisect run`). `git` is run as a subprocess, never
+through a shell; every failure names the command and what git said."""
+
+from __future__ import annotations
+
+import enum
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+from gatekit.errors import ConfigError, GatekitError
+from gatekit.records import Record
+
+SKIP_EXIT = 125  # `git bisect run`'s "this commit cannot be tested"
+
+
+@dataclass(frozen=True, slots=True)
+class Commit(Record):
+    """A commit of the range: its sha, subject and author date (ISO 8601)."""
+
+    sha: str
+    subject: str
+    author_date: str
+
+
+class BuildStatus(enum.Enum):
+    BUILT = "built"  # the build exited 0 (or there is no build)
+    SKIPPED = "skipped"  # exit 125: the commit cannot be tested
+    FAILED = "failed"  # any other exit: skipped too, and said so
+
+
+@dataclass(frozen=True, slots=True)
+class BuildResult(Record):
+    status: BuildStatus
+    exit_code: int | None  # None: no build command
+    log: str = ""  # the build's log file, relative to the probe's folder
+
+
+def git(repo: Path, *args: str) -> str:
+    """Run git in `repo`; its stdout, stripped. A failure is a GatekitError naming the command."""
+    try:
+        done = subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True, check=False)
+    except OSError as exc:
+        raise GatekitError(f"git {' '.join(args)}: cannot run git: {exc}") from None
+    if done.returncode != 0:
+        raise GatekitError(f"git {' '.join(args)}: {done.stderr.strip() or 'exit ' + str(done.returncode)}")
+    return done.stdout.strip()
+
+
+def resolve(repo: Path, revision: str) -> str:
+    """A revision's full commit sha; a usage error when it names no commit."""
+    try:
+        return git(repo, "rev-parse", "--verify", "--quiet", f"{revision}^{{commit}}")
+    except GatekitError:
+        raise ConfigError(f"{revision!r} names no commit of {repo}") from None
+
+
+def commit_range(repo: Path, good: str, bad: str) -> list[Commit]:
+    """GOOD, then every commit of `git rev-list --first-parent GOOD..BAD` oldest first, ending with BAD: index 0
+    is GOOD, the last is BAD. GOOD must be an ancestor of BAD."""
+    good_sha, bad_sha = resolve(repo, good), resolve(repo, bad)
+    if good_sha == bad_sha:
+        raise ConfigError(f"GOOD and BAD are the same commit ({good_sha[:12]}): there is nothing to bisect")
+    try:
+        git(repo, "merge-base", "--is-ancestor", good_sha, bad_sha)
+    except GatekitError:
+        raise ConfigError(f"GOOD {good} ({good_sha[:12]}) is not an ancestor of BAD {bad} ({bad_sha[:12]})") from None
+    shas = [good_sha, *git(repo, "rev-list", "--first-parent", "--reverse", f"{good_sha}..{bad_sha}").split()]
+    return [describe(repo, sha) for sha in shas]
+
+
+def describe(repo: Path, sha: str) -> Commit:
+    sha_, subject, date = git(repo, "show", "-s", "--format=%H%x00%s%x00%aI", sha).split("\x00")
+    return Commit(sha_, subject, date)
+
+
+def add_worktree(repo: Path, sha: str, path: Path) -> Path:
+    """A detached worktree of `sha` at `path` (kept when it is there already at that commit: a resumed bisect)."""
+    if path.is_dir() and (path / ".git").exists():
+        if git(path, "rev-parse", "HEAD") == sha:
+            return path
+        raise GatekitError(f"{path}: a worktree of another commit is there; remove it or bisect into a new --out")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    git(repo, "worktree", "add", "--detach", "--force", str(path), sha)
+    return path
+
+
+def remove_worktree(repo: Path, path: Path) -> None:
+    git(repo, "worktree", "remove", "--force", str(path))
+
+
+def build(command: Sequence[str] | str | None, worktree: Path, log_path: Path, *, timeout_s: float = 3600) -> BuildResult:
+    """Run the build in the worktree (a string is run by the shell, as `git bisect run` does; a list directly),
+    its stdout and stderr to `log_path`. Exit 125 skips the commit; another failure skips it and says so."""
+    if command is None:
+        return BuildResult(BuildStatus.BUILT, None)
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with log_path.open("wb") as log:
+        try:
+            done = subprocess.run(command, shell=isinstance(command, str), cwd=worktree, stdin=subprocess.DEVNULL,
+                                  stdout=log, stderr=subprocess.STDOUT, timeout=timeout_s, check=False)
+            code = done.returncode
+        except subprocess.TimeoutExpired:
+            code = None
+        except OSError as exc:
+            log.write(f"cannot start the build: {exc}\n".encode())
+            code = None
+    status = (BuildStatus.BUILT if code == 0 else BuildStatus.SKIPPED if code == SKIP_EXIT else BuildStatus.FAILED)
+    return BuildResult(status, code, log_path.name)
