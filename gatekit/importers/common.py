@@ -159,8 +159,10 @@ def imported_evidence(*, tool: str, sources: Sequence[tuple[Path, bytes]], off: 
                       warnings: Sequence[str] = (NOT_INTERLEAVED, NO_LOAD), interleaved: bool = False,
                       provenance: Mapping[str, Any] | None = None) -> SeriesEvidence:
     """Evidence of two imported arms. Runs are numbered in the tool's order: off's then on's (blocked), or
-    alternating when `interleaved`. A run's `load1` becomes its window (one sample); with none recorded the
-    window rule is off, as there are no windows to audit."""
+    alternating when `interleaved`. Only interleaved runs are paired (off-rK with on-rK); blocked runs were
+    not, so each is a pair of its own and a failed run never takes a run of the other arm out with it. A
+    run's `load1` becomes its window (one sample); with none recorded the window rule is off, as there are no
+    windows to audit."""
     if off.name == on.name:
         raise ConfigError(f"{sources[0][0]}: --off and --on name the same {tool} arm {off.name!r}")
     has_load = any(run.load1 is not None for arm in (off, on) for run in arm.runs)
@@ -185,8 +187,8 @@ def imported_evidence(*, tool: str, sources: Sequence[tuple[Path, bytes]], off: 
         outcome = RunOutcome(exit_code=run.exit_code, process_wallclock_s=wallclock, metrics=metrics,
                              config=dict(arm.config), error=error)
         window = WindowSummary(samples=int(run.load1 is not None), load1_mean=run.load1, load1_max=run.load1)
-        records.append(RunRecord(order=order, arm=arm.name, label=f"{arm.name}-r{k}", pair=k, outcome=outcome,
-                                 window=window))
+        records.append(RunRecord(order=order, arm=arm.name, label=f"{arm.name}-r{k}",
+                                 pair=k if interleaved else order, outcome=outcome, window=window))
     imported_from = {"format": tool,
                      "files": [{"path": str(p), "sha256": hashlib.sha256(raw).hexdigest()} for p, raw in sources]}
     return SeriesEvidence(

@@ -6,12 +6,15 @@ Two shapes are understood, told apart per command by their keys:
   times: [...], exit_codes: [...], memory_usage_byte: [...], parameters: {NAME: VALUE}}]`. `times` and
   `exit_codes` (1.12+) and `memory_usage_byte` (1.20+) hold one entry per run; `user` and `system` only
   each command's mean.
-- 2.x: `results: [{command, measurements: [{time_wall_clock, time_user, time_system, peak_memory_usage,
-  exit_code}], parameters: {NAME: {value, is_unused}}}]`, each quantity written `{"value": …, "unit":
-  "second" | "byte"}` (hyperfine's `src/benchmark/measurement.rs` and `src/quantity/mod.rs`, branch
-  new-metrics). A top-level `schema_version`, where a file has one, must be 1 or 2.
+- 2.x (`schema_version: 2`, hyperfine 2.0): `results: [{command, name?, measurements: [{time_wall_clock,
+  time_user, time_system, memory_peak_resident, exit_code}], parameters: {NAME: {value}}, summary}]`, each
+  quantity written `{"value": …, "unit": "second" | "byte"}` (hyperfine's `src/benchmark/measurement.rs`,
+  `src/quantity/mod.rs` and its JSON-export snapshots); `name` is the `--command-name`, which 1.x wrote into
+  `command` itself. The development branch new-metrics named the memory `peak_memory_usage`; both are read.
+  A top-level `schema_version`, where a file has one, must be 1 or 2.
 
-Two commands become the arms, chosen by name or position, or by the value of one parameter (`-P`/`-L`).
+Two commands become the arms, chosen by name (the `--command-name`, or the command) or position, or by the
+value of one parameter (`-P`/`-L`).
 Each run is one run measured as `process_wallclock_s`; a non-zero exit code (null: ended by a signal) makes it
 a failed run. Per-run `memory_usage_byte`, `user` and `system` ride along as metrics a guard can use.
 
@@ -52,8 +55,9 @@ GUARD_METRICS = {
     "system": "CPU time in kernel mode, in seconds",
 }
 _V2_KEYS = {"time_wall_clock": "second", "time_user": "second", "time_system": "second",
-            "peak_memory_usage": "byte"}
-_V2_METRIC = {"time_user": "user", "time_system": "system", "peak_memory_usage": "memory_usage_byte"}
+            "memory_peak_resident": "byte", "peak_memory_usage": "byte"}
+_V2_METRIC = {"time_user": "user", "time_system": "system", "memory_peak_resident": "memory_usage_byte",
+              "peak_memory_usage": "memory_usage_byte"}
 _SUMMARY_KEYS = ("mean", "stddev", "median", "user", "system", "min", "max")
 
 
@@ -61,11 +65,12 @@ _SUMMARY_KEYS = ("mean", "stddev", "median", "user", "system", "min", "max")
 class CommandResult:
     """One command of a hyperfine file: its runs, parameters, and the summary hyperfine wrote (1.x)."""
 
-    command: str
+    command: str  # the name it is shown and chosen by: 2.x's `name` (`--command-name`) where given
     parameters: Mapping[str, str]
     runs: tuple[ImportedRun, ...]
     summary: Mapping[str, float]
     per_run_metrics: frozenset[str]  # GUARD_METRICS recorded for every run
+    command_line: str = ""  # 2.x: the command run, when `name` differs from it
 
 
 @dataclass(frozen=True, slots=True)
@@ -170,10 +175,14 @@ def _v2_result(result: Mapping[str, Any], where: str) -> CommandResult:
     parameters = result.get("parameters", {})
     if not isinstance(parameters, dict) or not all(
             isinstance(p, dict) and isinstance(p.get("value"), str) for p in parameters.values()):
-        raise ConfigError(f"{where}.parameters' must map each parameter name to {{value, is_unused}}")
+        raise ConfigError(f"{where}.parameters' must map each parameter name to {{value}}")
+    name = result.get("name")
+    if name is not None and not isinstance(name, str):
+        raise ConfigError(f"{where}.name' must be a string (the --command-name)")
     per_run = frozenset.intersection(*(frozenset(run.metrics) for run in runs))
-    return CommandResult(command=result["command"], parameters={n: p["value"] for n, p in parameters.items()},
-                         runs=tuple(runs), summary={}, per_run_metrics=per_run)
+    return CommandResult(command=name or result["command"],
+                         parameters={n: p["value"] for n, p in parameters.items()}, runs=tuple(runs), summary={},
+                         per_run_metrics=per_run, command_line=result["command"] if name else "")
 
 
 def _listed(results: Sequence[CommandResult]) -> str:
@@ -185,6 +194,8 @@ def _by_command(results: Sequence[CommandResult], wanted: str | None, default: i
     if wanted is None:
         return default
     names = [r.command for r in results]
+    if wanted not in names and [r.command_line for r in results].count(wanted) == 1:
+        return [r.command_line for r in results].index(wanted)  # 2.x: the command line of a named command
     if wanted in names:
         if names.count(wanted) > 1:
             raise ConfigError(f"{path}: {option} {wanted!r} names {names.count(wanted)} commands; pick one by "
@@ -271,7 +282,7 @@ def _without_zero_times(name: str, result: CommandResult) -> tuple[tuple[Importe
 
 
 def _arm(name: str, result: CommandResult, param: str | None, runs: tuple[ImportedRun, ...]) -> ImportedArm:
-    config: dict[str, Any] = {"command": result.command}
+    config: dict[str, Any] = {"command": result.command_line or result.command}
     if param is not None:
         config.update(result.parameters)
     return ImportedArm(name=name, config=config, runs=runs)
@@ -302,7 +313,9 @@ def evidence_from_hyperfine(path: Path, *, off: str | None = None, on: str | Non
         arms.append(_arm(name, result, param, runs))
     identity = Identity.of(path, gate_id=gate_id, title=title, date=date,
                            tool="hyperfine")
-    commands = {name: {"command": r.command, **({"parameters": dict(r.parameters)} if r.parameters else {}),
+    commands = {name: {"command": r.command_line or r.command,
+                       **({"name": r.command} if r.command_line else {}),
+                       **({"parameters": dict(r.parameters)} if r.parameters else {}),
                        **dict(r.summary)} for name, r in zip(names, (off_result, on_result))}
     evidence = imported_evidence(
         tool="hyperfine", sources=((path, data.raw),), off=arms[0], on=arms[1], identity=identity,
