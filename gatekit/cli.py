@@ -720,8 +720,10 @@ def _import(evidence: Callable[[], SeriesEvidence], *, out: Path, as_json: bool,
     def work():  # type: ignore[no-untyped-def]
         from gatekit.analysis import analyze
         from gatekit.finding import write_finding
+        from gatekit.importers.common import refuse_to_replace
 
         finding = analyze(evidence())
+        refuse_to_replace(finding, out)
         return finding, write_finding(finding, out)
 
     finding, paths = _call(work)
@@ -802,17 +804,20 @@ def import_criterion(folder: Path, off_id: str, on_id: str, gate_id: str | None,
 @click.argument("old_file", type=click.Path(path_type=Path, dir_okay=False))
 @click.argument("new_file", type=click.Path(path_type=Path, dir_okay=False))
 @click.option("--bench", help="The benchmark to compare, e.g. Join (needed when the files hold several).")
+@click.option("--pkg", help="Its package (a `pkg:` line, e.g. example.com/m/strjoin or strjoin), where the files "
+                            "hold a benchmark of that name in several packages.")
 @click.option("--guard", "guards", multiple=True, metavar="UNIT[:MAX_WORSE]",
               help="Guard a unit of the benchmark, e.g. B/op:0 or allocs/op:1 (repeatable; MB/s and other "
                    "rates are higher-is-better, the rest lower).")
 @import_options
-def import_gobench(old_file: Path, new_file: Path, bench: str | None, guards: tuple[str, ...], gate_id: str | None,
-                   title: str | None, date: str | None, **outputs) -> None:  # type: ignore[no-untyped-def]
+def import_gobench(old_file: Path, new_file: Path, bench: str | None, pkg: str | None, guards: tuple[str, ...],
+                   gate_id: str | None, title: str | None, date: str | None,
+                   **outputs) -> None:  # type: ignore[no-untyped-def]
     """Turn two `go test -bench` outputs (OLD = off, NEW = on, as benchstat) into a finding: runs = the
     benchmark's result lines (-count N), ns/op as time_s."""
     from gatekit.importers.gobench import evidence_from_gobench
 
-    _import(lambda: evidence_from_gobench(old_file, new_file, bench=bench, guards=guards, gate_id=gate_id,
+    _import(lambda: evidence_from_gobench(old_file, new_file, bench=bench, pkg=pkg, guards=guards, gate_id=gate_id,
                                           title=title, date=date), **outputs)
 
 

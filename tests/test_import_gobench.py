@@ -171,3 +171,63 @@ def test_a_benchmark_that_prints_to_stdout_is_refused_at_its_line(tmp_path: Path
     line = _fails(str(prints), str(NEW), cwd=tmp_path)
     assert f"{prints}:{number}: benchmark line: the iteration count 'hello' is not a whole number" in line
     assert "b.Log" in line
+
+
+def _lines(path: Path, head: str, pkg: str = "") -> list[float]:
+    """ns/op of each result line whose first field is `head` (in the `pkg:` section `pkg`, if given)."""
+    values, section = [], ""
+    for line in path.read_text().splitlines():
+        if line.startswith("pkg: "):
+            section = line.split(": ", 1)[1]
+        fields = line.split()
+        if fields and fields[0] == head and (not pkg or section == pkg):
+            values.append(float(fields[2]))
+    return values
+
+
+def test_gomaxprocs_variants_are_two_findings_never_one(tmp_path: Path) -> None:
+    """`-cpu 1,2`: `Join` and `Join-2` are two benchmarks, so two gate ids; the second import no longer
+    replaces the first, and the provenance names the benchmark that was imported."""
+    old, new = GOBENCH / "cpu-join-old.txt", GOBENCH / "cpu-join-new.txt"
+    _, join = _import(str(old), str(new), "--bench", "Join", cwd=tmp_path)
+    _, join_2 = _import(str(old), str(new), "--bench", "Join-2", cwd=tmp_path)
+    assert (join["gate"]["id"], join_2["gate"]["id"]) == ("join", "join-2")
+    assert sorted(p.name for p in (tmp_path / "findings").glob("*.json")) == ["join-2-2026-11-30.json",
+                                                                               "join-2026-11-30.json"]
+    assert join_2["provenance"]["gobench"]["benchmark"] == "Join-2"
+    assert join_2["provenance"]["gobench"]["arms"]["cpu-join-old"]["benchmark"] == "BenchmarkJoin-2"
+    for finding, head in ((join, "BenchmarkJoin"), (join_2, "BenchmarkJoin-2")):
+        off = [r["metrics"]["time_s"] for r in finding["runs"] if r["arm"] == "cpu-join-old"]
+        assert off == pytest.approx([v / 1e9 for v in _lines(old, head)], rel=1e-12) and len(off) == 3
+
+
+def test_a_benchmark_name_in_two_packages_is_two_benchmarks(tmp_path: Path) -> None:
+    """`go test -bench . ./...` prints one `pkg:` section per package; benchstat groups by package, so
+    `BenchmarkJoin` of strjoin and of bufjoin are two benchmarks, chosen with --pkg."""
+    old, new = GOBENCH / "two-old.txt", GOBENCH / "two-new.txt"
+    line = _fails(str(old), str(new), "--bench", "Join", cwd=tmp_path)
+    assert "several packages; choose one with --pkg (example.com/twojoins/bufjoin, example.com/twojoins/strjoin)" in line
+    _, strjoin = _import(str(old), str(new), "--bench", "Join", "--pkg", "strjoin", cwd=tmp_path)
+    _, bufjoin = _import(str(old), str(new), "--pkg", "example.com/twojoins/bufjoin", cwd=tmp_path)
+    assert (strjoin["gate"]["id"], bufjoin["gate"]["id"]) == ("strjoin-join", "bufjoin-join")
+    for finding, pkg in ((strjoin, "example.com/twojoins/strjoin"), (bufjoin, "example.com/twojoins/bufjoin")):
+        runs = {arm: [r["metrics"]["time_s"] for r in finding["runs"] if r["arm"] == arm] for arm in ("two-old", "two-new")}
+        assert runs["two-old"] == pytest.approx([v / 1e9 for v in _lines(old, "BenchmarkJoin-2", pkg)], rel=1e-12)
+        assert runs["two-new"] == pytest.approx([v / 1e9 for v in _lines(new, "BenchmarkJoin-2", pkg)], rel=1e-12)
+        assert finding["provenance"]["gobench"]["arms"]["two-old"]["package"] == pkg
+    assert strjoin["verdict"]["decision"] == "adopted"  # strings.Builder with Grow against +=
+    line = _fails(str(old), str(new), "--bench", "Join", "--pkg", "nojoin", cwd=tmp_path / "none")
+    assert "--pkg 'nojoin' is not one of its packages" in line
+
+
+def test_an_import_never_replaces_a_finding_of_other_evidence(tmp_path: Path) -> None:
+    """The same id for another benchmark of the same files is refused and the finding there is kept; the same
+    evidence again (another guard) is written over it."""
+    _, join = _import(str(OLD), str(NEW), "--bench", "Join", "--id", "strings", cwd=tmp_path)
+    written = (tmp_path / "findings" / "strings-2026-11-30.json").read_text()
+    done = gate_invoke("import", "gobench", str(OLD), str(NEW), "--bench", "Parse", "--id", "strings", "--date",
+                       "2026-11-30", "--out", str(tmp_path / "findings"), cwd=tmp_path)
+    assert done.returncode == 2 and "holds a finding of other evidence ('Join (go test -bench)')" in done.stderr
+    assert "--id" in done.stderr and (tmp_path / "findings" / "strings-2026-11-30.json").read_text() == written
+    _, again = _import(str(OLD), str(NEW), "--bench", "Join", "--id", "strings", "--guard", "B/op", cwd=tmp_path)
+    assert "B/op" in again["guards"] and again["runs"] == join["runs"]

@@ -89,9 +89,13 @@ def test_hyperfine_choosing_commands(tmp_path: Path) -> None:
                        "--json", cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["gate"]["arms"] == {"off": "sleep 0.020", "on": "sleep 0.021"}
-    # every run of `false` exits 1: failed runs, never numbers, so the series is invalid (exit 3)
+    # another pair of the same file under the same (default) id would replace that finding: refused
     done = gate_invoke("import", "hyperfine", three, "--off", "1", "--on", "false", "--out", str(tmp_path),
-                       "--json", "--junit", str(tmp_path / "j.xml"), cwd=tmp_path)
+                       cwd=tmp_path)
+    assert "holds a finding of other evidence" in _error(done)
+    # every run of `false` exits 1: failed runs, never numbers, so the series is invalid (exit 3)
+    done = gate_invoke("import", "hyperfine", three, "--off", "1", "--on", "false", "--id", "three-false",
+                       "--out", str(tmp_path), "--json", "--junit", str(tmp_path / "j.xml"), cwd=tmp_path)
     assert done.returncode == 3, done.stderr
     finding = json.loads(done.stdout)
     assert finding["verdict"]["decision"] == "invalid"

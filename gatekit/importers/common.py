@@ -15,7 +15,8 @@ from typing import Any, Mapping, Sequence
 from gatekit.analysis import SeriesEvidence
 from gatekit.config import (ALWAYS_MEASURED, DEFAULT_MAX_THRESHOLD_PCT, NAME_PATTERN, NAME_RULE, GuardSpec, RulesSpec,
                             ThresholdSpec)
-from gatekit.errors import ConfigError
+from gatekit.errors import ConfigError, GatekitError
+from gatekit.finding import Finding, load_finding
 from gatekit.prereg import DecisionSpec
 from gatekit.records import RunOutcome, RunRecord, WindowSummary
 from gatekit.storage import read_input
@@ -196,3 +197,27 @@ def imported_evidence(*, tool: str, sources: Sequence[tuple[Path, bytes]], off: 
         records=tuple(records), date=identity.date,
         provenance={"imported_from": imported_from, **(provenance or {})},
         warnings=tuple(f"imported from {tool}: {w}" for w in warnings), related_runs=tuple(str(p) for p, _ in sources))
+
+
+def _evidence_of(finding: Finding) -> tuple[Any, ...]:
+    """What an import read: its files, arms, primary and every run's numbers (two benchmarks of one file
+    differ only there)."""
+    runs = tuple((r.label, dict(r.metrics), r.process_wallclock_s, r.exit_code) for r in finding.runs)
+    return finding.provenance.extra_keys.get("imported_from"), finding.gate.arms, finding.gate.primary, runs
+
+
+def refuse_to_replace(finding: Finding, out: Path) -> None:
+    """An import writes its finding again only over the same evidence (the same files, arms and primary: a
+    new --guard or threshold); a finding of other evidence at that id — another benchmark of the same file,
+    the file recorded again — is never replaced, as a gate's finding never is."""
+    path = out / f"{finding.id}.json"
+    if not path.is_file():
+        return
+    try:
+        existing = load_finding(path)
+    except GatekitError as exc:
+        raise ConfigError(f"{path}: is in the way of this import's finding and cannot be read ({exc}); give "
+                          "--id or --out") from None
+    if _evidence_of(existing) != _evidence_of(finding):
+        raise ConfigError(f"{path}: holds a finding of other evidence ({existing.meta.title!r}); it is not "
+                          "replaced: give this import its own --id, or another --out")

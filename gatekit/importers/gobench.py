@@ -8,6 +8,11 @@ With `-count N` a benchmark has N result lines: each is one run. `ns/op` becomes
 per op); every other unit (`B/op`, `allocs/op` from -benchmem, `MB/s` from SetBytes, ReportMetric's own) is a
 metric of the run, usable as a guard. The two files ran one after the other, never interleaved, and Go samples
 no load; the finding says both.
+
+A benchmark is its package (the `pkg:` line above it: `go test -bench . ./...` prints one section per
+package), its name and its GOMAXPROCS, as benchstat groups them: `BenchmarkJoin` of two packages are two
+benchmarks (`--pkg` picks one), and `Join` and `Join-2` of `-cpu 1,2` are two as well. The gate id names all
+that tells it apart (`join-2`, `strjoin-join`), so two imports of one pair of files never share a finding.
 """
 
 from __future__ import annotations
@@ -51,6 +56,8 @@ class GoBenchmark:
     name: str  # as benchstat shows it: without `Benchmark`, with `-PROCS` only where one file has several
     base: str  # without `Benchmark` and `-PROCS`
     procs: int
+    pkg: str  # the `pkg:` configuration it ran under ('' where the file has none)
+    pkg_shared: bool  # another package of the file has a benchmark of the same name
     config: Mapping[str, str]
     results: tuple[GoResult, ...]
 
@@ -79,16 +86,19 @@ def _result_fields(path: Path, number: int, fields: Sequence[str]) -> GoResult:
     return GoResult(line=number, iterations=iterations, values=values)
 
 
-def read_gobench(path: Path) -> tuple[dict[tuple[str, int], GoBenchmark], bytes]:
-    """The benchmarks of a `go test -bench` output file, by (name, GOMAXPROCS), in the file's order."""
+Key = tuple[str, str, int]  # (package, name without -PROCS, GOMAXPROCS)
+
+
+def read_gobench(path: Path) -> tuple[dict[Key, GoBenchmark], bytes]:
+    """The benchmarks of a `go test -bench` output file, by (package, name, GOMAXPROCS), in the file's order."""
     raw = read_bytes(path)
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise ConfigError(f"{path}: not `go test -bench` text output: {exc}") from None
     config: dict[str, str] = {}
-    configs: dict[tuple[str, int], dict[str, str]] = {}  # by (name, GOMAXPROCS): the config of its first line
-    results: dict[tuple[str, int], list[GoResult]] = {}
+    configs: dict[Key, dict[str, str]] = {}  # the config of each benchmark's first line
+    results: dict[Key, list[GoResult]] = {}
     for number, line in enumerate(text.splitlines(), 1):
         fields = line.split()
         if not fields:
@@ -105,7 +115,7 @@ def read_gobench(path: Path) -> tuple[dict[tuple[str, int], GoBenchmark], bytes]
             name = head[len("Benchmark"):]
             matched = _PROCS.fullmatch(name)
             base, procs = (matched.group(1), int(matched.group(2))) if matched else (name, 1)
-            key = (base, procs)
+            key = (config.get("pkg", ""), base, procs)
             first = configs.setdefault(key, dict(config))
             if first != config:
                 changed = sorted(k for k in set(config) | set(first) if config.get(k) != first.get(k))
@@ -119,18 +129,39 @@ def read_gobench(path: Path) -> tuple[dict[tuple[str, int], GoBenchmark], bytes]
     if not results:
         raise ConfigError(f"{path}: no benchmark result line found (expected `go test -bench` output, lines "
                           "like `BenchmarkName-8  1000  1234 ns/op`)")
-    procs_by_base = Counter(base for base, _ in results)
-    # run with -cpu 1,2,4, one name has several GOMAXPROCS: the suffix tells them apart, as benchstat shows it
-    benchmarks = {(base, procs): GoBenchmark(name=f"{base}-{procs}" if procs_by_base[base] > 1 and procs > 1 else base,
-                                             base=base, procs=procs, config=configs[(base, procs)],
-                                             results=tuple(lines))
-                  for (base, procs), lines in results.items()}
+    procs_by_base = Counter((pkg, base) for pkg, base, _ in results)
+    pkgs_by_base: dict[str, set[str]] = {}
+    for pkg, base, _ in results:
+        pkgs_by_base.setdefault(base, set()).add(pkg)
+    benchmarks = {}
+    for (pkg, base, procs), lines in results.items():
+        # run with -cpu 1,2, one name has several GOMAXPROCS: the suffix tells them apart, as benchstat shows it
+        name = f"{base}-{procs}" if procs_by_base[(pkg, base)] > 1 and procs > 1 else base
+        benchmarks[(pkg, base, procs)] = GoBenchmark(
+            name=name, base=base, procs=procs, pkg=pkg, pkg_shared=len(pkgs_by_base[base]) > 1,
+            config=configs[(pkg, base, procs)], results=tuple(lines))
     return benchmarks, raw
 
 
-def _pick(path: Path, benchmarks: Mapping[tuple[str, int], GoBenchmark], wanted: str | None) -> GoBenchmark:
+def _shown(benchmark: GoBenchmark) -> str:
+    """The benchmark as a listing names it: with its package where another package has the same name."""
+    return f"{benchmark.name} ({benchmark.pkg})" if benchmark.pkg_shared else benchmark.name
+
+
+def _in_pkg(benchmark: GoBenchmark, pkg: str) -> bool:
+    """`--pkg` names the package in full (example.com/m/strjoin) or by its last elements (strjoin)."""
+    return benchmark.pkg == pkg or benchmark.pkg.endswith(f"/{pkg}")
+
+
+def _pick(path: Path, benchmarks: Mapping[Key, GoBenchmark], wanted: str | None,
+          pkg: str | None = None) -> GoBenchmark:
     found = list(benchmarks.values())
-    names = ", ".join(b.name for b in found)
+    names = ", ".join(_shown(b) for b in found)
+    if pkg is not None:
+        found = [b for b in found if _in_pkg(b, pkg)]
+        if not found:
+            pkgs = ", ".join(dict.fromkeys(b.pkg for b in benchmarks.values()))
+            raise ConfigError(f"{path}: --pkg {pkg!r} is not one of its packages ({pkgs})")
     if wanted is None:
         if len(found) > 1:
             raise ConfigError(f"{path}: holds {len(found)} benchmarks ({names}); choose one with --bench NAME")
@@ -139,6 +170,9 @@ def _pick(path: Path, benchmarks: Mapping[tuple[str, int], GoBenchmark], wanted:
     matches = [b for b in found if wanted == b.name] or [b for b in found if wanted == b.base]
     if not matches:
         matches = [b for b in found if wanted == f"{b.base}-{b.procs}"]
+    if len({b.pkg for b in matches}) > 1:
+        raise ConfigError(f"{path}: --bench {wanted!r} is a benchmark of several packages; choose one with --pkg "
+                          f"({', '.join(dict.fromkeys(b.pkg for b in matches))})")
     if len(matches) > 1:
         raise ConfigError(f"{path}: --bench {wanted!r} ran with several GOMAXPROCS values; name one "
                           f"({', '.join(b.name for b in matches)})")
@@ -158,13 +192,25 @@ def guard_direction(unit: str) -> str:
     return "higher" if unit.endswith("/s") else "lower"
 
 
-def evidence_from_gobench(old_path: Path, new_path: Path, *, bench: str | None = None, guards: Sequence[str] = (),
-                          gate_id: str | None = None, title: str | None = None, date: str | None = None,
-                          threshold: ThresholdSpec = ThresholdSpec()) -> SeriesEvidence:
+def _subject(old: GoBenchmark, new: GoBenchmark) -> tuple[str, str]:
+    """What the finding is about, and the gate id naming it: the name as either file tells it apart (with
+    `-PROCS` where a file ran several GOMAXPROCS, with the package where a file has it in several)."""
+    procs = old.procs if old.procs == new.procs else None
+    qualified = procs is not None and procs > 1 and (old.name != old.base or new.name != new.base)
+    name = f"{old.base}-{procs}" if qualified else old.name if old.name == new.name else f"{old.name} vs {new.name}"
+    pkg = old.pkg if old.pkg_shared or new.pkg_shared else ""
+    return (f"{pkg}.{name}" if pkg else name), slug(f"{pkg.rsplit('/', 1)[-1]}-{name}" if pkg else name, "gobench")
+
+
+def evidence_from_gobench(old_path: Path, new_path: Path, *, bench: str | None = None, pkg: str | None = None,
+                          guards: Sequence[str] = (), gate_id: str | None = None, title: str | None = None,
+                          date: str | None = None, threshold: ThresholdSpec = ThresholdSpec()) -> SeriesEvidence:
     """Series evidence of one Go benchmark in two files: OLD's runs (off) against NEW's (on)."""
     (old_benchmarks, old_raw), (new_benchmarks, new_raw) = read_gobench(old_path), read_gobench(new_path)
-    old = _pick(old_path, old_benchmarks, bench)
-    new = _pick(new_path, new_benchmarks, bench if bench is not None else old.name)
+    old = _pick(old_path, old_benchmarks, bench, pkg)
+    # NEW's benchmark: the same name, in the same package where NEW has that package
+    same_pkg = pkg if pkg is not None else old.pkg if any(b.pkg == old.pkg for b in new_benchmarks.values()) else None
+    new = _pick(new_path, new_benchmarks, bench if bench is not None else old.name, same_pkg)
     # arms are named by their files, as benchstat names its columns
     off_name, on_name = old_path.stem, new_path.stem
     if off_name == on_name:
@@ -177,8 +223,8 @@ def evidence_from_gobench(old_path: Path, new_path: Path, *, bench: str | None =
     if PRIMARY_UNIT in guards or PRIMARY in guards:
         raise ConfigError(f"--guard {PRIMARY_UNIT}: it is the primary metric, not a guard")
     specs = tuple(parse_guard(text, {unit: guard_direction(unit) for unit in units}, new_path) for text in guards)
-    name = old.base if old.base == new.base else f"{old.base}-{new.base}"
-    identity = Identity.of(old_path, gate_id=gate_id or slug(name, "gobench"), title=title, date=date,
+    name, default_id = _subject(old, new)
+    identity = Identity.of(old_path, gate_id=gate_id or default_id, title=title, date=date,
                            tool="go test -bench", subject=name)
     warnings = [NOT_INTERLEAVED, NO_LOAD]
     warnings += [f"the files were recorded on different machines ({key}: {old.config.get(key)!r} vs "
@@ -187,7 +233,7 @@ def evidence_from_gobench(old_path: Path, new_path: Path, *, bench: str | None =
     if old.procs != new.procs:
         warnings.append(f"the arms ran with different GOMAXPROCS ({old.procs} vs {new.procs})")
     described = {arm.name: {"benchmark": f"Benchmark{b.base}" + (f"-{b.procs}" if b.procs > 1 else ""),
-                            "gomaxprocs": b.procs, "config": b.config,
+                            "package": b.pkg, "gomaxprocs": b.procs, "config": b.config,
                             "iterations": [r.iterations for r in b.results], "lines": [r.line for r in b.results]}
                  for arm, b in ((off, old), (on, new))}
     return imported_evidence(
