@@ -143,3 +143,74 @@ def test_sample_that_is_not_json(tmp_path: Path) -> None:
     sample_path.write_text('{"sampling_mode": "Linear", "iters": [1.0,')
     line = _fails(root, "--off", "fib 20 - slow", "--on", "fib 20 - fast", cwd=tmp_path)
     assert f"{sample_path}: not Criterion's sample.json:" in line
+
+
+TRACK = CRITERION / "track"  # criterion 0.3.1: sample.json as the bare pair [[iters...], [times...]]
+SORTBENCH = CRITERION / "sortbench"  # criterion 0.3.6 run here: --save-baseline before, then --baseline before
+
+
+def test_base_right_after_a_default_run_is_new_and_is_refused(tmp_path: Path) -> None:
+    """A plain `cargo bench` copies new/ into base/ after comparing, so @base vs @new is one sample twice:
+    refused with the reason, Criterion's own comparison of that run, and the workflow that keeps two runs."""
+    bench = FIB / "fib 20 - slow"
+    assert (bench / "base" / "sample.json").read_bytes() == (bench / "new" / "sample.json").read_bytes()
+    change = json.loads((bench / "change" / "estimates.json").read_text())
+    line = _fails(bench, "--off", "@base", "--on", "@new", cwd=tmp_path)
+    assert "hold the same sample (Criterion copies new/ into the baseline it saves" in line
+    assert f"mean {100 * change['mean']['point_estimate']:+.2f} %" in line and "change/estimates.json" in line
+    assert "--save-baseline before" in line and "--baseline before" in line and "ID@before against ID@new" in line
+    old = TRACK / "Monitoring Change"  # the same copy in criterion 0.3.1
+    assert "hold the same sample" in _fails(old, "--off", "@base", "--on", "@new", cwd=tmp_path / "old")
+
+
+def test_criterions_own_comparison_is_shown_beside_the_delta(tmp_path: Path) -> None:
+    """`--save-baseline before` on the old code, `--baseline before` on the new: before/ and new/ differ, and
+    change/estimates.json is Criterion's comparison of the two, which the finding shows next to its Δ."""
+    bench = SORTBENCH / "sort 10k"
+    finding = _import(bench, "--off", "@before", "--on", "@new", cwd=tmp_path)
+    delta_pct, threshold_pct, decision = classic_by_hand(_per_iteration_ns(bench / "before"),
+                                                         _per_iteration_ns(bench / "new"))
+    assert finding["stats"]["delta_pct"] == pytest.approx(delta_pct, rel=1e-9)
+    change = json.loads((bench / "change" / "estimates.json").read_text())
+    recorded = finding["provenance"]["criterion"]["change"]
+    assert recorded["mean"]["change_frac"] == change["mean"]["point_estimate"]
+    assert recorded["median"]["lower_bound_frac"] == change["median"]["confidence_interval"]["lower_bound"]
+    (line,) = [w for w in finding["verdict"]["warnings"] if "Criterion's own comparison" in w]
+    interval = change["mean"]["confidence_interval"]
+    assert (f"mean {100 * change['mean']['point_estimate']:+.2f} % (95 % CI [{100 * interval['lower_bound']:+.2f}, "
+            f"{100 * interval['upper_bound']:+.2f}] %)") in line
+    files = [Path(f["path"]).parent.name for f in finding["provenance"]["imported_from"]["files"]]
+    assert files.count("change") == 1
+    # two different benchmarks: change/ is about neither comparison, so it is not shown
+    other = _import(FIB, "--off", "fib 20 - slow", "--on", "fib 20 - fast", cwd=tmp_path / "two")
+    assert "change" not in other["provenance"]["criterion"]
+
+
+def test_criterion_0_2_to_0_3_2_samples_are_read(tmp_path: Path) -> None:
+    """Before 0.3.3 sample.json was `[[iters...], [times...]]` (`fs::save(&(data.x(), data.y()))`) and
+    estimates.json's keys were `Mean`, `Median`, ...: read, and the format recorded."""
+    finding = _import(TRACK, "--off", "Serialisation with bincode", "--on", "Serialisation with rmp-serde",
+                      cwd=tmp_path)
+    off_iters, off_times = json.loads((TRACK / "Serialisation with bincode" / "new" / "sample.json").read_text())
+    on_iters, on_times = json.loads((TRACK / "Serialisation with rmp-serde" / "new" / "sample.json").read_text())
+    off = [t / i for t, i in zip(off_times, off_iters)]
+    on = [t / i for t, i in zip(on_times, on_iters)]
+    assert [r["metrics"]["time_s"] for r in finding["runs"]] == pytest.approx([v / 1e9 for v in off + on], rel=1e-12)
+    delta_pct, _, decision = classic_by_hand(off, on)
+    assert finding["stats"]["delta_pct"] == pytest.approx(delta_pct, rel=1e-9)
+    assert finding["verdict"]["decision"] == decision
+    described = finding["provenance"]["criterion"]["benchmarks"]["Serialisation with bincode"]
+    assert described["format"] == "criterion 0.2 to 0.3.2" and described["sampling_mode"] == "Linear"
+    estimates = json.loads((TRACK / "Serialisation with bincode" / "new" / "estimates.json").read_text())
+    assert described["estimates"]["mean"]["point_estimate_ns"] == estimates["Mean"]["point_estimate"]
+    assert described["estimates"]["median_abs_dev"]["point_estimate_ns"] == estimates["MedianAbsDev"]["point_estimate"]
+
+
+def test_a_sample_in_neither_format_names_both(tmp_path: Path) -> None:
+    root = tmp_path / "criterion"
+    shutil.copytree(FIB, root)
+    sample_path = root / "fib 20 - fast" / "new" / "sample.json"
+    sample_path.write_text("[1, 2, 3]")
+    line = _fails(root, "--off", "fib 20 - slow", "--on", "fib 20 - fast", cwd=tmp_path)
+    assert line.endswith(f"{sample_path}: not a sample file Criterion writes (understood: criterion 0.3.3+ "
+                         "{sampling_mode, iters, times}; criterion 0.2 to 0.3.2 [[iters...], [times...]])")

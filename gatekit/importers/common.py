@@ -117,12 +117,15 @@ def import_command_for(path: Path) -> str | None:
         return "pyperf JSON (gzipped); import it with: gate import pyperf OFF.json.gz ON.json.gz"
     if _GOBENCH_LINE.search(raw):
         return "`go test -bench` output; import it with: gate import gobench OLD.txt NEW.txt"
-    if not raw.lstrip()[:1] == b"{":
+    if raw.lstrip()[:1] not in (b"{", b"["):
         return None
     try:
         data = json.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError):
         return None
+    criterion = "Criterion output; import its folder with: gate import criterion FOLDER --off ID --on ID"
+    if isinstance(data, list) and len(data) == 2 and all(isinstance(v, list) for v in data):
+        return criterion  # criterion 0.2 to 0.3.2's sample.json: [[iters...], [times...]]
     if not isinstance(data, dict):
         return None
     if isinstance(data.get("benchmarks"), list) and "machine_info" in data:
@@ -133,7 +136,7 @@ def import_command_for(path: Path) -> str | None:
         return "hyperfine JSON; import it with: gate import hyperfine FILE"
     if {"iters", "times"} <= data.keys() or {"group_id", "function_id"} <= data.keys() or (
             isinstance(data.get("mean"), dict) and "point_estimate" in data["mean"]):
-        return "Criterion output; import its folder with: gate import criterion FOLDER --off ID --on ID"
+        return criterion
     return None
 
 
