@@ -769,18 +769,37 @@ def import_pyperf(off_file: Path, on_file: Path, benchmark: str | None, gate_id:
 
 
 @import_group.command("pytest-benchmark")
-@click.argument("results", type=click.Path(path_type=Path, dir_okay=False))
-@click.option("--off", "off_name", required=True, help="The off benchmark: its name or fullname.")
-@click.option("--on", "on_name", required=True, help="The on benchmark: its name or fullname.")
+@click.argument("results")
+@click.argument("on_results", required=False)
+@click.option("--off", "off_name", help="One file: the off benchmark, by name or fullname.")
+@click.option("--on", "on_name", help="One file: the on benchmark, by name or fullname.")
+@click.option("--benchmark", help="Two runs: the benchmark to compare (needed when they share several).")
+@click.option("--storage", type=click.Path(path_type=Path, file_okay=False), default=Path(".benchmarks"),
+              show_default=True, help="Where saved runs named by id (0001) are found, as --benchmark-storage.")
 @import_options
-def import_pytest_benchmark(results: Path, off_name: str, on_name: str, gate_id: str | None, title: str | None,
+def import_pytest_benchmark(results: str, on_results: str | None, off_name: str | None, on_name: str | None,
+                            benchmark: str | None, storage: Path, gate_id: str | None, title: str | None,
                             date: str | None, **outputs) -> None:  # type: ignore[no-untyped-def]
-    """Turn a pytest-benchmark --benchmark-json file into a finding: arms = two benchmarks, runs = their
-    rounds (stats.data)."""
-    from gatekit.importers.pytest_benchmark import evidence_from_pytest_benchmark
+    """Turn pytest-benchmark JSON into a finding: two benchmarks of one file (--off, --on), or one benchmark
+    of two saved runs (RESULTS ON_RESULTS, files or run ids as `pytest-benchmark compare 0001 0002`); runs =
+    the rounds (stats.data)."""
+    from gatekit.importers.pytest_benchmark import (evidence_from_pytest_benchmark, evidence_from_saved_runs,
+                                                    saved_run)
 
-    _import(lambda: evidence_from_pytest_benchmark(results, off=off_name, on=on_name, gate_id=gate_id,
-                                                   title=title, date=date), **outputs)
+    def evidence():  # type: ignore[no-untyped-def]
+        if on_results is None:
+            if off_name is None or on_name is None:
+                raise ConfigError("one file compares two of its benchmarks: give --off NAME and --on NAME (or "
+                                  "two saved runs: RESULTS ON_RESULTS)")
+            return evidence_from_pytest_benchmark(saved_run(results, storage), off=off_name, on=on_name,
+                                                  gate_id=gate_id, title=title, date=date)
+        if off_name is not None or on_name is not None:
+            raise ConfigError("two saved runs are the arms: choose the benchmark with --benchmark NAME, not "
+                              "--off/--on")
+        return evidence_from_saved_runs(saved_run(results, storage), saved_run(on_results, storage),
+                                        benchmark=benchmark, gate_id=gate_id, title=title, date=date)
+
+    _import(evidence, **outputs)
 
 
 @import_group.command("criterion")

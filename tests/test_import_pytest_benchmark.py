@@ -127,3 +127,45 @@ def test_analyze_on_a_pytest_benchmark_file_names_the_import_command(tmp_path: P
     assert done.returncode == 2
     assert done.stderr.strip() == f"gate: error: {SORT}: is pytest-benchmark JSON; import it with: " \
                                   "gate import pytest-benchmark FILE --off NAME --on NAME"
+
+
+STORAGE = FOLDER / "storage"  # .benchmarks of two saved runs, `--benchmark-save=before` and `=after`
+BEFORE, AFTER = (STORAGE / "Linux-CPython-3.11-64bit" / name for name in ("0001_before.json", "0002_after.json"))
+
+
+@pytest.mark.parametrize("runs", [("0001", "0002"), ("0001_before", "0002_after"), (str(BEFORE), str(AFTER))])
+def test_two_saved_runs_compare_one_benchmark(tmp_path: Path, runs: tuple[str, str]) -> None:
+    """`pytest-benchmark compare 0001 0002`, its main workflow: one benchmark, the run before a change against
+    the run after it; runs named by id are found in the storage folder as `compare` finds them."""
+    _, finding = _import(*runs, "--storage", str(STORAGE), "--benchmark", "test_sort_numbers", cwd=tmp_path)
+    off, on = (_bench("test_sort_numbers", path)["stats"]["data"] for path in (BEFORE, AFTER))
+    assert finding["gate"]["arms"] == {"off": "0001_before", "on": "0002_after"}
+    assert [r["metrics"]["time_s"] for r in finding["runs"]] == off + on
+    assert finding["gate"]["expect_diff"] == ["run"] and finding["runs"][0]["config"] == {"run": str(BEFORE)}
+    delta_pct, threshold_pct, decision = classic_by_hand(off, on)
+    assert finding["stats"]["delta_pct"] == pytest.approx(delta_pct, rel=1e-9)
+    assert finding["stats"]["threshold_pct"] == pytest.approx(threshold_pct, rel=1e-9)
+    assert finding["verdict"]["decision"] == decision
+    files = [Path(f["path"]).name for f in finding["provenance"]["imported_from"]["files"]]
+    assert files == ["0001_before.json", "0002_after.json"]
+    assert set(finding["provenance"]["pytest_benchmark"]["runs"]) == {"0001_before", "0002_after"}
+
+
+def test_two_saved_runs_need_the_benchmark_named_when_they_share_several(tmp_path: Path) -> None:
+    done = gate_invoke("import", "pytest-benchmark", "0001", "0002", "--storage", str(STORAGE), cwd=tmp_path)
+    assert done.returncode == 2 and "share 2 benchmarks (test_sort_numbers, test_sum); choose one with --benchmark" \
+        in done.stderr
+    done = gate_invoke("import", "pytest-benchmark", "0001", "0002", "--storage", str(STORAGE), "--off", "test_sum",
+                       "--on", "test_sum", cwd=tmp_path)
+    assert done.returncode == 2 and "choose the benchmark with --benchmark NAME, not --off/--on" in done.stderr
+    done = gate_invoke("import", "pytest-benchmark", "0009", "0002", "--storage", str(STORAGE), cwd=tmp_path)
+    assert done.returncode == 2 and f"0009: neither a file nor a run saved in {STORAGE}" in done.stderr
+
+
+def test_an_unversioned_commit_is_not_a_revision(tmp_path: Path) -> None:
+    """Outside a git or hg repository pytest-benchmark writes commit `unversioned` (utils.get_commit_info):
+    kept in its commit_info, never recorded as the finding's git revision."""
+    assert json.loads(BEFORE.read_text())["commit_info"]["id"] == "unversioned"
+    _, finding = _import(str(BEFORE), "--off", "test_sum", "--on", "test_sort_numbers", cwd=tmp_path)
+    assert not finding["meta"].get("commit") and "rev" not in finding["provenance"]["git"].get("start", {})
+    assert finding["provenance"]["pytest_benchmark"]["commit_info"]["id"] == "unversioned"
