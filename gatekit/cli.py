@@ -780,9 +780,10 @@ def import_pyperf(off_file: Path, on_file: Path, benchmark: str | None, gate_id:
 def import_pytest_benchmark(results: str, on_results: str | None, off_name: str | None, on_name: str | None,
                             benchmark: str | None, storage: Path, gate_id: str | None, title: str | None,
                             date: str | None, **outputs) -> None:  # type: ignore[no-untyped-def]
-    """Turn pytest-benchmark JSON into a finding: two benchmarks of one file (--off, --on), or one benchmark
-    of two saved runs (RESULTS ON_RESULTS, files or run ids as `pytest-benchmark compare 0001 0002`); runs =
-    the rounds (stats.data)."""
+    """Turn pytest-benchmark JSON into a finding: two benchmarks of one file, or one of two saved runs.
+
+    One file: --off and --on name two of its benchmarks. Two saved runs (RESULTS ON_RESULTS, files or run ids
+    as `pytest-benchmark compare 0001 0002`): one benchmark, the runs as arms. Runs = the rounds (stats.data)."""
     from gatekit.importers.pytest_benchmark import (evidence_from_pytest_benchmark, evidence_from_saved_runs,
                                                     saved_run)
 
