@@ -191,9 +191,9 @@ class EmptyExportError(ConfigError):
 def check_export(fmt_name: str, primary: str, source: str, *, bmf_measure: str = "custom") -> None:
     """Refuse an export that cannot represent this gate, before anything runs."""
     if fmt_name == "bmf" and bmf_measure == "latency" and unit_of(primary) != "s":
-        raise ConfigError(f"{source}: gate.primary '{primary}' is not a time in seconds (a name ending in _s), "
-                          "so --bmf-measure latency (Bencher's built-in latency, nanoseconds) cannot hold it; "
-                          "drop --bmf-measure to export it as a custom measure")
+        raise ConfigError(f"{source}: gate.primary '{primary}' is not a time in seconds (a name ending in _s, "
+                          "not a rate such as _per_s), so --bmf-measure latency (Bencher's built-in latency, "
+                          "nanoseconds) cannot hold it; drop --bmf-measure to export it as a custom measure")
 
 
 def skipped_notes(findings: Sequence[Finding]) -> list[str]:

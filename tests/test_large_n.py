@@ -62,8 +62,10 @@ def test_ten_thousand_runs_per_arm() -> None:
 
 def test_a_hyperfine_import_of_thousands_of_runs_writes_its_finding(tmp_path) -> None:
     """The reproduction: a default hyperfine run of a fast command records thousands of runs per command;
-    the import crashed in the sign test (OverflowError above ~1 025 pairs) and wrote nothing. (Kept just
-    above that size: writing a finding of thousands of runs as TOML takes a while.)"""
+    the import crashed in the sign test (OverflowError above ~1 025 pairs) and wrote nothing. hyperfine's runs
+    are not paired, so the import makes no sign test now (the sign test of 10 000 pairs is checked on
+    `diagnose` above); the finding of thousands of runs is written. (Kept just above that size: writing a
+    finding of thousands of runs as TOML takes a while.)"""
     import json
 
     from tests.conftest import gate_invoke
@@ -80,7 +82,7 @@ def test_a_hyperfine_import_of_thousands_of_runs_writes_its_finding(tmp_path) ->
     assert done.returncode == 0, done.stderr
     finding = json.loads(done.stdout)
     assert finding["stats"]["n_off"] == 1100 and finding["stats"]["n_on"] == 1400
-    assert 0 <= finding["stats"]["pairs_sign_p"] <= 1
+    assert finding["stats"]["pairs_consistent"] == "0/0" and finding["stats"].get("pairs_sign_p") is None
     assert list((tmp_path / "findings").glob("*.json"))
 
 
