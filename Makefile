@@ -9,7 +9,7 @@ TEST_STAMP := $(VENV)/.test-stamp
 TORCH_PIN ?= torch==2.13.0
 DEMO_DIR ?= demo-out
 
-.PHONY: setup browser test regold demo bench dist clean
+.PHONY: setup browser test regold demo bench bench-site dist clean
 
 # The demo needs only the core; the tests also install the test, torch and ray extras.
 # The distribution was once named "gatekit" (PyPI's gatekit is another project): an old editable install of this
@@ -50,6 +50,10 @@ demo: $(CORE_STAMP)
 
 bench: $(TEST_STAMP)
 	$(PY) benchmarks/run.py --write docs/benchmarks.md
+
+# `gate site` over 2 000 findings: cold, unchanged, after one new finding (docs/benchmarks.md, its own section).
+bench-site: $(CORE_STAMP)
+	$(PY) benchmarks/site_scale.py --write docs/benchmarks.md
 
 # A wheel and an sdist in dist/ for `pip install` or `pipx install` in another project (README "Install into
 # your own project"), built with the venv's own setuptools; then the wheel is checked (every module, the script,

@@ -385,13 +385,14 @@ def render(args: argparse.Namespace, info: dict[str, str], rounds: list[dict[str
     return "\n".join(lines) + "\n", ok
 
 
-def write_section(path: Path, section: str) -> None:
-    block = f"{BEGIN}\n{section}{END}\n"
+def write_section(path: Path, section: str, begin: str = BEGIN, end: str = END) -> None:
+    """Replace the block between the begin and end markers of a Markdown file (appended when absent)."""
+    block = f"{begin}\n{section}{end}\n"
     if path.exists():
         text = path.read_text()
-        if BEGIN in text and END in text:
-            head, rest = text.split(BEGIN, 1)
-            tail = rest.split(END, 1)[1].lstrip("\n")
+        if begin in text and end in text:
+            head, rest = text.split(begin, 1)
+            tail = rest.split(end, 1)[1].lstrip("\n")
             text = head + block + ("\n" + tail if tail else "")
         else:
             text = text.rstrip("\n") + "\n\n" + block

@@ -393,8 +393,7 @@ def write_campaign_outputs(result: CampaignResult, *, site: bool = True) -> Camp
     the campaign folder (the summary and JUnit cover every finished gate, the site every finding)."""
     from gatekit.exports import CiOutputs
     from gatekit.findingset import load_many
-    from gatekit.report.rundata import load_run_files
-    from gatekit.report.site import prepare, report_files, write_files
+    from gatekit.report.site import build_site, default_jobs
 
     paths = [o.finding_path for _, o in result.outcomes
              if o is not None and o.status is GateStatus.FINISHED and o.finding_path is not None]
@@ -411,9 +410,8 @@ def write_campaign_outputs(result: CampaignResult, *, site: bool = True) -> Camp
         # run folders are found under each gate's own runs folder (meta.related_runs end in <series>/<label>)
         roots = tuple(dict.fromkeys([folder / g.key for g, _ in result.outcomes]
                                     + [g.gate_path.parent for g, _ in result.outcomes]))
-        items = [(f.finding, load_run_files(f.finding, f.path, roots, Path.cwd()), f.path.name if f.path else "")
-                 for f in loaded]
-        write_files(folder / SITE_DIR, report_files(prepare(items), with_index=True))
+        build_site([f.path for f in loaded if f.path is not None], folder / SITE_DIR, roots, cwd=Path.cwd(),
+                   jobs=default_jobs())
         written.append(site_index)
     return CampaignResult(result.campaign, folder, result.outcomes, tuple(loaded), site_index, tuple(written))
 

@@ -592,18 +592,19 @@ def report_cmd(findings: tuple[Path, ...], html_dir: Path | None, md_file: Path 
 @click.option("-o", "--out", "site_dir", type=click.Path(path_type=Path, file_okay=False), required=True,
               help="The site folder: index.html and one folder per finding.")
 @runs_root_option
-def site_cmd(findings_dir: Path, site_dir: Path, runs_roots: tuple[Path, ...]) -> None:
-    """Render every finding of FINDINGS_DIR and an index (date, title, verdict, Δ, guard Δ, tags)."""
+@click.option("--jobs", type=click.IntRange(min=1), help="Processes drawing pages at once (default: the CPUs "
+              "this process may use, at most 8).")
+def site_cmd(findings_dir: Path, site_dir: Path, runs_roots: tuple[Path, ...], jobs: int | None) -> None:
+    """Render every finding of FINDINGS_DIR and its subfolders, and an index (date, title, verdict, Δ, guard
+    Δ, tags). Only pages whose finding, run files or links changed since the last build are drawn again."""
     def work() -> Path:
         from gatekit.findingset import finding_files
-        from gatekit.report.site import report_files, write_files
+        from gatekit.report.site import build_site, default_jobs
 
-        files = finding_files(findings_dir)
+        files = finding_files(findings_dir, nested=True)
         if not files:
-            raise GatekitError(f"{findings_dir}: no findings here (*.json or *.toml)")
-        _, prepared = _prepare(files, runs_roots)
-        write_files(site_dir, report_files(prepared, with_index=True))
-        return (site_dir / "index.html").absolute()
+            raise GatekitError(f"{findings_dir}: no findings here or in its subfolders (*.json or *.toml)")
+        return build_site(files, site_dir, runs_roots, cwd=Path.cwd(), jobs=jobs or default_jobs()).index
 
     click.echo(f"site: {_call(work)}")
 

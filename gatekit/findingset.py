@@ -12,6 +12,7 @@ from typing import Iterable, Sequence
 
 from gatekit.errors import FindingError
 from gatekit.finding import Finding, load_finding
+from gatekit.storage import SeriesLayout
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,14 +28,21 @@ def load_checked(path: Path) -> LoadedFinding:
     return LoadedFinding(load_finding(path), path)
 
 
-def finding_files(folder: Path) -> list[Path]:
-    """The finding files of a folder: each `<id>.json`, or `<id>.toml` where no JSON twin exists."""
+def finding_files(folder: Path, *, nested: bool = False) -> list[Path]:
+    """The finding files of a folder: each `<id>.json`, or `<id>.toml` where no JSON twin exists. `nested`
+    looks into its subfolders too (a host's or a campaign's folder of findings), but never into a series
+    directory (one with a journal) or a hidden folder: those hold runs and records, not findings."""
     if not folder.is_dir():
         raise FindingError(f"{folder}: not a folder of findings")
     json_files = sorted(folder.glob("*.json"))
     stems = {p.stem for p in json_files}
     toml_files = sorted(p for p in folder.glob("*.toml") if p.stem not in stems)
-    return sorted(json_files + toml_files, key=lambda p: p.name)
+    found = sorted(json_files + toml_files, key=lambda p: p.name)
+    if nested:
+        for sub in sorted(p for p in folder.iterdir() if p.is_dir() and not p.name.startswith(".")):
+            if not SeriesLayout(sub).journal.exists():
+                found += finding_files(sub, nested=True)
+    return found
 
 
 def load_folder(folder: Path) -> list[LoadedFinding]:

@@ -29,7 +29,7 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         # mkstemp creates the file owner-only; give it the mode any new file gets (0666 less the umask)
-        os.fchmod(fd, 0o666 & ~_umask())
+        os.fchmod(fd, 0o666 & ~current_umask())
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
             handle.flush()
@@ -43,7 +43,8 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
     _fsync_dir(path.parent)
 
 
-def _umask() -> int:
+def current_umask() -> int:
+    """The process umask (read by setting it and putting it back), for files made with an explicit mode."""
     current = os.umask(0)
     os.umask(current)
     return current

@@ -103,6 +103,18 @@ def decision_words(decision: Decision) -> str:
     return decision.value.replace("_", " ").upper()
 
 
+VERDICT_TAG_PREFIX = "gate-"  # analysis tags every finding `gate-<decision>`
+
+
+def tag_text(tag: str) -> str:
+    """A tag as a reader sees it: the verdict tag `gate-guard_failed` as `verdict: guard failed`; any other tag
+    as written (the finding keeps the raw tag, which tools filter on)."""
+    decision = tag.removeprefix(VERDICT_TAG_PREFIX)
+    if tag.startswith(VERDICT_TAG_PREFIX) and decision in {d.value for d in Decision}:
+        return f"verdict: {decision.replace('_', ' ')}"
+    return tag
+
+
 def one_line_why(verdict: Verdict) -> str:
     """The decision's first reason: the line a reader needs before anything else."""
     return str(verdict.reasons[0]) if verdict.reasons else "no reason recorded"

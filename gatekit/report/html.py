@@ -11,10 +11,12 @@ from __future__ import annotations
 import html
 import json
 import re
-from typing import Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
-from gatekit.report.page import Page
 from gatekit.sanitize import show_controls
+
+if TYPE_CHECKING:  # the index needs no page, and page.py imports the statistics (scipy)
+    from gatekit.report.page import Page
 
 VARIANTS = ("success", "danger", "warning", "info", "note")
 LONG_CELL = 28
@@ -268,7 +270,7 @@ def index_html(entries: Sequence[Mapping[str, Any]], *, title: str = "Findings",
             '<th data-sort="text"><button type="button">finding</button></th>'
             '<th data-sort="text"><button type="button">verdict</button></th>'
             '<th class="r" data-sort="number"><button type="button">Δ</button></th>'
-            '<th class="r" data-sort="number"><button type="button">guard Δ (PSNR)</button></th>'
+            '<th class="r" data-sort="number"><button type="button">guard Δ</button></th>'
             "<th>tags</th><th>related</th></tr>")
     body = (f"<header><p class=\"eyebrow\">{len(entries)} findings: {summary}</p><h1>{esc(title)}</h1>"
             "<p class=\"subtitle\">Newest first; the column buttons sort. Δ is the primary metric's relative "

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 from gatekit.finding import Finding, Section, Stats, plain
 from gatekit.report.common import (MISSING, decision_words, delta_ci, fmt, fmt_signed, guard_metrics, is_number,
-                                   one_line_why, runs_per_arm)
+                                   one_line_why, runs_per_arm, tag_text)
 from gatekit.report.narrative import narrative
 from gatekit.report.rundata import RunFiles
 from gatekit.verdict import Decision
@@ -330,7 +330,8 @@ def build_page(finding: Finding, figures: Mapping[str, FigureImage], run_files: 
         eyebrow = f"{meta.extra_keys['eyebrow']} · {eyebrow}"
     subtitle = meta.subtitle or (f"{gate.arms.on} vs {gate.arms.off} · {gate.order} · {runs_per_arm(finding)} · "
                                  f"{gate.primary}, {gate.direction} is better")
-    return Page(finding_id=meta.id, title=meta.title, eyebrow=eyebrow, subtitle=subtitle, tags=meta.tags,
+    return Page(finding_id=meta.id, title=meta.title, eyebrow=eyebrow, subtitle=subtitle,
+                tags=tuple(tag_text(t) for t in meta.tags),
                 decision=finding.decision, why=one_line_why(verdict), blocks=tuple(blocks))
 
 

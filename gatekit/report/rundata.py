@@ -12,6 +12,7 @@ still renders: what cannot be found is left out and said so (`RunFiles.notes`), 
 from __future__ import annotations
 
 import csv
+import hashlib
 import io
 import json
 import tomllib
@@ -68,7 +69,8 @@ def candidate_roots(finding_path: Path | None, runs_roots: Sequence[Path], cwd: 
     return unique
 
 
-def _find(relative: str, roots: Sequence[Path]) -> Path | None:
+def find_run_folder(relative: str, roots: Sequence[Path]) -> Path | None:
+    """Where a related run folder is under the candidate roots (see the module docstring), or None."""
     path = Path(relative)
     if path.is_absolute() and path.is_dir():
         return path
@@ -144,11 +146,32 @@ def _read(path: Path) -> bytes | None:
         return None
 
 
+def run_folders(finding: Finding) -> dict[str, str]:
+    """label -> related run folder (meta.related_runs) of each of the finding's runs that names one."""
+    labels = {run.label for run in finding.runs}
+    return {Path(r).name: r for r in finding.meta.related_runs if Path(r).name in labels}
+
+
+def run_files_digest(folders: Mapping[str, str], finding_path: Path | None, runs_roots: Sequence[Path],
+                     cwd: Path) -> str:
+    """sha256 of everything load_run_files would read for these run folders: where each was found and the
+    bytes of its samples.csv and result file (so a site page is drawn again exactly when they change)."""
+    roots = candidate_roots(finding_path, runs_roots, cwd) if folders else []
+    digest = hashlib.sha256(json.dumps([str(r) for r in runs_roots]).encode())
+    for label, relative in sorted(folders.items()):
+        folder = find_run_folder(relative, roots)
+        digest.update(json.dumps([label, relative, str(folder) if folder else None]).encode())
+        files = RunFolder(folder) if folder is not None else None
+        for path in (files.samples, files.result) if files is not None else (None, None):
+            raw = _read(path) if path is not None else None
+            digest.update(b"-" if raw is None else hashlib.sha256(raw).digest())
+    return digest.hexdigest()
+
+
 def load_run_files(finding: Finding, finding_path: Path | None, runs_roots: Sequence[Path],
                    cwd: Path) -> RunFiles:
     """Read each related run folder's samples.csv and result trace (all I/O of the report lives here)."""
-    labels = {run.label for run in finding.runs}
-    folders = {Path(r).name: r for r in finding.meta.related_runs if Path(r).name in labels}
+    folders = run_folders(finding)
     if not folders:
         imported = finding.provenance.extra_keys.get("imported_from")
         if isinstance(imported, dict):
@@ -163,7 +186,7 @@ def load_run_files(finding: Finding, finding_path: Path | None, runs_roots: Sequ
     notes: list[str] = []
     missing: list[str] = []
     for label, relative in folders.items():
-        folder = _find(relative, roots)
+        folder = find_run_folder(relative, roots)
         if folder is None:
             missing.append(relative)
             continue

@@ -10,20 +10,29 @@ so a page links a related finding as `../<id>/index.html`, and the folder can be
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
+import json
+import os
+import shutil
+import tempfile
 from dataclasses import dataclass
+from importlib.metadata import version
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from gatekit import __version__
-from gatekit.errors import GatekitError
-from gatekit.finding import Finding
-from gatekit.report.common import is_number, safe_name
-from gatekit.report.figures import FigureImage, report_figures
+from gatekit.errors import FindingError, GatekitError, OutputError
+from gatekit.finding import Finding, load_finding
+from gatekit.report.common import is_number, safe_name, tag_text
 from gatekit.report.html import index_html, report_html
-from gatekit.report.markdown import report_markdown
-from gatekit.report.page import build_page, headline_numbers
-from gatekit.report.rundata import RunFiles
-from gatekit.storage import atomic_write_bytes
+from gatekit.report.rundata import RunFiles, load_run_files, run_files_digest, run_folders
+from gatekit.storage import atomic_write_bytes, current_umask
+
+# Drawing (matplotlib) and the page's statistics (scipy) are imported where a page is drawn, so a site
+# build that finds nothing changed never loads them.
+if TYPE_CHECKING:
+    from gatekit.report.figures import FigureImage
 
 GENERATOR = f"gatekit {__version__}"
 
@@ -54,6 +63,8 @@ def folder_names(ids: Sequence[str]) -> list[str]:
 
 def prepare(items: Sequence[tuple[Finding, RunFiles, str]]) -> list[Prepared]:
     """Draw every finding's figures once: (finding, run files, source file name) → Prepared."""
+    from gatekit.report.figures import report_figures
+
     names = folder_names([finding.id for finding, _, _ in items])
     return [Prepared(finding, name, report_figures(finding, run_files), run_files, source)
             for (finding, run_files, source), name in zip(items, names)]
@@ -63,45 +74,61 @@ def _related_links(prepared: Sequence[Prepared], prefix: str) -> dict[str, str]:
     return {p.finding.id: f"{prefix}{p.folder}/index.html" for p in prepared}
 
 
+def page_files(item: Prepared, related: Mapping[str, str], *, with_index: bool,
+               generator: str = GENERATOR) -> dict[str, bytes]:
+    """One finding's page and its figures, by name inside its folder; `related` links ids to pages."""
+    from gatekit.report.page import build_page
+
+    page = build_page(item.finding, item.figures, item.run_files, related=related)
+    text = report_html(page, index_href="../index.html" if with_index else "", source=item.source,
+                       generator=generator)
+    return {"index.html": text.encode("utf-8"), **{image.name: image.png for image in item.figures.values()}}
+
+
 def report_files(prepared: Sequence[Prepared], *, with_index: bool = False,
                  generator: str = GENERATOR) -> dict[str, bytes]:
     """Each finding's page and figures under its folder; with_index adds the index and back links."""
     links = _related_links(prepared, "../")
     files: dict[str, bytes] = {}
     for item in prepared:
-        page = build_page(item.finding, item.figures, item.run_files, related=links)
-        text = report_html(page, index_href="../index.html" if with_index else "", source=item.source,
-                           generator=generator)
-        files[f"{item.folder}/index.html"] = text.encode("utf-8")
-        for image in item.figures.values():
-            files[f"{item.folder}/{image.name}"] = image.png
+        for name, content in page_files(item, links, with_index=with_index, generator=generator).items():
+            files[f"{item.folder}/{name}"] = content
     if with_index:
         files["index.html"] = index_html(index_entries(prepared), generator=generator).encode("utf-8")
     return files
 
 
-def index_entries(prepared: Sequence[Prepared]) -> list[dict[str, Any]]:
-    links = _related_links(prepared, "")
-    entries = []
-    for item in prepared:
-        finding = item.finding
-        meta, decision = finding.meta, finding.decision
-        delta_text, guard_text = headline_numbers(finding)
-        guard_value = next((g.delta for g in finding.guards.values()), None)
-        delta = finding.stats.delta_pct
-        entries.append({
-            "id": meta.id, "date": meta.date, "title": meta.title, "decision": decision.value,
+def index_entry(finding: Finding) -> dict[str, Any]:
+    """A finding's row of the index, without its links (plain JSON values, so the site can keep it)."""
+    from gatekit.report.page import headline_numbers
+
+    meta, decision = finding.meta, finding.decision
+    delta_text, guard_text = headline_numbers(finding)
+    guard_value = next((g.delta for g in finding.guards.values()), None)
+    delta = finding.stats.delta_pct
+    return {"id": meta.id, "date": meta.date, "title": meta.title, "decision": decision.value,
             "variant": decision.severity, "delta_pct": delta if is_number(delta) else None,
             "delta_text": delta_text, "guard_text": guard_text,
             "guard_value": guard_value if is_number(guard_value) else None,
-            "tags": list(meta.tags), "href": f"{item.folder}/index.html",
-            "related": [(r, links.get(r, "")) for r in meta.related_findings],
-        })
-    return entries
+            "tags": [tag_text(t) for t in meta.tags], "related_ids": list(meta.related_findings)}
+
+
+def linked_entry(entry: Mapping[str, Any], folder: str, links: Mapping[str, str]) -> dict[str, Any]:
+    """An index row with its page's link and its related findings linked where they are in the site."""
+    return {**entry, "href": f"{folder}/index.html",
+            "related": [(r, links.get(r, "")) for r in entry["related_ids"]]}
+
+
+def index_entries(prepared: Sequence[Prepared]) -> list[dict[str, Any]]:
+    links = _related_links(prepared, "")
+    return [linked_entry(index_entry(item.finding), item.folder, links) for item in prepared]
 
 
 def markdown_files(prepared: Sequence[Prepared], md_name: str) -> dict[str, bytes]:
     """One Markdown file for all the findings given, its figures in `<stem>-figures/` beside it."""
+    from gatekit.report.markdown import report_markdown
+    from gatekit.report.page import build_page
+
     figure_dir = f"{Path(md_name).stem}-figures"
     files: dict[str, bytes] = {}
     parts = []
@@ -126,6 +153,203 @@ def write_files(root: Path, files: Mapping[str, bytes]) -> list[Path]:
         try:
             atomic_write_bytes(path, content)
         except OSError as exc:
-            raise GatekitError(f"{path}: cannot write the report: {exc.strerror or exc}") from None
+            raise OutputError(f"{path}: cannot write the report: {exc.strerror or exc}") from None
         written.append(path.absolute())
     return written
+
+
+# -- the findings site, built incrementally ------------------------------------------------------------
+# A site of thousands of findings is rebuilt every night with one or two new ones. Each page's inputs (the
+# finding's bytes, the run files it reads, its folder and the links to the findings it names, the renderer's
+# own code) are hashed into a key kept in the site's manifest; a page whose key is unchanged is carried over
+# from the last build instead of drawn again, and a finding whose bytes are unchanged is not even parsed
+# (its index row is kept too). The new site is built in a folder beside the old one and moved into its
+# place, so a build that fails (a full disk) leaves the old site whole.
+
+SITE_MANIFEST = ".gatekit-site.json"
+SITE_SCHEMA = "gatekit.site/1"
+
+
+@dataclass(frozen=True, slots=True)
+class SiteBuild:
+    """What one `build_site` did: the index written, and the page folders drawn or carried over."""
+
+    index: Path
+    rendered: tuple[str, ...]
+    kept: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class PageTask:
+    """Everything one page needs, picklable, so a worker process can draw it."""
+
+    path: Path
+    folder: str
+    links: Mapping[str, str]
+    runs_roots: tuple[Path, ...]
+    cwd: Path
+    out: Path
+
+
+def renderer_fingerprint() -> str:
+    """sha256 of the code that shapes a page (gatekit's own modules, matplotlib's version): a site built by
+    other code is drawn again in full."""
+    package = Path(__file__).resolve().parents[1]
+    digest = hashlib.sha256(f"{GENERATOR}\nmatplotlib {version('matplotlib')}\n".encode())
+    for path in sorted(package.rglob("*.py")):
+        digest.update(path.relative_to(package).as_posix().encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()
+
+
+def _read_manifest(site_dir: Path, renderer: str) -> dict[str, Any]:
+    """The last build's manifest; empty when there is none, it is unreadable, or other code made it."""
+    empty: dict[str, Any] = {"sources": {}, "pages": {}}
+    try:
+        data = json.loads((site_dir / SITE_MANIFEST).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return empty
+    if not isinstance(data, dict) or data.get("schema") != SITE_SCHEMA or data.get("renderer") != renderer:
+        return empty
+    return data
+
+
+def _summary(finding: Finding) -> dict[str, Any]:
+    """What the site keeps of a finding between builds: its id, run folders and index row."""
+    return {"id": finding.id, "run_folders": run_folders(finding), "entry": index_entry(finding)}
+
+
+def render_page(task: PageTask) -> tuple[str, list[str]]:
+    """Draw one finding's page and figures into `task.out/<folder>/`; returns the folder and file names.
+    A module-level function of picklable arguments, so it runs in a worker process as well as here."""
+    from gatekit.report.figures import report_figures
+
+    finding = load_finding(task.path)
+    run_files = load_run_files(finding, task.path, task.runs_roots, task.cwd)
+    item = Prepared(finding, task.folder, report_figures(finding, run_files), run_files, task.path.name)
+    files = page_files(item, task.links, with_index=True)
+    folder = task.out / task.folder
+    folder.mkdir(parents=True, exist_ok=True)
+    for name, content in files.items():
+        target = folder / name
+        target.unlink(missing_ok=True)  # a file carried over is a hard link into the old site: never write through it
+        target.write_bytes(content)
+    return task.folder, sorted(files)
+
+
+def _carry(old: Path, new: Path) -> None:
+    """A file of the last build into the new one: a hard link (no copy) where the file system allows."""
+    new.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        os.link(old, new, follow_symlinks=False)
+    except OSError:
+        shutil.copy2(old, new, follow_symlinks=False)
+
+
+def _render_all(tasks: Sequence[PageTask], jobs: int) -> dict[str, list[str]]:
+    if jobs <= 1 or len(tasks) <= 1:
+        return dict(render_page(task) for task in tasks)
+    from concurrent.futures import ProcessPoolExecutor
+
+    import gatekit.report.figures  # noqa: F401  (imported once here: forked workers start with it)
+    import gatekit.report.page  # noqa: F401
+
+    with ProcessPoolExecutor(max_workers=min(jobs, len(tasks))) as pool:
+        return dict(pool.map(render_page, tasks, chunksize=max(1, min(16, len(tasks) // (4 * jobs)))))
+
+
+def default_jobs() -> int:
+    """Worker processes for drawing pages: the CPUs this process may run on, at most 8."""
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except AttributeError:  # macOS
+        cpus = os.cpu_count() or 1
+    return max(1, min(8, cpus))
+
+
+def build_site(paths: Sequence[Path], site_dir: Path, runs_roots: Sequence[Path] = (), *, cwd: Path,
+               jobs: int = 1) -> SiteBuild:
+    """The findings site of these finding files in `site_dir`: an index and a page per finding, drawing only
+    the pages whose inputs changed since the last build (see above). Files in `site_dir` that no build
+    wrote are kept. OutputError when the site cannot be written; the old site is then untouched."""
+    renderer = renderer_fingerprint()
+    manifest = _read_manifest(site_dir, renderer)
+    roots = tuple(runs_roots)
+    sources: dict[str, Any] = {}
+    found = []
+    for path in paths:
+        try:
+            sha = hashlib.sha256(path.read_bytes()).hexdigest()
+        except OSError as exc:
+            raise FindingError(f"{path}: cannot read: {exc.strerror or exc}") from None
+        summary = manifest["sources"].get(sha) or _summary(load_finding(path))
+        sources[sha] = summary
+        found.append((path, sha, summary))
+    folders = folder_names([summary["id"] for _, _, summary in found])
+    page_links = {summary["id"]: f"../{folder}/index.html" for (_, _, summary), folder in zip(found, folders)}
+    pages: dict[str, Any] = {}
+    tasks: list[PageTask] = []
+    kept: list[str] = []
+    old_pages = manifest["pages"]
+    for (path, sha, summary), folder in zip(found, folders):
+        links = {r: page_links[r] for r in summary["entry"]["related_ids"] if r in page_links}
+        key = hashlib.sha256(json.dumps([renderer, sha, folder, path.name, links, run_files_digest(
+            summary["run_folders"], path, roots, cwd)], sort_keys=True).encode()).hexdigest()
+        old = old_pages.get(folder)
+        if old and old["key"] == key and all((site_dir / folder / name).is_file() for name in old["files"]):
+            pages[folder] = old
+            kept.append(folder)
+        else:
+            pages[folder] = {"key": key, "files": []}
+            tasks.append(PageTask(path, folder, links, roots, cwd, Path()))
+    written_before = {f"{folder}/{name}" for folder, page in old_pages.items() for name in page["files"]}
+    written_before |= {"index.html", SITE_MANIFEST}
+    index_links = {summary["id"]: f"{folder}/index.html" for (_, _, summary), folder in zip(found, folders)}
+    entries = [linked_entry(summary["entry"], folder, {r: index_links[r] for r in summary["entry"]["related_ids"]
+                                                       if r in index_links})
+               for (_, _, summary), folder in zip(found, folders)]
+    try:
+        site_dir.parent.mkdir(parents=True, exist_ok=True)
+        building = Path(tempfile.mkdtemp(prefix=f".{site_dir.name}.building-", dir=site_dir.parent))
+    except OSError as exc:
+        raise OutputError(f"{site_dir}: cannot write the site: {exc.strerror or exc}") from None
+    try:
+        os.chmod(building, 0o777 & ~current_umask())  # mkdtemp makes it owner-only; a site is for reading
+        if site_dir.is_dir():
+            for old_file in site_dir.rglob("*"):
+                relative = old_file.relative_to(site_dir).as_posix()
+                folder = relative.split("/", 1)[0]
+                if old_file.is_dir() and not old_file.is_symlink():
+                    continue
+                if folder in kept or relative not in written_before:  # a kept page, or a file no build wrote
+                    _carry(old_file, building / relative)
+        tasks = [dataclasses.replace(task, out=building) for task in tasks]
+        for folder, names in _render_all(tasks, jobs).items():
+            pages[folder]["files"] = names
+        (building / "index.html").write_bytes(index_html(entries, generator=GENERATOR).encode("utf-8"))
+        document = {"schema": SITE_SCHEMA, "renderer": renderer, "sources": sources, "pages": pages}
+        (building / SITE_MANIFEST).write_text(json.dumps(document, sort_keys=True), encoding="utf-8")
+        _replace_folder(building, site_dir)
+    except OSError as exc:
+        shutil.rmtree(building, ignore_errors=True)
+        raise OutputError(f"{site_dir}: cannot write the site: {exc.strerror or exc} (the site there is "
+                          "unchanged)") from None
+    except BaseException:
+        shutil.rmtree(building, ignore_errors=True)
+        raise
+    return SiteBuild((site_dir / "index.html").absolute(), tuple(t.folder for t in tasks), tuple(kept))
+
+
+def _replace_folder(new: Path, target: Path) -> None:
+    """Move the built folder into the target's place: the old one aside, the new one in, the old one gone."""
+    if not target.exists():
+        os.rename(new, target)
+        return
+    aside = Path(tempfile.mkdtemp(prefix=f".{target.name}.old-", dir=target.parent))
+    os.rename(target, aside / target.name)
+    try:
+        os.rename(new, target)
+    except OSError:
+        os.rename(aside / target.name, target)  # put the old site back
+        aside.rmdir()
+        raise
+    shutil.rmtree(aside, ignore_errors=True)
