@@ -5,37 +5,28 @@ argv is a list and never passes through a shell; each placeholder fills exactly 
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import re
 import select
 import shutil
 import signal
-import stat
 import subprocess
 import sys
 import time
-import tomllib
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from gatekit.driver import (ENV_ARM, ENV_RESULT, ENV_RUN, ENV_RUN_DIR, ArmInput, RunRequest, reap_group_zombies,
-                            signals_deferred, stop_run_processes)
-from gatekit.errors import ConfigError
+from gatekit.driver import (ENV_ARM, ENV_RESULT, ENV_RUN, ENV_RUN_DIR, MAX_RESULT_BYTES, MAX_TOML_BYTES, ArmInput,
+                            RunRequest, read_document, read_run_file, reap_group_zombies, signals_deferred,
+                            stop_run_processes)
+from gatekit.errors import ConfigError, RunFileError
 from gatekit.records import CheckResult, RunOutcome
 
 PLACEHOLDERS = ("arm_config", "python", "arm", "run", "run_dir", "result")
 _PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
 KILL_GRACE_S = 5.0
-MAX_RESULT_BYTES = 64 << 20  # a result file is a few KB; anything this large is not one
 MAX_LOG_SCAN_BYTES = 16 << 20  # metric regexes search at most the last 16 MiB of each log
-MAX_NESTING = 64  # deeper result documents are refused before a parser can recurse that far
-# TOML parsers take time quadratic in the parts of one dotted key (40 000 parts: 9 s); results in TOML are
-# small, so they are capped in size and counted (keys, parts of a key) before parsing. JSON parses linearly.
-MAX_TOML_RESULT_BYTES = 1 << 20
-MAX_KEY_PARTS = MAX_NESTING
-MAX_RESULT_KEYS = 100_000
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
@@ -300,135 +291,19 @@ def _finite(value: Any) -> float | None:
     return number if math.isfinite(number) else None
 
 
-# A string, or an unterminated one to the end: it always matches, so the pass stays linear.
-_JSON_STRING = re.compile(r'"(?:[^"\\]|\\.)*"?', re.DOTALL)
-_BRACKET = re.compile(r"[\[\]{}]")
-
-
-def _json_depth(text: str) -> int:
-    """The deepest bracket nesting of a JSON document, strings skipped (a regex pass, fast on 64 MiB)."""
-    depth = deepest = 0
-    for match in _BRACKET.finditer(_JSON_STRING.sub('""', text)):
-        if match.group() in "[{":
-            depth += 1
-            deepest = max(deepest, depth)
-        else:
-            depth = max(depth - 1, 0)
-    return deepest
-
-
-def _toml_shape(text: str) -> tuple[int, int, int]:
-    """(deepest bracket nesting, most parts in one dotted key or table header, number of keys) of a TOML
-    document, in one linear pass that skips strings and comments, so brackets inside a string value
-    count for nothing. Checked before parsing: no parser recurses or goes quadratic on what passes."""
-    depth = deepest = parts = most_parts = keys = 0
-    stack: list[str] = []  # open "[" (arrays) and "{" (tables) of values
-    in_key = True  # a TOML line begins with a key (or a table header)
-    header = False
-    i, size = 0, len(text)
-    while i < size:
-        char = text[i]
-        if char in "\"'":
-            triple = text.startswith(char * 3, i)
-            end = char * 3 if triple else char
-            i += len(end)
-            while i < size and not text.startswith(end, i):
-                if char == '"' and text[i] == "\\":
-                    i += 1
-                elif not triple and text[i] == "\n":
-                    break
-                i += 1
-            i += len(end)
-            continue
-        if char == "#":
-            newline = text.find("\n", i)
-            i = size if newline < 0 else newline
-            continue
-        if char == "\n" and not stack:
-            in_key, header, parts = True, False, 0
-        elif (in_key or header) and char == ".":
-            parts += 1
-            most_parts = max(most_parts, parts + 1)
-        elif in_key and not stack and char == "[" and not header:
-            header, in_key, parts = True, False, 0  # [table] or [[array of tables]]: not a value bracket
-        elif header and char == "]":
-            header = False
-        elif header:
-            pass
-        elif char in "[{":
-            stack.append(char)
-            depth = len(stack)
-            deepest = max(deepest, depth)
-            in_key, parts = char == "{", 0
-        elif char in "]}":
-            if stack:
-                stack.pop()
-            in_key = False
-        elif char == "," and stack and stack[-1] == "{":
-            in_key, parts = True, 0
-        elif char == "=" and in_key:
-            in_key, keys = False, keys + 1
-        i += 1
-    return deepest, most_parts, keys
-
-
-def _read_regular_file(path: Path, limit: int) -> bytes | str:
-    """The bytes of a regular file of at most `limit` bytes, or why it cannot be read.
-
-    Opened without blocking and checked after opening, so a FIFO, a device or a symlink to /dev/zero
-    cannot hang or flood gatekit, and a file that grows after the check is still read only up to limit.
-    """
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
-    except FileNotFoundError:
-        return b""
-    except OSError as exc:
-        return f"result file {path} cannot be opened: {exc.strerror or exc}"
-    info = os.fstat(fd)
-    if not stat.S_ISREG(info.st_mode):
-        os.close(fd)
-        return f"result file {path} is not a regular file"
-    with os.fdopen(fd, "rb") as handle:
-        if info.st_size > limit:
-            return f"result file {path} is larger than {limit >> 20} MiB"
-        data = handle.read(limit + 1)
-    if len(data) > limit:
-        return f"result file {path} is larger than {limit >> 20} MiB"
-    return data
-
-
 def read_result(path: Path) -> tuple[dict[str, float], dict[str, Any], dict[str, Any], str]:
     """Parse a trainer's result file (JSON or TOML): metrics, config, trace and a problem ('' if none).
 
-    Never raises for anything a trainer can write: every defect is a problem string, which fails the run.
+    Never raises for anything a trainer can write: every defect is a problem string, which fails the run
+    (the bounds on what is read and parsed are gatekit's run-file reader's: `read_run_file`).
     Metrics are finite numbers only; others are listed in trace["gatekit_dropped_metrics"].
     """
-    raw = _read_regular_file(path, MAX_RESULT_BYTES)
-    if isinstance(raw, str):
-        return {}, {}, {}, raw
-    if not raw and not path.exists():
+    try:
+        data = read_document(path, MAX_RESULT_BYTES)
+    except RunFileError as exc:
+        return {}, {}, {}, f"result file {exc}"
+    if data is None:
         return {}, {}, {}, ""
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        return {}, {}, {}, f"result file {path} is not UTF-8 text: {exc}"
-    toml = not text.lstrip().startswith("{")
-    if toml and len(raw) > MAX_TOML_RESULT_BYTES:
-        return {}, {}, {}, (f"result file {path} is TOML larger than {MAX_TOML_RESULT_BYTES >> 20} MiB; write a "
-                            "large result as JSON")
-    deepest, key_parts, keys = _toml_shape(text) if toml else (_json_depth(text), 0, 0)
-    if deepest > MAX_NESTING:
-        return {}, {}, {}, f"result file {path} nests deeper than {MAX_NESTING} levels"
-    if key_parts > MAX_KEY_PARTS:
-        return {}, {}, {}, f"result file {path} has a dotted key or table name of more than {MAX_KEY_PARTS} parts"
-    if toml and keys > MAX_RESULT_KEYS:
-        return {}, {}, {}, f"result file {path} has more than {MAX_RESULT_KEYS} keys"
-    try:
-        data = tomllib.loads(text) if toml else json.loads(text)
-    except (json.JSONDecodeError, tomllib.TOMLDecodeError, RecursionError, ValueError) as exc:
-        return {}, {}, {}, f"result file {path} is neither JSON nor TOML: {exc}"
-    if not isinstance(data, dict):
-        return {}, {}, {}, f"result file {path}: top level must be a table/object"
     for key in ("metrics", "config", "trace"):
         if not isinstance(data.get(key, {}), dict):
             return {}, {}, {}, f"result file {path}: '{key}' must be a table/object"

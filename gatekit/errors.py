@@ -61,6 +61,14 @@ class VerificationError(GatekitError):
     exit_code = 3
 
 
+class RunFileError(GatekitError):
+    """A file a trainer left in a run folder cannot be read back safely (not a regular file, a link out of its
+    folder, too large, too deeply nested, too many values, not JSON or TOML); names the file. Its readers
+    turn it into a failed run or a note; one that reaches the user means the evidence is unusable."""
+
+    exit_code = 3
+
+
 # Exit codes that are not an error's own: a --fail-on condition met, and an invalid finding or series (the
 # same code as a verification failure).
 EXIT_FAIL_ON = 1

@@ -15,9 +15,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping
 
 from gatekit.distribution import install_hint
-from gatekit.errors import ConfigError, GatekitError, SeriesError, VerificationError
+from gatekit.errors import ConfigError, GatekitError, RunFileError, SeriesError, VerificationError
 from gatekit.provenance import sha256_file
 from gatekit.records import JOURNAL_SCHEMA, UNCHAINED_JOURNAL, journal_schema, schema_problem
+from gatekit.runfiles import MAX_RESULT_BYTES, read_run_file
 from gatekit.storage import (EMPTY_SHA256, LEGACY_JOURNAL_WARNING, Journal, SeriesLayout, atomic_write_text,
                              line_sha256)
 
@@ -25,6 +26,7 @@ if TYPE_CHECKING:  # the analysis (pandas) behind a finding loads only when a fi
     from gatekit.config import GateConfig
     from gatekit.finding import Finding
 
+MAX_RECORD_BYTES = 4 * MAX_RESULT_BYTES  # a run's record holds its result's data, indented
 SIGNATURE_SCHEMA = "gatekit.signature/1"
 # sections of a finding that are recomputed from the journal and must be equal (paths differ by machine)
 RECOMPUTED_SECTIONS = ("runs", "stats", "guards", "sensitivity", "verdict", "sequential", "duet")
@@ -152,11 +154,14 @@ def _file_sha256(path: Path, where: str) -> str:
 
 
 def _verify_record(path: Path, journal_path: Path, number: int, journaled: Mapping[str, Any]) -> None:
-    try:
-        written = json.loads(path.read_bytes())
-    except FileNotFoundError:
-        raise VerificationError(f"{path}: missing; journal line {number} records this run") from None
-    except (OSError, ValueError) as exc:
+    try:  # a run file like the others: a FIFO, a link out or a huge file in its place is refused, not read
+        raw = read_run_file(path, MAX_RECORD_BYTES)
+        if raw is None:
+            raise VerificationError(f"{path}: missing; journal line {number} records this run")
+        written = json.loads(raw)
+    except RunFileError as exc:
+        raise VerificationError(f"{exc}; journal line {number} records this run") from None
+    except (OSError, ValueError, RecursionError) as exc:
         raise VerificationError(f"{path}: unreadable ({exc}); journal line {number} records this run") from None
     difference = first_difference(written, journaled)
     if difference is not None:

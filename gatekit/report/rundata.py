@@ -14,15 +14,17 @@ from __future__ import annotations
 import csv
 import hashlib
 import io
-import json
-import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+from gatekit.errors import RunFileError
 from gatekit.finding import Finding
 from gatekit.report.common import is_number
+from gatekit.runfiles import MAX_RESULT_BYTES, parse_document, read_run_file
 from gatekit.storage import RunFolder
+
+MAX_SAMPLES_BYTES = 64 << 20  # a sample a second for a day is 9 MB
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,18 +120,10 @@ def parse_pressure_trace(text: str) -> tuple[tuple[float, float], ...]:
 def parse_result_trace(raw: bytes, source: str) -> tuple[tuple[float, ...], str]:
     """`trace.ms_per_iter` of a result file (JSON or TOML), and a note when present but unusable."""
     try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError:
-        return (), f"{source}: not UTF-8 text; its ms_per_iter trace is left out"
-    data: Any
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError:
-        try:
-            data = tomllib.loads(text)
-        except tomllib.TOMLDecodeError:
-            return (), f"{source}: neither JSON nor TOML; its ms_per_iter trace is left out"
-    trace = data.get("trace") if isinstance(data, Mapping) else None
+        data: Any = parse_document(raw, Path(source))
+    except RunFileError as exc:
+        return (), f"{exc}; its ms_per_iter trace is left out"
+    trace = data.get("trace")
     if not isinstance(trace, Mapping) or "ms_per_iter" not in trace:
         return (), ""
     values = trace["ms_per_iter"]
@@ -138,12 +132,14 @@ def parse_result_trace(raw: bytes, source: str) -> tuple[tuple[float, ...], str]
     return tuple(float(v) for v in values), ""
 
 
-def _read(path: Path) -> bytes | None:
-    """A file's bytes, or None when it is absent or unreadable (the page then says it is left out)."""
+def _read(path: Path, limit: int, shown: str) -> tuple[bytes | None, str]:
+    """A run file's bytes (None when absent), or a note naming it (`shown`) when it cannot be read safely."""
     try:
-        return path.read_bytes()
-    except OSError:
-        return None
+        return read_run_file(path, limit), ""
+    except RunFileError as exc:
+        return None, f"{shown}: {str(exc).removeprefix(f'{path}: ')}"
+    except OSError as exc:
+        return None, f"{shown}: cannot be read: {exc.strerror or exc}"
 
 
 def run_folders(finding: Finding) -> dict[str, str]:
@@ -193,9 +189,10 @@ def load_run_files(finding: Finding, finding_path: Path | None, runs_roots: Sequ
         load1: tuple[tuple[float, float], ...] = ()
         psi_cpu: tuple[tuple[float, float], ...] = ()
         files = RunFolder(folder)
-        samples = _read(files.samples)
+        samples, note = _read(files.samples, MAX_SAMPLES_BYTES, f"{relative}/{files.samples.name}")
         if samples is None:
-            notes.append(f"{relative}/{files.samples.name} is missing or unreadable; its load timeline is left out")
+            note = note or f"{relative}/{files.samples.name} is missing or unreadable"
+            notes.append(f"{note}; its load timeline is left out")
         else:
             text = samples.decode("utf-8", errors="replace")
             load1, note = parse_samples(text, f"{relative}/{files.samples.name}")
@@ -203,11 +200,11 @@ def load_run_files(finding: Finding, finding_path: Path | None, runs_roots: Sequ
             if note:
                 notes.append(note)
         ms: tuple[float, ...] = ()
-        result = _read(files.result)
+        result, note = _read(files.result, MAX_RESULT_BYTES, f"{relative}/{files.result.name}")
         if result is not None:
             ms, note = parse_result_trace(result, f"{relative}/{files.result.name}")
-            if note:
-                notes.append(note)
+        if note:
+            notes.append(note if result is not None else f"{note}; its ms_per_iter trace is left out")
         traces[label] = RunTrace(label=label, folder=relative, load1=load1, ms_per_iter=ms, psi_cpu=psi_cpu)
     if missing:
         shown = ", ".join(missing[:2]) + (f" and {len(missing) - 2} more" if len(missing) > 2 else "")

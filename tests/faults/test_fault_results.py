@@ -4,14 +4,17 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 import threading
 from pathlib import Path
 from typing import Any, Callable
 
 import pytest
 
-from gatekit_drivers.command import MAX_RESULT_BYTES, read_result
-from tests.conftest import gate_invoke
+from gatekit.runfiles import MAX_RESULT_BYTES, MAX_VALUES
+from gatekit_drivers.command import read_result
+from tests.conftest import gate_cli, gate_invoke
 from tests.faults.faultkit import events, fault_gate
 
 
@@ -31,12 +34,18 @@ RESULT_CASES: dict[str, tuple[Callable[[Path], None], str]] = {
     "huge": (_huge, "is larger than 64 MiB"),
     "fifo": (lambda p: os.mkfifo(p), "is not a regular file"),
     "directory": (lambda p: p.mkdir(), "is not a regular file"),
-    "symlink to /dev/zero": (lambda p: p.symlink_to("/dev/zero"), "is not a regular file"),
+    "symlink to /dev/zero": (lambda p: p.symlink_to("/dev/zero"),
+                             "is a symbolic link to /dev/zero, outside its run folder"),
+    "symlink in its folder to a FIFO": (lambda p: (os.mkfifo(p.with_name("fifo")), p.symlink_to("fifo")),
+                                        "is not a regular file (a FIFO)"),
     "json array": (_write('[{"metrics": {"train_elapsed_s": 1}}]'), "is neither JSON nor TOML"),
     "metrics not a table": (_write('{"metrics": [12.0]}'), "'metrics' must be a table/object"),
     "config not a table": (_write('{"metrics": {"train_elapsed_s": 1}, "config": "x"}'),
                            "'config' must be a table/object"),
     "nested too deep": (_write('{"trace": ' + "[" * 5000 + "]" * 5000 + "}"), "nests deeper than 64 levels"),
+    "100 000 deep": (_write('{"trace": ' + "[" * 100_000 + "]" * 100_000 + "}"), "nests deeper than 64 levels"),
+    "too many values": (_write('{"trace": {"x": [' + "{}," * MAX_VALUES + "{}]}}"),
+                        "holds more than 1 000 000 values"),
     "integer too long": (_write('{"metrics": {"train_elapsed_s": ' + "9" * 5000 + "}}"), "neither JSON nor TOML"),
 }
 
@@ -116,6 +125,54 @@ def _series(root: Path, arm: str, defects: dict[str, str], recorded: tuple[str, 
     return runs
 
 
+def test_a_result_linked_within_its_run_folder_is_read(tmp_path: Path) -> None:
+    (tmp_path / "metrics.json").write_text('{"metrics": {"train_elapsed_s": 12.5}}')
+    (tmp_path / "result").symlink_to("metrics.json")
+    assert read_result(tmp_path / "result") == ({"train_elapsed_s": 12.5}, {}, {}, "")
+
+
+PEAK_RSS = """
+import json, resource, sys
+from pathlib import Path
+resource.setrlimit(resource.RLIMIT_AS, (3 << 30, 3 << 30))  # the code before this fix took 5.5 GB: fail, not swap
+from gatekit_drivers.command import read_result
+try:
+    problem = read_result(Path(sys.argv[1]))[3]
+except MemoryError:
+    problem = "MemoryError"
+# VmHWM is this process image's own peak (ru_maxrss would carry over the larger parent it was forked from)
+peak_kb = next(int(line.split()[1]) for line in open("/proc/self/status") if line.startswith("VmHWM:"))
+print(json.dumps({"problem": problem, "peak_mb": peak_kb / 1024}))
+"""
+
+
+@pytest.mark.skipif(not Path("/proc/self/status").is_file(), reason="reads the peak RSS from /proc (Linux)")
+@pytest.mark.parametrize("shape, megabytes, refused", [
+    ("empty tables", 60, True), ("short strings", 60, True), ("empty arrays", 20, True), ("one string", 60, False)])
+def test_a_huge_result_is_refused_or_parsed_in_memory_proportional_to_it(tmp_path: Path, shape: str,
+                                                                         megabytes: int, refused: bool) -> None:
+    """Issue 19, point 11: a 20 MB JSON result peaked at 2.7 GB RSS, and 60 MB died with MemoryError at 5.5 GB
+    in the nesting check (it built a copy of the text in pieces). The document is now measured in its bytes
+    before it is parsed: millions of values are refused at once, a few large ones parse in a few times the
+    file's size. Peak RSS of a fresh process that reads it, under 1 GB."""
+    size = megabytes * 1_000_000
+    item = {"empty tables": b"{},", "short strings": b'"ab",', "empty arrays": b"[],", "one string": b"a"}[shape]
+    body = item * (size // len(item))
+    document = (b'{"metrics": {"train_elapsed_s": 1.5}, "trace": {"x": "' + body + b'"}}' if shape == "one string"
+                else b'{"metrics": {"train_elapsed_s": 1.5}, "trace": {"x": [' + body + b'0]}}')
+    path = tmp_path / "result"
+    path.write_bytes(document)
+    del body, document
+    done = subprocess.run([sys.executable, "-c", PEAK_RSS, str(path)], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    read = json.loads(done.stdout)
+    if refused:
+        assert read["problem"] == f"result file {path}: holds more than 1 000 000 values"
+    else:
+        assert read["problem"] == ""
+    assert read["peak_mb"] < 1024, read
+
+
 def test_defective_primary_metrics_fail_their_runs_end_to_end(tmp_path: Path) -> None:
     runs = _series(tmp_path / "g", "off", {
         "off-r1": '{"metrics": {"train_elapsed_s": 12.',
@@ -141,3 +198,34 @@ def test_hostile_result_paths_fail_their_runs_end_to_end(tmp_path: Path) -> None
     assert "primary metric 'train_elapsed_s' missing" in runs["on-r2"]["reason"]
     assert "is not a regular file" in runs["on-r3"]["reason"]
     assert "is neither JSON nor TOML" in runs["on-r4"]["reason"]
+
+
+def test_reports_sites_and_campaigns_read_hostile_run_files_within_bounds(tmp_path: Path) -> None:
+    """Issue 19, point 9: a failed, retried run leaves a `result` that is 100 000-deep JSON (the report died with
+    RecursionError), a link to /dev/zero (MemoryError) or a FIFO (a hang); in a campaign the deep result gave
+    exit 1 (the 'fail-on met' code) for an adopted gate, and no site. Every re-read goes through the run-file
+    reader: the campaign, `gate site` and `gate report` finish (real processes, each with a timeout), and the
+    page names each file it left out and why."""
+    deep = '{"trace": {"ms_per_iter": ' + "[" * 100_000 + "]" * 100_000 + "}}"
+    fault_gate(tmp_path / "g", gate={"n": 4},
+               on={"result_text": {"on-r1": deep}, "result_kind": {"on-r2": "devzero", "on-r3": "fifo"}})
+    (tmp_path / "campaign.toml").write_text('[campaign]\nid = "hostile"\nout = "findings"\nruns = "runs"\n'
+                                            '[[gates]]\ngate = "g/gate.toml"\noff = "off"\non = "on"\n'
+                                            'resources = { gpus = 0 }\n')
+    done = gate_cli("campaign", "campaign.toml", cwd=tmp_path, timeout=600)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "01-fixture-off-on: adopted" in done.stdout
+    site = Path(next(line for line in done.stdout.splitlines() if line.startswith("site: ")).split(": ", 1)[1])
+    (finding,) = (tmp_path / "findings").glob("*.json")
+    assert site.is_file()
+    report = gate_cli("report", str(finding), "--html", str(tmp_path / "html"), "--md", str(tmp_path / "r.md"),
+                      cwd=tmp_path, timeout=300)
+    assert report.returncode == 0, report.stderr
+    again = gate_cli("site", str(tmp_path / "findings"), "-o", str(tmp_path / "site"), cwd=tmp_path, timeout=300)
+    assert again.returncode == 0, again.stderr
+    for page in (site.parent / finding.stem / "index.html", tmp_path / "html" / finding.stem / "index.html",
+                 tmp_path / "site" / finding.stem / "index.html"):
+        text = page.read_text()
+        assert "on-r1/result: nests deeper than 64 levels; its ms_per_iter trace is left out" in text, page
+        assert "on-r2/result: is a symbolic link to /dev/zero, outside its run folder" in text
+        assert "on-r3/result: is not a regular file (a FIFO); its ms_per_iter trace is left out" in text
