@@ -5,6 +5,7 @@ argv is a list and never passes through a shell; each placeholder fills exactly 
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import re
@@ -17,9 +18,8 @@ import time
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from gatekit.driver import (ENV_ARM, ENV_RESULT, ENV_RUN, ENV_RUN_DIR, MAX_RESULT_BYTES, MAX_TOML_BYTES, ArmInput,
-                            RunRequest, read_document, read_run_file, reap_group_zombies, signals_deferred,
-                            stop_run_processes)
+from gatekit.driver import (ENV_ARM, ENV_RESULT, ENV_RUN, ENV_RUN_DIR, MAX_RESULT_BYTES, ArmInput, RunRequest,
+                            read_document, read_run_file, reap_group_zombies, signals_deferred, stop_run_processes)
 from gatekit.errors import ConfigError, RunFileError
 from gatekit.records import CheckResult, RunOutcome
 
@@ -27,6 +27,7 @@ PLACEHOLDERS = ("arm_config", "python", "arm", "run", "run_dir", "result")
 _PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
 KILL_GRACE_S = 5.0
 MAX_LOG_SCAN_BYTES = 16 << 20  # metric regexes search at most the last 16 MiB of each log
+MIN_SEARCH_S = 2.0  # the metric search's own time when the trainer used (nearly) all of the run's
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
@@ -161,28 +162,98 @@ class CommandDriver:
             return RunOutcome(exit_code=None, process_wallclock_s=wallclock, timed_out=True, trace=stopped,
                               error=f"timed out after {request.timeout_s:g} s; process group killed")
         metrics, config, trace, problem = read_result(request.result_path)
-        metrics = {**self._regex_metrics(request), **metrics}
+        searched, search_problem = self._regex_metrics(request, request.timeout_s - (time.perf_counter() - started))
+        metrics = {**searched, **metrics}
         trace = {**trace, **stopped}  # kept visible: the trainer left processes outside its process group
-        error = problem
+        error = problem or search_problem
         if exit_code != 0:
             error = f"exit code {exit_code}" + (f" ({_signal_name(exit_code)})" if exit_code and exit_code < 0 else "")
         return RunOutcome(exit_code=exit_code, process_wallclock_s=wallclock, metrics=metrics,
                           config=config, trace=trace, error=error)
 
-    def _regex_metrics(self, request: RunRequest) -> dict[str, float]:
-        found: dict[str, float] = {}
+    def _regex_metrics(self, request: RunRequest, seconds_left: float) -> tuple[dict[str, float], str]:
+        """The regex metrics found in the tails of the run's logs (stdout first, then stderr; the first group,
+        a finite number), and a problem ('' if none). The logs are read like every run file (a FIFO in a
+        log's place is a problem, never opened for a blocking read); the regexes run in a child process that
+        is killed when the run's time is up (`seconds_left`, at least MIN_SEARCH_S): one long line can make
+        a lazy pattern backtrack for minutes, and Python's `re` cannot be interrupted."""
         if not self.metrics:
-            return found
-        texts = [_read_tail(request.stdout_path), _read_tail(request.stderr_path)]
-        for metric, pattern in self.metrics.items():
-            for text in texts:
-                match = pattern.search(text)
-                if match:
-                    value = _number(match.group(1))
-                    if value is not None:
-                        found[metric] = value
-                    break
-        return found
+            return {}, ""
+        texts = []
+        for path in (request.stdout_path, request.stderr_path):
+            try:
+                raw = read_run_file(path, MAX_LOG_SCAN_BYTES, tail=True)
+            except RunFileError as exc:
+                return {}, f"log {exc}"
+            texts.append((raw or b"").decode("utf-8", errors="replace"))
+        found = _search_in_child(self.metrics, texts, max(seconds_left, MIN_SEARCH_S))
+        names = ", ".join(self.metrics)
+        if found is None:
+            return {}, (f"metric regexes ({names}) did not finish within the run's timeout "
+                        f"({request.timeout_s:g} s) over the last {MAX_LOG_SCAN_BYTES >> 20} MiB of its logs; "
+                        "a pattern like `.*?` before a number can backtrack for minutes on one long line")
+        if isinstance(found, str):
+            return {}, f"metric regexes ({names}) could not be searched: {found}"
+        return {metric: value for metric, text in found.items() if (value := _number(text)) is not None}, ""
+
+
+def first_groups(patterns: Mapping[str, re.Pattern[str]], texts: Sequence[str]) -> dict[str, str | None]:
+    """{metric: the first group of the first match of its pattern, in the first text that has one}."""
+    found: dict[str, str | None] = {}
+    for metric, pattern in patterns.items():
+        for text in texts:
+            match = pattern.search(text)
+            if match:
+                found[metric] = match.group(1)
+                break
+    return found
+
+
+def _search_in_child(patterns: Mapping[str, re.Pattern[str]], texts: Sequence[str],
+                     timeout_s: float) -> dict[str, str | None] | str | None:
+    """`first_groups` computed in a forked child process, which is killed after `timeout_s` (None then; a
+    string says why a child that ended gave no answer).
+
+    A fork (about 5 ms; starting an interpreter took 30) shares the compiled patterns and the texts; the
+    child only searches, writes the answer to a pipe and leaves with os._exit, so it needs no lock that
+    another thread of the gate (the sampler) could have held when it was forked.
+    """
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child
+        status = 1
+        try:
+            for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):  # the gate's handlers are not its own
+                signal.signal(sig, signal.SIG_DFL)
+            os.close(read_end)
+            view = memoryview(json.dumps(first_groups(patterns, texts)).encode("utf-8"))
+            while view:
+                view = view[os.write(write_end, view):]
+            status = 0
+        finally:
+            os._exit(status)
+    os.close(write_end)
+    chunks: list[bytes] = []
+    answered = False
+    try:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            ready, _, _ = select.select([read_end], [], [], max(0.0, deadline - time.monotonic()))
+            if not ready:
+                return None
+            chunk = os.read(read_end, 1 << 16)
+            if not chunk:
+                break
+            chunks.append(chunk)
+        answered = True
+    finally:  # on a timeout or an interrupt too: the child never outlives this call
+        os.close(read_end)
+        if not answered:
+            os.kill(pid, signal.SIGKILL)
+        _, status = os.waitpid(pid, 0)
+    if status != 0:
+        return f"the search process ended with status {status}"
+    return json.loads(b"".join(chunks))
 
 
 def _wait_for_exit(proc: subprocess.Popen[bytes], timeout_s: float) -> bool:
@@ -252,18 +323,6 @@ def _signal_name(code: int) -> str:
         return signal.Signals(-code).name
     except ValueError:
         return f"signal {-code}"
-
-
-def _read_tail(path: Path, limit: int = MAX_LOG_SCAN_BYTES) -> str:
-    """A log's text, or its last `limit` bytes when it is larger (metrics are printed at the end)."""
-    try:
-        with path.open("rb") as handle:
-            size = os.fstat(handle.fileno()).st_size
-            if size > limit:
-                handle.seek(size - limit)
-            return handle.read(limit).decode("utf-8", errors="replace")
-    except OSError:
-        return ""
 
 
 def _number(value: Any) -> float | None:

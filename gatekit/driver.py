@@ -27,7 +27,7 @@ from gatekit.distribution import install_hint  # noqa: F401  (the pip command na
 from gatekit.processes import processes_in_run_dirs, reap_group_zombies, stop_pids, stop_run_processes  # noqa: F401
 from gatekit.signals import signals_deferred  # noqa: F401
 # and reading back what a trainer left in its run folder, within bounds (a FIFO, a link out, a huge or deep file)
-from gatekit.runfiles import MAX_RESULT_BYTES, MAX_TOML_BYTES, read_document, read_run_file  # noqa: F401
+from gatekit.runfiles import MAX_RESULT_BYTES, read_document, read_run_file  # noqa: F401
 
 DRIVER_GROUP = "gatekit.drivers"
 BACKEND_GROUP = "gatekit.backends"
