@@ -5,9 +5,10 @@ log(1 + effect)·[i ≥ culprit] + σ·ε, σ = sqrt(log(1 + CV²)), ε standard
 counted as a run, the endpoints' and the references' included.
 
 - gatekit: the endpoints as a classic gate (n pairs GOOD/BAD; the bisect goes on only if the classic rule
-  shows a change either way), then rounds of up to `max_parallel` probes, each one pair (a run of the probed
-  commit beside a run of GOOD), chosen and judged by `posterior`, until one commit holds `confidence` of the
-  posterior or the budget is spent (then the most likely commit is its answer).
+  shows a change either way; when it does not, once, n more pairs and the rule judges all 2n), then rounds
+  of up to `max_parallel` probes, each one pair (a run of the probed commit beside a run of GOOD), chosen
+  and judged by `posterior`, until one commit holds `confidence` of the posterior or the budget is spent
+  (then the most likely commit is its answer).
 - Pinpoint-style baseline (Chromium's Pinpoint, as its documentation and code describe it): 10 runs at each
   probed commit, unpaired; adjacent probed commits compared by p = min(Kolmogorov–Smirnov, Mann–Whitney U):
   different below 0.01, the same above `BASELINE_HIGH_P`, unknown between (10 more runs at both, up to
@@ -105,11 +106,16 @@ def _gatekit_once(scenario: BisectScenario, machine: _Machine) -> tuple[int | No
     n = scenario.commits
     good = machine.log_runs(0, scenario.endpoint_pairs)
     bad = machine.log_runs(n, scenario.endpoint_pairs)
+    rounds = 1
     if not endpoints_differ(good, bad):
-        return None, 1, False
+        # one preregistered extension, no chain: n more pairs, and the rule judges all 2n
+        good = np.concatenate([good, machine.log_runs(0, scenario.endpoint_pairs)])
+        bad = np.concatenate([bad, machine.log_runs(n, scenario.endpoint_pairs)])
+        rounds = 2
+        if not endpoints_differ(good, bad):
+            return None, rounds, False
     pairs = [Pair(n, 0, float(b - g)) for g, b in zip(good, bad)]
     probeable = range(1, n)
-    rounds = 1
     while True:
         probabilities = posterior(pairs, n)
         if probabilities.max() >= scenario.confidence:
