@@ -20,7 +20,7 @@ from gatekit.prereg import DecisionSpec
 from gatekit.records import RunRecord, startup_overhead_s
 from gatekit.report.narrative import narrative
 from gatekit.schedule import WARMUP_ROUND, needs_seed, order_seed
-from gatekit.verdict import Decision, Verdict, decide, evaluate_guard
+from gatekit.verdict import Decision, Verdict, decide, evaluate_guard, next_step
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,7 +157,7 @@ def assess(evidence: SeriesEvidence) -> Assessment:
     off = used.loc[used["arm"] == off_arm, "value"].tolist()
     on = used.loc[used["arm"] == on_arm, "value"].tolist()
     if len(off) < 2 or len(on) < 2:
-        invalid.append(f"fewer than two used runs in an arm (off {len(off)}, on {len(on)})")
+        invalid.append(too_few_used_reason(table, len(off), len(on)))
     mean_off, mean_on = stats.mean(off), stats.mean(on)
     sigma_off_pct, sigma_on_pct = stats.relative_sd_pct(off), stats.relative_sd_pct(on)
     delta = stats.delta_pct(mean_off, mean_on) if off and on else math.nan
@@ -202,10 +202,32 @@ def assess(evidence: SeriesEvidence) -> Assessment:
     decided = policy.decide(classic, table, records, off_arm=off_arm, on_arm=on_arm, primary=spec.primary,
                             direction=spec.direction, guards=spec.guards, floor_pct=spec.threshold.floor_pct,
                             warnings=warnings)
+    busy = bool((table["load_evidence"] & ~table["failed"]).any())
+    step = next_step(decided.verdict.decision, busy=busy)
+    if step and step not in decided.verdict.reasons:
+        decided = dataclasses.replace(decided, verdict=dataclasses.replace(
+            decided.verdict, reasons=(*decided.verdict.reasons, step)))
     figures = Stats(n_off=len(off), n_on=len(on), mean_off=mean_off, mean_on=mean_on, sigma_off_pct=sigma_off_pct,
                     sigma_on_pct=sigma_on_pct, delta_pct=delta, threshold_pct=threshold,
                     pairs_consistent=f"{better}/{len(pairs)}", **diag.to_dict())
     return Assessment(table, decided, figures, guard_rows, tuple(sensitivity), max_z)
+
+
+def too_few_used_reason(table: pd.DataFrame, n_off: int, n_on: int) -> str:
+    """Why an arm has fewer than two used runs, with the cause: the machine was busy (runs flagged by load or
+    telemetry evidence, and no replacement left), the trainer failed, or both — counted over every run."""
+    total = len(table)
+    flagged, kinds = rules.flagged_summary(table)
+    failed = int(table["failed"].sum())
+    causes = []
+    if flagged:
+        causes.append(("the machine was busy: " if 2 * flagged >= total else "")
+                      + f"{flagged} of {total} runs flagged" + (f" by {kinds}" if kinds else "")
+                      + ", and no replacement left")
+    if failed:
+        causes.append(f"{failed} of {total} runs failed")
+    return (f"fewer than two used runs in an arm (off {n_off}, on {n_on})"
+            + (": " + "; ".join(causes) if causes else ""))
 
 
 def analyze(evidence: SeriesEvidence) -> Finding:

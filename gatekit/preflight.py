@@ -6,7 +6,7 @@ import json
 import platform
 import re
 from pathlib import Path
-from typing import Sequence
+from typing import Mapping, Sequence
 
 import psutil
 
@@ -114,6 +114,24 @@ def check_load(config: GateConfig, load1: float) -> CheckResult:
                        + ("" if ok else "; wait for the machine to calm down"))
 
 
+def check_pressure(config: GateConfig, reading: Mapping[str, object]) -> list[CheckResult]:
+    """The CPU's pressure stall over the last 10 s (Linux /proc/pressure/cpu `some avg10`), where the OS has it,
+    so a calm load1 does not hide a machine whose runs the pressure evidence would flag. Reported, never a
+    refusal: a 10 s average is not the run window the preregistered rule judges."""
+    stall = reading.get("psi_cpu_avg10")
+    if not isinstance(stall, (int, float)) or isinstance(stall, bool):
+        return []  # no pressure-stall information on this OS: nothing to show
+    limit, evidence = config.rules.psi_limit_pct, config.rules.evidence
+    over = stall > limit
+    detail = (f"cpu stall {stall:.1f} % of the last 10 s {'>' if over else '≤'} rules.psi_limit_pct {limit:g} %")
+    if evidence not in ("psi", "any"):
+        detail += f" (not evidence here: rules.evidence = \"{evidence}\")"
+    elif over:
+        detail += (f"; runs started now would be flagged (rules.evidence = \"{evidence}\"): wait for the machine "
+                   "to calm down")
+    return [CheckResult("CPU pressure", True, detail)]
+
+
 def check_history(config: GateConfig) -> list[CheckResult]:
     """sigma_ref = "history" without an explicit σ needs a calibration of this machine."""
     rules = config.rules
@@ -142,7 +160,9 @@ def run_checks(config: GateConfig, arms: Sequence[ArmSpec], driver: Driver, back
     checks += [check_arm_config(arm) for arm in arms]
     checks += check_artifacts(config.driver.hash)
     checks += driver.preflight([arm_input(arm) for arm in arms])
-    checks += [check_busy(config), check_power(), check_load(config, float(read_load()["load1"]))]  # type: ignore[arg-type]
+    reading = read_load()
+    checks += [check_busy(config), check_power(), check_load(config, float(reading["load1"]))]  # type: ignore[arg-type]
+    checks += check_pressure(config, reading)
     if backend is not None:
         checks.append(CheckResult("backend", True, f"{backend.name} ({backend.detail})"))
         checks += backend.backend.preflight() if config.duet is None else check_slots(config, backend)

@@ -113,6 +113,8 @@ def stated_rules(spec: DecisionSpec) -> list[str]:
         "Stop rule: when the first run of each arm fails the same way (the same reason), the trainer fails "
         "whatever the arm; the series stops there as invalid. A failed run that no retry is left for stops it "
         "as invalid too.",
+        "Whatever the policy, an arm left with fewer than two used runs (its runs flagged or failed and no "
+        "replacement left) makes the series invalid, not inconclusive: there is nothing to decide on.",
         "Pair consistency counts rounds where on is better than off; ties count as not better.",
     ]
     if r.sigma_ref == "arm":

@@ -13,6 +13,7 @@ by the policies): load1, pressure stall (psi), CPU steal, or any of them.
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
@@ -242,6 +243,31 @@ def classify(table: pd.DataFrame, rules: RulesSpec, replaced: Mapping[int, Repla
             out.loc[index, "contaminated"] = bool(flagged.get("contaminated", False))
     out["deviant"] = out["z"] > rules.sigma_k
     return settle_pairs(out, replaced, lambda index, row: _problem(row, rules), "failed or contaminated")
+
+
+def evidence_kinds(reason: str) -> list[str]:
+    """The kinds of evidence a flagged run's reason names, its numbers dropped, so runs can be counted by
+    kind: "flagged: cpu pressure stall 42.0 % > 20 %; pair re-run as r5" → ["cpu pressure stall"]; the
+    classic "contaminated: load1 max 9.00 and 3.20σ > 3σ" → ["load1 max"] (the deviation is no kind)."""
+    evidence = reason.split(": ", 1)[-1].split("; pair re-run")[0]
+    kinds = []
+    for part in re.split(r" and |; ", evidence):
+        kind = re.split(r"(?<![A-Za-z_])[-+]?\d", part, maxsplit=1)[0].strip(" ,:")  # load1 keeps its 1
+        if kind and kind not in kinds:
+            kinds.append(kind)
+    return kinds
+
+
+def flagged_summary(classified: pd.DataFrame) -> tuple[int, str]:
+    """How many runs load or telemetry evidence took out (contaminated or flagged, failures aside), and by
+    which kinds, most frequent first: (16, "load1 mean per core on 16")."""
+    flagged = classified[classified["contaminated"] & ~classified["failed"]]
+    counts: dict[str, int] = {}
+    for reason in flagged["reason"]:
+        for kind in evidence_kinds(str(reason)):
+            counts[kind] = counts.get(kind, 0) + 1
+    kinds = ", ".join(f"{kind} on {count}" for kind, count in sorted(counts.items(), key=lambda kv: -kv[1]))
+    return len(flagged), kinds
 
 
 def settle_pairs(out: pd.DataFrame, replaced: Mapping[int, Replacement],

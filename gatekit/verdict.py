@@ -90,6 +90,25 @@ def too_noisy_reason(smallest_pct: float, mde_pct: float | None = None, basis: s
             f"({basis}){mde}")
 
 
+# What to do after a verdict that could not decide: the words every policy's inconclusive or invalid verdict ends
+# with, so a reader is never left with "inconclusive" alone.
+QUIETER_MACHINE = ("run the gate again when the machine is quieter, or on another machine (`gate check` shows "
+                   "its load and CPU pressure now)")
+MORE_RUNS = ("`gate calibrate` measures this machine's noise and `gate plan` the runs per arm that noise needs; "
+             "run again with that `--n`")
+
+
+def next_step(decision: Decision, *, busy: bool) -> str | None:
+    """The last reason of a verdict that could not decide: what to try next; `busy` when runs were flagged by
+    load or pressure evidence. None for a decided verdict, and for an invalid one whose cause is not the
+    machine (its own reasons say what to fix: the trainer, a changed file, a missing window)."""
+    if decision is Decision.INCONCLUSIVE:
+        return f"next step: {MORE_RUNS}" + (f"; or {QUIETER_MACHINE}" if busy else "")
+    if decision is Decision.INVALID and busy:
+        return f"next step: {QUIETER_MACHINE}; {MORE_RUNS}"
+    return None
+
+
 @dataclass(frozen=True, slots=True)
 class GuardResult(Record):
     """A quality guard evaluated on the used runs: delta = mean_on − mean_off (absolute units)."""

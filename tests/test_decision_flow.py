@@ -132,3 +132,65 @@ def test_a_loaded_machine_stops_the_series_before_anything_runs(tmp_path: Path) 
     calm, driver = _series(tmp_path / "calm", {"runs": _runs(SEED_OFF)}, {"runs": _runs(SEED_ON)},
                            rules={"load_limit": 6.0})
     assert len(driver.log) == 6 and calm.finding.decision == "adopted"
+
+
+class _BusyMachine:
+    """A load reader for a machine loaded in every run window (1000 per core) but calm at the preflight."""
+
+    def __call__(self, label: str) -> Any:
+        load = 1.0 if label == "preflight" else 1000.0
+        return lambda: {"load1": load, "load5": load, "load15": load}
+
+
+def test_a_busy_machine_that_flags_every_run_is_invalid_and_says_why_and_what_next(tmp_path: Path) -> None:
+    from gatekit.report.terminal import summary
+    from gatekit.verdict import MORE_RUNS, QUIETER_MACHINE
+    gate = fake_gate("busy", "Busy machine", ["ssim_reduce"], rules={"load_per_core_limit": 1.0, "evidence": "load1"})
+    del gate["gate"]["n"], gate["gate"]["order"]
+    gate["gate"]["policy"] = "sequential"
+    write_toml(tmp_path / "gate.toml", gate)
+    for arm, value in (("off", 10.0), ("on", 9.0)):
+        write_toml(tmp_path / f"{arm}.toml", {"config": {"ssim_reduce": arm}, "runs": {
+            f"{arm}-r{k}": {"train_elapsed_s": value + 0.01 * (k % 3), "psnr_db": 30.0} for k in range(1, 13)}})
+    config = load_gate(tmp_path / "gate.toml")
+    driver = FakeDriver()
+    finding = SeriesRunner(config, config.arms["off"], config.arms["on"], driver=driver,
+                           load_reader_for=_BusyMachine()).start().finding
+    assert len(driver.log) == 16  # look 1's 8 runs and their 8 replacements, all flagged
+    assert finding.decision == "invalid"
+    assert finding.verdict.reasons == (
+        "fewer than two used runs in an arm (off 0, on 0): the machine was busy: 16 of 16 runs flagged by load1 "
+        "mean per core on 16, and no replacement left",
+        f"next step: {QUIETER_MACHINE}; {MORE_RUNS}")
+    shown = summary(finding)
+    assert "guard psnr_db: not evaluated (metric missing from the used runs" in shown and "FAIL" not in shown
+
+
+def test_next_steps_follow_a_verdict_that_could_not_decide() -> None:
+    from gatekit.verdict import MORE_RUNS, QUIETER_MACHINE, Decision, next_step
+    assert next_step(Decision.INCONCLUSIVE, busy=False) == f"next step: {MORE_RUNS}"
+    assert next_step(Decision.INCONCLUSIVE, busy=True) == f"next step: {MORE_RUNS}; or {QUIETER_MACHINE}"
+    assert next_step(Decision.INVALID, busy=True) == f"next step: {QUIETER_MACHINE}; {MORE_RUNS}"
+    # an invalid series the machine did not cause says what to fix in its own reasons; a decided one needs none
+    assert next_step(Decision.INVALID, busy=False) is None
+    assert all(next_step(d, busy=True) is None for d in Decision if d not in (Decision.INVALID, Decision.INCONCLUSIVE))
+
+
+def test_gate_check_reports_cpu_pressure_where_the_os_has_it(tmp_path: Path) -> None:
+    from gatekit.preflight import check_pressure
+    gate = dict(SEED_GATE)
+    write_toml(tmp_path / "gate.toml", {**gate, "rules": {**gate["rules"], "evidence": "psi", "psi_limit_pct": 20.0}})
+    write_toml(tmp_path / "off.toml", {})
+    write_toml(tmp_path / "on.toml", {})
+    psi = load_gate(tmp_path / "gate.toml")
+    assert check_pressure(psi, {"load1": 0.5}) == []  # no pressure-stall information: nothing to show
+    busy = check_pressure(psi, {"load1": 0.5, "psi_cpu_avg10": 42.0})
+    assert [c.name for c in busy] == ["CPU pressure"] and busy[0].detail == (
+        "cpu stall 42.0 % of the last 10 s > rules.psi_limit_pct 20 %; runs started now would be flagged "
+        "(rules.evidence = \"psi\"): wait for the machine to calm down")
+    calm = check_pressure(psi, {"psi_cpu_avg10": 3.0})[0]
+    assert calm.detail == "cpu stall 3.0 % of the last 10 s ≤ rules.psi_limit_pct 20 %"
+    write_toml(tmp_path / "load1.toml", {**gate, "rules": {**gate["rules"], "evidence": "load1"}})
+    shown_only = check_pressure(load_gate(tmp_path / "load1.toml"), {"psi_cpu_avg10": 42.0})[0]
+    assert shown_only.ok and shown_only.detail == ("cpu stall 42.0 % of the last 10 s > rules.psi_limit_pct 20 % "
+                                                   "(not evidence here: rules.evidence = \"load1\")")

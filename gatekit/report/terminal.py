@@ -58,6 +58,9 @@ def summary(finding: Finding, paths: tuple[str, ...] = ()) -> str:
                      f"{fmt(s.ci_high_pct)} %)   one-sided p {fmt(s.p_one_sided)}   "
                      f"MDE(80 %) {fmt(s.mde_pct)} %   drift {fmt(s.drift_pct_per_run)} %/run")
     for name, guard in finding.guards.items():
+        if guard.delta is None:  # no used run has it: no number to fail on
+            lines.append(f"guard {t(name)}: not evaluated ({t(guard.note or 'no used runs')})")
+            continue
         lines.append(f"guard {t(name)}: Δ {fmt(guard.delta)} (limit {guard.limit:+g}) "
                      f"{'pass' if guard.passed else 'FAIL'}")
     lines += [t(line) for line in words.lines]
