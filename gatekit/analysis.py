@@ -20,7 +20,7 @@ from gatekit.prereg import DecisionSpec
 from gatekit.records import RunRecord, startup_overhead_s
 from gatekit.report.narrative import narrative
 from gatekit.schedule import WARMUP_ROUND, needs_seed, order_seed
-from gatekit.verdict import Decision, Verdict, decide, evaluate_guard, next_step
+from gatekit.verdict import TOO_FEW_USED, Decision, Verdict, decide, evaluate_guard, next_step
 
 
 @dataclass(frozen=True, slots=True)
@@ -226,7 +226,7 @@ def too_few_used_reason(table: pd.DataFrame, n_off: int, n_on: int) -> str:
                       + ", and no replacement left")
     if failed:
         causes.append(f"{failed} of {total} runs failed")
-    return (f"fewer than two used runs in an arm (off {n_off}, on {n_on})"
+    return (f"{TOO_FEW_USED} (off {n_off}, on {n_on})"
             + (": " + "; ".join(causes) if causes else ""))
 
 

@@ -98,14 +98,26 @@ MORE_RUNS = ("`gate calibrate` measures this machine's noise and `gate plan` the
              "run again with that `--n`")
 
 
+NEXT_STEP = "next step: "
+TOO_FEW_USED = "fewer than two used runs in an arm"
+
+
+def without_explanations(reasons: Sequence[str]) -> tuple[str, ...]:
+    """The reasons as gatekit wrote them before verdicts explained themselves (no `next step:` reason, no
+    cause after "fewer than two used runs in an arm (off 0, on 0)"): the same decision for the same reasons,
+    so `gate verify` compares a finding written then with its recomputation now in these words."""
+    return tuple(reason.split("): ", 1)[0] + ")" if reason.startswith(TOO_FEW_USED) and "): " in reason
+                 else reason for reason in reasons if not reason.startswith(NEXT_STEP))
+
+
 def next_step(decision: Decision, *, busy: bool) -> str | None:
     """The last reason of a verdict that could not decide: what to try next; `busy` when runs were flagged by
     load or pressure evidence. None for a decided verdict, and for an invalid one whose cause is not the
     machine (its own reasons say what to fix: the trainer, a changed file, a missing window)."""
     if decision is Decision.INCONCLUSIVE:
-        return f"next step: {MORE_RUNS}" + (f"; or {QUIETER_MACHINE}" if busy else "")
+        return f"{NEXT_STEP}{MORE_RUNS}" + (f"; or {QUIETER_MACHINE}" if busy else "")
     if decision is Decision.INVALID and busy:
-        return f"next step: {QUIETER_MACHINE}; {MORE_RUNS}"
+        return f"{NEXT_STEP}{QUIETER_MACHINE}; {MORE_RUNS}"
     return None
 
 

@@ -200,6 +200,7 @@ def _verify_finding(series_dir: Path, finding_path: Path, head: str | None) -> N
     """The finding's recomputed sections equal the journal's recomputation; its chain head is the journal's."""
     from gatekit.finding import load_finding
     from gatekit.series.replay import analyze_unverified
+    from gatekit.verdict import without_explanations
 
     written = load_finding(finding_path)
     recomputed = analyze_unverified(series_dir)
@@ -213,6 +214,10 @@ def _verify_finding(series_dir: Path, finding_path: Path, head: str | None) -> N
     if head is None:  # a legacy finding was written without the warning its re-analysis adds
         theirs["verdict"]["warnings"] = [w for w in theirs["verdict"].get("warnings", [])
                                          if w != LEGACY_JOURNAL_WARNING]
+    written_reasons = tuple(mine.get("verdict", {}).get("reasons", ()))
+    if without_explanations(written_reasons) == written_reasons:
+        # written before verdicts named their cause and next step: the same decision in fewer words
+        theirs["verdict"]["reasons"] = list(without_explanations(theirs["verdict"].get("reasons", ())))
     if not any("startup_s" in run for run in mine.get("runs", [])):
         # written before run rows carried startup_s: derived from the compared wallclock and primary, so
         # leaving it out of the comparison loses nothing

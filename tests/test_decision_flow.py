@@ -194,3 +194,33 @@ def test_gate_check_reports_cpu_pressure_where_the_os_has_it(tmp_path: Path) -> 
     shown_only = check_pressure(load_gate(tmp_path / "load1.toml"), {"psi_cpu_avg10": 42.0})[0]
     assert shown_only.ok and shown_only.detail == ("cpu stall 42.0 % of the last 10 s > rules.psi_limit_pct 20 % "
                                                    "(not evidence here: rules.evidence = \"load1\")")
+
+
+def test_a_finding_written_before_verdicts_explained_themselves_still_verifies(tmp_path: Path) -> None:
+    import json
+
+    from gatekit.verdict import without_explanations
+    from gatekit.verify import verify_series
+    now = ("fewer than two used runs in an arm (off 0, on 0): the machine was busy: 16 of 16 runs flagged by load1",
+           "look 1: …", "next step: run the gate again when the machine is quieter")
+    assert without_explanations(now) == ("fewer than two used runs in an arm (off 0, on 0)", "look 1: …")
+    assert without_explanations(without_explanations(now)) == without_explanations(now)
+    gate = fake_gate("busy", "Busy machine", ["ssim_reduce"], rules={"load_per_core_limit": 1.0, "evidence": "load1"})
+    del gate["gate"]["n"], gate["gate"]["order"]
+    gate["gate"]["policy"] = "sequential"
+    write_toml(tmp_path / "gate.toml", gate)
+    for arm in ("off", "on"):
+        write_toml(tmp_path / f"{arm}.toml", {"config": {"ssim_reduce": arm}, "runs": {
+            f"{arm}-r{k}": {"train_elapsed_s": 10.0 + k / 100, "psnr_db": 30.0} for k in range(1, 13)}})
+    config = load_gate(tmp_path / "gate.toml")
+    result = SeriesRunner(config, config.arms["off"], config.arms["on"], driver=FakeDriver(),
+                          load_reader_for=_BusyMachine()).start()
+    written = next(p for p in result.finding_paths if p.suffix == ".json")
+    document = json.loads(written.read_text())
+    document["verdict"]["reasons"] = list(without_explanations(document["verdict"]["reasons"]))  # as written then
+    written.write_text(json.dumps(document))
+    verify_series(result.series_dir, written)  # the same decision, in the words of then
+    document["verdict"]["reasons"] = ["fewer than two used runs in an arm (off 1, on 0)"]  # a different one
+    written.write_text(json.dumps(document))
+    with pytest.raises(Exception, match="differs from the finding recomputed"):
+        verify_series(result.series_dir, written)
