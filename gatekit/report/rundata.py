@@ -14,6 +14,7 @@ from __future__ import annotations
 import csv
 import hashlib
 import io
+import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Sequence
@@ -158,9 +159,9 @@ def run_files_digest(folders: Mapping[str, str], finding_path: Path | None, runs
         folder = find_run_folder(relative, roots)
         digest.update(json.dumps([label, relative, str(folder) if folder else None]).encode())
         files = RunFolder(folder) if folder is not None else None
-        for path in (files.samples, files.result) if files is not None else (None, None):
-            raw = _read(path) if path is not None else None
-            digest.update(b"-" if raw is None else hashlib.sha256(raw).digest())
+        for path, limit in ((files.samples, MAX_SAMPLES_BYTES), (files.result, MAX_RESULT_BYTES)) if files else ():
+            raw, note = _read(path, limit, path.name)
+            digest.update(hashlib.sha256(raw).digest() if raw is not None else note.encode() or b"-")
     return digest.hexdigest()
 
 
