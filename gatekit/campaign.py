@@ -31,11 +31,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, ClassVar, Iterator, Mapping, Sequence
 
-from gatekit.config import NAME_PATTERN, NAME_RULE, TomlTable, load_gate, load_toml, resolve_path
+from gatekit.config import load_gate, load_toml, name_problem, resolve_path
 from gatekit.engines import (ENGINES, GateOutcome, GateStatus, GateTask, Pinning, core_sets, run_local, run_ray,
                              visible_gpus)
 from gatekit.errors import EXIT_FAIL_ON, EXIT_INVALID, ConfigError, SeriesError, SeriesInterrupted
-from gatekit.records import Event, Record
+from gatekit.records import Event, Record, RecordError
 from gatekit.series.runloop import now
 from gatekit.storage import Journal, atomic_write_bytes, pid_lock
 
@@ -200,6 +200,42 @@ def _problem(path: Path, key: str, problem: str) -> ConfigError:
     return ConfigError(f"{path}: {key}: {problem}")
 
 
+# The campaign file's schema, read by the records codec (`Record.from_input`).
+
+@dataclass(frozen=True, slots=True)
+class CampaignHead(Record):
+    """The [campaign] table."""
+
+    id: str = field(metadata={"check": name_problem})
+    out: Path = Path("findings")
+    runs: Path = Path("runs")
+
+
+@dataclass(frozen=True, slots=True)
+class Resources(Record):
+    """What a gate needs of a machine: GPUs (0 for a CPU gate) and CPUs (Ray's num_cpus)."""
+
+    gpus: int = field(default=0, metadata={"check": lambda v: None if v >= 0 else f"must be 0 or more, got {v}"})
+    cpus: int = field(default=1, metadata={"check": lambda v: None if v >= 1 else f"must be 1 or more, got {v}"})
+
+
+@dataclass(frozen=True, slots=True)
+class CampaignGate(Record):
+    """One [[gates]] table as written."""
+
+    gate: Path
+    off: str
+    on: str
+    resources: Resources = field(default_factory=Resources)
+
+
+@dataclass(frozen=True, slots=True)
+class CampaignFile(Record):
+    campaign: CampaignHead
+    gates: tuple[CampaignGate, ...] = field(metadata={
+        "check": lambda v: None if v else "lists no gate; add a [[gates]] table"})
+
+
 def load_campaign(path: Path | str) -> Campaign:
     """Read and check a campaign file; every problem is one ConfigError line naming file, key and problem.
     Each gate file is loaded as `gate check` loads it, so a broken gate stops the campaign before any run."""
@@ -207,34 +243,16 @@ def load_campaign(path: Path | str) -> Campaign:
     data = load_toml(path)
     sha256 = hashlib.sha256(path.read_bytes()).hexdigest()
     base = path.parent
-    root = TomlTable(path, "", data)
-    head = TomlTable(path, "campaign", root.take("campaign", dict))
-    gates_raw = root.take("gates", list)
-    root.done()
-    campaign_id = head.take("id", str)
-    if not NAME_PATTERN.fullmatch(campaign_id):
-        raise _problem(path, "campaign.id", f"must be {NAME_RULE}, got {campaign_id!r}")
-    out = resolve_path(base, head.take("out", str, "findings"))
-    runs = resolve_path(base, head.take("runs", str, "runs"))
-    head.done()
-    if not gates_raw:
-        raise _problem(path, "gates", "lists no gate; add a [[gates]] table")
+    try:
+        written = CampaignFile.from_input(data)
+    except RecordError as exc:
+        raise ConfigError(f"{path}: {exc}") from None
+    head = written.campaign
     gates: list[GateEntry] = []
-    for index, raw in enumerate(gates_raw):
+    for index, table in enumerate(written.gates):
         prefix = f"gates[{index}]"
-        if not isinstance(raw, dict):
-            raise _problem(path, prefix, "must be a table ([[gates]])")
-        table = TomlTable(path, prefix, raw)
-        gate_path = resolve_path(base, table.take("gate", str))
-        off, on = table.take("off", str), table.take("on", str)
-        resources = TomlTable(path, f"{prefix}.resources", table.take("resources", dict, {}))
-        table.done()
-        gpus, cpus = resources.take("gpus", int, 0), resources.take("cpus", int, 1)
-        resources.done()
-        if gpus < 0:
-            raise _problem(path, f"{prefix}.resources.gpus", f"must be 0 or more, got {gpus}")
-        if cpus < 1:
-            raise _problem(path, f"{prefix}.resources.cpus", f"must be 1 or more, got {cpus}")
+        gate_path, off, on = resolve_path(base, table.gate), table.off, table.on
+        gpus, cpus = table.resources.gpus, table.resources.cpus
         if not gate_path.is_file():
             raise _problem(path, f"{prefix}.gate", f"{gate_path}: file not found")
         config = load_gate(gate_path)  # a broken gate file names itself, its key and the problem
@@ -249,7 +267,7 @@ def load_campaign(path: Path | str) -> Campaign:
         if twin is not None:
             raise _problem(path, prefix, f"runs the same gate and arms as gates[{twin.index}]; list each gate once")
         gates.append(entry)
-    return Campaign(path, campaign_id, out, runs, tuple(gates), sha256)
+    return Campaign(path, head.id, resolve_path(base, head.out), resolve_path(base, head.runs), tuple(gates), sha256)
 
 
 # -- the journal ------------------------------------------------------------------------------------

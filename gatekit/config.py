@@ -1,24 +1,24 @@
-"""The gate file: frozen config records, TOML loading and validation with precise errors.
+"""The gate file: its schema declared once as frozen records, decoded by the records codec, and the checks
+that span keys (policy and mode, duet slots, arms).
 
-Every error names the file and the dotted key, so a mistyped path is caught before any GPU time.
+Every error names the file and the dotted key (an unknown one with the closest known key), so a mistyped
+path is caught before any GPU time.
 """
 
 from __future__ import annotations
 
-import difflib
 import json
-import math
 import re
 import tomllib
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Mapping
 
 from gatekit.errors import ConfigError
 from gatekit.policies.descriptors import (DEFAULT_POLICY, DUET_MODE, INTERLEAVED, describe, gate_policies,
                                           policies_of_mode)
-from gatekit.records import PROCESS_WALLCLOCK, Record
-from gatekit.slots import DeviceSlot, SlotError, parse_slots
+from gatekit.records import PROCESS_WALLCLOCK, Record, RecordError
+from gatekit.slots import DeviceSlot, parse_slots
 from gatekit.storage import read_input
 
 ORDERS = ("abab", "abba", "random", "thue-morse")
@@ -43,12 +43,53 @@ NAME_RULE = "1-64 letters, digits, '_', '-' or '.', starting with a letter or di
 ENV_NAME_PATTERN = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
+def _positive(value: float) -> str | None:
+    return None if value > 0 else f"must be positive, got {value}"
+
+
+def _non_negative(value: float) -> str | None:
+    return None if value >= 0 else f"must be non-negative, got {value}"
+
+
+def _share_pct(value: float) -> str | None:
+    """A share of a run window in %: positive and below 100."""
+    return _positive(value) or (None if value < 100 else
+                                f"must be below 100 (a share of the run window, in %), got {value:g}")
+
+
+def _sample_interval(value: float) -> str | None:
+    return _positive(value) or (None if value >= MIN_SAMPLE_INTERVAL_S else
+                                f"must be at least {MIN_SAMPLE_INTERVAL_S:g} s, got {value:g}")
+
+
+def _runs_per_arm(value: int) -> str | None:
+    if value < 1:
+        return f"must be at least 1, got {value}"
+    return None if value <= MAX_RUNS_PER_ARM else f"must be at most {MAX_RUNS_PER_ARM}, got {value}"
+
+
+def _warmup(value: int) -> str | None:
+    return None if 0 <= value <= MAX_WARMUP else f"must be 0 (none), 1 (the first arm) or 2 (both arms), got {value}"
+
+
+def name_problem(value: str) -> str | None:
+    """Why a gate id, arm or campaign id cannot name files and folders (None: it can)."""
+    return None if NAME_PATTERN.fullmatch(value) else f"must be {NAME_RULE}, got {value!r}"
+
+
+POSITIVE = {"check": _positive}
+NON_NEGATIVE = {"check": _non_negative}
+
+# The gate file's schema: the records below, read by the records codec (`Record.from_input`). Each key's
+# default is its field's default; `choices` and `check` say what a value may be.
+
+
 @dataclass(frozen=True, slots=True)
 class ThresholdSpec(Record):
     """threshold_pct = max(sigma_k * sigma_off_pct, floor_pct)."""
 
-    sigma_k: float = 2.0
-    floor_pct: float = 1.0
+    sigma_k: float = field(default=2.0, metadata=NON_NEGATIVE)
+    floor_pct: float = field(default=1.0, metadata=NON_NEGATIVE)
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,8 +97,8 @@ class GuardSpec(Record):
     """A quality guard: on may not be worse than off by more than max_drop (absolute units)."""
 
     metric: str
-    direction: str = "higher"
-    max_drop: float = 0.0
+    direction: str = field(default="higher", metadata={"choices": DIRECTIONS})
+    max_drop: float = field(default=0.0, metadata=NON_NEGATIVE)
 
 
 # Load evidence limits for rules.evidence = "psi" / "steal": a window whose pressure stall (the `some` total's
@@ -65,32 +106,40 @@ class GuardSpec(Record):
 # time. An idle machine shows well under 1 % of either; one busy loop per core beside a run gives ~50 % CPU stall.
 DEFAULT_PSI_LIMIT_PCT = 20.0
 DEFAULT_STEAL_LIMIT_PCT = 10.0
+DEFAULT_MAX_THRESHOLD_PCT = 10.0
+# rules.evidence: load1 (the classic load rule, or load per core under the sequential policy), psi (pressure
+# stall), steal (hypervisor CPU steal), any (the three together). psi and steal fall back to load1 for a
+# window that did not record them (a warning says so).
+EVIDENCE_KINDS = ("load1", "psi", "steal", "any")
 
 
 @dataclass(frozen=True, slots=True)
 class RulesSpec(Record):
     """Preregistered contamination rules: (i) load evidence AND (ii) deviation beyond sigma_k."""
 
-    load_stat: str = "max"
-    load_limit: float = 6.0
-    load_rel_median: float = 1.5
-    sigma_k: float = 3.0
-    sigma_ref: str = "arm"
-    max_retries: int = 1
+    load_stat: str = field(default="max", metadata={"choices": LOAD_STATS})
+    load_limit: float = field(default=6.0, metadata=POSITIVE)
+    load_rel_median: float = field(default=1.5, metadata=POSITIVE)
+    sigma_k: float = field(default=3.0, metadata=POSITIVE)
+    sigma_ref: str = field(default="arm", metadata={"choices": SIGMA_REFS})
+    max_retries: int = field(default=1, metadata={"check": lambda v: None if v >= 0 else "must be 0 or more"})
     require_window_samples: bool = True
-    sample_interval_s: float = 1.0
-    sigma_history_pct: float = 0.0  # σ for sigma_ref = "history"; 0: from the latest `gate calibrate`
-    load_per_core_limit: float = 1.5  # sequential policy: a run is flagged above this load1 per core
+    sample_interval_s: float = field(default=1.0, metadata={"check": _sample_interval})
+    # σ for sigma_ref = "history"; 0: from the latest `gate calibrate`
+    sigma_history_pct: float = field(default=0.0, metadata=NON_NEGATIVE)
+    # sequential policy: a run is flagged above this load1 per core
+    load_per_core_limit: float = field(default=1.5, metadata=POSITIVE)
     # A threshold above this means the series could not have seen an effect that size: `inconclusive`, not
-    # `rejected`. 0: no limit, as for a series preregistered before the rule (gate files default to
-    # DEFAULT_MAX_THRESHOLD_PCT).
-    max_threshold_pct: float = field(default=0.0, metadata={"omit": 0.0})
+    # `rejected`. 0: no limit, as for a series preregistered before the rule; a gate file that leaves it out
+    # gets DEFAULT_MAX_THRESHOLD_PCT.
+    max_threshold_pct: float = field(default=0.0, metadata={
+        "omit": 0.0, "input_default": DEFAULT_MAX_THRESHOLD_PCT, **NON_NEGATIVE})
     # Which window telemetry is load evidence (EVIDENCE_KINDS). "load1" is the rule as it was before the others
-    # existed (a series preregistered then reads as "load1"); gate files default to the policy's
-    # default_evidence (its descriptor). The limits are stated in the document only when another kind is in use.
-    evidence: str = field(default="load1", metadata={"omit": "load1"})
-    psi_limit_pct: float = DEFAULT_PSI_LIMIT_PCT
-    steal_limit_pct: float = DEFAULT_STEAL_LIMIT_PCT
+    # existed (a series preregistered then reads as "load1"); a gate file that leaves it out gets its policy's
+    # default_evidence (load_gate). The limits are stated in the document only when another kind is in use.
+    evidence: str = field(default="load1", metadata={"omit": "load1", "choices": EVIDENCE_KINDS})
+    psi_limit_pct: float = field(default=DEFAULT_PSI_LIMIT_PCT, metadata={"check": _share_pct})
+    steal_limit_pct: float = field(default=DEFAULT_STEAL_LIMIT_PCT, metadata={"check": _share_pct})
 
     def to_dict(self) -> dict[str, Any]:
         data = Record.to_dict(self)
@@ -100,84 +149,80 @@ class RulesSpec(Record):
         return data
 
 
-DEFAULT_MAX_THRESHOLD_PCT = 10.0
-# rules.evidence: load1 (the classic load rule, or load per core under the sequential policy), psi (pressure
-# stall), steal (hypervisor CPU steal), any (the three together). psi and steal fall back to load1 for a
-# window that did not record them (a warning says so).
-EVIDENCE_KINDS = ("load1", "psi", "steal", "any")
-
-
 @dataclass(frozen=True, slots=True)
-class DriverSpec:
-    """Which driver runs the trainer; generic keys here, the rest is the plugin's `options`."""
+class DriverSpec(Record):
+    """Which driver runs the trainer; generic keys here, the rest is the plugin's `options` (it checks them)."""
 
     name: str = "command"
-    timeout_s: float = 600.0
-    hash: tuple[Path, ...] = ()
+    timeout_s: float = field(default=600.0, metadata=POSITIVE)
+    hash: tuple[Path, ...] = ()  # artifacts whose sha256 must not change during the series
     busy_pattern: str = ""
-    options: Mapping[str, Any] = field(default_factory=dict)
+    options: Mapping[str, Any] = field(default_factory=dict, metadata={"rest": True})
 
 
 @dataclass(frozen=True, slots=True)
-class BackendSpec:
+class BackendSpec(Record):
     """Which backend watches the machine ("auto" detects it); `options` holds each [backend.<name>] table."""
 
-    name: str = "auto"
-    options: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    name: str = field(default="auto", metadata={
+        "check": lambda v: None if v.strip() else "must name a backend or be \"auto\""})
+    options: Mapping[str, Mapping[str, Any]] = field(default_factory=dict, metadata={"rest": True})
 
 
 @dataclass(frozen=True, slots=True)
-class ArmSpec:
-    """One arm: its config file (substituted for {arm_config}), extra args and env."""
+class ArmSpec(Record):
+    """One arm: its config file (substituted for {arm_config}), extra args and env. Its name is its key."""
 
-    name: str
+    name: str = field(default="", metadata={"internal": True})
     config: Path | None = None
     args: tuple[str, ...] = ()
     env: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
-class GateSpec:
+class GateSpec(Record):
     """The [gate] table."""
 
-    id: str
+    id: str = field(metadata={"check": name_problem})
     title: str = ""
-    n: int = 3
-    order: str = "abab"
+    n: int = field(default=3, metadata={"check": _runs_per_arm})
+    order: str = field(default="abab", metadata={"choices": ORDERS})
     seed: int | None = None  # None: an order that needs one derives it from the predecision's sha256
     primary: str = "train_elapsed_s"
-    direction: str = "lower"
+    direction: str = field(default="lower", metadata={"choices": DIRECTIONS})
     expect_diff: tuple[str, ...] = ()
     out: Path = Path("findings")
     runs: Path = Path("runs")
-    policy: str = DEFAULT_POLICY
-    warmup: int = 0  # discarded warm-up runs before round 1 (1: the first arm, 2: both arms)
+    policy: str = field(default=DEFAULT_POLICY, metadata={"choices": gate_policies})
+    # discarded warm-up runs before round 1 (1: the first arm, 2: both arms)
+    warmup: int = field(default=0, metadata={"check": _warmup})
     record_env: tuple[str, ...] = ()  # arm env variables written down verbatim; all others only as a hash
-    mode: str = INTERLEAVED
+    mode: str = field(default=INTERLEAVED, metadata={"choices": MODES})
 
 
 @dataclass(frozen=True, slots=True)
-class DuetSpec:
+class DuetSpec(Record):
     """The [duet] table: the two twin slots (slot 0 first) and whether slots that differ are allowed."""
 
-    slots: tuple[DeviceSlot, DeviceSlot]
+    slots: tuple[DeviceSlot, DeviceSlot] = field(metadata={"document": tuple[str, ...], "parse": parse_slots})
     allow_unequal_slots: bool = False
 
 
 @dataclass(frozen=True, slots=True)
-class GateConfig:
-    """A whole gate file, paths resolved relative to the file."""
+class GateConfig(Record):
+    """A whole gate file, paths resolved relative to the file (`path`)."""
 
-    path: Path
     gate: GateSpec
-    threshold: ThresholdSpec
-    guards: tuple[GuardSpec, ...]
-    rules: RulesSpec
-    driver: DriverSpec
-    arms: Mapping[str, ArmSpec]
+    threshold: ThresholdSpec = field(default_factory=ThresholdSpec)
+    guards: tuple[GuardSpec, ...] = ()
+    rules: RulesSpec = field(default_factory=RulesSpec)
+    driver: DriverSpec = field(kw_only=True)
+    arms: Mapping[str, ArmSpec] = field(kw_only=True)
     backend: BackendSpec = field(default_factory=BackendSpec)
-    evidence_stated: bool = False  # rules.evidence is in the file; otherwise it follows the policy (--policy too)
     duet: DuetSpec | None = None  # gate.mode = "duet" only
+    path: Path = field(default=Path(), kw_only=True, metadata={"internal": True})
+    # rules.evidence is in the file; otherwise it follows the policy (--policy too)
+    evidence_stated: bool = field(default=False, kw_only=True, metadata={"internal": True})
 
     @property
     def base_dir(self) -> Path:
@@ -255,74 +300,7 @@ def _check(condition: bool, path: Path, key: str, problem: str) -> None:
         raise ConfigError(f"{path}: {key}: {problem}")
 
 
-_BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")
-
-
-# how a key's expected type reads in an error ("must be an integer", never "must be a int")
-_KIND_WORDS = {str: "a string", int: "an integer", float: "a number", bool: "a boolean", list: "a list",
-               dict: "a table"}
-
-
-class TomlTable:
-    """Reads typed keys from one TOML table and rejects the keys nobody read."""
-
-    def __init__(self, path: Path, prefix: str, data: Any) -> None:
-        _check(isinstance(data, dict), path, prefix, "must be a table")
-        self.path, self.prefix, self.data = path, prefix, dict(data)
-        self.known: list[str] = []  # every key asked for, so a misspelt one can be matched against them
-
-    def key(self, name: str) -> str:
-        # a key that is not a bare TOML key (spaces, dots, quotes) is shown quoted, as TOML writes it
-        shown = name if _BARE_KEY.fullmatch(name) else json.dumps(name, ensure_ascii=False)
-        return f"{self.prefix}.{shown}" if self.prefix else shown
-
-    def take(self, name: str, kind: type | tuple[type, ...], default: Any = ..., choices: tuple = ()) -> Any:
-        self.known.append(name)
-        if name not in self.data:
-            _check(default is not ..., self.path, self.key(name), "is required")
-            return default
-        value = self.data.pop(name)
-        kinds = kind if isinstance(kind, tuple) else (kind,)
-        # TOML integers are fine where floats are expected; booleans are never numbers.
-        if float in kinds and isinstance(value, int) and not isinstance(value, bool):
-            value = float(value)
-        ok = isinstance(value, kinds) and not (isinstance(value, bool) and bool not in kinds)
-        names = " or ".join(_KIND_WORDS.get(k, f"a {k.__name__}") for k in kinds)
-        _check(ok, self.path, self.key(name), f"must be {names}, got {value!r}")
-        if isinstance(value, float):
-            _check(math.isfinite(value), self.path, self.key(name), f"must be a finite number, got {value!r}")
-        if isinstance(value, str):
-            _check("\0" not in value, self.path, self.key(name), "cannot contain a NUL character")
-        if choices:
-            _check(value in choices, self.path, self.key(name),
-                   f"must be one of {', '.join(map(str, choices))}, got {value!r}")
-        return value
-
-    def take_str_list(self, name: str, default: tuple[str, ...] = ()) -> tuple[str, ...]:
-        value = self.take(name, list, list(default))
-        _check(all(isinstance(v, str) for v in value), self.path, self.key(name), "must be a list of strings")
-        _check(all("\0" not in v for v in value), self.path, self.key(name), "cannot contain NUL characters")
-        return tuple(value)
-
-    def take_positive(self, name: str, default: float, *, allow_zero: bool = False) -> float:
-        value = self.take(name, float, default)
-        ok = value >= 0 if allow_zero else value > 0
-        _check(ok, self.path, self.key(name), f"must be {'non-negative' if allow_zero else 'positive'}, got {value}")
-        return value
-
-    def done(self) -> None:
-        for unknown in self.data:
-            hint = unknown_key_hint(unknown, self.known)
-            raise ConfigError(f"{self.path}: {self.key(unknown)}: unknown key ({hint})")
-
-
-def unknown_key_hint(unknown: str, known: Sequence[str]) -> str:
-    """'did you mean 'X'?' when a known key is close to the unknown one, else a pointer to the docs."""
-    close = difflib.get_close_matches(unknown, known, n=1)
-    return f"did you mean '{close[0]}'?" if close else "check its spelling against the docs"
-
-
-def resolve_path(base: Path, value: str) -> Path:
+def resolve_path(base: Path, value: str | Path) -> Path:
     path = Path(value).expanduser()
     return path if path.is_absolute() else (base / path).resolve()
 
@@ -342,28 +320,13 @@ def load_gate(path: Path | str) -> GateConfig:
     """Load and validate a gate file; paths inside it resolve relative to the file."""
     path = Path(path).resolve()
     data = load_toml(path)
+    try:
+        config = GateConfig.from_input(data)
+    except RecordError as exc:
+        raise ConfigError(f"{path}: {exc}") from None
     base = path.parent
-    root = TomlTable(path, "", data)
-
-    gate_t = TomlTable(path, "gate", root.take("gate", dict))
-    explicit = {key for key in ("n", "order") if key in gate_t.data}
-    gate = GateSpec(
-        id=gate_t.take("id", str),
-        title=gate_t.take("title", str, ""),
-        n=gate_t.take("n", int, 3),
-        order=gate_t.take("order", str, "abab", ORDERS),
-        seed=gate_t.take("seed", int, None),
-        primary=gate_t.take("primary", str, "train_elapsed_s"),
-        direction=gate_t.take("direction", str, "lower", DIRECTIONS),
-        expect_diff=gate_t.take_str_list("expect_diff"),
-        out=resolve_path(base, gate_t.take("out", str, "findings")),
-        runs=resolve_path(base, gate_t.take("runs", str, "runs")),
-        policy=gate_t.take("policy", str, DEFAULT_POLICY, gate_policies()),
-        warmup=gate_t.take("warmup", int, 0),
-        record_env=gate_t.take_str_list("record_env"),
-        mode=gate_t.take("mode", str, INTERLEAVED, MODES),
-    )
-    gate_t.done()
+    gate, rules, driver = config.gate, config.rules, config.driver
+    explicit = {key for key in ("n", "order") if key in data["gate"]}
     mode_policies = policies_of_mode(gate.mode)
     if gate.mode == DUET_MODE:
         # the default policy, stated or not, means "the mode's own": a duet has one policy that pairs its runs
@@ -375,16 +338,16 @@ def load_gate(path: Path | str) -> GateConfig:
         _check(gate.warmup == 0, path, "gate.warmup", "does not apply to mode = \"duet\"; remove it")
         _check(duet_pairs_ok(gate.n), path, "gate.n", f"{DUET_PAIRS_RULE}, got {gate.n}")
         gate = replace(gate, policy=gate.policy if gate.policy in mode_policies else mode_policies[0])
+        _check(config.duet is not None, path, "duet", "gate.mode = \"duet\" needs a [duet] table with slots = "
+               "[\"cuda:0\", \"cuda:1\"] (or cpu core sets such as [\"cpu:0-3\", \"cpu:4-7\"])")
     else:
         _check(gate.policy in mode_policies, path, "gate.policy",
                f"\"{gate.policy}\" needs gate.mode = \"{describe(gate.policy).mode}\" and a [duet] table of two "
                "slots")
+        _check(config.duet is None, path, "duet", "applies only to gate.mode = \"duet\"; set it or remove [duet]")
     for index, var in enumerate(gate.record_env):
         _check(bool(ENV_NAME_PATTERN.fullmatch(var)), path, f"gate.record_env[{index}]",
                f"{var!r} is not an environment variable name (letters, digits and '_', not starting with a digit)")
-    _check(gate.n >= 1, path, "gate.n", f"must be at least 1, got {gate.n}")
-    _check(0 <= gate.warmup <= MAX_WARMUP, path, "gate.warmup",
-           f"must be 0 (none), 1 (the first arm) or 2 (both arms), got {gate.warmup}")
     chosen = describe(gate.policy)
     if chosen.fixes_schedule:  # a gate file that sets n or order for it is refused, never silently overridden
         _check("n" not in explicit, path, "gate.n", f"does not apply to policy = \"{gate.policy}\" (it runs "
@@ -392,119 +355,33 @@ def load_gate(path: Path | str) -> GateConfig:
         _check(gate.order == chosen.order or "order" not in explicit, path, "gate.order",
                f"policy = \"{gate.policy}\" runs in {chosen.order} order; remove it or set it to {chosen.order}")
         gate = replace(gate, n=chosen.first_stage, order=chosen.order)
-    _check(gate.n <= MAX_RUNS_PER_ARM, path, "gate.n", f"must be at most {MAX_RUNS_PER_ARM}, got {gate.n}")
-    _check(bool(NAME_PATTERN.fullmatch(gate.id)), path, "gate.id", f"must be {NAME_RULE}, got {gate.id!r}")
+    gate = replace(gate, out=resolve_path(base, gate.out), runs=resolve_path(base, gate.runs))
 
-    threshold_t = TomlTable(path, "threshold", root.take("threshold", dict, {}))
-    threshold = ThresholdSpec(
-        sigma_k=threshold_t.take_positive("sigma_k", 2.0, allow_zero=True),
-        floor_pct=threshold_t.take_positive("floor_pct", 1.0, allow_zero=True),
-    )
-    threshold_t.done()
-
-    guards = []
-    raw_guards = root.take("guards", list, [])
-    for index, raw in enumerate(raw_guards):
-        guard_t = TomlTable(path, f"guards[{index}]", raw)
-        guards.append(GuardSpec(
-            metric=guard_t.take("metric", str),
-            direction=guard_t.take("direction", str, "higher", DIRECTIONS),
-            max_drop=guard_t.take_positive("max_drop", 0.0, allow_zero=True),
-        ))
-        guard_t.done()
-
-    rules_t = TomlTable(path, "rules", root.take("rules", dict, {}))
-    evidence_stated = "evidence" in rules_t.data
-    rules = RulesSpec(
-        load_stat=rules_t.take("load_stat", str, "max", LOAD_STATS),
-        load_limit=rules_t.take_positive("load_limit", 6.0),
-        load_rel_median=rules_t.take_positive("load_rel_median", 1.5),
-        sigma_k=rules_t.take_positive("sigma_k", 3.0),
-        sigma_ref=rules_t.take("sigma_ref", str, "arm", SIGMA_REFS),
-        max_retries=rules_t.take("max_retries", int, 1),
-        require_window_samples=rules_t.take("require_window_samples", bool, True),
-        sample_interval_s=rules_t.take_positive("sample_interval_s", 1.0),
-        sigma_history_pct=rules_t.take_positive("sigma_history_pct", 0.0, allow_zero=True),
-        load_per_core_limit=rules_t.take_positive("load_per_core_limit", 1.5),
-        max_threshold_pct=rules_t.take_positive("max_threshold_pct", DEFAULT_MAX_THRESHOLD_PCT, allow_zero=True),
-        evidence=rules_t.take("evidence", str, describe(gate.policy).default_evidence, EVIDENCE_KINDS),
-        psi_limit_pct=rules_t.take_positive("psi_limit_pct", DEFAULT_PSI_LIMIT_PCT),
-        steal_limit_pct=rules_t.take_positive("steal_limit_pct", DEFAULT_STEAL_LIMIT_PCT),
-    )
-    rules_t.done()
-    _check(rules.max_retries >= 0, path, "rules.max_retries", "must be 0 or more")
-    for key in ("psi_limit_pct", "steal_limit_pct"):
-        _check(getattr(rules, key) < 100, path, f"rules.{key}", f"must be below 100 (a share of the run window, "
-               f"in %), got {getattr(rules, key):g}")
-    _check(rules.sample_interval_s >= MIN_SAMPLE_INTERVAL_S, path, "rules.sample_interval_s",
-           f"must be at least {MIN_SAMPLE_INTERVAL_S:g} s, got {rules.sample_interval_s:g}")
-
-    driver_t = TomlTable(path, "driver", root.take("driver", dict))
-    driver = DriverSpec(
-        name=driver_t.take("name", str, "command"),
-        timeout_s=driver_t.take_positive("timeout_s", 600.0),
-        hash=tuple(resolve_path(base, p) for p in driver_t.take_str_list("hash")),
-        busy_pattern=driver_t.take("busy_pattern", str, ""),
-        options=driver_t.data,  # the plugin validates its own keys
-    )
-
-    backend_t = TomlTable(path, "backend", root.take("backend", dict, {}))
-    backend_name = backend_t.take("name", str, "auto")
-    _check(bool(backend_name.strip()), path, "backend.name", "must name a backend or be \"auto\"")
-    for key, value in backend_t.data.items():
+    evidence_stated = "evidence" in data.get("rules", {})
+    if not evidence_stated:
+        rules = replace(rules, evidence=chosen.default_evidence)
+    driver = replace(driver, hash=tuple(resolve_path(base, p) for p in driver.hash))
+    for key, value in config.backend.options.items():
         # Plugin options live in [backend.<name>] tables, validated by that plugin when it loads.
         _check(isinstance(value, dict), path, f"backend.{key}",
                "unknown key (backend options go in a [backend.<name>] table, e.g. [backend.cuda])")
-    backend = BackendSpec(name=backend_name, options=dict(backend_t.data))
 
-    arms_t = TomlTable(path, "arms", root.take("arms", dict))
     arms: dict[str, ArmSpec] = {}
-    for name in list(arms_t.data):
+    for name, arm in config.arms.items():
         _check(bool(NAME_PATTERN.fullmatch(name)), path, f"arms.{name}", f"an arm name must be {NAME_RULE}")
-        arm_t = TomlTable(path, f"arms.{name}", arms_t.data.pop(name))
-        config = arm_t.take("config", str, "")
-        env = arm_t.take("env", dict, {})
-        for var, value in env.items():
+        for var in arm.env:
             _check(bool(ENV_NAME_PATTERN.fullmatch(var)), path, f"arms.{name}.env.{var}",
                    "a variable name is letters, digits and '_', not starting with a digit")
-            _check(isinstance(value, str) and "\0" not in value, path, f"arms.{name}.env.{var}",
-                   "must be a string without NUL characters")
-        arms[name] = ArmSpec(
-            name=name,
-            config=resolve_path(base, config) if config else None,
-            args=arm_t.take_str_list("args"),
-            env=env,
-        )
-        arm_t.done()
+        arms[name] = replace(arm, name=name, config=resolve_path(base, arm.config) if arm.config else None)
     _check(len(arms) >= 2, path, "arms", "needs at least two arms (e.g. [arms.off] and [arms.on])")
-    duet = _duet_table(path, root.take("duet", dict, None), gate.mode)
-    root.done()
     if driver.name == "command":
         _check_shell_args(path, driver.options.get("argv"), arms)
 
     primary_needed = {gate.primary} - {ALWAYS_MEASURED}
-    _check(not ({g.metric for g in guards} & primary_needed), path, "guards",
+    _check(not ({g.metric for g in config.guards} & primary_needed), path, "guards",
            f"the primary metric '{gate.primary}' cannot also be a guard")
-    return GateConfig(path=path, gate=gate, threshold=threshold, guards=tuple(guards), rules=rules,
-                      driver=driver, arms=arms, backend=backend, evidence_stated=evidence_stated, duet=duet)
-
-
-def _duet_table(path: Path, data: Any, mode: str) -> DuetSpec | None:
-    """The [duet] table: required by mode = "duet", refused without it."""
-    if mode != DUET_MODE:
-        _check(data is None, path, "duet", "applies only to gate.mode = \"duet\"; set it or remove [duet]")
-        return None
-    _check(data is not None, path, "duet", "gate.mode = \"duet\" needs a [duet] table with slots = [\"cuda:0\", "
-           "\"cuda:1\"] (or cpu core sets such as [\"cpu:0-3\", \"cpu:4-7\"])")
-    duet_t = TomlTable(path, "duet", data)
-    texts = duet_t.take_str_list("slots")
-    allow = duet_t.take("allow_unequal_slots", bool, False)
-    duet_t.done()
-    try:
-        slots = parse_slots(texts)
-    except SlotError as exc:
-        raise ConfigError(f"{path}: duet.slots: {exc}") from None
-    return DuetSpec(slots=slots, allow_unequal_slots=allow)
+    return replace(config, path=path, gate=gate, rules=rules, driver=driver, arms=arms,
+                   evidence_stated=evidence_stated)
 
 
 SHELLS = ("sh", "bash", "dash", "zsh", "ksh", "mksh", "ash")

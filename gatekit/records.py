@@ -17,13 +17,16 @@ from __future__ import annotations
 
 import collections.abc
 import dataclasses
+import difflib
 import enum
+import json
 import math
+import re
 import types
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, ClassVar, Mapping, Union
+from typing import Any, Callable, ClassVar, Iterable, Mapping, Union
 
 PROCESS_WALLCLOCK = "process_wallclock_s"  # measured by gatekit around every run, so it always exists
 MIN_PRIMARY = 1e-300  # the smallest positive primary metric taken as a measurement (Δ divides by it)
@@ -74,12 +77,28 @@ def _short(value: Any) -> str:
     return text if len(text) <= 40 else text[:37] + "..."
 
 
-def _join(path: str, key: str) -> str:
-    return f"{path}.{key}" if path else key
+_BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")
 
 
-def _decode(hint: Any, value: Any, path: str) -> Any:
-    """`value` as the type `hint` says, or a RecordError naming `path`."""
+def _join(path: str, key: str, quoted: bool = False) -> str:
+    # a key that is not a bare TOML key (spaces, dots, quotes) is shown `quoted`, as TOML writes it
+    shown = key if not quoted or _BARE_KEY.fullmatch(key) else json.dumps(key, ensure_ascii=False)
+    return f"{path}.{shown}" if path else shown
+
+
+def unknown_key_hint(unknown: str, known: Iterable[str]) -> str:
+    """'did you mean 'X'?' when a known key is close to the unknown one, else a pointer to the docs."""
+    close = difflib.get_close_matches(unknown, sorted(known), n=1)
+    return f"did you mean '{close[0]}'?" if close else "check its spelling against the docs"
+
+
+def _got(value: Any, strict: bool) -> str:
+    """A wrong value as an error shows it: its kind and value; in a hand-written file, the value as written."""
+    return _short(value) if strict else f"{kind_of(value)} {_short(value)}"
+
+
+def _decode(hint: Any, value: Any, path: str, strict: bool = False) -> Any:
+    """`value` as the type `hint` says, or a RecordError naming `path` (`strict`: see `Record.from_input`)."""
     if hint is Any or hint is object:
         return value
     origin = typing.get_origin(hint)
@@ -93,54 +112,66 @@ def _decode(hint: Any, value: Any, path: str) -> Any:
         errors = []
         for option in real:
             try:
-                return _decode(option, value, path)
+                return _decode(option, value, path, strict)
             except RecordError as exc:
                 errors.append(exc)
         if len(errors) == 1:
             raise errors[0]
-        raise RecordError(path, f"must be {' or '.join(_name(o) for o in real)}, got {kind_of(value)} {_short(value)}")
+        raise RecordError(path, f"must be {' or '.join(_name(o) for o in real)}, got {_got(value, strict)}")
     if isinstance(hint, type) and issubclass(hint, Record):
         if not isinstance(value, Mapping):
-            raise RecordError(path, f"must be a table, got {kind_of(value)} {_short(value)}")
-        return hint._decode(value, path)
+            raise RecordError(path, f"must be a table, got {_got(value, strict)}")
+        return hint._decode(value, path, strict)
     if isinstance(hint, type) and issubclass(hint, enum.Enum):
         try:
             return hint(value)
         except ValueError:
             raise RecordError(path, f"must be one of {', '.join(str(m.value) for m in hint)}, got "
-                                    f"{kind_of(value)} {_short(value)}") from None
+                                    f"{_got(value, strict)}") from None
     if origin is tuple:
         item = typing.get_args(hint)[0]
         if not isinstance(value, (list, tuple)):
-            raise RecordError(path, f"must be a list, got {kind_of(value)} {_short(value)}")
-        return tuple(_decode(item, v, f"{path}[{i}]") for i, v in enumerate(value))
+            raise RecordError(path, f"must be a list, got {_got(value, strict)}")
+        return tuple(_decode(item, v, f"{path}[{i}]", strict) for i, v in enumerate(value))
     if origin in (collections.abc.Mapping, dict):
         args = typing.get_args(hint)
         if not isinstance(value, Mapping):
-            raise RecordError(path, f"must be a table, got {kind_of(value)} {_short(value)}")
+            raise RecordError(path, f"must be a table, got {_got(value, strict)}")
         item = args[1] if args else Any
-        return {str(k): _decode(item, v, _join(path, str(k))) for k, v in value.items()}
+        return {str(k): _decode(item, v, _join(path, str(k), strict), strict) for k, v in value.items()}
     if hint is float:
         if isinstance(value, (int, float)) and not isinstance(value, bool):
-            return value
+            if not strict:
+                return value
+            try:
+                number = float(value)  # what people write as 2 means 2.0
+            except OverflowError:
+                number = math.inf
+            if not math.isfinite(number):
+                raise RecordError(path, f"must be a finite number, got {value!r}")
+            return number
     elif hint is int:
         if isinstance(value, int) and not isinstance(value, bool):
             return value
-    elif hint in (str, bool):
-        if isinstance(value, hint):
-            return value
-    elif hint is Path:
-        if isinstance(value, str):
-            return Path(value)
+    elif hint in (str, bool, Path):
+        if isinstance(value, str if hint is Path else hint):
+            if strict and hint is not bool and "\0" in value:
+                raise RecordError(path, "cannot contain a NUL character")
+            return Path(value) if hint is Path else value
     else:  # pragma: no cover - a record declared a type this codec does not know
         raise TypeError(f"records cannot decode {hint!r}")
-    raise RecordError(path, f"must be {_name(hint)}, got {kind_of(value)} {_short(value)}")
+    raise RecordError(path, f"must be {_name(hint)}, got {_got(value, strict)}")
 
 
 def _name(hint: Any) -> str:
     return {str: "a string", int: "an integer", float: "a number", bool: "a boolean", Path: "a path string"}.get(
         hint, "a table" if isinstance(hint, type) and issubclass(hint, Record) else "a list"
         if typing.get_origin(hint) is tuple else "a table")
+
+
+def _is_rest(f: dataclasses.Field) -> bool:  # type: ignore[type-arg]
+    """The field that keeps the keys no other field takes (`extra_keys`, or one marked `rest`)."""
+    return f.name == EXTRA or bool(f.metadata.get("rest"))
 
 
 class Record:
@@ -160,7 +191,7 @@ class Record:
         data: dict[str, Any] = {}
         for f in dataclasses.fields(self):  # type: ignore[arg-type]
             value = getattr(self, f.name)
-            if f.name == EXTRA or f.metadata.get("internal"):
+            if _is_rest(f) or f.metadata.get("internal"):
                 continue
             if "omit" in f.metadata and value == f.metadata["omit"]:
                 continue
@@ -168,8 +199,9 @@ class Record:
                 data.update(value.to_dict())
                 continue
             data[f.metadata.get("key", f.name)] = _plain(value)
-        if hasattr(self, EXTRA):
-            data.update({k: v for k, v in getattr(self, EXTRA).items() if k not in data})
+        for f in dataclasses.fields(self):  # type: ignore[arg-type]
+            if _is_rest(f):
+                data.update({k: v for k, v in getattr(self, f.name).items() if k not in data})
         return data
 
     @classmethod
@@ -178,39 +210,81 @@ class Record:
         return cls._decode(data, "")
 
     @classmethod
+    def from_input(cls, data: Mapping[str, Any]):  # type: ignore[no-untyped-def]
+        """The record from a file people write (a gate or campaign file), which `from_dict` reads strictly:
+        a key no field takes is refused (unknown keys first, naming the closest known one), a missing one
+        "is required", numbers are finite (an integer where a number is meant reads as one), strings hold
+        no NUL, and each field's metadata judges its value: `choices` (a tuple, or a function giving one),
+        `check` (value -> problem or None), `input_default` (the default of a key people leave out, where
+        it differs from that of documents written before the key existed), `parse` (value -> the field's
+        type, a ValueError naming the problem; `document` is then the type the file holds)."""
+        return cls._decode(data, "", True)
+
+    @classmethod
     def _keys(cls) -> set[str]:
         keys = set()
         for f in dataclasses.fields(cls):  # type: ignore[arg-type]
             if f.metadata.get("flatten"):
                 keys |= cls._field_hints()[f.name]._keys()
-            elif f.name != EXTRA and not f.metadata.get("internal"):
+            elif not _is_rest(f) and not f.metadata.get("internal"):
                 keys.add(f.metadata.get("key", f.name))
         return keys
 
     @classmethod
-    def _decode(cls, data: Mapping[str, Any], path: str):  # type: ignore[no-untyped-def]
+    def _decode(cls, data: Mapping[str, Any], path: str, strict: bool = False):  # type: ignore[no-untyped-def]
         hints = cls._field_hints()
+        fields = dataclasses.fields(cls)  # type: ignore[arg-type]
+        rest = next((f for f in fields if _is_rest(f)), None)
+        known = cls._keys()
+        if strict and rest is None:
+            for key in data:
+                if key not in known:
+                    raise RecordError(_join(path, str(key), True), f"unknown key ({unknown_key_hint(str(key), known)})")
         kwargs: dict[str, Any] = {}
-        for f in dataclasses.fields(cls):  # type: ignore[arg-type]
-            if f.name == EXTRA or f.metadata.get("internal"):
+        for f in fields:
+            if f is rest or f.metadata.get("internal"):
                 continue
             if f.metadata.get("flatten"):
-                kwargs[f.name] = hints[f.name]._decode(data, path)
+                kwargs[f.name] = hints[f.name]._decode(data, path, strict)
                 continue
             key = f.metadata.get("key", f.name)
+            where = _join(path, key)
             has_default = f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING
             if key not in data or (data[key] is None and has_default):
-                if has_default:
-                    continue
-                if not _admits_none(hints[f.name]):
-                    raise RecordError(_join(path, key), "is missing")
-                kwargs[f.name] = None  # TOML has no null: a None field is left out of the file
+                if strict and "input_default" in f.metadata:
+                    kwargs[f.name] = f.metadata["input_default"]
+                elif strict and has_default and isinstance(hints[f.name], type) and issubclass(hints[f.name], Record):
+                    kwargs[f.name] = hints[f.name]._decode({}, where, strict)  # a table left out: its defaults
+                elif not has_default:
+                    if not _admits_none(hints[f.name]):
+                        raise RecordError(where, "is required" if strict else "is missing")
+                    kwargs[f.name] = None  # TOML has no null: a None field is left out of the file
                 continue
-            kwargs[f.name] = _decode(hints[f.name], data[key], _join(path, key))
-        if EXTRA in {f.name for f in dataclasses.fields(cls)}:  # type: ignore[arg-type]
-            known = cls._keys()
-            kwargs[EXTRA] = {k: v for k, v in data.items() if k not in known}
+            value = _decode(f.metadata.get("document", hints[f.name]), data[key], where, strict)
+            if "parse" in f.metadata:
+                try:
+                    value = f.metadata["parse"](value)
+                except ValueError as exc:
+                    raise RecordError(where, str(exc)) from None
+            if strict:
+                _judge(f, value, where)
+            kwargs[f.name] = value
+        if rest is not None:
+            kwargs[rest.name] = {k: v for k, v in data.items() if k not in known}
         return cls(**kwargs)
+
+
+def _judge(f: dataclasses.Field, value: Any, where: str) -> None:  # type: ignore[type-arg]
+    """A hand-written value against its field's `choices` and `check`."""
+    choices = f.metadata.get("choices")
+    if choices is not None:
+        allowed = choices() if callable(choices) else choices
+        if value not in allowed:
+            raise RecordError(where, f"must be one of {', '.join(map(str, allowed))}, got {value!r}")
+    check = f.metadata.get("check")
+    problem = check(value) if check is not None else None
+    if problem:
+        raise RecordError(where, problem)
 
 
 def _admits_none(hint: Any) -> bool:

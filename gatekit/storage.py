@@ -342,7 +342,8 @@ class Journal:
                 problem = schema_problem(schema, JOURNAL_SCHEMA)
                 if problem:
                     raise SeriesError(f"{self.path}: line {number}: {problem}")
-            yield number, line, upgrade(event, schema) if isinstance(event, Mapping) else event  # type: ignore[arg-type]
+            upgraded = upgrade(event, schema) if isinstance(event, Mapping) else event  # type: ignore[arg-type]
+            yield number, line, upgraded
 
     def lines(self) -> Iterator[tuple[int, bytes, Any]]:
         """(line number, the line's exact bytes, its event) of every event, as `events` reads them."""

@@ -131,3 +131,20 @@ def test_run_defaults_to_the_gate_files_first_two_arms_like_check(gate_dir) -> N
     assert g.order() == ["off-r1", "on-r1", "off-r2", "on-r2", "off-r3", "on-r3"]
     one = gate_invoke("run", "off", cwd=g.root)
     assert one.returncode == 2 and "name both arms or neither" in one.stderr
+
+
+def test_a_misspelt_table_name_suggests_the_table(gate_dir) -> None:
+    g = gate_dir()
+    g.gate.write_text(g.gate.read_text().replace("[driver]", "[drivr]"))
+    with pytest.raises(ConfigError) as caught:
+        load_gate(g.gate)
+    assert str(caught.value) == f"{g.gate}: drivr: unknown key (did you mean 'driver'?)"
+
+
+def test_a_table_left_out_reads_as_its_defaults_and_integers_as_numbers(gate_dir) -> None:
+    g = gate_dir(threshold={"sigma_k": 2, "floor_pct": 1})
+    g.gate.write_text(g.gate.read_text().split("[rules]")[0] + "[driver]" + g.gate.read_text().split("[driver]")[1])
+    config = load_gate(g.gate)
+    assert isinstance(config.threshold.sigma_k, float) and config.threshold.floor_pct == 1.0
+    # a gate file that leaves [rules] out gets the gate-file defaults, the 10 % noise limit among them
+    assert config.rules.max_threshold_pct == 10.0 and config.rules.load_limit == 6.0
