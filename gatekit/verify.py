@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Mapping
 from gatekit.distribution import install_hint
 from gatekit.errors import ConfigError, GatekitError, RunFileError, SeriesError, VerificationError
 from gatekit.provenance import sha256_file
-from gatekit.records import JOURNAL_SCHEMA, UNCHAINED_JOURNAL, journal_schema, schema_problem
+from gatekit.records import JOURNAL_SCHEMA, SIGNATURE_SCHEMA, UNCHAINED_JOURNAL, journal_schema, schema_problem
 from gatekit.runfiles import MAX_RESULT_BYTES, read_run_file
 from gatekit.storage import (EMPTY_SHA256, LEGACY_JOURNAL_WARNING, Journal, SeriesLayout, atomic_write_text,
                              line_sha256)
@@ -27,7 +27,6 @@ if TYPE_CHECKING:  # the analysis (pandas) behind a finding loads only when a fi
     from gatekit.finding import Finding
 
 MAX_RECORD_BYTES = 4 * MAX_RESULT_BYTES  # a run's record holds its result's data, indented
-SIGNATURE_SCHEMA = "gatekit.signature/1"
 # sections of a finding that are recomputed from the journal and must be equal (paths differ by machine)
 RECOMPUTED_SECTIONS = ("runs", "stats", "guards", "sensitivity", "verdict", "sequential", "duet")
 
