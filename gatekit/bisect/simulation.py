@@ -21,12 +21,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, Sequence
 
 import numpy as np
 from scipy import stats as scipy_stats
 
-from gatekit.bisect.posterior import Pair, best_probes, noise_estimate, posterior
+from gatekit.bisect.posterior import Pair
+from gatekit.bisect.search import Measured, Outcome, SearchPlan, search
 
 BASELINE_RUNS = 10
 BASELINE_LOW_P = 0.01
@@ -104,32 +105,34 @@ def endpoints_differ(good_log: np.ndarray, bad_log: np.ndarray) -> bool:
 def _gatekit_once(scenario: BisectScenario, machine: _Machine) -> tuple[int | None, int, bool]:
     """One simulated gatekit bisect: (named culprit or None, rounds, ended on the budget)."""
     n = scenario.commits
-    good = machine.log_runs(0, scenario.endpoint_pairs)
-    bad = machine.log_runs(n, scenario.endpoint_pairs)
-    rounds = 1
-    if not endpoints_differ(good, bad):
-        # one preregistered extension, no chain: n more pairs, and the rule judges all 2n
-        good = np.concatenate([good, machine.log_runs(0, scenario.endpoint_pairs)])
-        bad = np.concatenate([bad, machine.log_runs(n, scenario.endpoint_pairs)])
-        rounds = 2
-        if not endpoints_differ(good, bad):
-            return None, rounds, False
-    pairs = [Pair(n, 0, float(b - g)) for g, b in zip(good, bad)]
-    probeable = range(1, n)
-    while True:
-        probabilities = posterior(pairs, n)
-        if probabilities.max() >= scenario.confidence:
-            return int(np.argmax(probabilities)) + 1, rounds, False
-        if machine.runs + 2 > scenario.budget:
-            return int(np.argmax(probabilities)) + 1, rounds, True
-        delta, noise = noise_estimate(pairs, probabilities, n)
-        width = min(scenario.max_parallel, (scenario.budget - machine.runs) // 2)
-        chosen = best_probes(probabilities, abs(delta) / max(noise, 1e-12), probeable, width)
-        rounds += 1
-        for commit in chosen:
+
+    def endpoints() -> tuple[tuple[Pair, ...], bool]:
+        good = machine.log_runs(0, scenario.endpoint_pairs)
+        bad = machine.log_runs(n, scenario.endpoint_pairs)
+        changed = endpoints_differ(good, bad)
+        if not changed:
+            # one preregistered extension, no chain: n more pairs, and the rule judges all 2n
+            good = np.concatenate([good, machine.log_runs(0, scenario.endpoint_pairs)])
+            bad = np.concatenate([bad, machine.log_runs(n, scenario.endpoint_pairs)])
+            changed = endpoints_differ(good, bad)
+            extended.append(True)
+        return tuple(Pair(n, 0, float(b - g)) for g, b in zip(good, bad)), changed
+
+    def measure(commits: Sequence[int]) -> Measured:
+        pairs = []
+        for commit in commits:
             probe = machine.log_runs(commit, 1)[0]
             reference = machine.log_runs(0, 1)[0]
             pairs.append(Pair(commit, 0, float(probe - reference)))
+        return Measured(tuple(pairs))
+
+    extended: list[bool] = []
+    plan = SearchPlan(n, scenario.confidence, scenario.budget, scenario.max_parallel)
+    result = search(plan, endpoints, measure, lambda: machine.runs)
+    rounds = result.rounds + len(extended)
+    if result.outcome is Outcome.NO_CHANGE:
+        return None, rounds, False
+    return result.culprit, rounds, result.outcome is Outcome.CREDIBLE_SET
 
 
 def _compare(a: np.ndarray, b: np.ndarray) -> tuple[str, float]:
