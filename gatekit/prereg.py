@@ -19,6 +19,7 @@ from gatekit.errors import SeriesError
 from gatekit.policies.descriptors import DEFAULT_POLICY, INTERLEAVED, describe, policy_for
 from gatekit.provenance import sha256_bytes, sha256_file
 from gatekit.records import PREDECISION_SCHEMA, SCHEMA_KEY, Record, schema_problem, upgrade
+from gatekit.sampler import STOPPED_GAP_INTERVALS, STOPPED_GAP_MIN_S, stopped_gap_limit_s
 from gatekit.schedule import Slot
 from gatekit.storage import SeriesLayout, atomic_write_bytes
 
@@ -110,6 +111,10 @@ def stated_rules(spec: DecisionSpec) -> list[str]:
         f"A contaminated or failed pair is re-run at the end of the series, at most {r.max_retries} "
         "time(s) per pair; no retry chains; discarded runs stay in the record.",
         "A failed run (non-zero exit, timeout, missing primary metric) is never used as a number.",
+        "A run during which the gate itself was stopped or starved (SIGSTOP, a terminal's Ctrl-Z, while the "
+        "trainer goes on) is a failed run, retried like a crash: more than "
+        f"{stopped_gap_limit_s(r.sample_interval_s):g} s (max({STOPPED_GAP_INTERVALS} x the sample interval, "
+        f"{STOPPED_GAP_MIN_S:g} s)) between two consecutive load samples of its window, on the monotonic clock.",
         "Stop rule: when the first run of each arm fails the same way (the same reason), the trainer fails "
         "whatever the arm; the series stops there as invalid. A failed run that no retry is left for stops it "
         "as invalid too.",

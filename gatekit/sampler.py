@@ -138,6 +138,35 @@ class WindowSampler:
         return tuple(self._samples)
 
 
+# A gap this long between consecutive samples of a window means the gate itself did not run: stopped
+# (SIGSTOP, a terminal's Ctrl-Z, while its trainer goes on in its own session) or starved. Ten intervals
+# leave room for a loaded machine; 2 s for short intervals, which a busy scheduler can miss by far more
+# than their length. A stop of the whole process stops the sampler's thread too, so the gap is read from
+# the samples' monotonic times, not from anything the sampler had to notice.
+STOPPED_GAP_INTERVALS = 10
+STOPPED_GAP_MIN_S = 2.0
+
+
+def stopped_gap_limit_s(interval_s: float) -> float:
+    """The longest gap between consecutive samples a run window may have (see STOPPED_GAP_INTERVALS)."""
+    return max(STOPPED_GAP_INTERVALS * interval_s, STOPPED_GAP_MIN_S)
+
+
+def longest_gap_s(samples: tuple[LoadSample, ...]) -> float:
+    """The longest time between consecutive samples of a window (open, ticks, close); 0 for fewer than two."""
+    return max((later.t_s - earlier.t_s for earlier, later in zip(samples, samples[1:])), default=0.0)
+
+
+def stopped_gate(samples: tuple[LoadSample, ...], interval_s: float) -> str:
+    """Why the window shows the gate stopped or starved during its run ('' when it does not): its wallclock
+    and window then measure the stop, not the trainer, so the run is a failed one."""
+    gap, limit = longest_gap_s(samples), stopped_gap_limit_s(interval_s)
+    if gap <= limit:
+        return ""
+    return (f"the gate was stopped or starved during the run: {gap:.1f} s between two load samples (limit "
+            f"{limit:g} s), so its wallclock and load window measure the stop, not the trainer")
+
+
 def samples_csv(samples: tuple[LoadSample, ...]) -> str:
     """samples.csv content: one row per sample, empty cells for what the machine does not report.
 

@@ -25,7 +25,7 @@ from gatekit.provenance import changed_artifacts, hash_artifacts_timed
 from gatekit.records import RunOutcome, RunRecord, WindowSummary
 from gatekit.report.common import number_text
 from gatekit.sanitize import safe_outcome, show_controls
-from gatekit.sampler import LoadReader, WindowSampler, samples_csv
+from gatekit.sampler import LoadReader, WindowSampler, samples_csv, stopped_gate
 from gatekit.schedule import Slot
 from gatekit.series.events import DuetPair, Escaped, Interrupted, RunEnd, RunStart
 from gatekit.series.replay import RunLog
@@ -208,6 +208,9 @@ class RunLoop:
         """`escaped`: the evidence lines of the processes that escaped the run (already stopped)."""
         files = RunFolder(run.request.run_dir)
         atomic_write_text(files.samples, samples_csv(run.sampler.samples))
+        stopped = stopped_gate(run.sampler.samples, run.sampler.interval_s)
+        if stopped and not outcome.error:  # retried like a crash: no load rule could see it at n = 3
+            outcome = dataclasses.replace(outcome, error=stopped)
         telemetry = [s.extra for s in run.sampler.samples]
         window = WindowSummary.of(run.sampler.samples,
                                   evidence=tuple(run.backend.window_evidence(telemetry)) + escaped,

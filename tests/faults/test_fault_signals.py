@@ -5,15 +5,18 @@ from __future__ import annotations
 import json
 import os
 import signal
+import time
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
 
+from gatekit.records import LoadSample
 from tests.conftest import gate_cli, gate_invoke
 from tests.faults.faultkit import (alive, assert_journal_consistent, events, fault_gate, finish, kill_quietly,
                                    start_gate, wait_dead, wait_for)
 
+STOPPED_S = 4.0  # the gate stopped this long mid-run: beyond the 2 s gap limit at any sample interval <= 0.2 s
 SIX = ["off-r1", "on-r1", "off-r2", "on-r2", "off-r3", "on-r3"]
 
 
@@ -180,3 +183,42 @@ def test_journal_lines_are_json_even_for_hostile_trainer_output(tmp_path: Path) 
     configs = [e["record"]["outcome"]["config"] for e in journal if e["event"] == "run_end"]
     assert configs[0] == {"lr": "nan", "when": "2026-11-30", "big": "inf", "nested": [[1, 2], {"a": "-inf"}]}
     assert json.loads(json.dumps(g.finding())) == g.finding()
+
+
+def test_a_gate_stopped_during_a_run_fails_the_run_and_it_is_retried(tmp_path: Path) -> None:
+    """`kill -STOP` of the gate (a terminal's Ctrl-Z) while its trainer goes on in its own session: the gate's
+    wallclock and window of that run measure the stop, not the trainer, so the run fails and its pair is
+    re-run, like a crash."""
+    g = fault_gate(tmp_path / "g", on={"hold": ["on-r2"]})
+    proc = start_gate("run", "off", "on", cwd=g.root)
+    try:
+        g.wait_holding("on-r2")
+        os.kill(proc.pid, signal.SIGSTOP)
+        g.release()  # the trainer finishes while the gate is stopped
+        wait_for(lambda: "end on-r2" in (g.root / "order.log").read_text(), "on-r2 to end")
+        time.sleep(STOPPED_S)
+    finally:
+        os.kill(proc.pid, signal.SIGCONT)
+    code, _, err = finish(proc)
+    assert code == 0, err
+    runs = {r["label"]: r for r in g.finding()["runs"]}
+    assert runs["on-r2"]["process_wallclock_s"] > STOPPED_S  # what the gate measured: the stop
+    assert not runs["on-r2"]["used"], runs["on-r2"]
+    assert "the gate was stopped or starved" in runs["on-r2"]["reason"]
+    assert runs["on-r4"]["retry_of"] == 2 and runs["on-r4"]["used"] and runs["off-r4"]["used"]
+    assert g.finding()["verdict"]["decision"] == "adopted"
+    predecision = (g.series() / "predecision.toml").read_text()
+    assert "stopped or starved" in predecision
+    assert_journal_consistent(g.series())
+
+
+def test_the_longest_sampler_gap_is_read_from_the_samples_monotonic_times() -> None:
+    """A gate stopped as a whole (its sampler thread too) leaves a gap between consecutive samples: the rule
+    reads it from the samples' monotonic times, whichever thread was stopped."""
+    from gatekit.sampler import longest_gap_s, stopped_gap_limit_s
+
+    times = [0.0, 0.05, 0.10, 3.10, 3.12]
+    samples = tuple(LoadSample(t_s=t, load1=1.0, load5=1.0, load15=1.0) for t in times)
+    assert longest_gap_s(samples) == pytest.approx(3.0)
+    assert longest_gap_s(samples[:3]) == pytest.approx(0.05) and longest_gap_s(samples[:1]) == 0.0
+    assert stopped_gap_limit_s(0.05) == 2.0 and stopped_gap_limit_s(1.0) == 10.0
