@@ -15,7 +15,7 @@ from gatekit import diagnostics, rules, stats
 from gatekit.finding import (Arms, Finding, GateInfo, GuardRow, Meta, Predecision, Provenance, RulesInfo, RunRow,
                              Stats, ThresholdRule)
 from gatekit.policies.base import Decided, Evidence, Policy
-from gatekit.policies.descriptors import policy_for
+from gatekit.policies.descriptors import describe, policy_for
 from gatekit.prereg import DecisionSpec
 from gatekit.records import RunRecord, startup_overhead_s
 from gatekit.report.narrative import narrative
@@ -237,7 +237,8 @@ def analyze(evidence: SeriesEvidence) -> Finding:
     finding = Finding(
         meta=_meta(evidence, assessment.verdict.decision),
         gate=GateInfo(
-            id=spec.gate_id, arms=Arms(spec.off_arm, spec.on_arm), n=spec.n, order=spec.order,
+            id=spec.gate_id, arms=Arms(spec.off_arm, spec.on_arm), n=spec.n,
+            order=describe(spec.policy).recorded_order(spec.order),
             primary=spec.primary, direction=spec.direction, expect_diff=spec.expect_diff, policy=spec.policy,
             warmup=spec.warmup, **_seed_info(spec, evidence.predecision_sha256),
             threshold=ThresholdRule(spec.threshold.sigma_k, spec.threshold.floor_pct,

@@ -279,3 +279,52 @@ def test_a_finding_made_on_another_host_finds_its_run_folders_beside_it(tmp_path
     assert all(Path(p).is_absolute() and not Path(p).exists() for p in finding.meta.related_runs)
     files = load_run_files(finding, moved / path.name, [], tmp_path)
     assert sorted(files.traces) == sorted(r.label for r in finding.runs) and not files.notes
+
+
+class _Load:
+    """The load every run window sees (1000 per core: flagged, or 0.5: calm); the preflight is calm."""
+
+    def __init__(self, busy: bool) -> None:
+        self.busy = busy
+
+    def __call__(self, label: str):  # type: ignore[no-untyped-def]
+        load = 1000.0 if self.busy and label != "preflight" else 0.5
+        return lambda: {"load1": load, "load5": load, "load15": load}
+
+
+def _fake_duet(root: Path, *, busy: bool):  # type: ignore[no-untyped-def]
+    """A duet of the in-process fake driver (tests/fakes.py): on is 10 % faster; `busy` flags every run."""
+    from gatekit.series.runner import SeriesRunner
+    from tests.fakes import FakeDriver, fake_gate
+    gate = fake_gate("duo", "Duet", ["mode"], rules={"load_per_core_limit": 1.0, "evidence": "load1"})
+    del gate["gate"]["order"]
+    gate["gate"].update(n=4, mode="duet")
+    gate["duet"] = {"slots": [f"cpu:{CORES[0]}", f"cpu:{CORES[1]}"]}
+    root.mkdir()
+    write_toml(root / "gate.toml", gate)
+    for arm, value in (("off", 10.0), ("on", 9.0)):
+        write_toml(root / f"{arm}.toml", {"config": {"mode": arm}, "runs": {
+            f"{arm}-r{k}": {"train_elapsed_s": value + 0.01 * (k % 3), "psnr_db": 30.0} for k in range(1, 13)}})
+    config = load_gate(root / "gate.toml")
+    return SeriesRunner(config, config.arms["off"], config.arms["on"], driver=FakeDriver(),
+                        load_reader_for=_Load(busy)).start().finding
+
+
+@needs_two_cores
+@pytest.mark.parametrize("busy", [False, True], ids=["estimated", "every-run-flagged"])
+def test_a_duet_reads_as_a_duet_with_or_without_an_estimate(tmp_path: Path, busy: bool) -> None:
+    from gatekit.report.terminal import summary
+    finding = _fake_duet(tmp_path / "g", busy=busy)
+    assert finding.decision == ("invalid" if busy else "adopted") and (finding.duet is None) == busy
+    assert finding.gate.order == "duet"  # its pairs ran together: never the gate's default "abab"
+    slots = f"cpu:{CORES[0]} & cpu:{CORES[1]}"
+    lines = summary(finding).splitlines()
+    assert lines[0] == f"gate duo: on vs off (slots {slots}, n=4 pairs, duet, train_elapsed_s, lower is better)"
+    classic = next(line for line in lines if "threshold" in line)
+    assert classic.startswith("classic, beside it (decides nothing): Δ ")
+    lead = finding.sections[0].text
+    assert lead.startswith(f"Duet gate of `on` against `off`: 4 pairs{' planned' if busy else ''}, both runs of a "
+                           f"pair at once on slots cpu:{CORES[0]} and cpu:{CORES[1]}, swapped every pair")
+    if busy:
+        assert f"no duet estimate: {finding.verdict.reasons[0]}." in lead
+    assert "Interleaved" not in " ".join(str(section.to_dict()) for section in finding.sections)

@@ -97,6 +97,8 @@ class PolicyWords:
     arrangement: str | None = None  # the summary's first line: how the runs were arranged (default: the order)
     size: str | None = None  # and how many ran (default: n=<gate.n>)
     lines: tuple[str, ...] = ()  # summary lines after the guards (looks, estimates)
+    # the summary's classic-figures line begins so where they decide nothing (default: they are the decision)
+    classic_label: str = ""
 
 
 class SimulatedPolicy(Protocol):

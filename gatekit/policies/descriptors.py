@@ -46,6 +46,11 @@ class PolicyDescriptor:
         """Whether it runs its own stages in its own order (a gate's n and order are refused)."""
         return self.stages is not None
 
+    def recorded_order(self, gate_order: str) -> str:
+        """The run order a finding records (`gate.order`): the gate's, or this policy's own where its runs are
+        not interleaved ("duet": both runs of a pair at once) — the gate's default "abab" never ran there."""
+        return gate_order if self.mode == INTERLEAVED else self.order
+
     @property
     def first_stage(self) -> int:
         """Runs per arm at the first look of a policy that fixes its stages: the n its series preregisters."""

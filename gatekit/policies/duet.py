@@ -391,8 +391,8 @@ class DuetPolicy(SimulationDefaults):
         """The lead and a table give the estimate with the slot effect removed and the slot effect itself; the
         summary names the slots and the pairs."""
         duet = finding.duet
-        if duet is None:  # flagged runs without a replacement: no estimate, the common words
-            return PolicyWords()
+        if duet is None:  # flagged or failed runs without a replacement: no estimate, still a duet's words
+            return self._words_without_estimate(finding)
         gate, s = finding.gate, finding.stats
         slots = f" on slots {duet.slots[0]} and {duet.slots[1]}" if len(duet.slots) == 2 else ""
         lead = (f"Duet gate of `{finding.on_arm}` against `{finding.off_arm}`: {duet.n_pairs} pairs, both runs of a "
@@ -424,9 +424,23 @@ class DuetPolicy(SimulationDefaults):
         return PolicyWords(lead=lead, sections=(generated_section("heading", text="Duet estimate"),
                                                 generated_section("kv", items=tuple(items))),
                            arrangement="slots " + " & ".join(duet.slots), size=f"n={duet.n_pairs} pairs, duet",
-                           lines=(line,))
+                           lines=(line,), classic_label=CLASSIC_LABEL)
+
+    def _words_without_estimate(self, finding: Finding) -> PolicyWords:
+        """A duet that has no estimate (every pair flagged or failed) still reads as one: its slots, its pairs,
+        and that nothing was estimated — never an interleaved gate's lead."""
+        gate = finding.gate
+        slots = tuple(dict.fromkeys(run.slot for run in sorted(finding.runs, key=lambda r: r.order) if run.slot))
+        on_slots = f" on slots {slots[0]} and {slots[1]}" if len(slots) == 2 else ""
+        reason = finding.verdict.reasons[0] if finding.verdict.reasons else "no pair was left to estimate from"
+        lead = (f"Duet gate of `{finding.on_arm}` against `{finding.off_arm}`: {gate.n} pairs planned, both runs of a "
+                f"pair at once{on_slots}, swapped every pair, deciding on {gate.primary} ({gate.direction} is "
+                f"better). Decision: **{finding.verdict.decision.value}** — no duet estimate: {reason}.")
+        return PolicyWords(lead=lead, arrangement="slots " + " & ".join(slots) if slots else "duet",
+                           size=f"n={gate.n} pairs, duet", classic_label=CLASSIC_LABEL)
 
 
+CLASSIC_LABEL = "classic, beside it (decides nothing): "  # the summary's line of the classic Δ and threshold
 DUET = DuetPolicy()
 assert all(duet_pairs_ok(n) for n in describe(DUET.name).plan_sizes), "gate plan tries only sizes a duet can run"
 

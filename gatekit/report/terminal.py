@@ -51,7 +51,7 @@ def summary(finding: Finding, paths: tuple[str, ...] = ()) -> str:
     lines += ["",
               f"mean off {fmt(s.mean_off)}  mean on {fmt(s.mean_on)}  "
               f"σ_off {fmt(s.sigma_off_pct)} %  σ_on {fmt(s.sigma_on_pct)} %",
-              f"Δ {fmt(s.delta_pct)} %   threshold {fmt(s.threshold_pct)} % "
+              f"{t(words.classic_label)}Δ {fmt(s.delta_pct)} %   threshold {fmt(s.threshold_pct)} % "
               f"({t(gate.threshold.rule)})   pairs consistent {t(s.pairs_consistent)}"]
     if s.gm_delta_pct is not None:
         lines.append(f"Δ_gm {fmt(s.gm_delta_pct)} % ({_level(s.ci_level)} CI {fmt(s.ci_low_pct)} … "
