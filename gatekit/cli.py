@@ -219,11 +219,13 @@ def run(off: str | None, on: str | None, gate_path: Path, n: int | None, order: 
     def work():  # type: ignore[no-untyped-def]
         from gatekit.series.replay import open_series
         from gatekit.series.runner import SeriesRunner
+        from gatekit.verify import verify_series
 
         if resume is not None:
             if off or on or n or order or seed is not None or out or runs_dir or policy or warmup is not None:
                 raise ConfigError("--resume continues a series exactly as registered; "
                                   "drop OFF/ON, --n, --order, --seed, --policy, --warmup, --out and --runs")
+            verify_series(resume)  # an edited journal or record is exit 3 naming it, before anything runs
             opened = open_series(resume, gate_path if gate_path != Path("gate.toml") else None)
             ci.check(opened.config.gate.primary, str(opened.config.path))
             return SeriesRunner(opened.config, opened.off, opened.on, report=_progress).resume(opened)
@@ -239,9 +241,11 @@ def run(off: str | None, on: str | None, gate_path: Path, n: int | None, order: 
     result = _call(work)
     paths = tuple(str(p) for p in result.finding_paths)
     if key is not None:
-        from gatekit.verify import sign_finding
+        from gatekit.verify import sign_finding, verify_series
 
         json_path = next(p for p in result.finding_paths if p.suffix == ".json")
+        # only what verifies is signed: the series' evidence and the finding as its recomputation
+        _call(lambda: verify_series(result.series_dir, json_path))
         signed = _call(lambda: sign_finding(json_path, result.finding.predecision.chain_head, key))
         paths += (str(signed),)
     _emit(result.finding, as_json, paths)

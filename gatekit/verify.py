@@ -114,7 +114,8 @@ def _verify_chain(series_dir: Path, journal_path: Path) -> tuple[int, str | None
             if "prev" not in event:
                 raise VerificationError(f"{where}: has no prev; the chain from line {lines[0][0]} is broken")
             if event["prev"] != expected:
-                raise VerificationError(f"{where}: prev does not match {source}")
+                anchor = f" (sha256 {expected}, the line's prev {event['prev']})" if previous is None else ""
+                raise VerificationError(f"{where}: prev does not match {source}{anchor}")
         if kind == "series_start" and previous is None:
             _verify_predecision(series_dir, event, where)
         if kind == "run_end":

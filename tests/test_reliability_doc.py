@@ -30,6 +30,7 @@ def test_every_guarantee_points_to_a_test_that_exists() -> None:
 def test_every_fault_and_security_test_is_a_documented_guarantee() -> None:
     named = {(file, name) for file, name in REFERENCE.findall(DOC.read_text())}
     files = [*sorted((ROOT / "tests" / "faults").glob("test_*.py")), ROOT / "tests" / "test_security.py",
+             ROOT / "tests" / "test_forgery.py",
              *sorted((ROOT / "tests").glob("test_fuzz_*.py"))]
     for path in files:
         relative = path.relative_to(ROOT).as_posix()

@@ -72,7 +72,7 @@ def test_resume_refuses_every_change_naming_the_file_and_both_hashes(tmp_path: P
     off = g.root / "off.toml"
     predecision = series / "predecision.toml"
 
-    def refused(path: Path, edit: str | None, registered: str) -> str:
+    def refused(path: Path, edit: str | None, registered: str, code: int = 2) -> str:
         original = path.read_bytes()
         if edit is None:
             path.unlink()
@@ -82,7 +82,7 @@ def test_resume_refuses_every_change_naming_the_file_and_both_hashes(tmp_path: P
         done = gate_invoke("run", "--resume", str(series), cwd=g.root)
         path.write_bytes(original)
         line = _one_error(done.stderr)
-        assert done.returncode == 2, done.stderr
+        assert done.returncode == code, done.stderr
         assert str(path) in line and registered in line and now in line, line
         return line
 
@@ -92,7 +92,8 @@ def test_resume_refuses_every_change_naming_the_file_and_both_hashes(tmp_path: P
     off_sha = _sha(off)
     assert "arm config of 'off' changed" in refused(off, "\nsleep_s = 0.5\n", off_sha)
     refused(off, None, off_sha)
-    refused(predecision, "\n# edited after the fact\n", start["predecision_sha256"])
+    # the predecision is evidence: the journal's chain is anchored on it, so its edit does not verify (exit 3)
+    refused(predecision, "\n# edited after the fact\n", start["predecision_sha256"], code=3)
     assert g.order() == ["off-r1", "on-r1", "off-r2"]  # no refused resume ran anything
 
     done = gate_invoke("run", "--resume", str(series), cwd=g.root)  # restored: the same resume now finishes
