@@ -377,6 +377,11 @@ def load_gate(path: Path | str) -> GateConfig:
     if driver.name == "command":
         _check_shell_args(path, driver.options.get("argv"), arms)
 
+    for index, guard in enumerate(config.guards):
+        # a second guard of one metric would silently replace the first in the analysis (one result a metric)
+        first = next(i for i, g in enumerate(config.guards) if g.metric == guard.metric)
+        _check(first == index, path, f"guards[{index}].metric",
+               f"'{guard.metric}' is guarded already by guards[{first}]; state each guard metric once")
     primary_needed = {gate.primary} - {ALWAYS_MEASURED}
     _check(not ({g.metric for g in config.guards} & primary_needed), path, "guards",
            f"the primary metric '{gate.primary}' cannot also be a guard")

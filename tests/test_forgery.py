@@ -68,3 +68,19 @@ def test_resume_of_an_edited_journal_exits_3_naming_the_line_and_signs_nothing(t
     assert not list((g.root / "findings").glob("*.json")) and not list((g.root / "findings").glob("*.sig"))
     assert g.order().count("on-r3") == 1  # nothing ran again
 
+
+# -- 5. the same guard metric twice ---------------------------------------------------------------------
+
+def test_a_guard_metric_stated_twice_is_refused_naming_file_and_key(gate_dir) -> None:
+    """`max_drop = 0`, then `100`, of one metric: only the last applied, so an on arm 5 dB worse passed."""
+    g = gate_dir(off={"default_elapsed": 10.0, "default_psnr": 30.0},
+                 on={"default_elapsed": 9.0, "default_psnr": 25.0},
+                 guards=[{"metric": "psnr_db", "direction": "higher", "max_drop": 0.0},
+                         {"metric": "psnr_db", "direction": "higher", "max_drop": 100.0}])
+    for command in (("check",), ("run", "off", "on")):
+        done = gate_invoke(*command, cwd=g.root)
+        assert done.returncode == 2, done.stdout
+        (line,) = done.stderr.strip().splitlines()
+        assert line.endswith(f"{g.gate}: guards[1].metric: 'psnr_db' is guarded already by guards[0]; "
+                             "state each guard metric once"), line
+    assert not g.series_dirs() and not g.order()  # nothing ran
