@@ -542,6 +542,12 @@ UPGRADES: dict[str, tuple[str, Callable[[dict[str, Any]], dict[str, Any]]]] = {
 }
 
 
+# the journal format that comes with a predecision format: a gatekit that writes predecision/2 writes chained
+# journals that name their format, so a series of that predecision with an older journal was downgraded.
+# (predecision/1 came with journal/1 or /2: an unchained journal beside it may be honest, and is not evidence.)
+JOURNAL_OF_PREDECISION: dict[str, str] = {PREDECISION_SCHEMA: JOURNAL_SCHEMA}
+
+
 def upgrade(document: Mapping[str, Any], schema: str) -> dict[str, Any]:
     """`document` (or one event of a journal) of format `schema`, as the current version of its format."""
     upgraded = dict(document)

@@ -10,6 +10,7 @@ file consistently is caught only where the chain head was published elsewhere (t
 from __future__ import annotations
 
 import json
+import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping
@@ -17,7 +18,8 @@ from typing import TYPE_CHECKING, Any, Mapping
 from gatekit.distribution import install_hint
 from gatekit.errors import ConfigError, GatekitError, RunFileError, SeriesError, VerificationError
 from gatekit.provenance import sha256_file
-from gatekit.records import JOURNAL_SCHEMA, SIGNATURE_SCHEMA, UNCHAINED_JOURNAL, journal_schema, schema_problem
+from gatekit.records import (JOURNAL_OF_PREDECISION, JOURNAL_SCHEMA, SCHEMA_KEY, SIGNATURE_SCHEMA, UNCHAINED_JOURNAL,
+                             journal_schema, schema_problem)
 from gatekit.runfiles import MAX_RESULT_BYTES, read_run_file
 from gatekit.storage import (EMPTY_SHA256, LEGACY_JOURNAL_WARNING, Journal, SeriesLayout, atomic_write_text,
                              line_sha256)
@@ -95,6 +97,7 @@ def _verify_chain(series_dir: Path, journal_path: Path) -> tuple[int, str | None
     problem = schema_problem(schema, JOURNAL_SCHEMA)
     if problem:
         raise VerificationError(f"{journal_path}: line {lines[0][0]}: {problem}")
+    _refuse_downgrade(series_dir, lines[0][2], schema, f"{journal_path}: line {lines[0][0]}")
     chained = schema != UNCHAINED_JOURNAL  # a journal that names its format is chained: every line needs its prev
     previous: tuple[int, bytes] | None = None
     run_ends: dict[str, tuple[int, Mapping[str, Any]]] = {}
@@ -127,6 +130,22 @@ def _verify_chain(series_dir: Path, journal_path: Path) -> tuple[int, str | None
         previous = (number, line)
     assert previous is not None
     return len(lines), line_sha256(previous[1]) if chained else None, run_ends
+
+
+def _refuse_downgrade(series_dir: Path, first: Any, schema: object, where: str) -> None:
+    """A series journal older than its predecision's format allows: its chain (or the name of its format)
+    was stripped, so it would pass as a legacy journal with nothing to verify."""
+    if not (isinstance(first, Mapping) and first.get("event") == "series_start"):
+        return
+    try:
+        predecision = tomllib.loads(SeriesLayout(series_dir).predecision.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError):
+        return  # the anchor's check names an unreadable predecision; a damaged one fails its sha256
+    required = JOURNAL_OF_PREDECISION.get(predecision.get(SCHEMA_KEY))  # type: ignore[arg-type]
+    if required is not None and schema != required:
+        raise VerificationError(f"{where} (series_start): the predecision names {predecision[SCHEMA_KEY]}, "
+                                f"whose journal is {required} (hash-chained, naming its format), but this one "
+                                f"reads as {schema}: its chain or format was stripped")
 
 
 def _anchor(series_dir: Path, event: Mapping[str, Any], where: str) -> tuple[str, str]:
@@ -211,9 +230,11 @@ def _verify_finding(series_dir: Path, finding_path: Path, head: str | None) -> N
         raise VerificationError(f"{finding_path}: predecision.sha256 {written.predecision.sha256} != "
                                 f"{recomputed.predecision.sha256} in the journal")
     mine, theirs = written.to_dict(), recomputed.to_dict()
-    if head is None:  # a legacy finding was written without the warning its re-analysis adds
-        theirs["verdict"]["warnings"] = [w for w in theirs["verdict"].get("warnings", [])
-                                         if w != LEGACY_JOURNAL_WARNING]
+    if head is None:  # a legacy finding was written without the warning its re-analysis adds, or (resumed by
+        # a later gatekit) with it: either way it says nothing the missing chain does not
+        for side in (mine, theirs):
+            side["verdict"]["warnings"] = [w for w in side["verdict"].get("warnings", [])
+                                           if w != LEGACY_JOURNAL_WARNING]
     written_reasons = tuple(mine.get("verdict", {}).get("reasons", ()))
     if without_explanations(written_reasons) == written_reasons:
         # written before verdicts named their cause and next step: the same decision in fewer words

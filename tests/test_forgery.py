@@ -6,6 +6,7 @@ real processes where the process is the subject: the SIGTERM'd series and its re
 from __future__ import annotations
 
 import json
+import re
 import signal
 from pathlib import Path
 from typing import Any
@@ -84,3 +85,92 @@ def test_a_guard_metric_stated_twice_is_refused_naming_file_and_key(gate_dir) ->
         assert line.endswith(f"{g.gate}: guards[1].metric: 'psnr_db' is guarded already by guards[0]; "
                              "state each guard metric once"), line
     assert not g.series_dirs() and not g.order()  # nothing ran
+
+
+# -- 14. downgrade and false alarm on legacy journals ---------------------------------------------------
+
+def _cut_series(gate_dir, on_elapsed: float) -> tuple[Any, Path]:
+    """A finished series (real trainer processes) cut back to how it looked when killed after 2 runs."""
+    from gatekit.config import load_gate
+    from gatekit.series.runner import SeriesRunner
+    from gatekit.storage import SeriesLayout
+
+    g = gate_dir(off={"default_elapsed": 10.0}, on={"default_elapsed": on_elapsed})
+    config = load_gate(g.gate)
+    result = SeriesRunner(config, config.arm("off"), config.arm("on")).start()
+    layout = SeriesLayout(result.series_dir)
+    layout.done.unlink()
+    for path in result.finding_paths:
+        path.unlink()
+    kept, run_ends = [], 0
+    for line in layout.journal.read_text().splitlines(keepends=True):
+        run_ends += json.loads(line)["event"] == "run_end"
+        if run_ends > 2:
+            break
+        kept.append(line)
+    layout.journal.write_text("".join(kept))
+    return g, result.series_dir
+
+
+def _unchain(series: Path, predecision_schema: str | None = None) -> None:
+    """Every `prev` and the journal's `schema` stripped: what a journal written before hash chains holds.
+    Given a predecision format, the predecision is rewritten in it (and its sha256 journaled anew)."""
+    import hashlib
+
+    predecision = series / "predecision.toml"
+    if predecision_schema is not None:
+        predecision.write_text(re.sub(r'(?m)^schema = ".*"$', f'schema = "{predecision_schema}"',
+                                      predecision.read_text(), count=1))
+    sha = hashlib.sha256(predecision.read_bytes()).hexdigest()
+
+    def strip(event: dict[str, Any]) -> dict[str, Any]:
+        event = {k: v for k, v in event.items() if k not in ("prev", "schema")}
+        if event["event"] == "series_start":
+            event["predecision_sha256"] = sha
+        return event
+    _rewrite_journal(series, strip)
+
+
+def _faster_on_runs(series: Path, factor: float) -> None:
+    def edit(event: dict[str, Any]) -> None:
+        if event["event"] == "run_end" and event["record"]["arm"] == "on":
+            event["record"]["outcome"]["metrics"]["train_elapsed_s"] *= factor
+            (series / event["record"]["label"] / "record.json").write_text(json.dumps(event["record"], indent=2))
+    _rewrite_journal(series, edit)
+
+
+def test_a_journal_stripped_of_its_chain_is_refused_by_the_predecision_it_was_written_with(gate_dir) -> None:
+    """Every prev (and the format's name) stripped, plus an on arm forged faster: the predecision says a
+    chained gatekit wrote it (gatekit.predecision/2 comes only with gatekit.journal/3), so gate verify and
+    the resume exit 3 naming the journal's first line, and nothing is written."""
+    from gatekit.records import JOURNAL_SCHEMA, PREDECISION_SCHEMA
+
+    g, series = _cut_series(gate_dir, on_elapsed=10.5)  # an honest regression
+    _unchain(series)
+    _faster_on_runs(series, 0.8)
+    expected = (f"{series / 'journal.jsonl'}: line 1 (series_start): the predecision names {PREDECISION_SCHEMA}, "
+                f"whose journal is {JOURNAL_SCHEMA} (hash-chained, naming its format)")
+    done = gate_invoke("verify", str(series), cwd=g.root)
+    assert done.returncode == 3 and expected in done.stderr, done.stderr
+    done = gate_cli("run", "--resume", str(series), cwd=g.root)
+    assert done.returncode == 3 and expected in done.stderr, done.stdout + done.stderr
+    assert not g.findings() and "VERDICT" not in done.stdout
+
+
+def test_an_honest_legacy_series_resumed_writes_a_finding_that_verifies(gate_dir) -> None:
+    """A series of the chainless era (gatekit.predecision/1, gatekit.journal/1) resumed by today's gatekit:
+    continued without a chain, and its finding verifies (with the legacy warning)."""
+    from gatekit.storage import LEGACY_JOURNAL_WARNING
+    from gatekit.verify import verify_series
+
+    g, series = _cut_series(gate_dir, on_elapsed=9.0)
+    _unchain(series, "gatekit.predecision/1")
+    done = gate_cli("run", "--resume", str(series), cwd=g.root)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert all("prev" not in json.loads(line) for line in (series / "journal.jsonl").read_text().splitlines())
+    (finding,) = g.findings()
+    assert LEGACY_JOURNAL_WARNING in g.finding()["verdict"]["warnings"]
+    report = verify_series(series, finding)
+    assert report.legacy and report.warnings == (LEGACY_JOURNAL_WARNING,)
+    done = gate_invoke("verify", str(series), str(finding), cwd=g.root)
+    assert done.returncode == 0, done.stderr
