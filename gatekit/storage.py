@@ -316,6 +316,10 @@ class Journal:
                 self._head = line_sha256(data[:-1])
         return json.loads(text)
 
+    def line_hashes(self) -> set[str]:
+        """The sha256 of every complete line: each chain head this journal has had."""
+        return {line_sha256(line) for _, line, _ in self.lines()}
+
     def record(self, event: EventT) -> EventT:
         """Write a typed event; returns it as a reader of the journal will see it."""
         return type(event).from_dict(self.append(event.KIND, **event.to_dict()))  # type: ignore[no-any-return]

@@ -174,3 +174,36 @@ def test_an_honest_legacy_series_resumed_writes_a_finding_that_verifies(gate_dir
     assert report.legacy and report.warnings == (LEGACY_JOURNAL_WARNING,)
     done = gate_invoke("verify", str(series), str(finding), cwd=g.root)
     assert done.returncode == 0, done.stderr
+
+
+# -- 7. a resumed copy overwrites a finding -------------------------------------------------------------
+
+def test_a_resumed_copy_of_a_series_cannot_rewrite_the_original_finding(tmp_path: Path) -> None:
+    """`cp -r` of an interrupted series; the original resumed (it verifies), then the copy resumed: the
+    copy shares the series id, but not the chain head the finding was written from, so its write is
+    refused (exit 4, naming the finding) and the original's finding keeps its bytes and still verifies."""
+    import shutil
+
+    g = fault_gate(tmp_path / "g", on={"hold": ["on-r2"]})
+    proc = start_gate("run", "off", "on", cwd=g.root)
+    try:
+        g.wait_holding("on-r2")
+        proc.send_signal(signal.SIGTERM)
+        code, _, err = finish(proc)
+        assert code == 130, err
+    finally:
+        kill_quietly(g.pid("on-r2"))
+    original = g.series()
+    copy = original.parent / f"{original.name}-copy"
+    shutil.copytree(original, copy)
+    done = gate_cli("run", "--resume", str(original), cwd=g.root)
+    assert done.returncode == 0, done.stderr
+    (finding,) = (g.root / "findings").glob("*.json")
+    written = {p: p.read_bytes() for p in (finding, finding.with_suffix(".toml"))}
+    assert gate_invoke("verify", str(original), str(finding), cwd=g.root).returncode == 0
+    done = gate_cli("run", "--resume", str(copy), cwd=g.root)
+    assert done.returncode == 4, done.stdout + done.stderr
+    assert f"{finding}: finding id '{finding.stem}' was written from another journal" in done.stderr, done.stderr
+    assert {p: p.read_bytes() for p in written} == written
+    done = gate_invoke("verify", str(original), str(finding), cwd=g.root)
+    assert done.returncode == 0, done.stderr

@@ -6,6 +6,7 @@ import json
 import os
 import tomllib
 from pathlib import Path
+from typing import Callable
 
 from gatekit.errors import OutputError
 from gatekit.storage import remove_stale_temp_files
@@ -50,30 +51,39 @@ def reserve_finding_id(out_dir: Path, base: str, series_id: str) -> str:
         candidate = f"{base}-{k}"
 
 
-def _finding_owner(path: Path) -> str:
-    """meta.series_id of the finding file at `path` ('' when it names none or cannot be read)."""
+def _finding_owner(path: Path) -> tuple[str, str | None]:
+    """(meta.series_id, predecision.chain_head) of the finding file at `path` ('' / None where it names none
+    or cannot be read)."""
     try:
         data = json.loads(path.read_text()) if path.suffix == ".json" else tomllib.loads(path.read_text())
-        owner = data.get("meta", {}).get("series_id")
+        owner, head = data.get("meta", {}).get("series_id"), data.get("predecision", {}).get("chain_head")
     except (OSError, ValueError, AttributeError):
-        return ""
-    return owner if isinstance(owner, str) else ""
+        return "", None
+    return (owner if isinstance(owner, str) else ""), (head if isinstance(head, str) else None)
 
 
-def check_finding_id(out_dir: Path, finding_id: str, series_id: str) -> None:
-    """Refuse to write this series' finding over one another series wrote or reserved."""
+def check_finding_id(out_dir: Path, finding_id: str, series_id: str,
+                     written_from: Callable[[str], bool] = lambda head: True) -> None:
+    """Refuse to write this series' finding over one another series wrote or reserved, or over one this
+    series' id wrote from another journal: a copy of the series folder shares the series id, never the
+    chain head its finding was written from (`written_from(head)`: whether a line of this journal hashes to
+    it; a legacy finding has no head, and its series id is all there is to go by)."""
     marker = _reservation(out_dir, finding_id)
     try:
         holder = marker.read_text().strip() if marker.is_file() else series_id
     except OSError:
         holder = series_id
-    owners = [(marker, holder)] + [(path, _finding_owner(path)) for suffix in (".json", ".toml")
-                                   if (path := out_dir / f"{finding_id}{suffix}").is_file()]
-    for path, owner in owners:
+    owners = [(marker, holder, None)] + [(path, *_finding_owner(path)) for suffix in (".json", ".toml")
+                                         if (path := out_dir / f"{finding_id}{suffix}").is_file()]
+    for path, owner, head in owners:
         if owner != series_id:
             raise OutputError(f"{path}: finding id '{finding_id}' belongs to series '{owner or 'unknown'}', not "
                               f"to this series '{series_id}'; refusing to overwrite it (move it away to write "
                               "this one)")
+        if head is not None and not written_from(head):
+            raise OutputError(f"{path}: finding id '{finding_id}' was written from another journal of series "
+                              f"'{series_id}' (chain head {head}, which no line of this journal has: a copy of "
+                              "the series folder); refusing to overwrite it (move it away to write this one)")
 
 
 def release_finding_id(out_dir: Path, finding_id: str) -> None:

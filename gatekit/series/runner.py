@@ -298,7 +298,8 @@ class SeriesRunner:
         out_dir = state.start.out_dir
         try:
             remove_stale_temp_files(out_dir)  # what a gate killed while writing a finding left there
-            check_finding_id(out_dir, state.start.finding_id, state.start.series_id)
+            check_finding_id(out_dir, state.start.finding_id, state.start.series_id,
+                             written_from=lambda head: head in journal.line_hashes())
             paths = write_finding(finding, out_dir)
             atomic_write_text(SeriesLayout(series_dir).done, f"{finding.decision.value}\n{paths[0]}\n")
             release_finding_id(out_dir, state.start.finding_id)
