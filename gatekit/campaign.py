@@ -16,8 +16,9 @@ The campaign folder holds `campaign.toml` (the file as started; the journal's ge
 (the hash-chained journal: campaign_start, gate_start with the gate's pinning, gate_end with its outcome,
 campaign_stop), one runs folder per gate (`<key>/<series>/`), the gates' logs (`logs/<key>.log`),
 `summary.md` and `junit.xml` covering every finished gate, and the findings site (`site/index.html`).
-`--resume DIR` skips the gates whose last gate_end is `finished` and continues the others, an interrupted
-series with `gate run --resume`.
+`--resume DIR` verifies the folder first (`verify_campaign`, also `gate verify DIR`), then skips the gates
+whose last gate_end is `finished` and continues the others, an interrupted series with `gate run --resume`.
+A gate_end names its series and finding relative to the campaign folder, so the folder can move.
 """
 
 from __future__ import annotations
@@ -27,14 +28,15 @@ import os
 import re
 import socket
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, ClassVar, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, Iterable, Iterator, Mapping, Sequence
 
 from gatekit.config import load_gate, load_toml, name_problem, resolve_path
 from gatekit.engines import (ENGINES, GateOutcome, GateStatus, GateTask, Pinning, core_sets, run_local, run_ray,
                              visible_gpus)
-from gatekit.errors import EXIT_FAIL_ON, EXIT_INVALID, ConfigError, SeriesError, SeriesInterrupted
+from gatekit.errors import (EXIT_FAIL_ON, EXIT_INVALID, ConfigError, GatekitError, SeriesError, SeriesInterrupted,
+                            VerificationError)
 from gatekit.records import Event, Record, RecordError
 from gatekit.series.runloop import now
 from gatekit.storage import Journal, atomic_write_bytes, pid_lock
@@ -286,26 +288,103 @@ def new_campaign_folder(campaign: Campaign) -> Path:
 
 
 def latest_outcomes(folder: Path) -> tuple[CampaignStart, dict[str, GateOutcome]]:
-    """The campaign_start event and each gate's last gate_end, from the journal."""
-    journal = Journal(folder / CAMPAIGN_JOURNAL)
-    if not journal.path.is_file():
+    """The campaign_start event and each gate's last gate_end, from the journal (its paths read inside
+    `folder`, wherever the campaign folder lies now)."""
+    start, outcomes = _journaled_outcomes(folder, Journal(folder / CAMPAIGN_JOURNAL).entries())
+    return start, {key: outcome for key, (_, outcome) in outcomes.items()}
+
+
+def _journaled_outcomes(folder: Path, entries: Iterable[tuple[int, bytes, Any] | tuple[int, Any]]) -> tuple[
+        CampaignStart, dict[str, tuple[int, GateOutcome]]]:
+    """campaign_start and {gate key: (line, its last gate_end's outcome)} of the journal's `entries`."""
+    path = folder / CAMPAIGN_JOURNAL
+    if not path.is_file():
         raise SeriesError(f"{folder}: no {CAMPAIGN_JOURNAL} here; is this a campaign folder?")
     start: CampaignStart | None = None
-    outcomes: dict[str, GateOutcome] = {}
-    for number, _, event in journal.entries():
+    outcomes: dict[str, tuple[int, GateOutcome]] = {}
+    for number, *_, event in entries:
         kind = event.get("event") if isinstance(event, Mapping) else None
         try:
             if kind == CampaignStart.KIND:
                 start = CampaignStart.from_dict(event)
             elif kind == GateEnd.KIND:
-                outcome = GateEnd.from_dict(event).outcome
-                outcomes[outcome.key] = outcome
+                outcome = _located(GateEnd.from_dict(event).outcome, folder)
+                outcomes[outcome.key] = (number, outcome)
         except ValueError as exc:  # a RecordError naming the key
-            raise SeriesError(f"{journal.path}: event {number} ({kind!r}) is not what gatekit wrote ({exc}); the "
+            raise SeriesError(f"{path}: event {number} ({kind!r}) is not what gatekit wrote ({exc}); the "
                               "journal was edited or damaged") from None
     if start is None:
-        raise SeriesError(f"{journal.path}: no campaign_start event; the journal is damaged")
+        raise SeriesError(f"{path}: no campaign_start event; the journal is damaged")
     return start, outcomes
+
+
+def _journaled(outcome: GateOutcome, folder: Path) -> GateOutcome:
+    """The outcome as journaled: its paths relative to the campaign folder, so the folder can move."""
+    def relative(path: Path | None) -> Path | None:
+        return None if path is None else Path(os.path.relpath(path.absolute(), folder))
+    return replace(outcome, series_dir=relative(outcome.series_dir), finding_path=relative(outcome.finding_path))
+
+
+def _located(outcome: GateOutcome, folder: Path) -> GateOutcome:
+    """A journaled outcome's paths on this machine: read inside the campaign folder. One journaled before
+    they were relative names them where the campaign ran: the folder two levels above its series."""
+    series, finding = outcome.series_dir, outcome.finding_path
+    if series is not None and series.is_absolute():
+        ran_in = series.parents[1]
+        if finding is not None and finding.is_absolute():
+            finding = Path(os.path.relpath(finding, ran_in))
+        series = series.relative_to(ran_in)
+    def inside(path: Path | None) -> Path | None:
+        return None if path is None else Path(os.path.normpath(folder / path))
+    return replace(outcome, series_dir=inside(series), finding_path=inside(finding))
+
+
+@dataclass(frozen=True, slots=True)
+class CampaignVerifyReport:
+    """What a campaign's verification checked: its chained journal and each finished gate's evidence."""
+
+    folder: Path
+    events: int
+    chain_head: str
+    gates: int  # finished gates whose series and finding verified
+
+
+def verify_campaign(folder: Path) -> CampaignVerifyReport:
+    """The campaign journal's chain (anchored on the campaign file as started, whose sha256 its
+    campaign_start names), then every finished gate: its series lies in the gate's runs folder and
+    verifies, with the finding its gate_end names, and that finding's decision is the one journaled.
+    VerificationError (exit 3) naming the journal's line at the first disagreement."""
+    from gatekit.finding import load_finding
+    from gatekit.verify import verify_chain, verify_series
+
+    journal = folder / CAMPAIGN_JOURNAL
+    if not journal.is_file():
+        raise SeriesError(f"{folder}: no {CAMPAIGN_JOURNAL} here; is this a campaign folder?")
+    events, head = verify_chain(journal, folder / CAMPAIGN_COPY)
+    start, outcomes = _journaled_outcomes(folder, events)
+    copy_sha256 = hashlib.sha256((folder / CAMPAIGN_COPY).read_bytes()).hexdigest()
+    if start.campaign_sha256 != copy_sha256:
+        raise VerificationError(f"{journal}: line 1 (campaign_start): campaign_sha256 {start.campaign_sha256} != "
+                                f"the sha256 {copy_sha256} of {folder / CAMPAIGN_COPY}")
+    checked = 0
+    for key, (number, outcome) in outcomes.items():
+        if outcome.status is not GateStatus.FINISHED:
+            continue
+        where = f"{journal}: line {number} (gate_end)"
+        series, finding = outcome.series_dir, outcome.finding_path
+        if series is None or finding is None or series.parent != folder / key:
+            raise VerificationError(f"{where}: gate {key} finished, but names no series of its own runs folder "
+                                    f"{folder / key} and finding ({series}, {finding})")
+        try:
+            verify_series(series, finding)
+            decision = load_finding(finding).decision.value
+        except GatekitError as exc:
+            raise VerificationError(f"{where}: gate {key}: {exc}") from None
+        if decision != outcome.decision:
+            raise VerificationError(f"{where}: gate {key}: decision {outcome.decision!r} != {decision!r} in "
+                                    f"{finding}")
+        checked += 1
+    return CampaignVerifyReport(folder, len(events), head, checked)
 
 
 # -- running ----------------------------------------------------------------------------------------
@@ -335,6 +414,7 @@ def run_campaign(campaign: Campaign, options: CampaignOptions, *, report: Report
                                "else nvidia-smi)")
     if options.resume is not None:
         folder = options.resume.resolve()
+        verify_campaign(folder)  # an edited journal or gate finding is exit 3 naming it, before anything runs
         start, done = latest_outcomes(folder)
         if start.campaign_sha256 != campaign.sha256:
             raise ConfigError(f"{campaign.path}: changed since the campaign in {folder} started (sha256 "
@@ -363,7 +443,7 @@ def run_campaign(campaign: Campaign, options: CampaignOptions, *, report: Report
     def ended(outcome: GateOutcome) -> None:
         gate = by_key[outcome.key]
         outcomes[outcome.key] = outcome
-        journal.record(GateEnd(outcome, now().isoformat(timespec="seconds")))
+        journal.record(GateEnd(_journaled(outcome, folder), now().isoformat(timespec="seconds")))
         if outcome.status is GateStatus.FINISHED:
             what = f"{outcome.decision} ({outcome.finding_path}; ran on {outcome.pinning.describe()})"
         else:

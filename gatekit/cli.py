@@ -320,11 +320,24 @@ def analyze_cmd(source: Path, gate_path: Path | None, off_name: str | None, on_n
 def verify_cmd(series_dir: Path, finding: Path | None, pubkey: Path | None) -> None:
     """Verify a series' evidence: the journal's hash chain, the predecision's sha256 and every run's
     record.json; given FINDING, that it equals the recomputed finding and records the chain head.
+    A campaign folder: its journal's chain, and each finished gate's series with the finding it names.
 
     Exit 3 names the first file and line that disagree.
     """
+    from gatekit.campaign import CAMPAIGN_JOURNAL
+    from gatekit.storage import SeriesLayout
     from gatekit.verify import verify_series
 
+    if not SeriesLayout(series_dir).journal.exists() and (series_dir / CAMPAIGN_JOURNAL).exists():
+        if finding is not None or pubkey is not None:
+            raise GateError(ConfigError("a campaign folder is verified alone: each gate's finding is the one its "
+                                        "journal names (verify a gate's series to check a signature)"))
+        from gatekit.campaign import verify_campaign
+
+        campaign = _call(lambda: verify_campaign(series_dir.resolve()))
+        click.echo(f"verified campaign: {campaign.events} events, chain head {campaign.chain_head} "
+                   f"({campaign.gates} finished gate(s), each series with its finding)")
+        return
     report = _call(lambda: verify_series(series_dir, finding, pubkey=pubkey))
     for warning in report.warnings:
         _stderr(f"warning: {warning}")

@@ -57,7 +57,7 @@ def verify_series(series_dir: Path, finding_path: Path | None = None, *,
     check the finding's signature. Raises VerificationError at the first disagreement."""
     layout = SeriesLayout(series_dir)
     journal_path = layout.journal
-    events, head, run_ends = _verify_chain(series_dir, journal_path)
+    events, head, run_ends, _ = _verify_chain(series_dir, journal_path)
     for label, (number, record) in sorted(run_ends.items()):
         _verify_record(layout.run(label).record, journal_path, number, record)
     warnings = (LEGACY_JOURNAL_WARNING,) if head is None else ()
@@ -82,9 +82,19 @@ def analyze_series(series_dir: Path, config: GateConfig | None = None) -> Findin
     return analyze_unverified(series_dir, config)
 
 
-def _verify_chain(series_dir: Path, journal_path: Path) -> tuple[int, str | None,
-                                                                   dict[str, tuple[int, Mapping[str, Any]]]]:
-    """(events, chain head or None for a legacy journal, {label: (line, record) of its latest run_end})."""
+def verify_chain(journal_path: Path, genesis: Path) -> tuple[list[tuple[int, Mapping[str, Any]]], str]:
+    """A journal that is not a series' (a campaign's): every line chained, the first on the sha256 of
+    `genesis`. Returns its (line number, event) pairs and its chain head; VerificationError naming the line."""
+    _, head, _, events = _verify_chain(journal_path.parent, journal_path, genesis=genesis)
+    if head is None:
+        raise VerificationError(f"{journal_path}: line 1: has no prev; this journal is always hash-chained")
+    return events, head
+
+
+def _verify_chain(series_dir: Path, journal_path: Path, genesis: Path | None = None) -> tuple[
+        int, str | None, dict[str, tuple[int, Mapping[str, Any]]], list[tuple[int, Mapping[str, Any]]]]:
+    """(events, chain head or None for a legacy journal, {label: (line, record) of its latest run_end},
+    (line, event) of every line). A series journal is anchored on its predecision; another (`genesis`) on it."""
     if not journal_path.is_file():
         raise SeriesError(f"{journal_path}: no journal here; is this a series directory?")
     try:
@@ -97,17 +107,21 @@ def _verify_chain(series_dir: Path, journal_path: Path) -> tuple[int, str | None
     problem = schema_problem(schema, JOURNAL_SCHEMA)
     if problem:
         raise VerificationError(f"{journal_path}: line {lines[0][0]}: {problem}")
-    _refuse_downgrade(series_dir, lines[0][2], schema, f"{journal_path}: line {lines[0][0]}")
+    if genesis is None:
+        _refuse_downgrade(series_dir, lines[0][2], schema, f"{journal_path}: line {lines[0][0]}")
     chained = schema != UNCHAINED_JOURNAL  # a journal that names its format is chained: every line needs its prev
     previous: tuple[int, bytes] | None = None
     run_ends: dict[str, tuple[int, Mapping[str, Any]]] = {}
+    events: list[tuple[int, Mapping[str, Any]]] = []
     for number, line, event in lines:
         if not isinstance(event, Mapping) or not isinstance(event.get("event"), str):
             raise VerificationError(f"{journal_path}: line {number}: not a journal event")
         kind = event["event"]
         where = f"{journal_path}: line {number} ({kind})"
         if chained:
-            if previous is None:
+            if previous is None and genesis is not None:
+                expected, source = _file_sha256(genesis, where), str(genesis)
+            elif previous is None:
                 expected, source = _anchor(series_dir, event, where)
             else:
                 expected, source = line_sha256(previous[1]), f"line {previous[0]}"
@@ -119,7 +133,7 @@ def _verify_chain(series_dir: Path, journal_path: Path) -> tuple[int, str | None
             if event["prev"] != expected:
                 anchor = f" (sha256 {expected}, the line's prev {event['prev']})" if previous is None else ""
                 raise VerificationError(f"{where}: prev does not match {source}{anchor}")
-        if kind == "series_start" and previous is None:
+        if kind == "series_start" and previous is None and genesis is None:
             _verify_predecision(series_dir, event, where)
         if kind == "run_end":
             record = event.get("record")
@@ -127,9 +141,10 @@ def _verify_chain(series_dir: Path, journal_path: Path) -> tuple[int, str | None
             if not isinstance(label, str) or not label or "/" in label or label.startswith("."):
                 raise VerificationError(f"{where}: has no usable record.label")
             run_ends[label] = (number, record)
+        events.append((number, event))
         previous = (number, line)
     assert previous is not None
-    return len(lines), line_sha256(previous[1]) if chained else None, run_ends
+    return len(lines), line_sha256(previous[1]) if chained else None, run_ends, events
 
 
 def _refuse_downgrade(series_dir: Path, first: Any, schema: object, where: str) -> None:

@@ -22,8 +22,8 @@ from typing import Any
 import psutil
 import pytest
 
-from gatekit.campaign import (CAMPAIGN_JOURNAL, CampaignOptions, CampaignStart, JournaledGate, load_campaign,
-                              run_campaign)
+from gatekit.campaign import (CAMPAIGN_COPY, CAMPAIGN_JOURNAL, CampaignOptions, CampaignStart, JournaledGate,
+                              load_campaign, run_campaign)
 from gatekit.engines import (GateOutcome, GateStatus, GateTask, Pinning, core_sets, outcome_of, pack_gate_files,
                              unpack_gate_files, visible_gpus)
 from gatekit.errors import ConfigError
@@ -197,10 +197,11 @@ def test_two_gates_in_parallel_pinned_apart_summarised_and_resumed(tmp_path: Pat
     ends = {e["outcome"]["key"]: e["outcome"] for e in events if e["event"] == "gate_end"}
     assert {k: (o["status"], o["decision"]) for k, o in ends.items()} == {
         "01-alpha-off-on": ("finished", "adopted"), "02-beta-off-on": ("finished", "rejected")}
-    for outcome in ends.values():
-        assert Path(outcome["finding"]).is_file() and Path(outcome["finding"]).parent == tmp_path / "findings"
-        assert (Path(outcome["series_dir"]) / "DONE").is_file()
-        assert Path(outcome["series_dir"]).parent == folder / outcome["key"]
+    for outcome in ends.values():  # journaled relative to the campaign folder, so it can move
+        finding, series = (Path(os.path.normpath(folder / outcome[k])) for k in ("finding", "series_dir"))
+        assert not Path(outcome["finding"]).is_absolute() and not Path(outcome["series_dir"]).is_absolute()
+        assert finding.is_file() and finding.parent == tmp_path / "findings"
+        assert (series / "DONE").is_file() and series.parent == folder / outcome["key"]
     # one summary and one JUnit cover both gates; the site indexes both findings
     for summary in (tmp_path / "summary.md", folder / "summary.md"):
         text = summary.read_text()
@@ -251,7 +252,7 @@ def test_a_stopped_campaign_stops_its_gates_which_journal_the_interruption(tmp_p
     (end,) = [e["outcome"] for e in journal(folder) if e["event"] == "gate_end"]
     assert end["status"] == "interrupted" and "interrupted during off-r1" in end["detail"]
     series_events = [json.loads(line)["event"] for line in
-                     (Path(end["series_dir"]) / "journal.jsonl").read_text().splitlines()]
+                     (folder / end["series_dir"] / "journal.jsonl").read_text().splitlines()]
     assert "interrupted" in series_events
     assert f"continue with: gate campaign {path} --resume {folder}" in stderr
     left = [p.pid for p in psutil.process_iter(["cmdline"]) if str(tmp_path) in " ".join(p.info["cmdline"] or [])]
@@ -263,11 +264,13 @@ def test_a_campaign_changed_since_it_started_is_not_resumed(tmp_path: Path) -> N
     campaign = load_campaign(path)
     folder = tmp_path / "runs" / "nightly-x"
     folder.mkdir(parents=True)
-    start = CampaignStart(campaign.id, campaign.path, "0" * 64, "2026-12-01T00:00:00+00:00", "host", campaign.out,
-                          tuple(JournaledGate.of(g) for g in campaign.gates))
-    Journal(folder / CAMPAIGN_JOURNAL).record(start)
+    (folder / CAMPAIGN_COPY).write_bytes(path.read_bytes())  # the file as started: the journal's genesis
+    start = CampaignStart(campaign.id, campaign.path, campaign.sha256, "2026-12-01T00:00:00+00:00", "host",
+                          campaign.out, tuple(JournaledGate.of(g) for g in campaign.gates))
+    Journal(folder / CAMPAIGN_JOURNAL, genesis=folder / CAMPAIGN_COPY).record(start)
+    path.write_text(path.read_text() + "\n# edited since\n")
     with pytest.raises(ConfigError, match=r"campaign.toml: changed since the campaign in .* started"):
-        run_campaign(campaign, CampaignOptions(resume=folder))
+        run_campaign(load_campaign(path), CampaignOptions(resume=folder))
 
 
 # -- the Ray engine -----------------------------------------------------------------------------------------

@@ -207,3 +207,71 @@ def test_a_resumed_copy_of_a_series_cannot_rewrite_the_original_finding(tmp_path
     assert {p: p.read_bytes() for p in written} == written
     done = gate_invoke("verify", str(original), str(finding), cwd=g.root)
     assert done.returncode == 0, done.stderr
+
+
+# -- 2. the campaign journal never verified -------------------------------------------------------------
+
+def _campaign(tmp_path: Path) -> tuple[Path, Path]:
+    """A campaign of an honest regression (alpha) and an adoption (beta); (campaign file, its folder)."""
+    from tests.test_campaign import FAST, campaign_folder, make_campaign
+
+    path = make_campaign(tmp_path, [("alpha", {"elapsed": 11.0}), ("beta", {"elapsed": FAST})])
+    done = gate_invoke("campaign", str(path), "--fail-on", "regression", cwd=tmp_path)
+    assert done.returncode == 1, done.stderr  # alpha regressed
+    folder = campaign_folder(done.stdout)
+    done = gate_invoke("verify", str(folder), cwd=tmp_path)
+    assert done.returncode == 0 and done.stdout.startswith("verified campaign: "), done.stdout + done.stderr
+    return path, folder
+
+
+def test_an_edited_campaign_journal_fails_verify_and_resume(tmp_path: Path) -> None:
+    """alpha's gate_end edited to adopted, pointing at beta's finding: resume --fail-on regression exited 0
+    with '2 adopted'. Now gate verify DIR and the resume exit 3 naming the campaign journal's line."""
+    from gatekit.campaign import CAMPAIGN_JOURNAL
+
+    path, folder = _campaign(tmp_path)
+    journal = folder / CAMPAIGN_JOURNAL
+    events = [json.loads(line) for line in journal.read_text().splitlines()]
+    ends = {e["outcome"]["key"]: (n, e) for n, e in enumerate(events, 1) if e["event"] == "gate_end"}
+    number, alpha = ends["01-alpha-off-on"]
+    alpha["outcome"].update(decision="adopted", finding=ends["02-beta-off-on"][1]["outcome"]["finding"])
+    journal.write_text("".join(json.dumps(e, sort_keys=True) + "\n" for e in events))
+    where = (f"{journal}: line {number + 1}" if number < len(events) else f"{journal}: line {number}")
+    for command in (("verify", str(folder)),
+                    ("campaign", str(path), "--resume", str(folder), "--fail-on", "regression",
+                     "--junit", "junit.xml")):
+        done = gate_invoke(*command, cwd=tmp_path)
+        assert done.returncode == 3, done.stdout + done.stderr
+        assert where in done.stderr and "prev does not match" in done.stderr, done.stderr
+        assert "adopted" not in done.stdout
+    assert not (tmp_path / "junit.xml").exists()
+    # re-chained from that line on, the edit is still caught: the gate_end names a finding that is not
+    # the one its gate's series recomputes
+    from gatekit.storage import line_sha256
+    previous = None
+    lines = []
+    for n, event in enumerate(events, 1):
+        event["prev"] = event["prev"] if previous is None else line_sha256(previous)
+        previous = json.dumps(event, sort_keys=True).encode()
+        lines.append(previous.decode() + "\n")
+    journal.write_text("".join(lines))
+    done = gate_invoke("verify", str(folder), cwd=tmp_path)
+    assert done.returncode == 3 and f"{journal}: line {number} (gate_end)" in done.stderr, done.stderr
+
+
+def test_an_edited_campaign_file_with_its_sha256_patched_is_not_resumed(tmp_path: Path) -> None:
+    import hashlib
+
+    from gatekit.campaign import CAMPAIGN_JOURNAL
+
+    path, folder = _campaign(tmp_path)
+    path.write_text(path.read_text().replace('id = "nightly"', 'id = "nightly"\n# edited'))
+    sha = hashlib.sha256(path.read_bytes()).hexdigest()
+    journal = folder / CAMPAIGN_JOURNAL
+    lines = journal.read_text().splitlines(keepends=True)
+    start = json.loads(lines[0])
+    start["campaign_sha256"] = sha  # (its prev, the sha256 of the campaign file as started, left alone)
+    journal.write_text("".join([json.dumps(start, sort_keys=True) + "\n", *lines[1:]]))
+    done = gate_invoke("campaign", str(path), "--resume", str(folder), cwd=tmp_path)
+    assert done.returncode == 3, done.stdout + done.stderr
+    assert f"{journal}: line 2" in done.stderr and "prev does not match line 1" in done.stderr, done.stderr
