@@ -62,9 +62,15 @@ def _sample_interval(value: float) -> str | None:
                                 f"must be at least {MIN_SAMPLE_INTERVAL_S:g} s, got {value:g}")
 
 
+# One run per arm has no σ_off: no threshold beyond the floor, no rule (ii), no CI — a gate that can never decide.
+MIN_RUNS_PER_ARM = 2
+FEWEST_RUNS = (f"must be at least {MIN_RUNS_PER_ARM}: one run per arm has no σ_off, so neither the threshold nor "
+               "the contamination rule can be computed and the gate could never decide")
+
+
 def _runs_per_arm(value: int) -> str | None:
-    if value < 1:
-        return f"must be at least 1, got {value}"
+    if value < MIN_RUNS_PER_ARM:
+        return f"{FEWEST_RUNS}, got {value}"
     return None if value <= MAX_RUNS_PER_ARM else f"must be at most {MAX_RUNS_PER_ARM}, got {value}"
 
 
@@ -272,7 +278,7 @@ class GateConfig(Record):
             _check(0 <= warmup <= MAX_WARMUP, self.path, "--warmup", f"must be 0, 1 or 2, got {warmup}")
             gate = replace(gate, warmup=warmup)
         if n is not None:
-            _check(n >= 1, self.path, "--n", f"must be at least 1, got {n}")
+            _check(n >= MIN_RUNS_PER_ARM, self.path, "--n", f"{FEWEST_RUNS}, got {n}")
             _check(n <= MAX_RUNS_PER_ARM, self.path, "--n", f"must be at most {MAX_RUNS_PER_ARM}, got {n}")
             gate = replace(gate, n=n)
         if order is not None:

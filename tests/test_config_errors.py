@@ -84,7 +84,7 @@ def test_unknown_driver_lists_installed(gate_dir) -> None:
 
 @pytest.mark.parametrize("section, key, value, problem", [
     ("gate", "order", "zigzag", "must be one of abab, abba, random"),
-    ("gate", "n", 0, "must be at least 1"),
+    ("gate", "n", 0, "must be at least 2"),
     ("gate", "direction", "up", "must be one of lower, higher"),
     ("rules", "load_stat", "median", "must be one of max, mean"),
     ("rules", "sigma_ref", "pooled", "must be one of arm, leave_one_out"),
@@ -148,3 +148,15 @@ def test_a_table_left_out_reads_as_its_defaults_and_integers_as_numbers(gate_dir
     assert isinstance(config.threshold.sigma_k, float) and config.threshold.floor_pct == 1.0
     # a gate file that leaves [rules] out gets the gate-file defaults, the 10 % noise limit among them
     assert config.rules.max_threshold_pct == 10.0 and config.rules.load_limit == 6.0
+
+
+def test_one_run_per_arm_is_refused_before_anything_runs(gate_dir) -> None:
+    g = gate_dir()
+    done = gate_invoke("run", "off", "on", "--n", "1", cwd=g.root)
+    assert done.returncode == 2 and g.order() == []  # a usage error: nothing ran
+    assert done.stderr.strip() == (f"gate: error: {g.gate}: --n: must be at least 2: one run per arm has no σ_off, "
+                                   "so neither the threshold nor the contamination rule can be computed and the gate "
+                                   "could never decide, got 1")
+    g.gate.write_text(g.gate.read_text().replace("n = 3", "n = 1"))
+    with pytest.raises(ConfigError, match=r"gate.n: must be at least 2: one run per arm has no σ_off.*, got 1$"):
+        load_gate(g.gate)
