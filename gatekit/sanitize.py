@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import math
+import re
 import unicodedata
 from typing import Any, Mapping
 
@@ -41,6 +42,27 @@ def show_controls(text: str, keep: str = "") -> str:
     return "".join(
         ch if ch in keep or (ch.isprintable() and ch not in _BIDI and unicodedata.category(ch) != "Cc")
         else ch.encode("unicode_escape").decode("ascii") for ch in text)
+
+
+# A URL scheme (RFC 3986): a letter, then letters, digits, "+", "-" or "."; then a colon.
+_SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*:")
+_LINKABLE_SCHEMES = ("http:", "https:")
+
+
+def safe_url(value: object) -> str | None:
+    """A URL a report page may link to or show as an image: an http(s) URL or a relative reference, as a
+    browser reads it; None for anything else (`javascript:`, `data:`, `vbscript:`, `file:` ...).
+
+    Browsers drop tabs and newlines anywhere in a URL and control characters and spaces at its ends, so
+    `" java\tscript:"` is a javascript URL: the scheme is judged (and the URL returned) after the same steps.
+    """
+    if not isinstance(value, str):
+        return None
+    url = "".join(ch for ch in value if ch not in "\t\n\r").strip("".join(map(chr, range(0x21))))
+    scheme = _SCHEME.match(url)
+    if scheme is not None and scheme.group().lower() not in _LINKABLE_SCHEMES:
+        return None
+    return url
 
 
 def safe_text(text: str) -> str:

@@ -4,6 +4,8 @@ in any record, and trainer-supplied strings that reach people escaped."""
 from __future__ import annotations
 
 import ast
+import html.parser
+import re
 import json
 import tomllib
 from pathlib import Path
@@ -165,3 +167,70 @@ def test_the_environment_allowlist_is_documented() -> None:
     readme = (ROOT / "README.md").read_text()
     for name in ENV_ALLOWLIST:
         assert name in readme, f"{name} missing from README"
+
+
+HOSTILE_URLS = ["javascript:alert(1)", "JaVaScRiPt:alert(2)", "  javascript:alert(3)", "java\tscript:alert(4)",
+                "java\nscript:alert(5)", "\x01javascript:alert(6)", "data:text/html,<script>alert(7)</script>",
+                "vbscript:msgbox(8)", "file:///etc/passwd"]
+SAFE_URLS = ["https://example.com/a?b=c&d=e", "http://example.com/", "../other-2026-11-30/index.html",
+             "figures/x.png", "#runs"]
+
+
+class _Attributes(html.parser.HTMLParser):
+    """Every href and src as a browser reads it (entities decoded)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.urls: list[tuple[str, str]] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self.urls += [(name, value or "") for name, value in attrs if name in ("href", "src")]
+
+
+def _pages_with_sections(sections: list[dict[str, object]]) -> tuple[str, str]:
+    from gatekit.report.rundata import NO_RUNS
+    from gatekit.report.site import markdown_files, prepare, report_files
+    from tests.findings_kit import finding_of, golden_data
+
+    data = golden_data()
+    data["sections"] = [*data["sections"], *sections]
+    prepared = prepare([(finding_of(data), NO_RUNS, "f.json")])
+    (page,) = [content for name, content in report_files(prepared).items() if name.endswith("index.html")]
+    return page.decode(), markdown_files(prepared, "r.md")["r.md"].decode()
+
+
+def test_only_http_and_relative_links_and_images_are_rendered() -> None:
+    """Issue 19, point 12: a finding section {"type": "links", "items": [{"href": "javascript:…"}]} rendered as
+    <a href="javascript:…">, a figure as <img src="javascript:…">, in HTML and Markdown. Now a link or an image
+    is rendered only for an http(s) URL or a relative one, judged as a browser reads it (case, spaces and
+    control characters around it, tabs and newlines inside); the others show as text, saying why."""
+    urls = HOSTILE_URLS + SAFE_URLS
+    page, markdown = _pages_with_sections([
+        {"type": "links", "items": [{"text": f"link {i}", "href": url} for i, url in enumerate(urls)]},
+        *({"type": "figure", "src": url, "alt": f"image {i}", "caption": f"caption {i}"} for i, url in enumerate(urls))])
+    attributes = _Attributes()
+    attributes.feed(page)
+    for name, value in attributes.urls:
+        assert value.startswith(("http://", "https://")) or ":" not in value.split("/")[0], (name, value)
+    for url in SAFE_URLS:
+        assert ("href", url) in attributes.urls and ("src", url) in attributes.urls, url
+    for text in (page.lower(), markdown.lower()):
+        assert "script:" not in text.replace("\t", "").replace("\n", "") and "data:" not in text
+        assert "file:" not in text
+    assert page.count("link left out") == markdown.count("link left out") == len(HOSTILE_URLS)
+    assert page.count("image left out") == markdown.count("image left out") == len(HOSTILE_URLS)
+    destinations = re.findall(r"\]\(([^)]*)\)", markdown)
+    for url in SAFE_URLS:
+        assert destinations.count(url) == 2, (url, destinations)  # the link and the image
+
+
+def test_a_verdict_box_comes_only_from_gatekit() -> None:
+    """Issue 19, point 12: an extra callout with role = "verdict" in a finding's sections showed a second
+    verdict box. A section people add is shown as an ordinary callout; the one verdict box is gatekit's."""
+    page, markdown = _pages_with_sections([{"type": "callout", "role": "verdict", "decision": "rejected",
+                                            "variant": "danger", "label": "Verdict: REJECTED", "text": "forged"}])
+    assert page.count('role="status"') == 1 and page.count("data-decision=") == 1
+    assert 'data-decision="adopted"' in page
+    assert page.count(" verdict\"") == 1  # the verdict class, on gatekit's box alone
+    assert "Verdict: REJECTED" in page and "forged" in page  # shown, as what it is: a callout someone wrote
+    assert "Verdict: REJECTED" in markdown

@@ -138,3 +138,9 @@ def primary_label(finding: Finding) -> str:
     primary = finding.gate.primary
     unit = unit_of(primary)
     return f"{primary} ({unit})" if unit else primary
+
+
+# A page links to, and shows images from, http(s) URLs and relative references only (sanitize.safe_url);
+# what a section names otherwise is shown as text, with these words.
+LINK_LEFT_OUT = "link left out: only http(s) and relative links are shown"
+IMAGE_LEFT_OUT = "image left out: only http(s) and relative images are shown"

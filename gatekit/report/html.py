@@ -13,7 +13,8 @@ import json
 import re
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
-from gatekit.sanitize import show_controls
+from gatekit.report.common import IMAGE_LEFT_OUT, LINK_LEFT_OUT
+from gatekit.sanitize import safe_url, show_controls
 
 if TYPE_CHECKING:  # the index needs no page, and page.py imports the statistics (scipy)
     from gatekit.report.page import Page
@@ -182,18 +183,26 @@ def render_block(block: Mapping[str, Any]) -> str:
         items = "".join(f"<li>{inline(item, plain)}</li>" for item in block.get("items", []))
         return f'<ul class="plain">{items}</ul>'
     if kind == "figure":
+        url = safe_url(block.get("src"))
+        caption = f"<figcaption>{esc(block.get('caption', ''))}</figcaption>"
+        if not url:
+            return (f'<figure><p class="callout callout-note">{esc(block.get("alt", ""))} <small>({IMAGE_LEFT_OUT})'
+                    f"</small></p>{caption}</figure>")
         size = ""
         if block.get("width") and block.get("height"):
             size = f' width="{int(block["width"])}" height="{int(block["height"])}"'
-        src = esc(block["src"])
+        src = esc(url)
         return (f'<figure><div class="figure-scroll"><a href="{src}"><img src="{src}" '
-                f'alt="{esc(block.get("alt", ""))}"{size}></a></div>'
-                f"<figcaption>{esc(block.get('caption', ''))}</figcaption></figure>")
+                f'alt="{esc(block.get("alt", ""))}"{size}></a></div>{caption}</figure>')
     if kind == "links":
         items = []
         for item in block.get("items", []):
+            if not isinstance(item, Mapping):
+                continue
             text, href = esc(item.get("text", "")), item.get("href", "")
-            items.append(f'<li><a href="{esc(href)}">{text}</a></li>' if href
+            url = safe_url(href)
+            items.append(f'<li><a href="{esc(url)}">{text}</a></li>' if href and url
+                         else f"<li>{text} <small>({LINK_LEFT_OUT})</small></li>" if href
                          else f"<li>{text} <small>(not in this set of reports)</small></li>")
         return f'<ul class="plain">{"".join(items)}</ul>'
     shown = json.dumps(dict(block), ensure_ascii=False, indent=1, default=str)

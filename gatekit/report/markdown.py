@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import re
 from typing import TYPE_CHECKING, Any, Mapping
+from urllib.parse import quote
 
-from gatekit.sanitize import show_controls
+from gatekit.report.common import IMAGE_LEFT_OUT, LINK_LEFT_OUT
+from gatekit.sanitize import safe_url, show_controls
 
 if TYPE_CHECKING:  # the page model draws nothing, but keep exports (which use `literal`) free of it
     from gatekit.report.page import Page
@@ -35,6 +37,12 @@ def narrative(text: Any) -> str:
         else:
             out.append(piece.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;").replace("|", "\\|"))
     return "".join(out)
+
+
+def destination(url: str) -> str:
+    """A link destination Markdown keeps whole: spaces, parentheses, `<`, `>` and other characters that
+    could end it or start markup are percent-encoded (the URL itself is judged by sanitize.safe_url)."""
+    return quote(url, safe="!#$%&'*+,-./:;=?@[]_~")
 
 
 def _text(value: Any, plain: bool) -> str:
@@ -73,12 +81,20 @@ def render_block(block: Mapping[str, Any]) -> str:
     if kind == "list":
         return "\n".join(f"- {_text(item, plain)}" for item in block.get("items", []))
     if kind == "figure":
-        return f"![{literal(block.get('alt', ''))}]({block['src']})\n\n*{literal(block.get('caption', ''))}*"
+        url = safe_url(block.get("src"))
+        caption = f"*{literal(block.get('caption', ''))}*"
+        if not url:
+            return f"{literal(block.get('alt', ''))} ({IMAGE_LEFT_OUT})\n\n{caption}"
+        return f"![{literal(block.get('alt', ''))}]({destination(url)})\n\n{caption}"
     if kind == "links":
         items = []
         for item in block.get("items", []):
+            if not isinstance(item, Mapping):
+                continue
             text, href = literal(item.get("text", "")), item.get("href", "")
-            items.append(f"- [{text}]({href})" if href else f"- {text} (not in this set of reports)")
+            url = safe_url(href)
+            items.append(f"- [{text}]({destination(url)})" if href and url
+                         else f"- {text} ({LINK_LEFT_OUT})" if href else f"- {text} (not in this set of reports)")
         return "\n".join(items)
     return f"> Section of unknown type {literal(kind)} (shown in the HTML report only)"
 

@@ -251,6 +251,11 @@ def _is_generated(finding: Finding) -> Callable[[Section], bool]:
     return lambda section: section.generated or _document_of(section) in written
 
 
+# Keys of a page block that only gatekit's own blocks carry: the verdict box (`verdict_callout`) is drawn
+# from the finding's verdict, never from a section, so a section people added cannot show a second one.
+GATEKIT_ONLY_KEYS = ("role", "decision")
+
+
 def narrative_blocks(finding: Finding) -> tuple[str, list[Block]]:
     """The lead text and the sections people added (generated ones and the lead are shown elsewhere)."""
     generated = _is_generated(finding)
@@ -262,7 +267,7 @@ def narrative_blocks(finding: Finding) -> tuple[str, list[Block]]:
             continue
         if generated(section):
             continue
-        blocks.append(_document_of(section))
+        blocks.append({k: v for k, v in _document_of(section).items() if k not in GATEKIT_ONLY_KEYS})
     return lead, blocks
 
 
