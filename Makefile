@@ -55,7 +55,7 @@ bench: $(TEST_STAMP)
 bench-site: $(CORE_STAMP)
 	$(PY) benchmarks/site_scale.py --write docs/benchmarks.md
 
-# A wheel and an sdist in dist/ for `pip install` or `pipx install` in another project (README "Install into
+# A wheel and an sdist in dist/ for `pip install` or `pipx install` in another project (docs/install.md "Install into
 # your own project"), built with the venv's own setuptools; then the wheel is checked (every module, the script,
 # the entry points, the extras) and installed into a throwaway venv, where `gate --help` and `gate drivers` run.
 dist: $(TEST_STAMP)

@@ -7,7 +7,7 @@ from importlib.metadata import PackageNotFoundError, version
 
 # The name pip knows this project by. PyPI's "gatekit" is another project (an MCP gateway, whose wheel also
 # installs a top-level `gatekit` package), so the distribution has its own name; the import package stays
-# `gatekit` and the console script `gate` (README "Install into your own project" says why).
+# `gatekit` and the console script `gate` (docs/install.md says why).
 DISTRIBUTION = "gatekit-ab"
 # The optional extras of pyproject.toml (tests/test_distribution.py keeps the two in step).
 EXTRAS = ("torch", "cuda", "ray", "sign", "test")

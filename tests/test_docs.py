@@ -1,5 +1,6 @@
-"""The docs stay in step with the code: every gate key, placeholder, command and exit code in the README;
-docs/cli.md generated from the command tree; docs/architecture.md naming what exists."""
+"""The docs stay in step with the code: every gate key in docs/gate-file.md, every command in the README's one-line
+table, placeholders, exit codes, policies and record keys on the docs pages that own them; docs/cli.md generated
+from the command tree; docs/architecture.md naming what exists."""
 
 from __future__ import annotations
 
@@ -7,42 +8,83 @@ import dataclasses
 import importlib.util
 import re
 import tomllib
+import typing
+from collections.abc import Mapping
 from pathlib import Path
 
 import click
 import pytest
 
 from gatekit.cli import main
-from gatekit.config import (ArmSpec, BackendSpec, DriverSpec, GateSpec, GuardSpec, RulesSpec, ThresholdSpec,
-                            load_gate)
+from gatekit.config import GateConfig, load_gate
 from gatekit.driver import load_backend, make_backend
+from gatekit.records import Record
 from gatekit_drivers.command import PLACEHOLDERS
 
 ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text()
+DOCS = ROOT / "docs"
+GATE_FILE = (DOCS / "gate-file.md").read_text()
+# the command driver's own [driver] keys (its plugin checks them, so they are no field of DriverSpec)
+COMMAND_DRIVER_KEYS = ["argv", "metrics", "cwd", "env"]
 
 
-def _fields(cls: type, skip: tuple[str, ...] = ()) -> list[str]:
-    return [f.name for f in dataclasses.fields(cls) if f.name not in skip]
+def _table_record(hint: object) -> type[Record]:
+    """The record a gate-file table decodes into: GuardSpec of tuple[GuardSpec, ...], ArmSpec of
+    Mapping[str, ArmSpec], DuetSpec of DuetSpec | None."""
+    for candidate in (hint, *typing.get_args(hint)):
+        if isinstance(candidate, type) and issubclass(candidate, Record):
+            return candidate
+    inner = typing.get_args(hint)
+    if typing.get_origin(hint) is not None and inner:
+        return _table_record(inner[-1])
+    raise AssertionError(f"no record in {hint!r}")
 
 
-@pytest.mark.parametrize("section, keys", [
-    ("gate", _fields(GateSpec)),
-    ("threshold", _fields(ThresholdSpec)),
-    ("guards", _fields(GuardSpec)),
-    ("rules", _fields(RulesSpec)),
-    ("driver", _fields(DriverSpec, skip=("options",)) + ["argv", "metrics", "cwd", "env"]),
-    ("arms", _fields(ArmSpec, skip=("name",))),
-    ("backend", _fields(BackendSpec, skip=("options",))),
-])
-def test_every_gate_key_is_in_the_readme_example(section: str, keys: list[str]) -> None:
-    example = re.search(r"### The gate file.*?```toml\n(.*?)```", README, re.S).group(1)  # type: ignore[union-attr]
+def _schema() -> list[tuple[str, list[str]]]:
+    """Every table of the gate file with its keys, read from config.py's records (the schema the codec decodes):
+    internal fields and a plugin's rest (`options`) are no keys of the file."""
+    hints = typing.get_type_hints(GateConfig)
+    tables = []
+    for table in dataclasses.fields(GateConfig):
+        if table.metadata.get("internal"):
+            continue
+        record = _table_record(hints[table.name])
+        keys = [f.name for f in dataclasses.fields(record)
+                if not f.metadata.get("internal") and not f.metadata.get("rest")]
+        tables.append((table.name, keys + (COMMAND_DRIVER_KEYS if table.name == "driver" else [])))
+    return tables
+
+
+def _gate_file_reference() -> str:
+    """The TOML blocks of docs/gate-file.md's "The gate file" section: every key, with its default."""
+    section = GATE_FILE.split("\n## The gate file\n", 1)[1].split("\n## ", 1)[0]
+    return "\n".join(re.findall(r"```toml\n(.*?)```", section, re.S))
+
+
+def _gate_file_example() -> str:
+    """The reference's first block: a whole gate file."""
+    section = GATE_FILE.split("\n## The gate file\n", 1)[1].split("\n## ", 1)[0]
+    return re.search(r"```toml\n(.*?)```", section, re.S).group(1)  # type: ignore[union-attr]
+
+
+def test_the_schema_walk_sees_every_table() -> None:
+    tables = dict(_schema())
+    assert set(tables) == {"gate", "threshold", "guards", "rules", "driver", "arms", "backend", "duet"}
+    assert "max_drop" in tables["guards"] and "slots" in tables["duet"] and "name" not in tables["arms"]
+    assert "options" not in tables["driver"] and "argv" in tables["driver"]
+
+
+@pytest.mark.parametrize("section, keys", _schema(), ids=[name for name, _ in _schema()])
+def test_every_gate_key_is_in_the_gate_file_reference(section: str, keys: list[str]) -> None:
+    reference = _gate_file_reference()
     for key in keys:
-        assert re.search(rf"^{key} =|^\[{section}\.{key}\]", example, re.M), f"{section}.{key} missing from README"
+        assert re.search(rf"^{key} =|^\[{section}\.{key}\]", reference, re.M), \
+            f"{section}.{key} missing from docs/gate-file.md"
 
 
-def test_readme_gate_example_is_a_valid_gate_file(tmp_path: Path) -> None:
-    example = re.search(r"### The gate file.*?```toml\n(.*?)```", README, re.S).group(1)  # type: ignore[union-attr]
+def test_the_gate_file_reference_example_is_a_valid_gate_file(tmp_path: Path) -> None:
+    example = _gate_file_example()
     tomllib.loads(example)
     (tmp_path / "gate.toml").write_text(example)
     config = load_gate(tmp_path / "gate.toml")
@@ -53,12 +95,13 @@ def test_readme_gate_example_is_a_valid_gate_file(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("backend", ["cpu", "cuda", "metal"])
 def test_every_bundled_backend_and_its_options_are_documented(backend: str) -> None:
-    example = re.search(r"### The gate file.*?```toml\n(.*?)```", README, re.S).group(1)  # type: ignore[union-attr]
+    example = _gate_file_example()
     table = re.search(rf"^\[backend\.{backend}\]\s*(?:#[^\n]*)?\n(.*?)(?=^\[|\Z)", example, re.M | re.S)
-    assert table, f"[backend.{backend}] missing from the README gate file example"
-    for key in load_backend(backend, source=Path("README.md")).OPTIONS:
-        assert re.search(rf"^{key} =", table.group(1), re.M), f"backend.{backend}.{key} missing from README"
-    assert f"| `{backend}` |" in README, f"backend {backend} missing from the README's Backends table"
+    assert table, f"[backend.{backend}] missing from the docs/gate-file.md example"
+    for key in load_backend(backend, source=Path("docs/gate-file.md")).OPTIONS:
+        assert re.search(rf"^{key} =", table.group(1), re.M), f"backend.{backend}.{key} missing from docs/gate-file.md"
+    assert f"| `{backend}` |" in (DOCS / "backends.md").read_text(), \
+        f"backend {backend} missing from docs/backends.md's table"
 
 
 def _cli_reference():  # type: ignore[no-untyped-def]
@@ -136,20 +179,24 @@ def test_option_values_quoted_in_the_docs_are_ones_the_options_take() -> None:
 
 def test_placeholders_and_exit_codes_are_documented() -> None:
     for placeholder in PLACEHOLDERS:
-        assert f"{{{placeholder}}}" in README
+        assert f"{{{placeholder}}}" in GATE_FILE, f"{{{placeholder}}} missing from docs/gate-file.md"
+    commands = (DOCS / "commands.md").read_text()
     for code in ("0 ran and decided", "1 a `--fail-on`", "2 usage or config error", "3 series invalid",
                  "130 interrupted"):
-        assert code in README
+        assert code in commands, f"exit code {code!r} missing from docs/commands.md"
 
 
 STATISTICS = (ROOT / "docs" / "statistics.md").read_text()
 
 
-def test_every_policy_order_and_sigma_ref_value_is_in_the_readme() -> None:
+def test_every_policy_order_and_sigma_ref_value_is_documented() -> None:
     from gatekit.config import ORDERS, SIGMA_REFS
     from gatekit.policies.descriptors import simulation_policies
-    for value in (*ORDERS, *SIGMA_REFS, *simulation_policies()):
-        assert value in README, f"{value} missing from README"
+    for value in (*ORDERS, *SIGMA_REFS):
+        assert value in GATE_FILE, f"{value} missing from docs/gate-file.md"
+    policies = (DOCS / "policies.md").read_text()
+    for value in simulation_policies():
+        assert value in policies, f"policy {value} missing from docs/policies.md"
 
 
 def test_every_diagnostic_and_sequential_key_is_documented() -> None:
@@ -157,10 +204,12 @@ def test_every_diagnostic_and_sequential_key_is_documented() -> None:
     from gatekit.diagnostics import Diagnostics
     from gatekit.policies.sequential import SequentialOutcome
     diagnostics = Diagnostics(*[math.nan] * len(dataclasses.fields(Diagnostics))).to_dict()
+    gate_run = (DOCS / "gate-run.md").read_text()  # the finding's sections, its diagnostics among them
     for key in diagnostics:
-        assert f"`{key}`" in README and key in STATISTICS, f"stats.{key} missing from README or docs/statistics.md"
+        assert f"`{key}`" in gate_run and key in STATISTICS, \
+            f"stats.{key} missing from docs/gate-run.md or docs/statistics.md"
     for key in SequentialOutcome("adopted", ()).info(1.0).to_dict():
-        assert key in README and f"`{key}`" in STATISTICS, f"sequential.{key} missing from the docs"
+        assert key in gate_run and f"`{key}`" in STATISTICS, f"sequential.{key} missing from the docs"
 
 
 ARCHITECTURE = (ROOT / "docs" / "architecture.md").read_text()
@@ -236,3 +285,18 @@ def test_statistics_doc_has_every_scenario_its_tables_and_sources() -> None:
     for source in ("Kalibera & Jones", "ISMM 2013", "Criterion", "Pinpoint", "SAME", "UNKNOWN", "Daly",
                    "ICPE 2020", "Abedi & Brecht", "Samuelson"):
         assert source in STATISTICS, f"{source} not cited in docs/statistics.md"
+
+
+def test_the_readme_is_a_short_read_that_links_every_docs_page() -> None:
+    assert len(README.splitlines()) <= 300, "the README is the ten-minute read; depth goes to docs/"
+    assert "\n## Contents\n" in README
+    for page in sorted(DOCS.glob("*.md")):
+        assert f"](docs/{page.name})" in README, f"docs/{page.name} is not linked from the README"
+
+
+def test_troubleshooting_quotes_the_verdicts_own_words() -> None:
+    from gatekit.verdict import MORE_RUNS, NEXT_STEP, QUIETER_MACHINE, TOO_FEW_USED, too_noisy_reason
+    text = " ".join((DOCS / "troubleshooting.md").read_text().split())
+    too_noisy = too_noisy_reason(1.0).split(" 1 %")[0]  # the words before the figure
+    for words in (MORE_RUNS, QUIETER_MACHINE, TOO_FEW_USED, NEXT_STEP.strip(), too_noisy, "stopped at look 1"):
+        assert words in text, f"docs/troubleshooting.md does not quote {words!r}"

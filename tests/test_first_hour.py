@@ -1,7 +1,7 @@
-"""A new user's first hour, from the README alone: the minimal gate file runs, errors point at the fix, the
-help and the reports read like prose, and a series that cannot succeed stops early and says where to look.
+"""A new user's first hour, from the README and docs/gate-file.md: the minimal gate file runs, errors point at
+the fix, the help and the reports read like prose, and a series that cannot succeed stops early and says where to look.
 
-Series whose outcomes are what is tested run in-process with tests/fakes.py's FakeDriver; the README's own
+Series whose outcomes are what is tested run in-process with tests/fakes.py's FakeDriver; the documented
 gate files run for real (their trainer and `sh`/`gzip` are real processes) through `gate_invoke`.
 """
 
@@ -34,16 +34,24 @@ from tests.fakes import FakeDriver, LoadScript, fake_gate
 
 ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text()
+GATE_FILE_DOC = (ROOT / "docs" / "gate-file.md").read_text()
+INSTALL_DOC = (ROOT / "docs" / "install.md").read_text()
 GOLDEN_FINDING = ROOT / "tests" / "golden" / "finding.json"
 
 
+def _first_gate_section() -> str:
+    """The README's "A first gate": the minimal gate file and trainer."""
+    return README.split("\n## A first gate\n", 1)[1].split("\n## ", 1)[0]
+
+
 def _own_trainer_section() -> str:
-    return README.split("## Gate a trainer of your own", 1)[1].split("### The trainer contract", 1)[0]
+    """docs/gate-file.md's "Gate a trainer of your own": the command-only gate."""
+    return GATE_FILE_DOC.split("\n## Gate a trainer of your own\n", 1)[1].split("\n## ", 1)[0]
 
 
-def _block(language: str, first_line: str, index: int = 0) -> str:
-    """The `index`-th fenced block of that language in "Gate a trainer of your own" that starts with `first_line`."""
-    blocks = [b for b in re.findall(rf"```{language}\n(.*?)```", _own_trainer_section(), re.S)
+def _block(section: str, language: str, first_line: str, index: int = 0) -> str:
+    """The `index`-th fenced block of that language in `section` that starts with `first_line`."""
+    blocks = [b for b in re.findall(rf"```{language}\n(.*?)```", section, re.S)
               if b.startswith(first_line + "\n")]
     return blocks[index]
 
@@ -93,15 +101,15 @@ def test_run_help_says_what_off_and_on_are_and_their_default(tmp_path: Path) -> 
     assert "default: the gate file's first two arms, OFF then ON" in text
 
 
-# -- 3. the README's gate files -------------------------------------------------------------------------
+# -- 3. the gate files of the README and docs/gate-file.md -------------------------------------------
 
 
 def _minimal_gate(folder: Path) -> Path:
     """The README's minimal gate file and trainer, exactly as printed, with the arm configs its comments give."""
     folder.mkdir()
-    gate = _block("toml", "# gate.toml")
+    gate = _block(_first_gate_section(), "toml", "# gate.toml")
     (folder / "gate.toml").write_text(gate)
-    (folder / "trainer.py").write_text(_block("python", "# trainer.py"))
+    (folder / "trainer.py").write_text(_block(_first_gate_section(), "python", "# trainer.py"))
     for arm, holds in re.findall(r'config = "(\w+)\.toml"\s+# holds: (.*)', gate):
         (folder / f"{arm}.toml").write_text(holds + "\n")
     return folder / "gate.toml"
@@ -132,7 +140,7 @@ def test_the_readme_minimal_gate_file_is_about_ten_lines_and_runs(tmp_path: Path
 
 def _gzip_gate(folder: Path) -> Path:
     folder.mkdir()
-    (folder / "gate.toml").write_text(_block("toml", "# gate.toml", index=1))
+    (folder / "gate.toml").write_text(_block(_own_trainer_section(), "toml", "# gate.toml"))
     (folder / "data.bin").write_bytes(bytes(range(256)) * 64)
     return folder / "gate.toml"
 
@@ -144,7 +152,7 @@ def test_the_readme_command_only_gate_runs_its_arms_args(tmp_path: Path, calm_ma
     assert config.gate.primary == "process_wallclock_s" and config.arms["on"].args == ("-9",)
     assert config.arms["off"].config is None  # an arm needs no config file
 
-    # what the shell really runs for each arm, traced by `sh -x` with the README's exact argv and args
+    # what the shell really runs for each arm, traced by `sh -x` with the documented exact argv and args
     argv = config.driver.options["argv"]
     for arm, level in (("off", "-1"), ("on", "-9")):
         traced = subprocess.run([argv[0], "-xc", *argv[2:], *config.arms[arm].args], cwd=gate_path.parent,
@@ -160,7 +168,7 @@ def test_the_readme_command_only_gate_runs_its_arms_args(tmp_path: Path, calm_ma
 
 @pytest.mark.skipif(shutil.which("sh") is None, reason="needs sh")
 def test_args_under_sh_c_without_a_name_for_dollar_zero_are_refused(tmp_path: Path) -> None:
-    # what the README warns about, shown by the shell itself: the first argument after the script is $0
+    # what docs/gate-file.md warns about, shown by the shell itself: the first argument after the script is $0
     swallowed = subprocess.run(["sh", "-c", 'echo "[$@]"', "-9"], capture_output=True, text=True, timeout=30)
     assert swallowed.stdout == "[]\n"
     named = subprocess.run(["sh", "-c", 'echo "[$@]"', "sh", "-9"], capture_output=True, text=True, timeout=30)
@@ -176,15 +184,15 @@ def test_args_under_sh_c_without_a_name_for_dollar_zero_are_refused(tmp_path: Pa
     assert "name $0 after the script" in done.stderr
 
 
-def test_readme_step_two_does_not_ask_for_every_key() -> None:
-    assert "every key below" not in README
-    assert "Only `gate.id`, `driver.argv` and two `[arms.*]` tables are" in " ".join(README.split("\n"))
+def test_the_first_gate_does_not_ask_for_every_key() -> None:
+    assert "every key below" not in README and "every key below" not in GATE_FILE_DOC
+    assert "Only `gate.id`, `driver.argv` and two `[arms.*]` tables are" in " ".join(GATE_FILE_DOC.split("\n"))
 
 
 def test_shell_completion_is_documented_and_produced(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     for shell, marker in (("bash", "complete -o nosort -F _gate_completion gate"), ("zsh", "#compdef gate"),
                           ("fish", "complete --no-files --command gate")):
-        assert f"_GATE_COMPLETE={shell}_source gate" in README
+        assert f"_GATE_COMPLETE={shell}_source gate" in INSTALL_DOC
         monkeypatch.setenv("_GATE_COMPLETE", f"{shell}_source")
         done = gate_invoke(cwd=tmp_path)
         assert done.returncode == 0 and marker in done.stdout, done.stdout
