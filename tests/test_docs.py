@@ -141,11 +141,16 @@ def test_the_cli_reference_has_every_command_option_choice_and_default() -> None
 
 def test_the_readme_links_every_command_to_the_reference() -> None:
     commands = README.split("\n## Commands\n", 1)[1].split("\n## ", 1)[0]
+    in_depth = (DOCS / "commands.md").read_text()
     for path, command in COMMANDS:
         if isinstance(command, click.Group):
             continue  # its subcommands have the rows
         assert f"](docs/cli.md#{CLI_REFERENCE.anchor(path)})" in commands, \
             f"{path} has no row linking to docs/cli.md in the README's Commands section"
+        assert f"](cli.md#{CLI_REFERENCE.anchor(path)})" in in_depth, f"{path} has no row in docs/commands.md"
+    for row in (line for line in commands.splitlines() if line.startswith("| [`gate")):
+        what = row.split(") | ", 1)[1]
+        assert len(what) <= 130, f"a paragraph, not a line (its depth goes to docs/commands.md): {row}"
 
 
 def _stale_option_values(text: str) -> list[str]:
