@@ -69,7 +69,7 @@ class GateError(click.ClickException):
         self.exit_code = error.exit_code
 
     def show(self, file: object = None) -> None:
-        click.echo(f"gate: error: {show_controls(self.format_message())}", err=True)
+        _echo(f"gate: error: {show_controls(self.format_message())}", err=True)
 
 
 def _call(work: Callable[[], T]) -> T:
@@ -81,13 +81,22 @@ def _call(work: Callable[[], T]) -> T:
         raise GateError(SeriesInterrupted("interrupted before any run started; nothing to resume")) from None
 
 
+def _echo(text: str, *, err: bool = False, nl: bool = True) -> None:
+    """THE way gate prints text for people: every line with control characters and bidi overrides shown as
+    escapes (`show_controls`; tabs kept), so a string from a finding, a trainer or a file (an id, a run folder,
+    a config key in a reason) cannot clear, recolor or forge what a terminal shows. Click strips escape
+    sequences only when output is redirected; a terminal would get them. Renderers of several lines escape
+    the strings they put in themselves (a newline inside one is a forged line otherwise); JSON goes out as is."""
+    click.echo("\n".join(show_controls(line, keep="\t") for line in text.split("\n")), err=err, nl=nl)
+
+
 def _stderr(text: str) -> None:
-    click.echo(text, err=True)
+    _echo(text, err=True)
 
 
 def _progress(line: str) -> None:
     """One progress line of a series on stderr; trainer-supplied text in it cannot break the terminal."""
-    click.echo(show_controls(line), err=True)
+    _echo(show_controls(line), err=True)
 
 
 gate_option = click.option("--gate", "gate_path", type=click.Path(path_type=Path), default=Path("gate.toml"),
@@ -170,7 +179,7 @@ def check(off: str | None, on: str | None, gate_path: Path) -> None:
         checks = run_checks(config, arms, driver, backend)
         for item in checks:
             # a detail may quote another process's command line: escapes shown, never sent to the terminal
-            click.echo(show_controls(f"{'ok  ' if item.ok else 'FAIL'}  {item.name}: {item.detail}"))
+            _echo(f"{'ok  ' if item.ok else 'FAIL'}  {item.name}: {item.detail}")
         return all(item.ok for item in checks)
 
     if not _call(work):
@@ -261,7 +270,7 @@ def _emit(finding: Finding, as_json: bool, paths: tuple[str, ...] = ()) -> None:
         click.echo(finding.to_json(), nl=False)
         _stderr(summary(finding, paths))
     else:
-        click.echo(summary(finding, paths))
+        _echo(summary(finding, paths))
 
 
 def _exit_for(finding: Finding, fail_on: str | None) -> None:
@@ -344,7 +353,7 @@ def verify_cmd(series_dir: Path, finding: Path | None, pubkey: Path | None) -> N
     checked = f"{report.records} run record(s)" + (f", {report.finding}" if report.finding else "") + (
         f", signature {report.signature}" if report.signature else "")
     head = report.chain_head or "none (a journal written before hash chains)"
-    click.echo(f"verified: {report.events} events, chain head {head} ({checked})")
+    _echo(f"verified: {report.events} events, chain head {head} ({checked})")
 
 
 @main.command()
@@ -375,7 +384,7 @@ def calibrate(arm: str | None, gate_path: Path, n: int, min_effect_pct: float | 
         click.echo(json.dumps(calibration.document, indent=2, ensure_ascii=False, allow_nan=False))
         _stderr(calibration_summary(calibration))
     else:
-        click.echo(calibration_summary(calibration))
+        _echo(calibration_summary(calibration))
 
 
 @main.command("simulate")
@@ -462,7 +471,7 @@ def simulate_cmd(policies: tuple[str, ...], cv_pct: float, cv_on_pct: float | No
     if as_json:
         click.echo(json.dumps({"simulations": [r.to_dict() for r in results]}, indent=2, allow_nan=False))
     else:
-        click.echo(table(results))
+        _echo(table(results))
     _stderr(f"{len(results)} simulation(s) of {draws} gates in {time.monotonic() - began:.1f} s; "
             "± is one Monte-Carlo standard error")
 
@@ -488,7 +497,7 @@ def _simulate_bisect(commits: int, effect_pct: float, cv_pct: float, max_paralle
     if as_json:
         click.echo(json.dumps({"bisect_simulation": result.to_dict()}, indent=2, allow_nan=False))
     else:
-        click.echo(bisect_table([result]))
+        _echo(bisect_table([result]))
     _stderr(f"{draws} simulated bisects per method in {time.monotonic() - began:.1f} s; "
             "± is one Monte-Carlo standard error")
 
@@ -521,7 +530,10 @@ def plan_cmd(cv_pct: float, effect_pct: float, policy: str, floor_pct: float, si
                          power=power, draws=draws, seed=seed)
 
     plan = _call(work)
-    click.echo(json.dumps(plan.to_dict(), indent=2, allow_nan=False) if as_json else plan.describe())
+    if as_json:
+        click.echo(json.dumps(plan.to_dict(), indent=2, allow_nan=False))
+    else:
+        _echo(plan.describe())
 
 
 @main.command()
@@ -546,7 +558,7 @@ def drivers() -> None:
         return lines
 
     for line in _call(work):
-        click.echo(line)
+        _echo(line)
 
 
 # -- reports, the findings site, history and imports ----------------------------------------------------
@@ -601,7 +613,7 @@ def report_cmd(findings: tuple[Path, ...], html_dir: Path | None, md_file: Path 
         return written
 
     for path in _call(work):
-        click.echo(f"report: {path}")
+        _echo(f"report: {path}")
 
 
 @main.command("site")
@@ -623,7 +635,7 @@ def site_cmd(findings_dir: Path, site_dir: Path, runs_roots: tuple[Path, ...], j
             raise GatekitError(f"{findings_dir}: no findings here or in its subfolders (*.json or *.toml)")
         return build_site(files, site_dir, runs_roots, cwd=Path.cwd(), jobs=jobs or default_jobs()).index
 
-    click.echo(f"site: {_call(work)}")
+    _echo(f"site: {_call(work)}")
 
 
 @main.command("campaign")
@@ -659,7 +671,7 @@ def campaign_cmd(campaign_file: Path, engine: str, address: str | None, max_para
 
     result = _call(work)
     for line in describe(result):
-        click.echo(line)
+        _echo(line)
     findings = [f.finding for f in result.findings]
     if findings:
         _write_ci_outputs(ci, findings, finding_paths=tuple(str(f.path) for f in result.findings),
@@ -701,11 +713,13 @@ def history_cmd(findings_dir: Path, metric: str, arm_key: str, gate_id: str | No
                 atomic_write_bytes(plot_path, history_plot(history))
             except OSError as exc:
                 raise GatekitError(f"{plot_path}: cannot write the plot: {exc.strerror or exc}") from None
-        text = history_json(history) if as_json else history_table(history) + "\n"
-        return text, recent_changes(history, recent)
+        return history_json(history) if as_json else history_table(history) + "\n", recent_changes(history, recent)
 
     text, changes = _call(work)
-    click.echo(text, nl=False)
+    if as_json:
+        click.echo(text, nl=False)  # history_json: a document for programs, printed as is
+    else:
+        _echo(text, nl=False)
     if fail_on == "change" and changes:
         _stderr(f"gate history: {len(changes)} change point(s) in {metric}; failing (--fail-on change)")
         raise SystemExit(EXIT_FAIL_ON)

@@ -48,6 +48,7 @@ from gatekit.errors import ConfigError
 from gatekit.finding import Finding, Stats
 from gatekit.findingset import LoadedFinding, by_date
 from gatekit.report.common import fmt, is_number
+from gatekit.sanitize import show_controls
 
 MIN_SEGMENT = 2
 MAD_TO_SIGMA = 1.4826  # 1/Φ⁻¹(3/4): MAD of Gaussian noise × this = σ
@@ -325,15 +326,17 @@ def history_table(history: History) -> str:
     """The metric per finding, its segment mean and where segments start; then the change points."""
     means = history.segment_means()
     starts = {c.index for c in history.change_points}
-    id_width = max(len("finding"), *(len(p.finding_id) for p in history.points))
-    lines = [f"{history.metric}: {history.described}, {len(history.points)} findings"
-             + (f" of gate {history.gates[0]}" if len(history.gates) == 1 else f" of gates {', '.join(history.gates)}"),
+    ids = [show_controls(p.finding_id) for p in history.points]  # a newline in an id would forge a line
+    id_width = max(len("finding"), *(len(i) for i in ids))
+    lines = [f"{show_controls(history.metric)}: {show_controls(history.described)}, {len(history.points)} findings"
+             + (f" of gate {show_controls(history.gates[0])}" if len(history.gates) == 1
+                else f" of gates {show_controls(', '.join(history.gates))}"),
              "", f"{'date':<10}  {'finding':<{id_width}}  {'value':>12}  {'segment mean':>12}",
              f"{'-' * 10}  {'-' * id_width}  {'-' * 12}  {'-' * 12}"]
-    for index, (point, mean) in enumerate(zip(history.points, means)):
+    for index, (point, mean, finding_id) in enumerate(zip(history.points, means, ids)):
         mark = ("  <- change" if index in starts
                 else "  (lone outlier, not a change)" if index in history.outliers else "")
-        lines.append(f"{point.date:<10}  {point.finding_id:<{id_width}}  {fmt(point.value):>12}  {fmt(mean):>12}{mark}")
+        lines.append(f"{show_controls(point.date):<10}  {finding_id:<{id_width}}  {fmt(point.value):>12}  {fmt(mean):>12}{mark}")
     lines.append("")
     if len(history.points) < 2 * MIN_SEGMENT:
         lines.append(f"change points: need at least {2 * MIN_SEGMENT} findings to look for one")
@@ -345,12 +348,12 @@ def history_table(history: History) -> str:
         else:
             lines.append(f"change points ({method}):")
         for c in history.change_points:
-            lines.append(f"  from {c.finding_id} ({c.date}): mean {fmt(c.before_mean)} -> {fmt(c.after_mean)} "
+            lines.append(f"  from {show_controls(c.finding_id)} ({show_controls(c.date)}): mean {fmt(c.before_mean)} -> {fmt(c.after_mean)} "
                          f"({c.change_pct:+.2f} %, p {c.p:.3f})")
     if len(history.gates) > 1:
         lines.append(f"note: findings of {len(history.gates)} gates are mixed; use --gate-id to follow one")
     if history.skipped:
-        lines.append(f"skipped (no {history.metric}): {', '.join(history.skipped)}")
+        lines.append(f"skipped (no {show_controls(history.metric)}): {show_controls(', '.join(history.skipped))}")
     return "\n".join(lines)
 
 

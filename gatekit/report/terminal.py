@@ -9,12 +9,6 @@ from gatekit.report.common import level_text as _level
 from gatekit.sanitize import show_controls
 
 
-def clean_terminal_text(text: str) -> str:
-    """`text` with control characters (newline included) and bidi overrides shown as escapes, so trainer
-    strings cannot recolor, clear or forge summary lines."""
-    return show_controls(text)
-
-
 def render_table(header: list[str], rows: list[list[str]], right: set[int]) -> list[str]:
     widths = [max(len(str(cell)) for cell in column) for column in zip(header, *rows)]
 
@@ -27,7 +21,9 @@ def render_table(header: list[str], rows: list[list[str]], right: set[int]) -> l
 
 def summary(finding: Finding, paths: tuple[str, ...] = ()) -> str:
     """The finding on one screen: the runs, the statistics, the guards, the looks and the verdict."""
-    t = clean_terminal_text  # every string from the finding or a trainer, before it reaches the terminal
+    # every string from the finding or a trainer, before it reaches the terminal: a newline in one is escaped
+    # too, so it cannot forge a summary line
+    t = show_controls
     paths = tuple(t(p) for p in paths)
     gate, s, verdict = finding.gate, finding.stats, finding.verdict
     primary = gate.primary
