@@ -481,3 +481,24 @@ def test_summary_header_counts_unequal_runs_per_arm() -> None:
                                         label="off-r9", pair=9)]
     text = summary_markdown([finding_of(data)])
     assert "n=4 off + 3 on" in text and "n=3" not in text.split("\n")[2]
+
+
+def test_mentions_and_bare_urls_from_a_finding_reach_the_markdown_summary_neutralised(tmp_path: Path) -> None:
+    """GitHub pings `@name` and links bare URLs in a PR comment or a job summary: what a trainer or a user wrote
+    (title, reasons, arm names, narrative) reads the same but does neither; code spans are left as they are."""
+    import re
+
+    from gatekit.report import markdown
+
+    WORD_JOINER = "\u2060"  # invisible; breaks a mention or an autolink
+    data = golden_data()
+    data["meta"]["title"] = "cc @octocat and @org/team, see https://evil.example/x and www.evil.example"
+    data["verdict"]["reasons"] = ["mail admin@evil.example or visit HTTP://evil.example", *data["verdict"]["reasons"]]
+    text = summary_markdown([finding_of(data)])
+    mention = re.compile(r"@[A-Za-z0-9]")
+    bare_url = re.compile(r"(?i)\b(?:https?://|www\.)")
+    assert not mention.search(text) and not bare_url.search(text), text
+    assert f"@{WORD_JOINER}octocat" in text and f"https{WORD_JOINER}://evil.example/x" in text
+    assert text.replace(WORD_JOINER, "").count("@octocat") == 1  # nothing else changed: it reads as written
+    shown = markdown.narrative("ask @octocat, not `@octocat` in code")
+    assert shown.count(f"@{WORD_JOINER}octocat") == 1 and "`@octocat`" in shown

@@ -21,21 +21,37 @@ _SPECIAL = re.compile(r"([\\`*_\[\]|~])")
 _CODE = re.compile(r"(`[^`]+`)")
 
 
+# GitHub turns `@name` into a mention (a PR comment notifies that user or team) and a bare `https://…`,
+# `www.…` or `a@b.org` into a link. Text from a finding (a trainer's or a user's field) may do neither: a word
+# joiner (U+2060, invisible) after each `@` and after a URL's scheme or `www` breaks them, and the text reads
+# the same. Code spans need none: GitHub links nothing inside them.
+WORD_JOINER = "\u2060"
+_AUTOLINKS = re.compile(r"@|(?i:\b(?:https?|ftp)(?=://)|\bwww(?=\.))")
+
+
+def unlinked(text: str) -> str:
+    """`text` with no mention and no bare URL for GitHub to act on (see WORD_JOINER)."""
+    return _AUTOLINKS.sub(lambda match: match.group() + WORD_JOINER, text)
+
+
 def literal(text: Any) -> str:
-    """Plain text that Markdown shows exactly as written (one line)."""
+    """Plain text that Markdown shows exactly as written (one line), with no mention or bare URL for GitHub
+    to act on."""
     text = show_controls(str(text).replace("\r", " ").replace("\n", " "))
     text = text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
-    return _SPECIAL.sub(r"\\\1", text)
+    return unlinked(_SPECIAL.sub(r"\\\1", text))
 
 
 def narrative(text: Any) -> str:
-    """Narrative text: its `code` spans and **bold** kept, raw HTML neutralised, `|` escaped for tables."""
+    """Narrative text: its `code` spans and **bold** kept, raw HTML neutralised, `|` escaped for tables, no
+    mention or bare URL for GitHub to act on outside code spans."""
     out = []
     for index, piece in enumerate(_CODE.split(show_controls(str(text).replace("\r", " ").replace("\n", " ")))):
         if index % 2:
             out.append(piece.replace("|", "\\|"))
         else:
-            out.append(piece.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;").replace("|", "\\|"))
+            out.append(unlinked(piece.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+                                .replace("|", "\\|")))
     return "".join(out)
 
 
