@@ -110,6 +110,16 @@ def without_explanations(reasons: Sequence[str]) -> tuple[str, ...]:
                  else reason for reason in reasons if not reason.startswith(NEXT_STEP))
 
 
+# Warnings later versions no longer give, with where they went: "rule (ii) cannot fire" is in the predecision and
+# the report's rules section now. A finding written with one still verifies.
+RETIRED_WARNINGS = ("rule (ii) cannot fire",)
+
+
+def without_retired_warnings(warnings: Sequence[str]) -> tuple[str, ...]:
+    """A finding's warnings less those this version no longer gives (RETIRED_WARNINGS)."""
+    return tuple(w for w in warnings if not w.startswith(RETIRED_WARNINGS))
+
+
 def next_step(decision: Decision, *, busy: bool) -> str | None:
     """The last reason of a verdict that could not decide: what to try next; `busy` when runs were flagged by
     load or pressure evidence. None for a decided verdict, and for an invalid one whose cause is not the

@@ -234,7 +234,7 @@ def _verify_finding(series_dir: Path, finding_path: Path, head: str | None) -> N
     """The finding's recomputed sections equal the journal's recomputation; its chain head is the journal's."""
     from gatekit.finding import load_finding
     from gatekit.series.replay import analyze_unverified
-    from gatekit.verdict import without_explanations
+    from gatekit.verdict import without_explanations, without_retired_warnings
 
     written = load_finding(finding_path)
     recomputed = analyze_unverified(series_dir)
@@ -250,6 +250,8 @@ def _verify_finding(series_dir: Path, finding_path: Path, head: str | None) -> N
         for side in (mine, theirs):
             side["verdict"]["warnings"] = [w for w in side["verdict"].get("warnings", [])
                                            if w != LEGACY_JOURNAL_WARNING]
+    if "verdict" in mine:  # a warning this version moved elsewhere (verdict.RETIRED_WARNINGS) is no difference
+        mine["verdict"]["warnings"] = list(without_retired_warnings(mine["verdict"].get("warnings", ())))
     written_reasons = tuple(mine.get("verdict", {}).get("reasons", ()))
     if without_explanations(written_reasons) == written_reasons:
         # written before verdicts named their cause and next step: the same decision in fewer words

@@ -14,6 +14,7 @@ from gatekit.findingset import finding_files
 from gatekit.report.terminal import summary
 from gatekit.verify import analyze_series
 from gatekit.storage import LEGACY_JOURNAL_WARNING
+from gatekit.verdict import without_retired_warnings
 from tests.conftest import gate_invoke
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -30,11 +31,13 @@ def _without_machine_paths(document: dict) -> dict:
 
 
 def _drop_additions(document: dict) -> dict:
-    """The /1 document a /2 finding contains: without the `generated` flags /2 adds, and without the
-    warning a re-analysis adds about a journal written before hash chains."""
+    """The /1 document a /2 finding contains: without the `generated` flags /2 adds, without the warning a
+    re-analysis adds about a journal written before hash chains, and without the warnings later versions
+    gave elsewhere (verdict.RETIRED_WARNINGS: rule (ii) is in the rules section now)."""
     data = json.loads(json.dumps(document))
     data["schema"] = "gatekit.finding/1"
-    data["verdict"]["warnings"] = [w for w in data["verdict"]["warnings"] if w != LEGACY_JOURNAL_WARNING]
+    data["verdict"]["warnings"] = [w for w in without_retired_warnings(data["verdict"]["warnings"])
+                                   if w != LEGACY_JOURNAL_WARNING]
     for run in data["runs"]:  # /2 adds each run's start-up overhead (a time primary), and its table column
         run.pop("startup_s", None)
     for section in data["sections"]:
@@ -45,7 +48,8 @@ def _drop_additions(document: dict) -> dict:
                 section[key] = section[key][:at] + section[key][at + 1:]
             section["rows"] = [row[:at] + row[at + 1:] for row in section["rows"]]
         if section.get("type") == "list":
-            section["items"] = [item for item in section["items"] if item != LEGACY_JOURNAL_WARNING]
+            section["items"] = [item for item in without_retired_warnings(section["items"])
+                                if item != LEGACY_JOURNAL_WARNING]
         if section.get("type") == "kv":  # /2 prints small numbers with significant digits: /1 wrote 4 decimals
             for item in section["items"]:
                 item["value"] = _as_four_decimals(item["value"])

@@ -53,7 +53,16 @@ def test_seed_rule_ii_cannot_fire_and_says_so() -> None:
     finding = analyze("seed_s6.csv")
     assert finding["rules"]["max_attainable_z"] == pytest.approx(1.1547, abs=1e-4)
     assert finding["rules"]["rule_ii_reachable"] is False
-    assert any("rule (ii) cannot fire" in w for w in finding["verdict"]["warnings"])
+    # said once, where the rules are (the report's rules section, the predecision), not in every summary
+    assert not any("rule (ii) cannot fire" in w for w in finding["verdict"]["warnings"])
+    from gatekit.finding import Finding
+    from gatekit.report.page import rules_block
+    from gatekit.report.terminal import summary
+    typed = Finding.from_document(finding, source="seed")
+    assert "cannot fire" not in summary(typed)
+    assert rules_block(typed)["items"][-1] == {
+        "key": "rule (ii)", "value": "cannot fire: at n=3 no run can be more than 1.155σ from its own arm's mean "
+        "(Samuelson bound (n−1)/√n), below sigma_k = 3; contamination retries are effectively disabled"}
     # the seed's own numbers: off-r1 0.95σ, on-r1 1.15σ; no run is contaminated
     z = {r["label"]: r["z"] for r in finding["runs"]}
     assert round(z["off-r1"], 2) == 0.95 and round(z["on-r1"], 2) == 1.15

@@ -47,11 +47,9 @@ class ClassicPolicy(SimulationDefaults):
         return ~classified["replaced"] & (classified["failed"] | classified["contaminated"])
 
     def warnings(self, evidence: Evidence) -> list[str]:
+        # That rule (ii) cannot fire at this n is a property of the rules, not of this evidence: the predecision
+        # states it and the report's rules section shows it (rule_ii_note), not every summary.
         found: list[str] = []
-        if evidence.max_z is not None and evidence.max_z < evidence.sigma_k:
-            found.append(f"rule (ii) cannot fire: at n={evidence.n_off} no run can be more than {evidence.max_z:.3f}σ "
-                         f"from its own arm's mean (Samuelson bound (n−1)/√n), below sigma_k = {evidence.sigma_k:g}; "
-                         "contamination retries are effectively disabled")
         flips = [row.variant for row in evidence.sensitivity[1:] if row.decision != evidence.sensitivity[0].decision]
         if flips and not evidence.invalid:
             found.append("the decision is sensitive to single runs: it changes when you " + "; ".join(flips))

@@ -232,9 +232,22 @@ def config_block(finding: Finding) -> Block | None:
 
 
 def rules_block(finding: Finding) -> Block:
-    """Every preregistered rule as the finding records it (the rule set grows; the page lists what is there)."""
+    """Every preregistered rule as the finding records it (the rule set grows; the page lists what is there),
+    and, where it matters, that rule (ii) cannot fire at this n."""
     rules = plain(finding.rules.to_dict())
-    return _kv([(str(k), f"{v:.6g}" if isinstance(v, float) else fmt(v)) for k, v in rules.items()])
+    rows = [(str(k), f"{v:.6g}" if isinstance(v, float) else fmt(v)) for k, v in rules.items()]
+    note = rule_ii_note(finding)
+    return _kv(rows + ([("rule (ii)", note)] if note else []))
+
+
+def rule_ii_note(finding: Finding) -> str | None:
+    """Why rule (ii) cannot fire at this n (the Samuelson bound), None when it can or σ is not the arm's."""
+    rules, n = finding.rules, finding.stats.n_off
+    if rules.rule_ii_reachable is not False or rules.max_attainable_z is None:
+        return None
+    return (f"cannot fire: at n={n} no run can be more than {rules.max_attainable_z:.3f}σ from its own arm's mean "
+            f"(Samuelson bound (n−1)/√n), below sigma_k = {rules.spec.sigma_k:g}; contamination retries are "
+            "effectively disabled")
 
 
 def _document_of(section: Section) -> dict[str, Any]:
