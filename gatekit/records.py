@@ -492,7 +492,9 @@ def startup_overhead_s(metrics: Mapping[str, float], process_wallclock_s: float,
 #   gatekit.predecision/2  `decision.sequential_version` is stated for every sequential spec; the series'
 #                          journal is gatekit.journal/3 or later.
 #   gatekit.calibration/1  a `gate calibrate` result (calibration.toml): its runs' values, CV, warm-up, drift.
-#   gatekit.signature/1    an Ed25519 signature of a finding and its journal's chain head (<id>.sig).
+#   gatekit.signature/1    an Ed25519 signature of a finding's JSON bytes and its journal's chain head (<id>.sig).
+#   gatekit.signature/2    the same of the finding's content (`content_sha256`: its canonical form, the same for
+#                          both twins). A signature is never upgraded: each is checked as its version says.
 #   gatekit.journal/1      one JSON event a line, no hash chain (no `prev`), no `schema`.
 #   gatekit.journal/2      hash-chained: each line's `prev` is the sha256 of the line before it (the first
 #                          line's: of the file its journal is anchored on, or of no bytes); no `schema`.
@@ -506,7 +508,8 @@ FINDING_SCHEMA = "gatekit.finding/2"
 PREDECISION_SCHEMA = "gatekit.predecision/2"
 JOURNAL_SCHEMA = "gatekit.journal/3"
 CALIBRATION_SCHEMA = "gatekit.calibration/1"
-SIGNATURE_SCHEMA = "gatekit.signature/1"
+SIGNATURE_SCHEMA = "gatekit.signature/2"
+SIGNATURE_OF_JSON_BYTES = "gatekit.signature/1"
 UNCHAINED_JOURNAL = "gatekit.journal/1"
 CHAINED_JOURNAL_WITHOUT_SCHEMA = "gatekit.journal/2"
 # a sequential predecision written before `sequential_version` existed preregistered version 3 (4, then 8 rounds)

@@ -9,6 +9,7 @@ file consistently is caught only where the chain head was published elsewhere (t
 
 from __future__ import annotations
 
+import hashlib
 import json
 import tomllib
 from dataclasses import dataclass
@@ -18,8 +19,8 @@ from typing import TYPE_CHECKING, Any, Mapping
 from gatekit.distribution import install_hint
 from gatekit.errors import ConfigError, GatekitError, RunFileError, SeriesError, VerificationError
 from gatekit.provenance import sha256_file
-from gatekit.records import (JOURNAL_OF_PREDECISION, JOURNAL_SCHEMA, SCHEMA_KEY, SIGNATURE_SCHEMA, UNCHAINED_JOURNAL,
-                             journal_schema, schema_problem)
+from gatekit.records import (JOURNAL_OF_PREDECISION, JOURNAL_SCHEMA, SCHEMA_KEY, SIGNATURE_OF_JSON_BYTES,
+                             SIGNATURE_SCHEMA, UNCHAINED_JOURNAL, journal_schema, schema_problem)
 from gatekit.runfiles import MAX_RESULT_BYTES, read_run_file
 from gatekit.storage import (EMPTY_SHA256, LEGACY_JOURNAL_WARNING, Journal, SeriesLayout, atomic_write_text,
                              line_sha256)
@@ -29,8 +30,10 @@ if TYPE_CHECKING:  # the analysis (pandas) behind a finding loads only when a fi
     from gatekit.finding import Finding
 
 MAX_RECORD_BYTES = 4 * MAX_RESULT_BYTES  # a run's record holds its result's data, indented
-# sections of a finding that are recomputed from the journal and must be equal (paths differ by machine)
-RECOMPUTED_SECTIONS = ("runs", "stats", "guards", "sensitivity", "verdict", "sequential", "duet")
+# Every typed section of a finding is recomputed from the journal and must be equal, but the narrative
+# (prose a newer gatekit may word differently) and the paths, which read relative to where the series lies.
+NARRATIVE_SECTIONS = ("sections",)
+PATH_FIELDS = (("meta", "related_runs"), ("meta", "config_paths"), ("predecision", "path"))
 
 
 @dataclass(frozen=True, slots=True)
@@ -237,6 +240,11 @@ def _verify_finding(series_dir: Path, finding_path: Path, head: str | None) -> N
     from gatekit.verdict import without_explanations, without_retired_warnings
 
     written = load_finding(finding_path)
+    twin = finding_path.with_suffix(".toml" if finding_path.suffix == ".json" else ".json")
+    if twin.is_file():  # the same content in two files: a reader of either must see what was verified
+        difference = first_difference(written.to_dict(), load_finding(twin).to_dict())
+        if difference is not None:
+            raise VerificationError(f"{finding_path}: differs from its twin {twin.name}: {difference}")
     recomputed = analyze_unverified(series_dir)
     if written.predecision.chain_head != head:
         raise VerificationError(f"{finding_path}: predecision.chain_head {written.predecision.chain_head} != "
@@ -261,7 +269,12 @@ def _verify_finding(series_dir: Path, finding_path: Path, head: str | None) -> N
         # leaving it out of the comparison loses nothing
         for run in theirs.get("runs", []):
             run.pop("startup_s", None)
-    for section in RECOMPUTED_SECTIONS:
+    for side in (mine, theirs):
+        for section, key in PATH_FIELDS:
+            side.get(section, {}).pop(key, None)
+    for section in dict.fromkeys([*mine, *theirs]):
+        if section in NARRATIVE_SECTIONS:
+            continue
         difference = first_difference(mine.get(section, _MISSING), theirs.get(section, _MISSING), section)
         if difference is not None:
             raise VerificationError(f"{finding_path}: differs from the finding recomputed from {series_dir}: "
@@ -275,8 +288,25 @@ def signature_path(finding_path: Path) -> Path:
     return finding_path.with_suffix(".sig")
 
 
-def _signed_message(finding_sha256: str, chain_head: str | None) -> bytes:
-    return f"{SIGNATURE_SCHEMA}\nfinding-sha256 {finding_sha256}\nchain-head {chain_head or 'none'}\n".encode()
+def _signed_message(schema: str, finding_sha256: str, chain_head: str | None) -> bytes:
+    return f"{schema}\nfinding-sha256 {finding_sha256}\nchain-head {chain_head or 'none'}\n".encode()
+
+
+def content_sha256(finding: Finding) -> str:
+    """sha256 of the finding's one canonical form (its document as compact JSON, keys sorted): the same for
+    its TOML and JSON twins, whatever their layout, so a signature covers what either says."""
+    canonical = json.dumps(finding.to_dict(), sort_keys=True, ensure_ascii=False, separators=(",", ":"),
+                           allow_nan=False)
+    return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
+
+
+def _content_sha256_of(path: Path) -> str:
+    from gatekit.finding import load_finding
+
+    try:
+        return content_sha256(load_finding(path))
+    except GatekitError as exc:
+        raise VerificationError(f"{path}: cannot read the signed finding: {exc}") from None
 
 
 def _crypto() -> Any:
@@ -315,11 +345,12 @@ def _public_hex(public_key: Any) -> str:
 
 
 def sign_finding(json_path: Path, chain_head: str | None, key: Any) -> Path:
-    """Sign the finding's JSON bytes (by their sha256) and the chain head; writes and returns `<id>.sig`."""
-    finding_sha256 = sha256_file(json_path)
-    signature = key.sign(_signed_message(finding_sha256, chain_head))
+    """Sign the finding's content (its canonical form's sha256, `content_sha256`) and the chain head; writes
+    and returns `<id>.sig`."""
+    finding_sha256 = _content_sha256_of(json_path)
+    signature = key.sign(_signed_message(SIGNATURE_SCHEMA, finding_sha256, chain_head))
     document = {"schema": SIGNATURE_SCHEMA, "algorithm": "ed25519", "public_key": _public_hex(key.public_key()),
-                "finding": json_path.name, "finding_sha256": finding_sha256, "chain_head": chain_head,
+                "finding": json_path.name, "content_sha256": finding_sha256, "chain_head": chain_head,
                 "signature": signature.hex()}
     path = signature_path(json_path)
     try:
@@ -345,15 +376,24 @@ def check_signature(finding_path: Path, chain_head: str | None, pubkey_path: Pat
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise VerificationError(f"{path}: not a gatekit signature ({exc!r})") from None
     json_path = finding_path.with_suffix(".json")
-    try:
-        finding_sha256 = sha256_file(json_path)
-    except OSError as exc:
-        raise VerificationError(f"{json_path}: cannot read the signed finding: {exc.strerror or exc}") from None
+    schema = document.get("schema")
+    if schema == SIGNATURE_OF_JSON_BYTES:  # signed before signatures covered the content: the JSON file's bytes
+        try:
+            signed = {json_path: sha256_file(json_path)}
+        except OSError as exc:
+            raise VerificationError(f"{json_path}: cannot read the signed finding: {exc.strerror or exc}") from None
+    elif schema == SIGNATURE_SCHEMA:  # the content, as the file named and as its twin says it
+        signed = {p: _content_sha256_of(p) for p in dict.fromkeys([finding_path, json_path,
+                                                                   finding_path.with_suffix(".toml")])
+                  if p == finding_path or p.is_file()}
+    else:
+        raise VerificationError(f"{path}: {schema_problem(schema, SIGNATURE_SCHEMA)}")
     if document.get("public_key") != _public_hex(public_key):
         raise VerificationError(f"{path}: signed by public key {document.get('public_key')}, not by {pubkey_path}")
-    try:
-        public_key.verify(signature, _signed_message(finding_sha256, chain_head))
-    except InvalidSignature:
-        raise VerificationError(f"{path}: the signature does not match {json_path.name} (sha256 {finding_sha256}) "
-                                f"and chain head {chain_head}") from None
+    for signed_path, finding_sha256 in signed.items():
+        try:
+            public_key.verify(signature, _signed_message(schema, finding_sha256, chain_head))
+        except InvalidSignature:
+            raise VerificationError(f"{path}: the signature does not match {signed_path.name} (sha256 "
+                                    f"{finding_sha256}) and chain head {chain_head}") from None
     return path

@@ -275,3 +275,70 @@ def test_an_edited_campaign_file_with_its_sha256_patched_is_not_resumed(tmp_path
     done = gate_invoke("campaign", str(path), "--resume", str(folder), cwd=tmp_path)
     assert done.returncode == 3, done.stdout + done.stderr
     assert f"{journal}: line 2" in done.stderr and "prev does not match line 1" in done.stderr, done.stderr
+
+
+# -- 6. gate verify checks little of the finding --------------------------------------------------------
+
+@pytest.mark.parametrize("section, key, forged", [
+    ("gate", "primary", "psnr_db"),
+    ("meta", "title", "a forged title"),
+    ("rules", "sigma_k", 99.0),
+    ("provenance", "host", {"hostname": "elsewhere"}),
+], ids=lambda v: v if isinstance(v, str) else "")
+def test_a_finding_edited_in_any_typed_field_fails_verify(tmp_path: Path, section: str, key: str,
+                                                          forged: Any) -> None:
+    """Without a key: a JSON finding with an edited gate.primary (its report then tabulates another metric),
+    meta, rules or provenance verified, since only the recomputed figures were compared."""
+    from tests.test_integrity import _series
+
+    series, finding = _series(tmp_path)
+    document = json.loads(finding.read_text())
+    document[section][key] = forged
+    finding.write_text(json.dumps(document, indent=2))
+    twin = finding.with_suffix(".toml")
+    done = gate_invoke("verify", str(series), str(finding), cwd=tmp_path)
+    assert done.returncode == 3 and f"differs from its twin {twin.name}: {section}.{key}" in done.stderr
+    twin.unlink()  # the forger deletes the twin (or edits it the same): the recomputation still differs
+    done = gate_invoke("verify", str(series), str(finding), cwd=tmp_path)
+    assert done.returncode == 3, done.stdout
+    assert f"differs from the finding recomputed from {series}: {section}.{key}" in done.stderr, done.stderr
+
+
+def test_a_forged_toml_twin_fails_verify_with_and_without_the_key(gate_dir, tmp_path: Path) -> None:
+    """The TOML twin's title, commit, rules and expect_diff edited: it passed `gate verify S X.toml --pubkey`
+    (the signature covered the JSON bytes only) and `gate report X.toml` showed the forged values."""
+    pytest.importorskip("cryptography")
+    import tomlkit
+
+    from tests.test_integrity import OFF, ON
+
+    g = gate_dir(off={"elapsed": OFF, "default_psnr": 30.0}, on={"elapsed": ON, "default_psnr": 30.0})
+    private, public = _keys(tmp_path)
+    done = gate_invoke("run", "off", "on", "--sign-key", str(private), cwd=g.root)
+    assert done.returncode == 0, done.stderr
+    (series,) = g.series_dirs()
+    (json_path,) = g.findings()
+    toml_path = json_path.with_suffix(".toml")
+    assert gate_invoke("verify", str(series), str(toml_path), "--pubkey", str(public), cwd=g.root).returncode == 0
+    original = toml_path.read_text()
+    for edit in (lambda d: d["meta"].__setitem__("title", "forged"),
+                 lambda d: d["meta"].__setitem__("commit", "0" * 40),
+                 lambda d: d["rules"].__setitem__("sigma_k", 99.0),
+                 lambda d: d["gate"].__setitem__("expect_diff", ["everything"])):
+        document = tomlkit.parse(original)
+        edit(document)
+        toml_path.write_text(tomlkit.dumps(document))
+        for key in ([], ["--pubkey", str(public)]):
+            done = gate_invoke("verify", str(series), str(toml_path), *key, cwd=g.root)
+            assert done.returncode == 3, (edit, key, done.stdout)
+            assert f"{toml_path}: differs from its twin {json_path.name}" in done.stderr, done.stderr
+    # the signature covers the content, so the key alone also refuses a forged twin checked on its own
+    toml_path.write_text(original)
+    from gatekit.verify import check_signature
+    document = tomlkit.parse(original)
+    document["meta"]["title"] = "forged"
+    json_path.unlink()
+    toml_path.write_text(tomlkit.dumps(document))
+    from gatekit.errors import VerificationError
+    with pytest.raises(VerificationError, match="the signature does not match"):
+        check_signature(toml_path, json.loads(json_path.with_suffix(".sig").read_text())["chain_head"], public)

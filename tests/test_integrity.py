@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import tomlkit
 
 from gatekit.config import load_gate
 from gatekit.distribution import install_hint
@@ -215,6 +216,7 @@ def test_a_finding_that_differs_from_its_recomputation_fails_verify(tmp_path: Pa
     document = json.loads(finding_path.read_text())
     document["verdict"]["decision"] = "adopted"
     finding_path.write_text(json.dumps(document, indent=2))
+    finding_path.with_suffix(".toml").unlink()  # (else its twin already differs)
     done = gate_invoke("verify", str(series), str(finding_path), cwd=tmp_path)
     assert done.returncode == 3
     assert 'differs from the finding recomputed' in done.stderr and 'verdict.decision "adopted" != "regression"' \
@@ -311,9 +313,19 @@ def test_signing_round_trip_and_a_tampered_signature_fails(gate_dir, tmp_path: P
     signature.write_text(json.dumps({**document, "signature": forged.hex()}))
     done = gate_invoke("verify", str(series), str(finding_path), "--pubkey", str(public), cwd=g.root)
     assert done.returncode == 3 and "the signature does not match" in done.stderr, done.stderr
-    # so do finding bytes that changed after signing (here: only whitespace, so the content still verifies)
+    # the signature covers the content, not the layout: whitespace added to both twins still verifies
     signature.write_text(json.dumps(document))
-    finding_path.write_text(finding_path.read_text() + "\n")
+    toml_path = finding_path.with_suffix(".toml")
+    for path in (finding_path, toml_path):
+        path.write_text(path.read_text() + "\n")
+    done = gate_invoke("verify", str(series), str(finding_path), "--pubkey", str(public), cwd=g.root)
+    assert done.returncode == 0, done.stderr
+    # but content changed after signing fails: here the narrative, which the recomputation does not compare,
+    # edited the same in both twins
+    edited = json.loads(finding_path.read_text())
+    edited["sections"][0]["text"] = "a forged lead"
+    finding_path.write_text(json.dumps(edited, indent=2))
+    toml_path.write_text(tomlkit.dumps(edited))
     done = gate_invoke("verify", str(series), str(finding_path), "--pubkey", str(public), cwd=g.root)
     assert done.returncode == 3 and "the signature does not match" in done.stderr, done.stderr
 

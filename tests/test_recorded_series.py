@@ -117,6 +117,7 @@ def test_a_recorded_finding_changed_after_the_fact_fails_verify(copy: Path) -> N
     document = json.loads(finding.read_text())
     document["stats"]["delta_pct"] -= 1.0
     finding.write_text(json.dumps(document))
+    finding.with_suffix(".toml").unlink()  # (else its twin already differs)
     done = gate_invoke("verify", str(copy / entry["series"]), str(finding), cwd=copy)
     assert done.returncode == 3, done.stdout
     assert "differs from the finding recomputed" in done.stderr and "stats.delta_pct" in done.stderr
