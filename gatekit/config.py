@@ -8,6 +8,7 @@ path is caught before any GPU time.
 from __future__ import annotations
 
 import json
+import os
 import re
 import tomllib
 from dataclasses import dataclass, field, replace
@@ -111,6 +112,17 @@ class GuardSpec(Record):
 # growth over the window) exceeds this share of its wall time, or whose CPU steal exceeds this share of its CPU
 # time. An idle machine shows well under 1 % of either; one busy loop per core beside a run gives ~50 % CPU stall.
 DEFAULT_PSI_LIMIT_PCT = 20.0
+# rules.load_limit when the gate file states none: load1 per CPU core, so a 2-core machine is judged busy at 3
+# and a 32-core one at 48 (the old fixed 6 was right for 4 cores only). Frozen into the predecision as a number:
+# a series re-analyses with the value it was preregistered with, on any machine.
+LOAD_LIMIT_PER_CORE = 1.5
+FALLBACK_CORES = 4  # where the OS does not say how many cores it has: the old default, 6
+
+
+def default_load_limit(cores: int | None) -> float:
+    """rules.load_limit for a machine of `cores` CPU cores: LOAD_LIMIT_PER_CORE each."""
+    return LOAD_LIMIT_PER_CORE * (cores or FALLBACK_CORES)
+
 DEFAULT_STEAL_LIMIT_PCT = 10.0
 DEFAULT_MAX_THRESHOLD_PCT = 10.0
 # rules.evidence: load1 (the classic load rule, or load per core under the sequential policy), psi (pressure
@@ -363,6 +375,8 @@ def load_gate(path: Path | str) -> GateConfig:
         gate = replace(gate, n=chosen.first_stage, order=chosen.order)
     gate = replace(gate, out=resolve_path(base, gate.out), runs=resolve_path(base, gate.runs))
 
+    if "load_limit" not in data.get("rules", {}):
+        rules = replace(rules, load_limit=default_load_limit(os.cpu_count()))
     evidence_stated = "evidence" in data.get("rules", {})
     if not evidence_stated:
         rules = replace(rules, evidence=chosen.default_evidence)

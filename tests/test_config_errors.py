@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import os
+import tomllib
 from pathlib import Path
 
 import pytest
 
 from gatekit.config import load_gate
 from gatekit.errors import ConfigError
-from tests.conftest import gate_cli, gate_invoke
+from tests.conftest import gate_cli, gate_invoke, write_toml
 
 
 def one_error_line(stderr: str) -> str:
@@ -147,7 +149,9 @@ def test_a_table_left_out_reads_as_its_defaults_and_integers_as_numbers(gate_dir
     config = load_gate(g.gate)
     assert isinstance(config.threshold.sigma_k, float) and config.threshold.floor_pct == 1.0
     # a gate file that leaves [rules] out gets the gate-file defaults, the 10 % noise limit among them
-    assert config.rules.max_threshold_pct == 10.0 and config.rules.load_limit == 6.0
+    # (load_limit: per core on this machine, see the test below)
+    from gatekit.config import default_load_limit
+    assert config.rules.max_threshold_pct == 10.0 and config.rules.load_limit == default_load_limit(os.cpu_count())
 
 
 def test_one_run_per_arm_is_refused_before_anything_runs(gate_dir) -> None:
@@ -160,3 +164,17 @@ def test_one_run_per_arm_is_refused_before_anything_runs(gate_dir) -> None:
     g.gate.write_text(g.gate.read_text().replace("n = 3", "n = 1"))
     with pytest.raises(ConfigError, match=r"gate.n: must be at least 2: one run per arm has no σ_off.*, got 1$"):
         load_gate(g.gate)
+
+
+def test_load_limit_left_out_scales_with_the_core_count_and_a_stated_one_is_kept(gate_dir) -> None:
+    from gatekit.config import LOAD_LIMIT_PER_CORE, default_load_limit
+    assert (default_load_limit(2), default_load_limit(4), default_load_limit(64)) == (3.0, 6.0, 96.0)
+    assert default_load_limit(None) == 6.0  # the OS does not say: the old fixed default
+    g = gate_dir()
+    gate = tomllib.loads(g.gate.read_text())
+    gate["rules"].pop("load_limit", None)
+    write_toml(g.gate, gate)
+    assert load_gate(g.gate).rules.load_limit == LOAD_LIMIT_PER_CORE * (os.cpu_count() or 4)
+    gate["rules"]["load_limit"] = 6.0
+    write_toml(g.gate, gate)
+    assert load_gate(g.gate).rules.load_limit == 6.0
