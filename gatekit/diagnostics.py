@@ -309,7 +309,7 @@ def classic_warnings(diag: Diagnostics, *, order: str, direction: str, sigma_off
             and diag.ci_low_pct <= 0 <= diag.ci_high_pct:
         warnings.append(
             f"the classic rule adopts, but the Welch 95 % CI of Δ [{diag.ci_low_pct:+.4f} %, "
-            f"{diag.ci_high_pct:+.4f} %] includes no change (one-sided p {diag.p_one_sided:.4f}); "
+            f"{diag.ci_high_pct:+.4f} %] contains 0 %: no change is not ruled out (one-sided p {diag.p_one_sided:.4f}); "
             "the sequential policy would run more rounds before deciding")
     bias, gap = diag.order_bias_pct, diag.order_gap_runs
     # Blocked runs (an import) confound drift with the arm: no correction is meaningful, and the finding

@@ -53,7 +53,7 @@ def test_seed_finding_carries_the_diagnostics() -> None:
     assert s["pairs_sign_p"] == 0.125 and "hl_shift_pct" not in s  # n = 3: no Hodges–Lehmann
     assert s["order_gap_runs"] == 1.0
     warnings = " ".join(finding["verdict"]["warnings"])
-    assert "includes no change" in warnings  # adopted on a CI that includes 0
+    assert "contains 0 %: no change is not ruled out" in warnings  # adopted on a CI that includes 0
     assert "σ_on" not in warnings  # 0.8637 % is less than twice 0.4541 %
     assert "inside its own noise" not in warnings  # PSNR +0.053, CI clear of −0.05
     assert finding["guards"]["psnr_db"]["within_noise"] is False
