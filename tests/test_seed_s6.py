@@ -70,3 +70,21 @@ def test_seed_rule_ii_cannot_fire_and_says_so() -> None:
     # load evidence (i) by window mean: off-r1 3.99 > 1.5 × median 1.575
     evidence = {r["label"] for r in finding["runs"] if r["load_evidence"]}
     assert evidence == {"off-r1", "on-r2"}
+
+
+def test_a_report_says_why_sub_second_runs_share_their_load1() -> None:
+    import dataclasses
+
+    from gatekit.finding import Finding
+    from gatekit.report.page import LOAD1_UPDATE_S, load1_note
+    seed = Finding.from_document(analyze("seed_s6.csv"), source="seed")
+    assert load1_note(seed) is None  # a CSV measured no wallclock: nothing is known about the windows
+    runs = {"long": 124.0, "short": 0.4}
+    long, short = (dataclasses.replace(seed, runs=tuple(dataclasses.replace(run, process_wallclock_s=seconds)
+                                                        for run in seed.runs)) for seconds in runs.values())
+    assert load1_note(long) is None  # 2-minute runs: load1 moves between them
+    note = load1_note(short)
+    assert note is not None and note.startswith(f"every run was shorter than {LOAD1_UPDATE_S:g} s")
+    one_long = dataclasses.replace(short, runs=(dataclasses.replace(short.runs[0], process_wallclock_s=6.0),
+                                                *short.runs[1:]))
+    assert load1_note(one_long) is None

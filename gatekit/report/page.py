@@ -240,6 +240,21 @@ def rules_block(finding: Finding) -> Block:
     return _kv(rows + ([("rule (ii)", note)] if note else []))
 
 
+LOAD1_UPDATE_S = 5.0  # Linux recomputes the load averages every 5 s (LOAD_FREQ in kernel/sched/loadavg.c)
+
+
+def load1_note(finding: Finding) -> str | None:
+    """Why the runs' load1 columns barely differ, when every run was shorter than the kernel's load1 update:
+    runs that close together read one and the same 1-minute average. None otherwise."""
+    runs = finding.runs
+    # a wallclock of 0 was never measured (a CSV or an import): nothing is known about the windows then
+    if len(runs) < 2 or any(not 0 < run.process_wallclock_s < LOAD1_UPDATE_S for run in runs):
+        return None
+    return (f"every run was shorter than {LOAD1_UPDATE_S:g} s, the interval at which the kernel updates load1 "
+            "(a 1-minute average): runs that close together read the same load1, so it cannot tell their windows "
+            "apart; rules.evidence = \"psi\" (Linux) measures each window's own CPU pressure")
+
+
 def rule_ii_note(finding: Finding) -> str | None:
     """Why rule (ii) cannot fire at this n (the Samuelson bound), None when it can or σ is not the arm's."""
     rules, n = finding.rules, finding.stats.n_off
@@ -326,6 +341,9 @@ def build_page(finding: Finding, figures: Mapping[str, FigureImage], run_files: 
     missing = [what for kind, what in (("load", "load timelines"), ("ms_per_iter", "ms_per_iter traces"))
                if not figures.get(kind)]
     notes = list(run_files.notes)
+    short = load1_note(finding)
+    if short:
+        notes.append(short)
     if run_files.traces and not run_files.has_ms_per_iter:
         notes.append("no run's result file holds trace.ms_per_iter, so there is no per-iteration figure")
     if notes:
