@@ -7,6 +7,9 @@
 #                                                  # the three committed gates as a campaign, back to back
 #   bash benchmarks/gpu_session.sh two-gpus OUT    # duet vs interleaved on two GPUs, the campaign on both GPUs
 #   bash benchmarks/gpu_session.sh cache OUT       # start-up of a second series in the same runs folder
+#   bash benchmarks/gpu_session.sh clocks OUT      # NVML recordings (idle with a clock probe, busy during a
+#                                                  # run), an A/A of the graph MLP (n = 6), then the three
+#                                                  # committed gates as a campaign, all with the clock state
 #   bash benchmarks/gpu_session.sh ray OUT         # the campaign through a local Ray (ray installed), then the
 #                                                  # same campaign through the local engine, on this host's GPUs
 #
@@ -35,6 +38,29 @@ campaign_file() {  # campaign_file NAME: configs/nightly.toml writing under OUT/
 }
 
 case "$STEP" in
+clocks)
+    mkdir -p "$OUT"
+    nvidia-smi -q -d CLOCK,PERFORMANCE,ECC,COMPUTE > "$OUT/nvidia-smi-q.txt" 2>&1  # read-only, to compare
+    "$PY" -m gatekit_drivers.backends.record_nvml --probe --samples 5 --interval 0.2 > "$OUT/nvml-idle.json"
+    # the committed gates with the clock rule and the cycle check preregistered (copies; the committed files
+    # stay as they are), and an A/A of the graph MLP against itself
+    for gate in resident-mlp resident-graph image-precision; do
+        sed -e '/^\[rules\]/a min_clock_share = 0.9\nconfirm_cycles = true' "configs/$gate.toml" \
+            > "configs/$gate-clocks-generated.toml"
+    done
+    sed -e 's|^id = .*|id = "graph-aa"|' -e 's|^title = .*|title = "A/A: the graph MLP against itself"|' \
+        -e 's|^n = 3|n = 6|' -e 's|^expect_diff = .*|expect_diff = []|' -e 's|^\[arms.resident\]|[arms.graph_again]|' \
+        -e 's|torch/mlp-resident.toml|torch/mlp-graph.toml|' configs/resident-graph-clocks-generated.toml \
+        > configs/graph-aa-generated.toml
+    "$PY" -m gatekit_drivers.backends.record_nvml --samples 60 --interval 0.25 > "$OUT/nvml-busy.json" &
+    recorder=$!
+    common=(--out "$OUT/findings" --runs "$OUT/runs")
+    timed graph-aa "${GATE[@]}" run graph_again graph --gate configs/graph-aa-generated.toml "${common[@]}"
+    wait "$recorder"
+    campaign=$(campaign_file campaign-one-gpu)
+    sed -i -e 's|\(gate = ".*\)\.toml"|\1-clocks-generated.toml"|' "$campaign"
+    timed campaign-one-gpu "${GATE[@]}" campaign "$campaign" --max-parallel 1
+    ;;
 setup)
     for wheel in .whl/*.whl .whl/extra/*.whl; do
         [ -e "$wheel" ] || continue

@@ -12,12 +12,12 @@ from typing import Any, Mapping, Sequence
 import pandas as pd
 
 from gatekit import diagnostics, rules, stats
-from gatekit.finding import (Arms, Finding, GateInfo, GuardRow, Meta, Predecision, Provenance, RulesInfo, RunRow,
-                             Stats, ThresholdRule)
+from gatekit.finding import (Arms, CycleCheck, Finding, GateInfo, GuardRow, Meta, Predecision, Provenance,
+                             RulesInfo, RunRow, Stats, ThresholdRule)
 from gatekit.policies.base import Decided, Evidence, Policy
 from gatekit.policies.descriptors import describe, policy_for
 from gatekit.prereg import DecisionSpec
-from gatekit.records import RunRecord, startup_overhead_s
+from gatekit.records import RunRecord, is_time_metric, startup_overhead_s
 from gatekit.report.narrative import narrative
 from gatekit.schedule import WARMUP_ROUND, needs_seed, order_seed
 from gatekit.verdict import TOO_FEW_USED, Decision, Verdict, decide, evaluate_guard, next_step
@@ -202,6 +202,8 @@ def assess(evidence: SeriesEvidence) -> Assessment:
     decided = policy.decide(classic, table, records, off_arm=off_arm, on_arm=on_arm, primary=spec.primary,
                             direction=spec.direction, guards=spec.guards, floor_pct=spec.threshold.floor_pct,
                             warnings=warnings)
+    cycles = cycle_check(table, records, spec, policy, decided, list(guard_rows.values()))
+    decided = confirm_in_cycles(decided, cycles, spec)
     busy = bool((table["load_evidence"] & ~table["failed"]).any())
     step = next_step(decided.verdict.decision, busy=busy)
     if step and step not in decided.verdict.reasons:
@@ -209,8 +211,78 @@ def assess(evidence: SeriesEvidence) -> Assessment:
             decided.verdict, reasons=(*decided.verdict.reasons, step)))
     figures = Stats(n_off=len(off), n_on=len(on), mean_off=mean_off, mean_on=mean_on, sigma_off_pct=sigma_off_pct,
                     sigma_on_pct=sigma_on_pct, delta_pct=delta, threshold_pct=threshold,
-                    pairs_consistent=f"{better}/{len(pairs)}", **diag.to_dict())
+                    pairs_consistent=f"{better}/{len(pairs)}", cycles=cycles, **diag.to_dict())
     return Assessment(table, decided, figures, guard_rows, tuple(sensitivity), max_z)
+
+
+TWO_STATES_RATIO = 0.5  # σ in cycles at most this share of σ in time: the clock states explain the spread
+TWO_STATES_MIN_SIGMA_PCT = 1.0  # below this σ in time there is no spread worth explaining
+
+
+def cycle_check(table: pd.DataFrame, records: Sequence[RunRecord], spec: DecisionSpec, policy: Policy,
+                decided: Decided, guards: Sequence[GuardRow]) -> CycleCheck | None:
+    """Δ in cycles (each used run's time × its mean SM clock), decided by the same policy on the same runs;
+    None unless the primary is a time and some run recorded its clock (a CPU gate has no clock state)."""
+    if not is_time_metric(spec.primary) or table["sm_clock_mean_mhz"].isna().all():
+        return None
+    used = table[table["used"]]
+    clocked = used["sm_clock_mean_mhz"].notna()
+    check = CycleCheck(runs_with_clock=int(clocked.sum()), used_runs=len(used))
+    if not clocked.all() or decided.extend:
+        return check
+    cycle_table = table.assign(value=table["value"] * table["sm_clock_mean_mhz"])
+    cycle_used = cycle_table[cycle_table["used"]]
+    off = cycle_used.loc[cycle_used["arm"] == spec.off_arm, "value"].tolist()
+    on = cycle_used.loc[cycle_used["arm"] == spec.on_arm, "value"].tolist()
+    if len(off) < 2 or len(on) < 2:
+        return check
+    sigma_off, sigma_on = stats.relative_sd_pct(off), stats.relative_sd_pct(on)
+    delta = stats.delta_pct(stats.mean(off), stats.mean(on))
+    classic = decide(delta_pct=delta, threshold_pct=stats.threshold_pct(sigma_off, spec.threshold.sigma_k,
+                                                                        spec.threshold.floor_pct),
+                     direction=spec.direction, primary=f"{spec.primary} x SM clock", guards=list(guards),
+                     invalid_reasons=[], warnings=[], max_threshold_pct=spec.rules.max_threshold_pct)
+    in_cycles = policy.decide(classic, cycle_table, records, off_arm=spec.off_arm, on_arm=spec.on_arm,
+                              primary=spec.primary, direction=spec.direction, guards=spec.guards,
+                              floor_pct=spec.threshold.floor_pct, warnings=[]).verdict.decision
+    clock = used.groupby("arm")["sm_clock_mean_mhz"].mean()
+    time_off = used.loc[used["arm"] == spec.off_arm, "value"].tolist()
+    time_on = used.loc[used["arm"] == spec.on_arm, "value"].tolist()
+    time_sigma = max(stats.relative_sd_pct(time_off), stats.relative_sd_pct(time_on))
+    cycle_sigma = max(sigma_off, sigma_on)
+    two_states = (f"per-run clock states explain the spread of {spec.primary}: σ off / on "
+                  f"{stats.relative_sd_pct(time_off):.2f} / {stats.relative_sd_pct(time_on):.2f} % in time, "
+                  f"{sigma_off:.2f} / {sigma_on:.2f} % in cycles (time x mean SM clock)"
+                  if time_sigma >= TWO_STATES_MIN_SIGMA_PCT and cycle_sigma <= TWO_STATES_RATIO * time_sigma else "")
+    return dataclasses.replace(
+        check, mean_clock_off_mhz=float(clock.get(spec.off_arm, math.nan)),
+        mean_clock_on_mhz=float(clock.get(spec.on_arm, math.nan)), delta_cycles_pct=delta,
+        sigma_off_cycles_pct=sigma_off, sigma_on_cycles_pct=sigma_on, decision_in_cycles=in_cycles.value,
+        supports=in_cycles is decided.verdict.decision, two_states=two_states)
+
+
+def confirm_in_cycles(decided: Decided, cycles: CycleCheck | None, spec: DecisionSpec) -> Decided:
+    """Under the preregistered `rules.confirm_cycles`, a time decision that Δ in cycles does not support (or
+    cannot be checked against) is inconclusive, with the reason; the two-state note is a warning either way."""
+    verdict = decided.verdict
+    if cycles is not None and cycles.two_states and cycles.two_states not in verdict.warnings:
+        verdict = dataclasses.replace(verdict, warnings=(*verdict.warnings, cycles.two_states))
+    if (not spec.rules.confirm_cycles or decided.extend or not is_time_metric(spec.primary)
+            or verdict.decision in (Decision.INVALID, Decision.INCONCLUSIVE)
+            or (cycles is not None and cycles.supports)):
+        return dataclasses.replace(decided, verdict=verdict)
+    if cycles is None:
+        why = "no run recorded its SM clock, so the time decision cannot be confirmed in cycles"
+    elif cycles.supports is None:
+        why = (f"{cycles.used_runs - cycles.runs_with_clock} of {cycles.used_runs} used runs recorded no SM "
+               "clock, so the time decision cannot be confirmed in cycles")
+    else:
+        why = (f"Δ in cycles (time x mean SM clock) {cycles.delta_cycles_pct:+.2f} % decides "
+               f"{cycles.decision_in_cycles}, not {verdict.decision.value}: the time difference is not confirmed "
+               "in cycle space, so the GPU's clock may explain it rather than the change")
+    reason = f"{why} (rules.confirm_cycles, preregistered); was {verdict.decision.value}"
+    return dataclasses.replace(decided, verdict=dataclasses.replace(
+        verdict, decision=Decision.INCONCLUSIVE, reasons=(reason, *verdict.reasons)))
 
 
 def too_few_used_reason(table: pd.DataFrame, n_off: int, n_on: int) -> str:

@@ -58,6 +58,11 @@ def _share_pct(value: float) -> str | None:
                                 f"must be below 100 (a share of the run window, in %), got {value:g}")
 
 
+def _clock_share(value: float) -> str | None:
+    """rules.min_clock_share: a share of a clock, 0 (no clock rule) up to 1."""
+    return None if 0 <= value <= 1 else f"must be from 0 (no clock rule) to 1 (a share of the series' median SM clock), got {value:g}"
+
+
 def _sample_interval(value: float) -> str | None:
     return _positive(value) or (None if value >= MIN_SAMPLE_INTERVAL_S else
                                 f"must be at least {MIN_SAMPLE_INTERVAL_S:g} s, got {value:g}")
@@ -158,6 +163,13 @@ class RulesSpec(Record):
     evidence: str = field(default="load1", metadata={"omit": "load1", "choices": EVIDENCE_KINDS})
     psi_limit_pct: float = field(default=DEFAULT_PSI_LIMIT_PCT, metadata={"check": _share_pct})
     steal_limit_pct: float = field(default=DEFAULT_STEAL_LIMIT_PCT, metadata={"check": _share_pct})
+    # The clock rule: a run whose time-weighted mean SM clock (the backend's `sm_clock_mean_mhz`) is below this
+    # share of the series' median of it (of the locked clock where the GPU's clocks are locked) is flagged,
+    # like load evidence. 0: no clock rule, as for a series preregistered before it existed.
+    min_clock_share: float = field(default=0.0, metadata={"omit": 0.0, "check": _clock_share})
+    # The cycle check: for a time primary whose runs recorded their SM clock, a decision that Δ in cycles
+    # (time × mean SM clock) does not support is `inconclusive`. False: Δ in cycles is reported, never decides.
+    confirm_cycles: bool = field(default=False, metadata={"omit": False})
 
     def to_dict(self) -> dict[str, Any]:
         data = Record.to_dict(self)
@@ -216,6 +228,8 @@ class GateSpec(Record):
     warmup: int = field(default=0, metadata={"check": _warmup})
     record_env: tuple[str, ...] = ()  # arm env variables written down verbatim; all others only as a hash
     mode: str = field(default=INTERLEAVED, metadata={"choices": MODES})
+    # refuse to start unless the backend reports the GPU's clocks locked (gatekit never changes clocks itself)
+    require_locked_clocks: bool = field(default=False, metadata={"omit": False})
 
 
 @dataclass(frozen=True, slots=True)

@@ -107,6 +107,8 @@ class Provenance(Record):
     host: Mapping[str, Any] = field(default_factory=dict)
     software: Mapping[str, Any] = field(default_factory=dict)
     backend: Mapping[str, Any] | None = None
+    # the backend's provenance at series end (the GPU's identity again); absent in findings made before
+    backend_end: Mapping[str, Any] | None = field(default=None, metadata={"omit": None})
     hashing: Mapping[str, Any] | None = None
     extra_keys: Mapping[str, Any] = field(default_factory=dict)
 
@@ -154,6 +156,25 @@ class RunRow(Record):
 
 
 @dataclass(frozen=True, slots=True)
+class CycleCheck(Record):
+    """Δ in cycles beside Δ in time: each used run's time × its mean SM clock (MHz·s = 10⁶ cycles), decided by
+    the same policy as time (nvbench confirms a time difference in cycle space and calls a disagreement
+    ambiguous). `supports`: whether the cycle decision is the time decision; None where it cannot be said."""
+
+    runs_with_clock: int
+    used_runs: int
+    mean_clock_off_mhz: float | None = None
+    mean_clock_on_mhz: float | None = None
+    delta_cycles_pct: float | None = None
+    sigma_off_cycles_pct: float | None = None
+    sigma_on_cycles_pct: float | None = None
+    decision_in_cycles: str | None = None
+    supports: bool | None = None
+    # per-run clock states explain the spread of time (σ in cycles at most half σ in time): words, or ""
+    two_states: str = field(default="", metadata={"omit": ""})
+
+
+@dataclass(frozen=True, slots=True)
 class Stats(Record):
     """The classic figures of the used runs, and the diagnostics beside them (docs/statistics.md)."""
 
@@ -182,6 +203,8 @@ class Stats(Record):
     order_gap_runs: float | None = None
     order_bias_pct: float | None = None
     pairs_sign_p: float | None = None
+    # Δ in cycles for a time primary whose runs recorded their SM clock; absent in findings made before
+    cycles: CycleCheck | None = field(default=None, metadata={"omit": None})
     extra_keys: Mapping[str, Any] = field(default_factory=dict)
 
 

@@ -12,7 +12,7 @@ import psutil
 
 from gatekit.config import ArmSpec, GateConfig, calibration_path, load_toml
 from gatekit.driver import ArmInput, ChosenBackend, Driver
-from gatekit.errors import ConfigError
+from gatekit.errors import ConfigError, GatekitError
 from gatekit.provenance import not_a_file
 from gatekit.records import CheckResult
 from gatekit.sampler import LoadReader, read_system_load
@@ -166,7 +166,30 @@ def run_checks(config: GateConfig, arms: Sequence[ArmSpec], driver: Driver, back
     if backend is not None:
         checks.append(CheckResult("backend", True, f"{backend.name} ({backend.detail})"))
         checks += backend.backend.preflight() if config.duet is None else check_slots(config, backend)
+    if config.gate.require_locked_clocks:
+        checks.append(check_locked_clocks(backend))
     return checks
+
+
+def check_locked_clocks(backend: ChosenBackend | None) -> CheckResult:
+    """`[gate] require_locked_clocks`: the backend must report the GPU's clocks locked (its provenance's
+    `locked_sm_clock_mhz`); a backend that cannot tell refuses too, and says so. gatekit never locks them."""
+    name = "locked clocks (gate.require_locked_clocks)"
+    fix = "; lock them before the series (e.g. nvidia-smi -lgc, as root): gatekit never changes clocks itself"
+    if backend is None:
+        return CheckResult(name, False, "no backend watches this machine, so whether clocks are locked cannot be "
+                                        "told" + fix)
+    try:
+        provenance = backend.backend.provenance()
+    except GatekitError as exc:
+        return CheckResult(name, False, f"the {backend.name} backend cannot tell ({exc})" + fix)
+    words = provenance.get("locked_clocks")
+    if isinstance(provenance.get("locked_sm_clock_mhz"), (int, float)):
+        return CheckResult(name, True, f"{backend.name}: {words}")
+    if words is None:
+        return CheckResult(name, False, f"the {backend.name} backend does not report whether clocks are locked, "
+                                        "so it cannot be told" + fix)
+    return CheckResult(name, False, f"{backend.name}: {words}" + fix)
 
 
 def check_slots(config: GateConfig, backend: ChosenBackend) -> list[CheckResult]:

@@ -24,6 +24,9 @@ from gatekit.schedule import Slot
 from gatekit.storage import SeriesLayout, atomic_write_bytes
 
 
+CLOCK_RULE_KEYS = ("min_clock_share", "confirm_cycles")
+
+
 @dataclass(frozen=True, slots=True)
 class DecisionSpec(Record):
     """What the analysis needs, exactly as preregistered (the predecision's `decision` table)."""
@@ -58,6 +61,9 @@ class DecisionSpec(Record):
     def to_dict(self) -> dict[str, Any]:
         data = Record.to_dict(self)
         data["rules"] = dataclasses.asdict(self.rules)  # every limit stated, those at their defaults too
+        for key in CLOCK_RULE_KEYS:  # a spec without the clock rules reads exactly as before they existed
+            if data["rules"][key] == getattr(RulesSpec(), key):
+                data["rules"].pop(key)
         data.pop("sequential_version", None)
         version_key = describe(self.policy).version_key
         if version_key:  # stated for every spec of a versioned policy (predecision/2)
@@ -107,6 +113,7 @@ def stated_rules(spec: DecisionSpec) -> list[str]:
                       "before the series, so a run cannot inflate its own sigma), times sqrt(1 + 1/(n - 1)) for "
                       "the noise of that mean (n: the arm's used runs)."}[r.sigma_ref],
         *filter(None, [rules.stated_evidence(r)]),
+        *rules.stated_clock_rules(r),
         "A run is contaminated only if (i) AND (ii); (ii) alone never triggers a retry.",
         f"A contaminated or failed pair is re-run at the end of the series, at most {r.max_retries} "
         "time(s) per pair; no retry chains; discarded runs stay in the record.",

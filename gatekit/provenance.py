@@ -12,7 +12,7 @@ import time
 from dataclasses import dataclass
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
-from typing import Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 from gatekit.distribution import installed_version
 from gatekit.records import Record
@@ -101,6 +101,14 @@ def changed_artifacts(before: Mapping[str, str], after: Mapping[str, str]) -> li
     """One message per artifact whose hash differs, naming the file and both hashes."""
     return [f"{path} changed: sha256 {before[path]} -> {after.get(path, 'missing')}"
             for path in before if before[path] != after.get(path, "missing")]
+
+
+def changed_backend(before: Mapping[str, Any], after: Mapping[str, Any]) -> list[str]:
+    """One message per field of the backend's provenance (e.g. the GPU's VBIOS, ECC or locked clocks) that
+    differs between series start and end: the series ran on another set-up than it began on."""
+    return [f"the {before.get('name', 'backend')} backend's {key} changed during the series: "
+            f"{before[key]!r} -> {after[key]!r}"
+            for key in before if key in after and before[key] != after[key]]
 
 
 @dataclass(frozen=True, slots=True)

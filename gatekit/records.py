@@ -465,12 +465,17 @@ def metric_value(metrics: Mapping[str, float], process_wallclock_s: float, metri
     return float(value) if value is not None and math.isfinite(value) else None
 
 
+def is_time_metric(name: str) -> bool:
+    """A metric that is a time in seconds: its name ends in `_s`, the unit convention of metric names."""
+    return name.endswith("_s")
+
+
 def startup_overhead_s(metrics: Mapping[str, float], process_wallclock_s: float, primary: str) -> float | None:
     """What a run's process spent beyond its primary: `process_wallclock_s − primary` (imports, data set-up,
     warm-up, capture, teardown) when the primary is a time in seconds — its name ends in `_s`, the unit
     convention of metric names — and not the wallclock itself; None otherwise, when either is missing, or
     when the primary exceeds the wallclock (then it was not timed inside this process: imported or replayed)."""
-    if primary == PROCESS_WALLCLOCK or not primary.endswith("_s"):
+    if primary == PROCESS_WALLCLOCK or not is_time_metric(primary):
         return None
     value = metric_value(metrics, process_wallclock_s, primary)
     if value is None or not math.isfinite(process_wallclock_s) or process_wallclock_s < value:

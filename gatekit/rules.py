@@ -2,9 +2,9 @@
 
 The run table has one row per executed run with columns
 `order, arm, label, pair, value, failed, error, samples, load1_mean, load1_max, backend_evidence, on_ac,
-retry_of, psi_cpu_pct, psi_io_pct, psi_memory_pct, steal_pct` (`backend_evidence`: the backend's evidence lines
-for the window joined with "; ", empty when none; the pressure and steal columns NaN where the window did not
-record them).
+retry_of, psi_cpu_pct, psi_io_pct, psi_memory_pct, steal_pct, sm_clock_mean_mhz, sm_clock_locked_mhz`
+(`backend_evidence`: the backend's evidence lines for the window joined with "; ", empty when none; the
+pressure, steal and clock columns NaN where the window did not record them).
 
 Which window telemetry counts as load evidence is preregistered as `rules.evidence` (`window_evidence`, shared
 by the policies): load1, pressure stall (psi), CPU steal, or any of them.
@@ -26,8 +26,10 @@ from gatekit.records import PSI_RESOURCES, Record, WindowSummary
 from gatekit.verdict import classic_decision
 
 PRESSURE_COLUMNS = (*(f"psi_{resource}_pct" for resource in PSI_RESOURCES), "steal_pct")
+# the run's clock state from the backend's window summary (cuda: time-weighted over non-idle samples)
+CLOCK_COLUMNS = ("sm_clock_mean_mhz", "sm_clock_locked_mhz")
 RUN_COLUMNS = ("order", "arm", "label", "pair", "value", "failed", "error", "samples", "load1_mean", "load1_max",
-               "backend_evidence", "on_ac", "retry_of", "slot", *PRESSURE_COLUMNS)
+               "backend_evidence", "on_ac", "retry_of", "slot", *PRESSURE_COLUMNS, *CLOCK_COLUMNS)
 
 
 def load_over_limit(table: pd.DataFrame, rules: RulesSpec) -> pd.Series:
@@ -47,8 +49,10 @@ def backend_evidence(table: pd.DataFrame) -> pd.Series:
 
 
 def window_columns(window: WindowSummary) -> dict[str, float | None]:
-    """The run table's pressure-stall and steal columns of one run window."""
-    return {column: getattr(window, column) for column in PRESSURE_COLUMNS}
+    """The run table's pressure-stall, steal and clock columns of one run window."""
+    clock = {column: value if isinstance(value := window.telemetry.get(column), (int, float))
+             and not isinstance(value, bool) else None for column in CLOCK_COLUMNS}
+    return {**{column: getattr(window, column) for column in PRESSURE_COLUMNS}, **clock}
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,14 +99,44 @@ def steal_over_limit(table: pd.DataFrame, rules: RulesSpec) -> tuple[pd.Series, 
     return _over(table, [("steal_pct", "CPU steal", rules.steal_limit_pct)])
 
 
+def clock_below_share(table: pd.DataFrame, rules: RulesSpec) -> tuple[pd.Series, pd.Series]:
+    """(flagged, detail): the clock rule. A run whose mean SM clock is below `min_clock_share` × the series'
+    median of it — or × the locked clock, where the window recorded one — is flagged; outcome-blind, like
+    load_rel_median. Never fires when the rule is off (0) or no run recorded its clock."""
+    none = pd.Series(False, index=table.index)
+    clock = _numbers(table, "sm_clock_mean_mhz")
+    if rules.min_clock_share <= 0 or clock.isna().all():
+        return none, pd.Series("", index=table.index)
+    locked = _numbers(table, "sm_clock_locked_mhz")
+    median = float(clock.dropna().median())
+    reference = locked.where(locked.notna(), median)
+    flagged = (clock < rules.min_clock_share * reference).fillna(False).astype(bool)
+    words = [f"mean SM clock {value:.0f} MHz < {rules.min_clock_share:g} x the "
+             + (f"locked clock {ref:.0f} MHz" if not math.isnan(lock) else f"series median {median:.0f} MHz")
+             if hit else "" for hit, value, ref, lock in zip(flagged, clock, reference, locked)]
+    return flagged, pd.Series(words, index=table.index, dtype=object).astype(str)
+
+
 def window_evidence(table: pd.DataFrame, rules: RulesSpec, load1_flagged: pd.Series,
                     load1_detail: pd.Series) -> WindowEvidence:
-    """Load evidence as `rules.evidence` preregisters it, given the policy's own load1 rule and its words.
+    """Load evidence as `rules.evidence` preregisters it, given the policy's own load1 rule and its words,
+    and the clock rule (`rules.min_clock_share`) beside it whatever the evidence kind.
 
     load1: the policy's load1 rule alone (the classic behaviour). psi / steal: that telemetry, and the load1
     rule for a window that did not record it (`fell_back`; `evidence_warnings` says so). any: any of the three
     that fires on what the window recorded. The backend's evidence is the caller's to add.
     """
+    load = _load_evidence(table, rules, load1_flagged, load1_detail)
+    slow, slow_words = clock_below_share(table, rules)
+    if not slow.any():
+        return load
+    detail = [("; ".join(part for part in (words, clock) if part)) for words, clock in zip(load.detail, slow_words)]
+    return WindowEvidence((load.flagged | slow).astype(bool), pd.Series(detail, index=table.index, dtype=object),
+                          load.fell_back)
+
+
+def _load_evidence(table: pd.DataFrame, rules: RulesSpec, load1_flagged: pd.Series,
+                   load1_detail: pd.Series) -> WindowEvidence:
     load1_flagged = load1_flagged.astype(bool)
     load1_detail = load1_detail.where(load1_flagged, "")
     none = pd.Series(False, index=table.index)
@@ -131,6 +165,23 @@ def stated_evidence(rules: RulesSpec) -> str | None:
         "steal": f"Load evidence = steal, in place of load1: {steal}{fallback}.",
         "any": f"Load evidence = any: the load1 rule, OR {psi}, OR {steal} (each where the window recorded it).",
     }[rules.evidence]
+
+
+def stated_clock_rules(rules: RulesSpec) -> list[str]:
+    """The clock rule and the cycle check in words for the predecision file; nothing when both are off."""
+    lines = []
+    if rules.min_clock_share > 0:
+        lines.append(
+            f"Clock rule: a run whose mean SM clock (time-weighted over the window's non-idle samples, as the "
+            f"backend records it) is below {rules.min_clock_share:g} x the median of it over all runs of the "
+            "series, or x the locked SM clock where the window recorded one, is flagged like load evidence (i); "
+            "a run without a clock reading is never flagged by it.")
+    if rules.confirm_cycles:
+        lines.append(
+            "Cycle check: for a time primary, each used run's value x its mean SM clock is decided by the same "
+            "policy; a decision the cycles do not reach too (nor can be checked, a used run lacking its clock) is "
+            "inconclusive, with the reason. Invalid and inconclusive decisions stay as they are.")
+    return lines
 
 
 EVIDENCE_SOURCES = {"psi": "pressure-stall information (Linux /proc/pressure)", "steal": "CPU steal time"}
@@ -357,7 +408,7 @@ def run_table(rows: Sequence[Mapping[str, object]]) -> pd.DataFrame:
     table = pd.DataFrame(list(rows), columns=list(RUN_COLUMNS))
     table["failed"] = table["failed"].astype(bool)
     table["samples"] = table["samples"].fillna(0).astype(int)
-    for column in ("value", "load1_mean", "load1_max", *PRESSURE_COLUMNS):
+    for column in ("value", "load1_mean", "load1_max", *PRESSURE_COLUMNS, *CLOCK_COLUMNS):
         table[column] = pd.to_numeric(table[column], errors="coerce").astype(float)
     # rows without the column (CSV input, sequential telemetry tables) come in as all-NaN floats
     table["backend_evidence"] = table["backend_evidence"].astype(object).where(

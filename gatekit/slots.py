@@ -104,7 +104,11 @@ def unequal_cpu_slots(slots: Sequence[DeviceSlot]) -> str:
 
 def unequal_gpus(statics: Mapping[str, Mapping[str, object]]) -> str:
     """Why two GPUs are not twins ('' when they are), from each slot's NVML static reading."""
-    keys = {"name": "model", "memory_total_bytes": "memory", "max_sm_clock_mhz": "max SM clock"}
+    keys = {"name": "model", "memory_total_bytes": "memory", "max_sm_clock_mhz": "max SM clock",
+            # the set-up of the model (recordings made before these were read lack them on both sides)
+            "vbios_version": "VBIOS", "ecc_mode": "ECC", "persistence_mode": "persistence mode",
+            "compute_mode": "compute mode", "mig_mode": "MIG mode", "applications_sm_clock_mhz": "application SM clock",
+            "applications_mem_clock_mhz": "application memory clock", "locked_clocks": "locked clocks"}
     (a, first), (b, second) = statics.items()
     differ = [f"{word} {first.get(key)} vs {second.get(key)}" for key, word in keys.items()
               if first.get(key) != second.get(key)]

@@ -191,7 +191,12 @@ def test_cuda_telemetry_replays_the_recorded_values(own_child: subprocess.Popen[
     summary = backend.summarize(samples)
     assert summary == {"gpu_util_mean": 100.0, "gpu_mem_used_max_mib": first["gpu_mem_used_mib"],
                        "sm_clock_min_mhz": 1980.0, "temperature_max_c": 56.0, "power_max_w": 675.013,
-                       "throttled": False, "clock_event_reasons": "", "other_gpu_processes": 2}
+                       "throttled": False, "clock_event_reasons": "", "other_gpu_processes": 2,
+                       # the clock state: no sample read gpu_idle, so all six count (equal weights: no t_s)
+                       "active_samples": 6, "gpu_idle_frac": 0.0, "sm_clock_mean_mhz": 1980.0,
+                       "mem_clock_mean_mhz": None,  # this recording predates the memory clock reading
+                       "power_mean_w": round(sum(s["power_mw"] for s in reader.recorded) / 6 / 1000, 2),
+                       "sm_clock_below_ref_frac": 0.0, "sm_clock_locked_mhz": None}
     evidence = backend.window_evidence(samples)
     assert evidence[0] == f"other GPU process pid {foreign_pid} ({foreign_name}) using 0.82 GiB (in 6 of 6 samples)"
     assert evidence[1] == f"other GPU process pid {missing} (not visible here) using memory n/a (in 6 of 6 samples)"

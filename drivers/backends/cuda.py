@@ -119,6 +119,65 @@ def _import_pynvml() -> Any:
     return pynvml
 
 
+# -- identity --------------------------------------------------------------------------------------
+
+COMPUTE_MODES = {0: "default", 1: "exclusive_thread", 2: "prohibited", 3: "exclusive_process"}
+# The provenance fields that say which set-up of a GPU model ran the series; a change between series start
+# and end is a provenance change, and duet slots are compared on them.
+IDENTITY_FIELDS = ("vbios_version", "ecc_mode", "persistence_mode", "compute_mode", "mig_mode",
+                   "applications_sm_clock_mhz", "applications_mem_clock_mhz", "locked_clocks")
+
+
+def _mode(reading: Any, names: Mapping[int, str] | None = None) -> str | None:
+    """An NVML mode reading ([current, pending] or one value) as words: "on", "off (pending on)"."""
+    def word(value: Any) -> str:
+        return names.get(value, str(value)) if names else ("on" if value else "off")
+
+    if isinstance(reading, list) and len(reading) == 2 and all(isinstance(v, int) for v in reading):
+        current, pending = reading
+        return word(current) + ("" if pending == current else f" (pending {word(pending)})")
+    if isinstance(reading, int) and not isinstance(reading, bool):
+        return word(reading)
+    return None
+
+
+def locked_below_max(reading: Any, max_sm_mhz: float | None) -> float | None:
+    """The locked SM clock from a `locked_clocks` reading ([min, max] SM clock of P0): locked when they meet
+    below the maximum SM clock; None when not locked or not readable."""
+    if isinstance(reading, list) and len(reading) == 2 and all(number(v) is not None for v in reading):
+        low, high = (float(v) for v in reading)
+        if low == high and (max_sm_mhz is None or high < max_sm_mhz):
+            return high
+    return None
+
+
+def locked_clocks_words(reading: Any, max_sm_mhz: float | None) -> str:
+    """Whether the SM clock is locked, in words: 'locked at 1410 MHz', 'not locked (…)' or 'cannot tell (…)'."""
+    locked = locked_below_max(reading, max_sm_mhz)
+    if locked is not None:
+        return f"locked at {locked:g} MHz"
+    if isinstance(reading, list) and len(reading) == 2 and all(number(v) is not None for v in reading):
+        return f"not locked (P0 SM clock range {reading[0]}–{reading[1]} MHz)"
+    error = reading.get("nvml_error") if isinstance(reading, dict) else None
+    return f"cannot tell ({error or 'NVML did not report it'})"
+
+
+def gpu_identity(static: Mapping[str, Any]) -> dict[str, Any]:
+    """The identity fields of provenance, as words or numbers (None where NVML did not answer)."""
+    return {
+        "vbios_version": static.get("vbios_version") if isinstance(static.get("vbios_version"), str) else None,
+        "ecc_mode": _mode(static.get("ecc_mode")),
+        "persistence_mode": _mode(static.get("persistence_mode")),
+        "compute_mode": _mode(static.get("compute_mode"), COMPUTE_MODES),
+        "mig_mode": _mode(static.get("mig_mode")),
+        "applications_sm_clock_mhz": number(static.get("applications_sm_clock_mhz")),
+        "applications_mem_clock_mhz": number(static.get("applications_mem_clock_mhz")),
+        "max_mem_clock_mhz": number(static.get("max_mem_clock_mhz")),
+        "locked_clocks": locked_clocks_words(static.get("locked_clocks"), number(static.get("max_sm_clock_mhz"))),
+        "locked_sm_clock_mhz": locked_below_max(static.get("locked_clocks"), number(static.get("max_sm_clock_mhz"))),
+    }
+
+
 # -- readings -> telemetry -------------------------------------------------------------------------
 
 def number(value: Any) -> float | None:
@@ -192,6 +251,7 @@ def telemetry(reading: Mapping[str, Any], gate_pid: int, known_own: set[int] | N
         "gpu_mem_util_pct": number(reading.get("mem_util_pct")),
         "gpu_mem_used_mib": None if mem_used is None else round(mem_used / MIB, 1),
         "gpu_sm_clock_mhz": number(reading.get("sm_clock_mhz")),
+        "gpu_mem_clock_mhz": number(reading.get("mem_clock_mhz")),
         "gpu_temperature_c": number(reading.get("temperature_c")),
         "gpu_power_w": None if power is None else power / 1000.0,
         "gpu_clock_event_reasons": None if mask is None else int(mask),
@@ -206,6 +266,53 @@ def _numbers(samples: Sequence[TelemetrySample], key: str) -> list[float]:
 
 
 _PID = re.compile(r"^pid (\d+) ")
+IDLE = 0x1  # gpu_idle: no kernel running (start-up, data loading); kept apart from the run's clock state
+
+
+def sample_weights(samples: Sequence[TelemetrySample]) -> list[float]:
+    """Each sample's share of the window's time: the interval to the next sample (the last one gets the
+    median interval); equal weights where the samples carry no `t_s`."""
+    times = [s.get("t_s") for s in samples]
+    if len(samples) < 2 or not all(isinstance(t, (int, float)) and not isinstance(t, bool) for t in times):
+        return [1.0] * len(samples)
+    gaps = [max(float(b) - float(a), 0.0) for a, b in zip(times, times[1:])]  # type: ignore[arg-type]
+    last = sorted(gaps)[len(gaps) // 2]
+    return gaps + [last]
+
+
+def clock_state(samples: Sequence[TelemetrySample], reference_mhz: float | None) -> dict[str, Telemetry]:
+    """The window's clock state over its non-idle samples (those without the gpu_idle reason), time-weighted:
+    mean SM and memory clock, mean power, the share below `reference_mhz` (the locked clock, else the maximum
+    SM clock), the share in each clock-event reason; and the share of all samples that read gpu_idle."""
+    weights = sample_weights(samples)
+    masks = [int(m) if isinstance(m := s.get("gpu_clock_event_reasons"), (int, float)) else None for s in samples]
+    busy = [(s, w, m) for s, w, m in zip(samples, weights, masks) if m is None or not m & IDLE]
+    total = sum(weights)
+    idle_weight = sum(w for w, m in zip(weights, masks) if m is not None and m & IDLE)
+    state: dict[str, Telemetry] = {"active_samples": len(busy),
+                                   "gpu_idle_frac": round(idle_weight / total, 4) if total and masks else None}
+
+    def mean(key: str) -> float | None:
+        pairs = [(float(v), w) for s, w, _ in busy if isinstance(v := s.get(key), (int, float))]
+        weight = sum(w for _, w in pairs)
+        return sum(v * w for v, w in pairs) / weight if weight else None
+
+    sm_mean, mem_mean, power_mean = mean("gpu_sm_clock_mhz"), mean("gpu_mem_clock_mhz"), mean("gpu_power_w")
+    state["sm_clock_mean_mhz"] = None if sm_mean is None else round(sm_mean, 1)
+    state["mem_clock_mean_mhz"] = None if mem_mean is None else round(mem_mean, 1)
+    state["power_mean_w"] = None if power_mean is None else round(power_mean, 2)
+    clocked = [(float(v), w) for s, w, _ in busy if isinstance(v := s.get("gpu_sm_clock_mhz"), (int, float))]
+    weight = sum(w for _, w in clocked)
+    state["sm_clock_below_ref_frac"] = (round(sum(w for v, w in clocked if v < reference_mhz) / weight, 4)
+                                        if reference_mhz and weight else None)
+    busy_weight = sum(w for _, w, m in busy if m is not None)
+    for bit, name in CLOCK_EVENT_REASONS.items():
+        if bit == IDLE or not busy_weight:
+            continue
+        share = sum(w for _, w, m in busy if m is not None and m & bit) / busy_weight
+        if share:
+            state[f"clock_event_{name}_frac"] = round(share, 4)
+    return state
 
 
 class CudaBackend:
@@ -221,6 +328,7 @@ class CudaBackend:
         self.reader: NvmlReader = reader if reader is not None else LiveNvml(device)
         self.gate_pid = os.getpid() if gate_pid is None else gate_pid
         self._own_pids: set[int] = set()
+        self._clocks: tuple[float | None, float | None] | None = None
 
     @classmethod
     def detect(cls) -> CheckResult:
@@ -293,6 +401,7 @@ class CudaBackend:
             "memory_total_gib": None if memory is None else round(memory / GIB, 2),
             "power_limit_w": None if power is None else power / 1000.0,
             "max_sm_clock_mhz": number(static.get("max_sm_clock_mhz")), "nvidia_ml_py": bindings,
+            **gpu_identity(static),
         }
 
     # -- in-window telemetry ------------------------------------------------------------------------
@@ -305,6 +414,7 @@ class CudaBackend:
         temp, power = _numbers(samples, "gpu_temperature_c"), _numbers(samples, "gpu_power_w")
         memory = _numbers(samples, "gpu_mem_used_mib")
         masks = [int(m) for m in _numbers(samples, "gpu_clock_event_reasons")]
+        locked, max_sm = self.clocks_mhz()
         seen = 0
         for mask in masks:
             seen |= mask
@@ -319,7 +429,18 @@ class CudaBackend:
             "throttled": bool(seen & SLOWDOWN_MASK) if masks else None,
             "clock_event_reasons": "+".join(reason_names(seen)) if masks else None,
             "other_gpu_processes": len(others),
+            **clock_state(samples, locked if locked is not None else max_sm),
+            "sm_clock_locked_mhz": locked,
         }
+
+    def clocks_mhz(self) -> tuple[float | None, float | None]:
+        """(locked SM clock where NVML reports one, maximum SM clock), read once: the reference of a run's
+        clock state."""
+        if self._clocks is None:
+            static = self.reader.static()
+            max_sm = number(static.get("max_sm_clock_mhz"))
+            self._clocks = (locked_below_max(static.get("locked_clocks"), max_sm), max_sm)
+        return self._clocks
 
     def window_evidence(self, samples: Sequence[TelemetrySample]) -> list[str]:
         evidence = []

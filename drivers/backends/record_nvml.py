@@ -35,7 +35,36 @@ def static_info(pynvml: Any, handle: Any) -> dict[str, Any]:
         "memory_total_bytes": _safe(lambda h: pynvml.nvmlDeviceGetMemoryInfo(h).total, handle),
         "power_limit_mw": _safe(pynvml.nvmlDeviceGetEnforcedPowerLimit, handle),
         "max_sm_clock_mhz": _safe(pynvml.nvmlDeviceGetMaxClockInfo, handle, pynvml.NVML_CLOCK_SM),
+        **identity(pynvml, handle),
     }
+
+
+def identity(pynvml: Any, handle: Any) -> dict[str, Any]:
+    """What tells two set-ups of one GPU model apart: firmware, ECC, persistence, compute and MIG modes, and
+    the clocks it was told to run at (application clocks; locked clocks where this NVML reports them)."""
+    sm, mem = pynvml.NVML_CLOCK_SM, pynvml.NVML_CLOCK_MEM
+    return {
+        "vbios_version": _safe(pynvml.nvmlDeviceGetVbiosVersion, handle),
+        "ecc_mode": _safe(pynvml.nvmlDeviceGetEccMode, handle),  # [current, pending]
+        "persistence_mode": _safe(pynvml.nvmlDeviceGetPersistenceMode, handle),
+        "compute_mode": _safe(pynvml.nvmlDeviceGetComputeMode, handle),
+        "mig_mode": _safe(pynvml.nvmlDeviceGetMigMode, handle),  # [current, pending]
+        "max_mem_clock_mhz": _safe(pynvml.nvmlDeviceGetMaxClockInfo, handle, mem),
+        "applications_sm_clock_mhz": _safe(pynvml.nvmlDeviceGetApplicationsClock, handle, sm),
+        "applications_mem_clock_mhz": _safe(pynvml.nvmlDeviceGetApplicationsClock, handle, mem),
+        "default_applications_sm_clock_mhz": _safe(pynvml.nvmlDeviceGetDefaultApplicationsClock, handle, sm),
+        "default_applications_mem_clock_mhz": _safe(pynvml.nvmlDeviceGetDefaultApplicationsClock, handle, mem),
+        "locked_clocks": locked_clocks(pynvml, handle),
+    }
+
+
+def locked_clocks(pynvml: Any, handle: Any) -> Any:
+    """The SM clock range a `nvidia-smi -lgc` lock holds, where this NVML can say: the P0 performance state's
+    minimum and maximum SM clock (they meet when locked); {"nvml_error": ...} where NVML cannot tell."""
+    query = getattr(pynvml, "nvmlDeviceGetMinMaxClockOfPState", None)
+    if query is None:
+        return {"nvml_error": "this nvidia-ml-py has no nvmlDeviceGetMinMaxClockOfPState"}
+    return _safe(lambda h: list(query(h, pynvml.NVML_CLOCK_SM, pynvml.NVML_PSTATE_0)), handle)
 
 
 def sample(pynvml: Any, handle: Any) -> dict[str, Any]:
@@ -47,6 +76,7 @@ def sample(pynvml: Any, handle: Any) -> dict[str, Any]:
         "mem_util_pct": util.memory if hasattr(util, "memory") else util,
         "mem_used_bytes": mem.used if hasattr(mem, "used") else mem,
         "sm_clock_mhz": _safe(pynvml.nvmlDeviceGetClockInfo, handle, pynvml.NVML_CLOCK_SM),
+        "mem_clock_mhz": _safe(pynvml.nvmlDeviceGetClockInfo, handle, pynvml.NVML_CLOCK_MEM),
         "temperature_c": _safe(pynvml.nvmlDeviceGetTemperature, handle, pynvml.NVML_TEMPERATURE_GPU),
         "power_mw": _safe(pynvml.nvmlDeviceGetPowerUsage, handle),
         "throttle_reasons": _safe(pynvml.nvmlDeviceGetCurrentClocksEventReasons, handle),
@@ -55,11 +85,26 @@ def sample(pynvml: Any, handle: Any) -> dict[str, Any]:
     }
 
 
+def probe(pynvml: Any, handle: Any) -> dict[str, Any]:
+    """Every clock id NVML's nvmlDeviceGetClock knows, for SM and memory, and the clock-related calls present."""
+    answers: dict[str, Any] = {}
+    for clock_id in ("CURRENT", "APP_CLOCK_TARGET", "APP_CLOCK_DEFAULT", "CUSTOMER_BOOST_MAX"):
+        for kind in ("SM", "MEM"):
+            answers[f"{clock_id}_{kind}"] = _safe(pynvml.nvmlDeviceGetClock, handle,
+                                                  getattr(pynvml, f"NVML_CLOCK_{kind}"),
+                                                  getattr(pynvml, f"NVML_CLOCK_ID_{clock_id}"))
+    answers["calls"] = sorted(name for name in dir(pynvml) if name.startswith("nvmlDevice")
+                              and ("Clock" in name or "Lock" in name))
+    return answers
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--samples", type=int, default=5)
     parser.add_argument("--interval", type=float, default=0.2)
     parser.add_argument("--index", type=int, default=0, help="the GPU to record (NVML index)")
+    parser.add_argument("--probe", action="store_true",
+                        help="also record which clock queries this NVML offers and what they answer")
     args = parser.parse_args(argv)
     import pynvml
 
@@ -68,6 +113,8 @@ def main(argv: list[str] | None = None) -> int:
         handle = pynvml.nvmlDeviceGetHandleByIndex(args.index)
         record = {"device_count": pynvml.nvmlDeviceGetCount(), "static": static_info(pynvml, handle),
                   "samples": []}
+        if args.probe:
+            record["probe"] = probe(pynvml, handle)
         for _ in range(args.samples):
             record["samples"].append({"t": time.monotonic(), **sample(pynvml, handle)})
             time.sleep(args.interval)

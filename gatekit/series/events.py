@@ -158,6 +158,8 @@ class ProvenanceEnd(Record):
     artifacts: Mapping[str, str]
     git: Mapping[str, Any]
     hash_s: float | None = field(default=None, metadata={"omit": None})  # None: before it was timed
+    # The backend's provenance again at series end (e.g. the GPU's identity); None before it was recorded.
+    backend: Mapping[str, Any] | None = field(default=None, metadata={"omit": None})
 
 
 @dataclass(frozen=True, slots=True)

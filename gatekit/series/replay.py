@@ -17,7 +17,7 @@ from gatekit.config import ArmSpec, GateConfig, load_gate
 from gatekit.errors import SeriesError
 from gatekit.finding import Finding
 from gatekit.prereg import DecisionSpec, read_predecision
-from gatekit.provenance import REDACTED_PREFIX, changed_artifacts, git_diff_stat, git_root, sha256_file
+from gatekit.provenance import REDACTED_PREFIX, changed_artifacts, changed_backend, git_diff_stat, git_root, sha256_file
 from gatekit.records import RunRecord
 from gatekit.series.events import Extend, Invalid, Retry, RunEnd, SeriesEnd, SeriesStart
 from gatekit.storage import LEGACY_JOURNAL_WARNING, Journal, SeriesLayout, line_sha256
@@ -200,6 +200,9 @@ def evidence_from_state(opened: OpenSeries | tuple[Path, JournalState, Mapping[s
         provenance["artifacts"]["end"] = _relative_keys(end.artifacts, base)
         provenance["git"]["end"] = dict(end.git)
         problems += [m for m in changed_artifacts(began.artifacts, end.artifacts) if m not in problems]
+        if end.backend is not None:
+            provenance["backend_end"] = dict(end.backend)
+            problems += [m for m in changed_backend(began.backend or {}, end.backend) if m not in problems]
         rev_start, rev_end = began.git.get("rev"), end.git.get("rev")
         if rev_start and rev_end and rev_start != rev_end:
             diff = git_diff_stat(start.gate_path.parent, rev_start, rev_end)

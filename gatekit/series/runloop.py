@@ -211,7 +211,7 @@ class RunLoop:
         stopped = stopped_gate(run.sampler.samples, run.sampler.interval_s)
         if stopped and not outcome.error:  # retried like a crash: no load rule could see it at n = 3
             outcome = dataclasses.replace(outcome, error=stopped)
-        telemetry = [s.extra for s in run.sampler.samples]
+        telemetry = [{"t_s": s.t_s, **s.extra} for s in run.sampler.samples]  # t_s: time-weighted summaries
         window = WindowSummary.of(run.sampler.samples,
                                   evidence=tuple(run.backend.window_evidence(telemetry)) + escaped,
                                   telemetry={**run.backend.summarize(telemetry), **slot_summary(telemetry)})

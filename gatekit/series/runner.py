@@ -289,7 +289,8 @@ class SeriesRunner:
         if state.end is None:  # a resumed series whose finding could not be written has ended already
             artifacts, hash_s = hash_artifacts_timed(self.config.driver.hash)
             state.end = journal.record(SeriesEnd(
-                ProvenanceEnd(artifacts, git_state(self.config.base_dir).to_dict(), hash_s),
+                ProvenanceEnd(artifacts, git_state(self.config.base_dir).to_dict(), hash_s,
+                              backend={"name": self.backend.name, **self.backend.backend.provenance()}),
                 finished=now().isoformat(timespec="seconds")))
         # The state is the journal as written, event for event, so this is what `gate analyze` computes; the
         # journal itself knows its chain head after the last event (escaped, retry, … included).
