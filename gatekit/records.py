@@ -493,9 +493,11 @@ def startup_overhead_s(metrics: Mapping[str, float], process_wallclock_s: float,
 #                          verdict, sections (DESIGN "Finding").
 #   gatekit.finding/2      the same keys, typed; each section gatekit generated says so (`generated = true`).
 #                          Later additions, each with a default: `predecision.chain_head`, `runs[].startup_s`.
+#                          `stats.cycles`, `provenance.backend_end`.
 #   gatekit.predecision/1  the preregistered rules; a sequential spec without `sequential_version` is v3.
 #   gatekit.predecision/2  `decision.sequential_version` is stated for every sequential spec; the series'
 #                          journal is gatekit.journal/3 or later.
+#                          Later additions, absent = off: `rules.min_clock_share`, `rules.confirm_cycles`.
 #   gatekit.calibration/1  a `gate calibrate` result (calibration.toml): its runs' values, CV, warm-up, drift.
 #   gatekit.signature/1    an Ed25519 signature of a finding's JSON bytes and its journal's chain head (<id>.sig).
 #   gatekit.signature/2    the same of the finding's content (`content_sha256`: its canonical form, the same for

@@ -280,17 +280,29 @@ def sample_weights(samples: Sequence[TelemetrySample]) -> list[float]:
     return gaps + [last]
 
 
+def is_idle(sample: TelemetrySample) -> bool:
+    """No kernel ran: NVML's gpu_idle reason, or 0 % utilisation over the sample period. Both occur during a
+    trainer's start-up; on an H200 a start-up sample read 375 MHz at 0 % with no reason set (a clock-down
+    between idle and busy), which would pass for a slow run if it counted."""
+    mask, util = sample.get("gpu_clock_event_reasons"), sample.get("gpu_util_pct")
+    return ((isinstance(mask, (int, float)) and bool(int(mask) & IDLE))
+            or (isinstance(util, (int, float)) and not isinstance(util, bool) and util == 0))
+
+
 def clock_state(samples: Sequence[TelemetrySample], reference_mhz: float | None) -> dict[str, Telemetry]:
-    """The window's clock state over its non-idle samples (those without the gpu_idle reason), time-weighted:
-    mean SM and memory clock, mean power, the share below `reference_mhz` (the locked clock, else the maximum
-    SM clock), the share in each clock-event reason; and the share of all samples that read gpu_idle."""
+    """The window's clock state over its non-idle samples (is_idle), time-weighted: mean SM and memory clock,
+    mean power, the share below `reference_mhz` (the locked clock, else the maximum SM clock), the share in
+    each clock-event reason; and the share of the window that was idle."""
     weights = sample_weights(samples)
     masks = [int(m) if isinstance(m := s.get("gpu_clock_event_reasons"), (int, float)) else None for s in samples]
-    busy = [(s, w, m) for s, w, m in zip(samples, weights, masks) if m is None or not m & IDLE]
+    idle = [is_idle(s) for s in samples]
+    busy = [(s, w, m) for s, w, m, i in zip(samples, weights, masks, idle) if not i]
     total = sum(weights)
-    idle_weight = sum(w for w, m in zip(weights, masks) if m is not None and m & IDLE)
+    recorded = any(m is not None for m in masks) or any(isinstance(s.get("gpu_util_pct"), (int, float))
+                                                        for s in samples)
+    idle_weight = sum(w for w, i in zip(weights, idle) if i)
     state: dict[str, Telemetry] = {"active_samples": len(busy),
-                                   "gpu_idle_frac": round(idle_weight / total, 4) if total and masks else None}
+                                   "gpu_idle_frac": round(idle_weight / total, 4) if total and recorded else None}
 
     def mean(key: str) -> float | None:
         pairs = [(float(v), w) for s, w, _ in busy if isinstance(v := s.get(key), (int, float))]
