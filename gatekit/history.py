@@ -361,6 +361,20 @@ def history_json(history: History) -> str:
     return json.dumps(history.to_dict(), indent=2, ensure_ascii=False, allow_nan=False) + "\n"
 
 
+def x_labels(points: Sequence[Point]) -> list[str]:
+    """The plot's x labels: each finding's date, numbered within its day (`2026-12-01 #2`) where several
+    findings share one, so no two labels read the same."""
+    per_day: dict[str, int] = {}
+    for point in points:
+        per_day[point.date] = per_day.get(point.date, 0) + 1
+    seen: dict[str, int] = {}
+    labels = []
+    for point in points:
+        seen[point.date] = seen.get(point.date, 0) + 1
+        labels.append(point.date if per_day[point.date] == 1 else f"{point.date} #{seen[point.date]}")
+    return labels
+
+
 def history_plot(history: History) -> bytes:
     """The metric per finding in date order, segment means, and a line at every change point (PNG)."""
     with matplotlib.rc_context({"font.size": 10, "xtick.labelsize": 8.5, "ytick.labelsize": 9}):
@@ -376,7 +390,8 @@ def history_plot(history: History) -> bytes:
         for c in history.change_points:
             ax.axvline(c.index - 0.5, color="#D55E00", linestyle="--", linewidth=1)
         step = max(1, len(xs) // 12)
-        ax.set_xticks(xs[::step], [history.points[i].date for i in xs[::step]], rotation=30, ha="right")
+        labels = x_labels(history.points)
+        ax.set_xticks(xs[::step], [labels[i] for i in xs[::step]], rotation=30, ha="right")
         ax.set_ylabel(history.metric.replace("$", r"\$"))
         ax.legend(loc="best", fontsize=8.5)
         buffer = io.BytesIO()

@@ -169,3 +169,12 @@ def test_history_unknown_metric_is_exit_2(tmp_path: Path) -> None:
     assert done.returncode == 2
     (line,) = done.stderr.strip().splitlines()
     assert "key 'nope' is in no finding" in line and "f01.json" in line
+
+
+def test_findings_of_one_day_get_x_labels_of_their_own() -> None:
+    from gatekit.history import Point, x_labels
+    points = [Point(date, f"g-{i}", "g", 1.0) for i, date in
+              enumerate(["2026-11-30", "2026-12-01", "2026-12-01", "2026-12-02", "2026-12-01"])]
+    labels = x_labels(points)
+    assert labels == ["2026-11-30", "2026-12-01 #1", "2026-12-01 #2", "2026-12-02", "2026-12-01 #3"]
+    assert len(set(labels)) == len(labels)
