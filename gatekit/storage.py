@@ -118,6 +118,13 @@ def open_own_file(path: Path, flags: int, mode: int = 0o666) -> int:
     return fd
 
 
+def read_own_file(path: Path) -> bytes:
+    """The bytes of a file gatekit owns (a journal), opened as `open_own_file` opens it: a link or a FIFO
+    in its place (one to /dev/zero would never end) is an OSError; FileNotFoundError when there is none."""
+    with os.fdopen(open_own_file(path, os.O_RDONLY), "rb") as handle:
+        return handle.read()
+
+
 @contextmanager
 def pid_lock(path: Path, busy: Callable[[str], GatekitError]) -> Iterator[None]:
     """Hold an exclusive lock (flock) on `path`, created if missing, with this process's pid written in it.
@@ -255,9 +262,11 @@ class Journal:
     def _ensure_loaded(self) -> None:
         if not self._loaded:
             try:
-                content = self.path.read_bytes()
+                content = read_own_file(self.path)
             except FileNotFoundError:
                 content = b""
+            except OSError as exc:
+                raise SeriesError(f"{self.path}: cannot be read: {exc.strerror or exc}") from None
             self._load(content[:content.rfind(b"\n") + 1])  # a torn last line is dropped by the next append
 
     def _load(self, content: bytes) -> None:
@@ -352,9 +361,11 @@ class Journal:
     def lines(self) -> Iterator[tuple[int, bytes, Any]]:
         """(line number, the line's exact bytes, its event) of every event, as `events` reads them."""
         try:
-            content = self.path.read_bytes()
+            content = read_own_file(self.path)
         except FileNotFoundError:
             raise SeriesError(f"{self.path}: no journal here; is this a series directory?") from None
+        except OSError as exc:
+            raise SeriesError(f"{self.path}: cannot be read: {exc.strerror or exc}") from None
         lines = content.split(b"\n")
         for number, line in enumerate(lines, 1):
             if not line.strip():

@@ -164,3 +164,12 @@ def test_files_gatekit_owns_are_never_opened_through_a_planted_link(tmp_path: Pa
     with pytest.raises(OutputError, match=f"{journal}: cannot record the 'series_start' event: is a symbolic link"):
         Journal(journal).append("series_start")
     assert victim.read_text() == "precious\n"
+    # nor read through one (a link to /dev/zero never ends), nor read when it is a FIFO (it would block)
+    journal.unlink()
+    journal.symlink_to("/dev/zero")
+    with pytest.raises(SeriesError, match=f"{journal}: cannot be read: is a symbolic link"):
+        list(Journal(journal).events())
+    journal.unlink()
+    os.mkfifo(journal)
+    with pytest.raises(SeriesError, match=f"{journal}: cannot be read: is not a regular file"):
+        list(Journal(journal).events())
