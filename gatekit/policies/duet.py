@@ -402,7 +402,7 @@ class DuetPolicy(SimulationDefaults):
                 f"[{fmt_signed(duet.ci_low_pct, unit=' %')}, {fmt_signed(duet.ci_high_pct, unit=' %')}], "
                 f"floor ±{duet.floor_pct:g} %; slot effect (slot 1 against slot 0) "
                 f"{fmt_signed(duet.slot_effect_pct, unit=' %')} [{fmt_signed(duet.slot_ci_low_pct, unit=' %')}, "
-                f"{fmt_signed(duet.slot_ci_high_pct, unit=' %')}]. The classic Δ {fmt(s.delta_pct)} % against "
+                f"{fmt_signed(duet.slot_ci_high_pct, unit=' %')}]. The classic Δ {fmt_signed(s.delta_pct, unit=' %')} against "
                 f"{fmt(s.threshold_pct)} % is reported beside it.")
         level = f"{100 * duet.interval_level:g} %"
         slot_names = f"{duet.slots[1]} against {duet.slots[0]}" if len(duet.slots) == 2 else "slot 1 against slot 0"

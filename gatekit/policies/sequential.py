@@ -656,7 +656,7 @@ class SequentialPolicy(SimulationDefaults):
                 f"as a ratio of geometric means, {100 * ((last.ci_level or 0) if last else 0):g} % CI "
                 f"[{fmt_signed(last.ci_low_pct if last else None, unit=' %')}, "
                 f"{fmt_signed(last.ci_high_pct if last else None, unit=' %')}], "
-                f"floor ±{seq.floor_pct:g} %. The classic Δ {fmt(s.delta_pct)} % against "
+                f"floor ±{seq.floor_pct:g} %. The classic Δ {fmt_signed(s.delta_pct, unit=' %')} against "
                 f"{fmt(s.threshold_pct)} % is reported beside it.")
         table = generated_section(
             "table", columns=("look", "runs off+on", "Δ gm %", "CI %", "p on better", "p on worse", primary,

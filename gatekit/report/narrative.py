@@ -26,7 +26,7 @@ def narrative(finding: Finding) -> tuple[Section, ...]:
     kind = "Blocked (not interleaved) comparison" if gate.order == "blocked" else f"Interleaved {gate.order} gate"
     lead = (f"{kind} of `{on_arm}` against `{off_arm}`, {gate.n} runs per arm, "
             f"deciding on {primary} ({gate.direction} is better). Decision: **{decision.value}** — "
-            f"Δ {fmt(s.delta_pct)} % against a threshold of {fmt(s.threshold_pct)} %.")
+            f"Δ {fmt_signed(s.delta_pct, unit=' %')} against a threshold of {fmt(s.threshold_pct)} %.")
     words = words_of(finding)  # the policy's own: its lead, its sections
     lead = words.lead or lead
     # start-up overhead (wallclock − primary) is shown only when the primary is a time, so it exists
@@ -44,7 +44,7 @@ def narrative(finding: Finding) -> tuple[Section, ...]:
         {"key": f"mean {off_arm} (n={s.n_off})", "value": fmt(s.mean_off)},
         {"key": f"mean {on_arm} (n={s.n_on})", "value": fmt(s.mean_on)},
         {"key": "σ off / σ on", "value": f"{fmt(s.sigma_off_pct)} % / {fmt(s.sigma_on_pct)} %"},
-        {"key": "Δ", "value": f"{fmt(s.delta_pct)} %"},
+        {"key": "Δ", "value": fmt_signed(s.delta_pct, unit=" %")},
         {"key": "threshold", "value": f"{fmt(s.threshold_pct)} % = {gate.threshold.rule}"},
         {"key": "pairs consistent", "value": s.pairs_consistent},
     ]

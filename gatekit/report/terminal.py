@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from gatekit.finding import Finding
 from gatekit.policies.base import words_of
-from gatekit.report.common import fmt, runs_per_arm
+from gatekit.report.common import fmt, fmt_signed, runs_per_arm
 from gatekit.report.common import level_text as _level
 from gatekit.sanitize import show_controls
 
@@ -47,7 +47,7 @@ def summary(finding: Finding, paths: tuple[str, ...] = ()) -> str:
     lines += ["",
               f"mean off {fmt(s.mean_off)}  mean on {fmt(s.mean_on)}  "
               f"σ_off {fmt(s.sigma_off_pct)} %  σ_on {fmt(s.sigma_on_pct)} %",
-              f"{t(words.classic_label)}Δ {fmt(s.delta_pct)} %   threshold {fmt(s.threshold_pct)} % "
+              f"{t(words.classic_label)}Δ {fmt_signed(s.delta_pct, unit=' %')}   threshold {fmt(s.threshold_pct)} % "
               f"({t(gate.threshold.rule)})   pairs consistent {t(s.pairs_consistent)}"]
     if s.gm_delta_pct is not None:
         lines.append(f"Δ_gm {fmt(s.gm_delta_pct)} % ({_level(s.ci_level)} CI {fmt(s.ci_low_pct)} … "
@@ -61,7 +61,7 @@ def summary(finding: Finding, paths: tuple[str, ...] = ()) -> str:
                      f"{'pass' if guard.passed else 'FAIL'}")
     lines += [t(line) for line in words.lines]
     for row in finding.sensitivity[1:]:
-        lines.append(f"sensitivity: {t(row.variant)}: Δ {fmt(row.delta_pct)} % → {row.decision.value}")
+        lines.append(f"sensitivity: {t(row.variant)}: Δ {fmt_signed(row.delta_pct, unit=' %')} → {row.decision.value}")
     lines += ["", f"VERDICT: {verdict.decision.value.upper()}"]
     lines += [f"  - {t(reason)}" for reason in verdict.reasons]
     lines += [f"  ! {t(warning)}" for warning in verdict.warnings]
