@@ -81,17 +81,19 @@ def _call(work: Callable[[], T]) -> T:
         raise GateError(SeriesInterrupted("interrupted before any run started; nothing to resume")) from None
 
 
-def _echo(text: str, *, err: bool = False, nl: bool = True) -> None:
-    """THE way gate prints text for people: every line with control characters and bidi overrides shown as
-    escapes (`show_controls`; tabs kept), so a string from a finding, a trainer or a file (an id, a run folder,
-    a config key in a reason) cannot clear, recolor or forge what a terminal shows. Click strips escape
-    sequences only when output is redirected; a terminal would get them. Renderers of several lines escape
-    the strings they put in themselves (a newline inside one is a forged line otherwise); JSON goes out as is."""
-    click.echo("\n".join(show_controls(line, keep="\t") for line in text.split("\n")), err=err, nl=nl)
+def _echo(text: str, *, err: bool = False, nl: bool = True, lines: bool = False) -> None:
+    """THE way gate prints text for people: control characters and bidi overrides shown as escapes
+    (`show_controls`; tabs kept), so a string from a finding, a trainer or a file (an id, a run folder, a
+    config key in a reason, a command line) cannot clear, recolor or forge what a terminal shows. Click strips
+    escape sequences only when output is redirected; a terminal would get them. A newline is escaped too,
+    unless `lines`: the text of a renderer that composed several lines and escaped each string it put in
+    (else a newline inside one would forge a line); its line breaks are kept. JSON goes out as is."""
+    parts = text.split("\n") if lines else [text]
+    click.echo("\n".join(show_controls(part, keep="\t") for part in parts), err=err, nl=nl)
 
 
-def _stderr(text: str) -> None:
-    _echo(text, err=True)
+def _stderr(text: str, *, lines: bool = False) -> None:
+    _echo(text, err=True, lines=lines)
 
 
 def _progress(line: str) -> None:
@@ -268,9 +270,9 @@ def _emit(finding: Finding, as_json: bool, paths: tuple[str, ...] = ()) -> None:
     paths = tuple(str(Path(p).absolute()) for p in paths)  # every path gate prints is absolute
     if as_json:
         click.echo(finding.to_json(), nl=False)
-        _stderr(summary(finding, paths))
+        _stderr(summary(finding, paths), lines=True)
     else:
-        _echo(summary(finding, paths))
+        _echo(summary(finding, paths), lines=True)
 
 
 def _exit_for(finding: Finding, fail_on: str | None) -> None:
@@ -344,7 +346,7 @@ def verify_cmd(series_dir: Path, finding: Path | None, pubkey: Path | None) -> N
         from gatekit.campaign import verify_campaign
 
         campaign = _call(lambda: verify_campaign(series_dir.resolve()))
-        click.echo(f"verified campaign: {campaign.events} events, chain head {campaign.chain_head} "
+        _echo(f"verified campaign: {campaign.events} events, chain head {campaign.chain_head} "
                    f"({campaign.gates} finished gate(s), each series with its finding)")
         return
     report = _call(lambda: verify_series(series_dir, finding, pubkey=pubkey))
@@ -382,9 +384,9 @@ def calibrate(arm: str | None, gate_path: Path, n: int, min_effect_pct: float | 
     calibration = _call(work)
     if as_json:
         click.echo(json.dumps(calibration.document, indent=2, ensure_ascii=False, allow_nan=False))
-        _stderr(calibration_summary(calibration))
+        _stderr(calibration_summary(calibration), lines=True)
     else:
-        _echo(calibration_summary(calibration))
+        _echo(calibration_summary(calibration), lines=True)
 
 
 @main.command("simulate")
@@ -471,7 +473,7 @@ def simulate_cmd(policies: tuple[str, ...], cv_pct: float, cv_on_pct: float | No
     if as_json:
         click.echo(json.dumps({"simulations": [r.to_dict() for r in results]}, indent=2, allow_nan=False))
     else:
-        _echo(table(results))
+        _echo(table(results), lines=True)
     _stderr(f"{len(results)} simulation(s) of {draws} gates in {time.monotonic() - began:.1f} s; "
             "± is one Monte-Carlo standard error")
 
@@ -497,7 +499,7 @@ def _simulate_bisect(commits: int, effect_pct: float, cv_pct: float, max_paralle
     if as_json:
         click.echo(json.dumps({"bisect_simulation": result.to_dict()}, indent=2, allow_nan=False))
     else:
-        _echo(bisect_table([result]))
+        _echo(bisect_table([result]), lines=True)
     _stderr(f"{draws} simulated bisects per method in {time.monotonic() - began:.1f} s; "
             "± is one Monte-Carlo standard error")
 
@@ -533,7 +535,7 @@ def plan_cmd(cv_pct: float, effect_pct: float, policy: str, floor_pct: float, si
     if as_json:
         click.echo(json.dumps(plan.to_dict(), indent=2, allow_nan=False))
     else:
-        _echo(plan.describe())
+        _echo(plan.describe(), lines=True)
 
 
 @main.command()
@@ -719,7 +721,7 @@ def history_cmd(findings_dir: Path, metric: str, arm_key: str, gate_id: str | No
     if as_json:
         click.echo(text, nl=False)  # history_json: a document for programs, printed as is
     else:
-        _echo(text, nl=False)
+        _echo(text, nl=False, lines=True)
     if fail_on == "change" and changes:
         _stderr(f"gate history: {len(changes)} change point(s) in {metric}; failing (--fail-on change)")
         raise SystemExit(EXIT_FAIL_ON)
