@@ -79,6 +79,33 @@ def hash_artifacts(paths: Sequence[Path]) -> dict[str, str]:
     return hashes
 
 
+def file_identities(paths: Sequence[Path]) -> dict[str, tuple[int, ...] | None]:
+    """{path: (device, inode, size, mtime_ns, ctime_ns)}, None where it cannot be stat'ed. A write, a rename
+    or a replace changes it even when the bytes end up the same, and no one can set a ctime back, so an
+    artifact swapped and restored between two hashings shows here (a stat each: cheap beside a hash)."""
+    identities: dict[str, tuple[int, ...] | None] = {}
+    for path in paths:
+        try:
+            info = path.stat()
+        except OSError:
+            identities[str(path)] = None
+            continue
+        identities[str(path)] = (info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns)
+    return identities
+
+
+def touched_artifacts(before: Mapping[str, tuple[int, ...] | None],
+                      after: Mapping[str, tuple[int, ...] | None]) -> list[str]:
+    """The paths whose identity (file_identities) differs between two snapshots."""
+    return [path for path in before if before[path] != after.get(path)]
+
+
+def hash_files(paths: Mapping[str, Path]) -> dict[str, str]:
+    """hash_artifacts keyed by the given names (a run folder's file names, which no machine changes)."""
+    hashes = hash_artifacts(list(paths.values()))
+    return {name: hashes[str(path)] for name, path in paths.items()}
+
+
 def hash_artifacts_timed(paths: Sequence[Path]) -> tuple[dict[str, str], float]:
     """hash_artifacts and how long it took (monotonic seconds); always outside a run's timed window."""
     began = time.perf_counter()

@@ -174,6 +174,12 @@ class RunFolder:
         """GATEKIT_RESULT: the file the trainer may write its metrics to."""
         return self.path / "result"
 
+    @property
+    def evidence(self) -> dict[str, Path]:
+        """The files the run's record was made from, by name: hashed into its `run_end` event when it ends and
+        checked by `gate verify` (the report draws load timelines from samples.csv, quotes the logs)."""
+        return {path.name: path for path in (self.samples, self.stdout, self.stderr, self.result)}
+
 
 @dataclass(frozen=True, slots=True)
 class SeriesLayout:

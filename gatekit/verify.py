@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Mapping
 
 from gatekit.distribution import install_hint
 from gatekit.errors import ConfigError, GatekitError, RunFileError, SeriesError, VerificationError
-from gatekit.provenance import sha256_file
+from gatekit.provenance import hash_files, sha256_file
 from gatekit.records import (JOURNAL_OF_PREDECISION, JOURNAL_SCHEMA, SCHEMA_KEY, SIGNATURE_OF_JSON_BYTES,
                              SIGNATURE_SCHEMA, UNCHAINED_JOURNAL, journal_schema, schema_problem)
 from gatekit.runfiles import MAX_RESULT_BYTES, read_run_file
@@ -60,9 +60,11 @@ def verify_series(series_dir: Path, finding_path: Path | None = None, *,
     check the finding's signature. Raises VerificationError at the first disagreement."""
     layout = SeriesLayout(series_dir)
     journal_path = layout.journal
-    events, head, run_ends, _ = _verify_chain(series_dir, journal_path)
+    events, head, run_ends, lines = _verify_chain(series_dir, journal_path)
+    journaled = dict(lines)
     for label, (number, record) in sorted(run_ends.items()):
         _verify_record(layout.run(label).record, journal_path, number, record)
+        _verify_run_files(layout.run(label).evidence, journal_path, number, journaled[number].get("files"))
     warnings = (LEGACY_JOURNAL_WARNING,) if head is None else ()
     signature = None
     if finding_path is not None:
@@ -203,6 +205,22 @@ def _verify_record(path: Path, journal_path: Path, number: int, journaled: Mappi
     difference = first_difference(written, journaled)
     if difference is not None:
         raise VerificationError(f"{path}: differs from {journal_path.name} line {number}: {difference}")
+
+
+def _verify_run_files(files: Mapping[str, Path], journal_path: Path, number: int, recorded: Any) -> None:
+    """Each run file as its run_end event hashed it (a journal from before run files were hashed has none)."""
+    if not recorded:
+        return
+    if not isinstance(recorded, Mapping):
+        raise VerificationError(f"{journal_path}: line {number} (run_end): files is not a table of hashes")
+    unknown = sorted(set(recorded) - set(files))
+    if unknown:
+        raise VerificationError(f"{journal_path}: line {number} (run_end): names no run file: {', '.join(unknown)}")
+    now = hash_files({name: files[name] for name in recorded})
+    for name, sha256 in recorded.items():
+        if now[name] != sha256:
+            raise VerificationError(f"{files[name]}: differs from what {journal_path.name} line {number} recorded "
+                                    f"(sha256 {sha256}, now {now[name]})")
 
 
 def first_difference(left: Any, right: Any, key: str = "") -> str | None:

@@ -172,6 +172,27 @@ def test_an_edited_record_json_fails_naming_it(tmp_path: Path) -> None:
         verify_series(series)
 
 
+def test_edited_run_files_fail_verify_naming_the_file_and_the_line(tmp_path: Path) -> None:
+    """samples.csv (the report draws load timelines from it), the logs and the result file are hashed into the
+    run's run_end event: one forged or planted afterwards fails `gate verify` (exit 3) naming it and the line."""
+    series, _ = _series(tmp_path)
+    number = _line_of(series, "run_end", "on-r2")
+    assert gate_invoke("verify", str(series), cwd=tmp_path).returncode == 0
+    samples = series / "on-r2" / "samples.csv"
+    original = samples.read_text()
+    samples.write_text(original + original.splitlines()[-1] + "\n")  # a forged extra row
+    done = gate_invoke("verify", str(series), cwd=tmp_path)
+    assert done.returncode == 3, done.stdout
+    assert f"on-r2/samples.csv: differs from what journal.jsonl line {number} recorded" in done.stderr, done.stderr
+    samples.write_text(original)
+    assert gate_invoke("verify", str(series), cwd=tmp_path).returncode == 0
+    planted = series / "off-r1" / "stderr.log"
+    planted.write_text("forged log\n")
+    done = gate_invoke("verify", str(series), cwd=tmp_path)
+    assert done.returncode == 3 and "off-r1/stderr.log: differs from what journal.jsonl line" in done.stderr, \
+        done.stderr
+
+
 def test_a_line_without_prev_in_a_chained_journal_fails(tmp_path: Path) -> None:
     series, _ = _series(tmp_path)
     path = series / "journal.jsonl"

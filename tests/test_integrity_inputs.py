@@ -322,3 +322,29 @@ def test_a_forged_process_wallclock_never_shows_in_the_progress_line() -> None:
     # never the wallclock instead: a run without its primary is a failed run, and its line says so
     assert run_line(missing, "train_elapsed_s").startswith(
         "      on-r1 FAILED: primary metric 'train_elapsed_s' missing or not a finite number (see ")
+
+
+def test_an_artifact_swapped_and_restored_inside_a_run_fails_that_run(tmp_path: Path) -> None:
+    """Hashing before and after a run cannot see an artifact replaced during it and put back: the restore
+    leaves a new ctime (a rename, a write; no one can set it back), so the run fails and its pair is re-run."""
+    import os
+
+    from tests.faults.faultkit import fault_gate, finish, start_gate
+
+    g = fault_gate(tmp_path / "g", on={"hold": ["on-r2"]})
+    trainer = g.root / "fault_trainer.py"
+    registered = sha256_file(trainer)
+    proc = start_gate("run", "off", "on", cwd=g.root)
+    g.wait_holding("on-r2")
+    os.rename(trainer, g.root / "fault_trainer.py.bak")
+    trainer.write_text("print('a faster trainer for a moment')\n")
+    os.rename(g.root / "fault_trainer.py.bak", trainer)  # restored: the same bytes, the same inode and mtime
+    assert sha256_file(trainer) == registered
+    g.release()
+    code, _, err = finish(proc)
+    assert code == 0, err
+    runs = {r["label"]: r for r in g.finding()["runs"]}
+    assert not runs["on-r2"]["used"], runs["on-r2"]
+    assert f"{trainer}: replaced, renamed or written during on-r2" in runs["on-r2"]["reason"]
+    assert runs["on-r4"]["retry_of"] == 2 and runs["on-r4"]["used"] and runs["off-r4"]["used"]
+    assert g.finding()["verdict"]["decision"] == "adopted"

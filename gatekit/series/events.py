@@ -88,6 +88,9 @@ class RunEnd(Event):
     KIND: ClassVar[str] = "run_end"
     record: RunRecord
     hash_s: tuple[float, ...] = ()  # seconds hashing before and after the run; () before it was timed
+    # {file name: sha256 | "missing"} of the run folder's evidence (RunFolder.evidence) as the run ended;
+    # {} before run files were hashed
+    files: Mapping[str, str] = field(default_factory=dict, metadata={"omit": {}})
 
 
 @dataclass(frozen=True, slots=True)

@@ -21,7 +21,8 @@ from gatekit.duet_runs import OpenRun, run_together, slot_backend, slot_summary,
 from gatekit.errors import OutputError, SeriesError, SeriesInterrupted
 from gatekit.preflight import arm_input
 from gatekit.processes import child_pids, child_subreaper, escaped_evidence, stop_escapees, stop_run_processes
-from gatekit.provenance import changed_artifacts, hash_artifacts_timed
+from gatekit.provenance import (changed_artifacts, file_identities, hash_artifacts_timed, hash_files,
+                                touched_artifacts)
 from gatekit.records import RunOutcome, RunRecord, WindowSummary
 from gatekit.report.common import number_text
 from gatekit.sanitize import safe_outcome, show_controls
@@ -102,6 +103,7 @@ class RunLoop:
                 # Everything hashed at the start (the driver's artifacts and, for a series, the arm configs).
                 watched = [Path(p) for p in start_artifacts]
                 before, hash_before_s = hash_artifacts_timed(watched)
+                identities = file_identities(watched)
                 changed = [f"{m} (found before {what})" for m in changed_artifacts(start_artifacts, before)]
                 if changed:
                     return changed
@@ -111,13 +113,26 @@ class RunLoop:
                            if len(unit) == 1 else
                            self.run_pair(series_dir, journal, unit, order=order, resume_hint=resume_hint))
                 durations += [(time.monotonic() - began) / len(unit)] * len(unit)
+                touched = touched_artifacts(identities, file_identities(watched))
                 after, hash_after_s = hash_artifacts_timed(watched)
                 changed = [f"{m} (during {what})" for m in changed_artifacts(start_artifacts, after)]
+                # the same bytes after the run as before it, yet written or replaced: swapped and restored inside
+                # the run (or merely touched); a run that may have run something else is retried like a crash
+                restored = [path for path in touched if before.get(path) == after.get(path)]
                 stop: Sequence[str] | None = None
                 for record in records:  # a pair is journaled only whole: resume re-runs a pair cut off
+                    closed = record
                     if changed:
                         record = dataclasses.replace(record, artifacts_ok=False)
-                    record = journal.record(RunEnd(record, (hash_before_s, hash_after_s))).record
+                    elif restored and not record.outcome.error:
+                        record = dataclasses.replace(record, outcome=dataclasses.replace(record.outcome, error=(
+                            f"{', '.join(restored)}: replaced, renamed or written during {record.label} (its inode, "
+                            "size, mtime or ctime changed though its sha256 did not): an artifact swapped and "
+                            "restored inside the run may be what ran")))
+                    if record is not closed:  # record.json says what the journal says
+                        write_record(SeriesLayout(series_dir).run(record.label), record)
+                    files = hash_files(SeriesLayout(series_dir).run(record.label).evidence)
+                    record = journal.record(RunEnd(record, (hash_before_s, hash_after_s), files)).record
                     state.hash_s += [hash_before_s, hash_after_s]
                     state.records[record.label] = record
                     self.report(run_line(record, primary, series_dir))
@@ -218,7 +233,7 @@ class RunLoop:
         record = RunRecord(order=run.order, arm=run.slot.arm, label=run.slot.label, pair=run.slot.round,
                            outcome=outcome, window=window, retry_of=run.slot.retry_of, started_at=run.started_at,
                            slot=run.device.text if run.device else None)
-        atomic_write_text(files.record, json.dumps(record.to_dict(), indent=2, allow_nan=False))
+        write_record(files, record)
         return record
 
     def device_slot(self, slot: Slot) -> DeviceSlot | None:
@@ -252,6 +267,11 @@ class RunLoop:
         # the series folder as the marker: a process naming either run directory is gone already
         unmarked = self._stop_escapees(journal, runs[0].request.run_dir.parent, labels, known, f"the pair {labels}")
         return {label: own + unmarked for label, own in evidence.items()}
+
+
+def write_record(files: RunFolder, record: RunRecord) -> None:
+    """The run folder's record.json: the record as its run_end event journals it (verify compares them)."""
+    atomic_write_text(files.record, json.dumps(record.to_dict(), indent=2, allow_nan=False))
 
 
 LAST_LINE_CHARS = 200  # a trainer's last stderr line as quoted in a message: enough for an exception's line
