@@ -235,3 +235,17 @@ def test_duet_slots_are_compared_on_the_identity_fields() -> None:
     other = copy.deepcopy(static) | {"ecc_mode": [0, 0]}
     assert unequal_gpus({"cuda:0": static, "cuda:1": other}) == "cuda:0 and cuda:1 differ: ECC [1, 1] vs [0, 0]"
     assert unequal_gpus({"cuda:0": static, "cuda:1": copy.deepcopy(static)}) == ""
+
+
+def test_the_committed_h200_clock_findings_are_their_series_recomputed_here(monkeypatch) -> None:
+    # the findings render from the repository alone: each is its committed series analysed again, from the
+    # repository's root (the paths in a finding are relative to where it is analysed)
+    monkeypatch.chdir(ROOT)
+    series = [AA_SERIES, *sorted((CLOCKS / "campaign-one-gpu" / "runs").glob("nightly-*/0*/*-2026*"))]
+    assert len(series) == 4
+    for folder in series:
+        finding = analyze_series(folder.relative_to(ROOT))
+        out = CLOCKS / ("findings" if folder == AA_SERIES else "campaign-one-gpu/findings")
+        committed = json.loads((out / f"{finding.id}.json").read_text())
+        assert finding.to_dict() == committed, folder.name
+        assert finding.provenance.backend_end == finding.provenance.backend  # the same set-up at both ends

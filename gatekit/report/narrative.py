@@ -4,6 +4,8 @@ can tell them from the sections people add."""
 
 from __future__ import annotations
 
+from typing import Any, Mapping
+
 from gatekit import diagnostics
 from gatekit.finding import Finding, Section, Stats
 from gatekit.policies.base import words_of
@@ -32,13 +34,17 @@ def narrative(finding: Finding) -> tuple[Section, ...]:
     # start-up overhead (wallclock − primary) is shown only when the primary is a time, so it exists
     shows_startup = any(run.startup_s is not None for run in finding.runs)
     startup_column = ("start-up s",) if shows_startup else ()
-    columns = ("order", "arm", "run", primary, *startup_column, *guard_names, "load1 mean/max", "used")
+    # the GPU's clock state (time-weighted over the window's non-idle samples) where the backend recorded one
+    shows_clock = any(isinstance(run.window.telemetry.get("sm_clock_mean_mhz"), (int, float)) for run in finding.runs)
+    clock_column = ("SM clock MHz (share below max)",) if shows_clock else ()
+    columns = ("order", "arm", "run", primary, *startup_column, *guard_names, "load1 mean/max", *clock_column, "used")
     rows = []
     for run in finding.runs[:RUNS_TABLE_MAX]:
         load = f"{fmt(run.window.load1_mean, 2)} / {fmt(run.window.load1_max, 2)}"
         startup = (fmt(run.startup_s),) if shows_startup else ()
+        clock = (_clock_cell(run.window.telemetry),) if shows_clock else ()
         rows.append((str(run.order), run.arm, run.label, fmt(run.value_of(primary)), *startup,
-                     *[fmt(run.metrics.get(g)) for g in guard_names], load,
+                     *[fmt(run.metrics.get(g)) for g in guard_names], load, *clock,
                      "yes" if run.used else f"no: {run.reason}"))
     stat_items = [
         {"key": f"mean {off_arm} (n={s.n_off})", "value": fmt(s.mean_off)},
@@ -48,6 +54,10 @@ def narrative(finding: Finding) -> tuple[Section, ...]:
         {"key": "threshold", "value": f"{fmt(s.threshold_pct)} % = {gate.threshold.rule}"},
         {"key": "pairs consistent", "value": s.pairs_consistent},
     ]
+    if s.cycles is not None and s.cycles.delta_cycles_pct is not None:
+        stat_items.append({"key": "Δ in cycles (time x mean SM clock)", "value":
+                           f"{fmt(s.cycles.delta_cycles_pct)} %, σ off / on {fmt(s.cycles.sigma_off_cycles_pct)} % / "
+                           f"{fmt(s.cycles.sigma_on_cycles_pct)} %: decides {s.cycles.decision_in_cycles}"})
     for name, guard in finding.guards.items():
         stat_items.append({"key": f"guard {name}", "value": f"Δ {fmt(guard.delta)} (limit "
                            f"{guard.limit:+g}) {'pass' if guard.passed else 'FAIL'}"})
@@ -55,7 +65,8 @@ def narrative(finding: Finding) -> tuple[Section, ...]:
         _section("lead", text=lead),
         _section("heading", text="Runs (execution order)"),
         _section("table", columns=columns, align=("right", "left", "left", "right", *["right"] * len(startup_column),
-                                                  *["right"] * len(guard_names), "right", "left"), rows=tuple(rows)),
+                                                  *["right"] * len(guard_names), "right",
+                                                  *["right"] * len(clock_column), "left"), rows=tuple(rows)),
         *([_section("list", items=(f"the first {RUNS_TABLE_MAX} of {len(finding.runs)} runs; every run is in "
                                     "the finding's runs",))] if len(finding.runs) > RUNS_TABLE_MAX else []),
         _section("heading", text="Decision"),
@@ -96,3 +107,11 @@ def _diagnostic_items(s: Stats) -> list[dict[str, str]]:
         {"key": "pairs consistent as a sign test", "value": f"{s.pairs_consistent}, one-sided p "
          f"{fmt(s.pairs_sign_p)}"},
     ]
+
+
+def _clock_cell(telemetry: Mapping[str, Any]) -> str:
+    """A run's mean SM clock and the share of its busy samples below the max (or locked) clock: '1980 (0.00)'."""
+    mean, below = telemetry.get("sm_clock_mean_mhz"), telemetry.get("sm_clock_below_ref_frac")
+    if not isinstance(mean, (int, float)):
+        return "—"
+    return f"{mean:.0f}" + (f" ({below:.2f})" if isinstance(below, (int, float)) else "")
