@@ -88,3 +88,16 @@ def test_a_report_says_why_sub_second_runs_share_their_load1() -> None:
     one_long = dataclasses.replace(short, runs=(dataclasses.replace(short.runs[0], process_wallclock_s=6.0),
                                                 *short.runs[1:]))
     assert load1_note(one_long) is None
+
+
+def test_the_report_leaves_out_what_the_backend_found_empty() -> None:
+    import dataclasses
+
+    from gatekit.finding import Finding
+    from gatekit.report.page import provenance_blocks
+    seed = Finding.from_document(analyze("seed_s6.csv"), source="seed")
+    backend = {"name": "cpu", "model": "Example CPU", "governors": {}, "sensors": []}
+    found = dataclasses.replace(seed, provenance=dataclasses.replace(seed.provenance, backend=backend))
+    items = {item["key"]: item["value"] for block in provenance_blocks(found) for item in block.get("items", [])
+             if isinstance(item, dict) and "key" in item}
+    assert items["backend cpu"] == "model Example CPU"  # no bare "governors" or "sensors" without a value

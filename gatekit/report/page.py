@@ -180,7 +180,9 @@ def provenance_blocks(finding: Finding) -> list[Block]:
     backend = dict(prov.backend or {})
     if backend:  # what the backend plugin found (cuda: GPU, driver and CUDA versions; metal: chip; cpu: model)
         items.append((f"backend {backend.get('name', '')}".strip(),
-                      _describe({k: v for k, v in backend.items() if k != "name"}) or "—"))
+                      # an empty table (cpu governors where sysfs has none) is nothing found, not a bare name
+                      _describe({k: v for k, v in backend.items()
+                                 if k != "name" and v not in ({}, [], "", None)}) or "—"))
     gpu = prov.extra_keys.get("gpu") or host.get("gpu") or backend.get("gpu")
     if gpu:
         items.append(("GPU", _describe(gpu)))
