@@ -101,3 +101,10 @@ def test_the_report_leaves_out_what_the_backend_found_empty() -> None:
     items = {item["key"]: item["value"] for block in provenance_blocks(found) for item in block.get("items", [])
              if isinstance(item, dict) and "key" in item}
     assert items["backend cpu"] == "model Example CPU"  # no bare "governors" or "sensors" without a value
+
+
+def test_run_labels_that_would_print_over_each_other_are_joined() -> None:
+    from gatekit.report.figures import end_labels
+    series = [("off-r1", "off", ([0.0, 0.4], [9.1, 9.1])), ("on-r1", "on", ([0.0, 0.4], [9.1, 9.1])),
+              ("off-r2", "off", ([0.0, 12.0], [9.1, 2.0])), ("on-r2", "on", ([0.0], [5.0]))]
+    assert end_labels(series) == {(0.4, 9.1): ["off-r1", "on-r1"], (12.0, 2.0): ["off-r2"], (0.0, 5.0): ["on-r2"]}

@@ -145,6 +145,26 @@ def delta_figure(finding: Finding) -> FigureImage | None:
                        "Delta per sensitivity variant against the threshold band", png, width, height)
 
 
+END_LABEL_SHARE = 0.03  # lines ending within this share of both axes' spans share one label
+
+
+def end_labels(series: Sequence[tuple[str, str, Sequence[Any]]]) -> dict[tuple[float, float], list[str]]:
+    """Where each run's label goes (its line's end) with the labels that end there: lines ending within
+    END_LABEL_SHARE of the axes of one another get one joined label, so the labels do not print over each other
+    (sub-second runs read the same load1 and all end at one point)."""
+    ends = [(label, float(points[0][-1]), float(points[1][-1])) for label, _, points in series if len(points[0])]
+    if not ends:
+        return {}
+    xs, ys = [x for _, x, _ in ends], [y for _, _, y in ends]
+    span_x, span_y = (max(xs) - min(xs)) or 1.0, (max(ys) - min(ys)) or 1.0
+    placed: dict[tuple[float, float], list[str]] = {}
+    for label, x, y in ends:
+        near = next((at for at in placed if abs(at[0] - x) <= END_LABEL_SHARE * span_x
+                     and abs(at[1] - y) <= END_LABEL_SHARE * span_y), None)
+        placed.setdefault(near or (x, y), []).append(label)
+    return placed
+
+
 def _trace_axes(finding: Finding, series: Sequence[tuple[str, str, Sequence[Any]]]) -> tuple[Any, Any]:
     """A figure with one line per run (label at its end), solid for off and dashed for on, and an arm legend."""
     figure = _new(3.4)
@@ -156,10 +176,14 @@ def _trace_axes(finding: Finding, series: Sequence[tuple[str, str, Sequence[Any]
 
     for label, arm, points in series:
         color = _arm_color(finding, arm)
-        ax.plot(*points, color=color, linestyle=linestyle(arm), linewidth=1.3, alpha=0.9)
         xs, ys = points
-        ax.annotate(literal(label), (xs[-1], ys[-1]), xytext=(3, 0), textcoords="offset points", fontsize=8,
-                    color=color, va="center")
+        # a window of one sample is a point, not a line: without a marker its label would stand alone
+        ax.plot(*points, color=color, linestyle=linestyle(arm), linewidth=1.3, alpha=0.9,
+                marker="o" if len(xs) == 1 else None, markersize=3)
+    for (x, y), labels in end_labels(series).items():
+        colors = {_arm_color(finding, arm) for label, arm, _points in series if label in labels}
+        ax.annotate(literal(", ".join(labels)), (x, y), xytext=(3, 0), textcoords="offset points", fontsize=8,
+                    color=colors.pop() if len(colors) == 1 else "#374151", va="center")
     for arm in sorted({arm for _, arm, _ in series}):
         ax.plot([], [], color=_arm_color(finding, arm), linestyle=linestyle(arm), label=literal(arm))
     ax.legend(loc="best")
