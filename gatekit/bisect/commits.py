@@ -5,6 +5,7 @@ through a shell; every failure names the command and what git said."""
 from __future__ import annotations
 
 import enum
+import shlex
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
@@ -92,14 +93,21 @@ def remove_worktree(repo: Path, path: Path) -> None:
 
 
 def build(command: Sequence[str] | str | None, worktree: Path, log_path: Path, *, timeout_s: float = 3600) -> BuildResult:
-    """Run the build in the worktree (a string is run by the shell, as `git bisect run` does; a list directly),
-    its stdout and stderr to `log_path`. Exit 125 skips the commit; another failure skips it and says so."""
+    """Run the build in the worktree, its stdout and stderr to `log_path`. A string is split into words as a shell
+    would (`shlex`) but never run by one, like every command gatekit starts; write `sh -c '...'` for shell syntax.
+    Exit 125 skips the commit; another failure skips it and says so."""
     if command is None:
         return BuildResult(BuildStatus.BUILT, None)
+    try:
+        argv = shlex.split(command) if isinstance(command, str) else list(command)
+    except ValueError as exc:
+        raise ConfigError(f"--build: cannot split {command!r} into words: {exc}") from None
+    if not argv:
+        raise ConfigError("--build: the build command is empty")
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with log_path.open("wb") as log:
         try:
-            done = subprocess.run(command, shell=isinstance(command, str), cwd=worktree, stdin=subprocess.DEVNULL,
+            done = subprocess.run(argv, cwd=worktree, stdin=subprocess.DEVNULL,
                                   stdout=log, stderr=subprocess.STDOUT, timeout=timeout_s, check=False)
             code = done.returncode
         except subprocess.TimeoutExpired:

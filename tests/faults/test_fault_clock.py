@@ -86,7 +86,7 @@ def test_hashing_is_timed_and_stays_outside_the_timed_window(tmp_path: Path, mon
 
     for module in (runloop, runner):  # around every run, and at the series' start and end
         monkeypatch.setattr(module, "hash_artifacts_timed", slow_hash)
-    g = fault_gate(tmp_path / "g", gate={"n": 1})
+    g = fault_gate(tmp_path / "g", gate={"n": 2})  # the fewest runs a gate takes
     (g.root / "weights.bin").write_bytes(b"\0" * (3 << 20))
     gate = g.gate.read_text().replace('hash = ["fault_trainer.py"]', 'hash = ["fault_trainer.py", "weights.bin"]')
     g.gate.write_text(gate)
@@ -96,8 +96,8 @@ def test_hashing_is_timed_and_stays_outside_the_timed_window(tmp_path: Path, mon
         assert run["process_wallclock_s"] < slow_s, run  # a slow hash on each side of the run, none inside
     journal = [json.loads(line) for line in (result.series_dir / "journal.jsonl").read_text().splitlines()]
     per_run = [e["hash_s"] for e in journal if e["event"] == "run_end"]
-    assert len(per_run) == 2 and all(len(pair) == 2 and min(pair) >= slow_s for pair in per_run)
+    assert len(per_run) == 4 and all(len(pair) == 2 and min(pair) >= slow_s for pair in per_run)
     hashing = result.finding.to_dict()["provenance"]["hashing"]
     assert hashing["artifact_bytes"] == (3 << 20) + (g.root / "fault_trainer.py").stat().st_size
-    assert hashing["between_runs_count"] == 4 and hashing["between_runs_max_s"] >= slow_s
-    assert hashing["total_s"] >= 6 * slow_s  # series start, 4 between runs, series end
+    assert hashing["between_runs_count"] == 8 and hashing["between_runs_max_s"] >= slow_s
+    assert hashing["total_s"] >= 10 * slow_s  # series start, 8 between runs, series end
