@@ -215,12 +215,17 @@ def test_a_finding_written_before_verdicts_explained_themselves_still_verifies(t
     config = load_gate(tmp_path / "gate.toml")
     result = SeriesRunner(config, config.arms["off"], config.arms["on"], driver=FakeDriver(),
                           load_reader_for=_BusyMachine()).start()
+    from gatekit.finding import load_finding
     written = next(p for p in result.finding_paths if p.suffix == ".json")
     document = json.loads(written.read_text())
-    document["verdict"]["reasons"] = list(without_explanations(document["verdict"]["reasons"]))  # as written then
-    written.write_text(json.dumps(document))
+
+    def write_twins(reasons: list[str]) -> None:  # the JSON and its TOML twin, as a gatekit of then wrote them
+        document["verdict"]["reasons"] = reasons
+        written.write_text(json.dumps(document))
+        written.with_suffix(".toml").write_text(load_finding(written).to_toml())
+
+    write_twins(list(without_explanations(document["verdict"]["reasons"])))  # as written then
     verify_series(result.series_dir, written)  # the same decision, in the words of then
-    document["verdict"]["reasons"] = ["fewer than two used runs in an arm (off 1, on 0)"]  # a different one
-    written.write_text(json.dumps(document))
+    write_twins(["fewer than two used runs in an arm (off 1, on 0)"])  # a different one
     with pytest.raises(Exception, match="differs from the finding recomputed"):
         verify_series(result.series_dir, written)
