@@ -26,7 +26,7 @@ if TYPE_CHECKING:  # figures import matplotlib; the page only reads their names 
 Block = dict[str, Any]
 # Stats the Decision block shows in its own rows (the CI of Δ on one line); the page lists every other one.
 _SHOWN_STATS = {"n_off", "n_on", "mean_off", "mean_on", "sigma_off_pct", "sigma_on_pct", "delta_pct",
-                "threshold_pct", "pairs_consistent", "ci_low_pct", "ci_high_pct", "ci_level"}
+                "threshold_pct", "pairs_consistent", "ci_low_pct", "ci_high_pct", "ci_level", "cycles"}
 # How the Decision block names the diagnostics (docs/statistics.md explains each), with their units.
 # A statistic not listed here (one a newer or hand-extended finding adds) is shown under its own key.
 STAT_LABELS: dict[str, tuple[str, str]] = {
@@ -124,6 +124,9 @@ def stats_blocks(finding: Finding) -> list[Block]:
     ci = delta_ci(s)
     if ci is not None:
         items.append((f"{ci[2]} of Δ", f"[{fmt_signed(ci[0])}, {fmt_signed(ci[1])}] %"))
+    if s.cycles is not None and s.cycles.delta_cycles_pct is not None:
+        items.append(("Δ in cycles (time × mean SM clock)",
+                      f"{fmt_signed(s.cycles.delta_cycles_pct)} %, decides {s.cycles.decision_in_cycles}"))
     for key, value in _further_stats(s):
         label, unit = STAT_LABELS.get(key, (key, ""))
         if isinstance(value, (str, int, float)) and not isinstance(value, bool):
