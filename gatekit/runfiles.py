@@ -105,7 +105,7 @@ def parse_document(raw: bytes, path: Path) -> dict[str, Any]:
     keys or key parts, does not parse, or is not a table at its top level.
     """
     if raw.lstrip().startswith(b"{"):
-        problem = _json_problem(raw)
+        problem = json_problem(raw)
         if problem:
             raise RunFileError(f"{path}: {problem}")
         parse = json.loads
@@ -136,7 +136,7 @@ _JSON_STRUCTURE = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"?|[\[\]{},]', re.DOTALL)
 _QUOTE, _OPENS, _CLOSES = ord('"'), (ord("["), ord("{")), (ord("]"), ord("}"))
 
 
-def _json_problem(raw: bytes) -> str:
+def json_problem(raw: bytes) -> str:
     """Why a JSON document is beyond the bounds ('' when it is not): nesting deeper than MAX_NESTING, or more
     than MAX_VALUES values. Counted in its bytes, strings skipped, without building anything; stops at the
     first bound passed. Its values: the top one, and one more for each comma and each non-empty array or

@@ -405,10 +405,16 @@ def _read_all(fd: int, size: int) -> bytes:
     return b"".join(chunks)
 
 
+MAX_INPUT_BYTES = 64 << 20  # a gate file, a CSV or a tool's output is far smaller; a larger one is not read at all
+
+
 def read_input(path: Path, expected: str) -> bytes:
-    """An input file's bytes (a gate file, a CSV, another tool's output); a missing, folder or unreadable
-    path is one ConfigError line naming it and what was `expected` there (e.g. "a TOML file")."""
+    """An input file's bytes (a gate file, a CSV, another tool's output); a missing, folder, unreadable or
+    too large path (over MAX_INPUT_BYTES, known from its size before anything is read) is one ConfigError
+    line naming it and what was `expected` there (e.g. "a TOML file")."""
     try:
+        if path.stat().st_size > MAX_INPUT_BYTES:
+            raise ConfigError(f"{path}: is larger than {MAX_INPUT_BYTES >> 20} MiB, expected {expected}")
         return path.read_bytes()
     except FileNotFoundError:
         raise ConfigError(f"{path}: file not found") from None

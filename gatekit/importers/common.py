@@ -19,12 +19,16 @@ from gatekit.errors import ConfigError, GatekitError
 from gatekit.finding import Finding, load_finding
 from gatekit.prereg import DecisionSpec
 from gatekit.records import RunOutcome, RunRecord, WindowSummary
+from gatekit.runfiles import json_problem
+from gatekit.sanitize import MAX_METRIC_MAGNITUDE, usable_metric
 from gatekit.storage import read_input
 
 NOT_INTERLEAVED = ("each arm's runs ran back to back, not interleaved, so drift during the benchmark is "
                    "confounded with the arm")
 NO_LOAD = "no load was sampled during the runs, so contamination cannot be judged"
 _SLUG = re.compile(r"[^a-z0-9]+")
+MAX_SECONDS = 1e9  # about 32 years: a time this long is a broken file, and far larger ones overflow a sum
+_TIME_METRICS = frozenset({ALWAYS_MEASURED, "time_s"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,8 +98,17 @@ def read_bytes(path: Path) -> bytes:
 def read_json(path: Path, what: str) -> tuple[Any, bytes]:
     """A JSON source file, parsed; `what` names the tool output expected, for the error."""
     raw = read_bytes(path)
+    return parse_json(raw, path, what), raw
+
+
+def parse_json(raw: bytes, path: Path, what: str) -> Any:
+    """`raw` parsed as JSON once it is within the run files' bounds (nesting, number of values), so a parser
+    can neither recurse to a RecursionError nor build gigabytes of objects; errors name the file."""
+    problem = json_problem(raw)
+    if problem:
+        raise ConfigError(f"{path}: not {what}: {problem}")
     try:
-        return json.loads(raw.decode("utf-8")), raw
+        return json.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise ConfigError(f"{path}: not {what}: {exc}") from None
 
@@ -118,6 +131,8 @@ def import_command_for(path: Path) -> str | None:
     if _GOBENCH_LINE.search(raw):
         return "`go test -bench` output; import it with: gate import gobench OLD.txt NEW.txt"
     if raw.lstrip()[:1] not in (b"{", b"["):
+        return None
+    if json_problem(raw):
         return None
     try:
         data = json.loads(raw.decode("utf-8"))
@@ -169,6 +184,8 @@ def imported_evidence(*, tool: str, sources: Sequence[tuple[Path, bytes]], off: 
     windows to audit."""
     if off.name == on.name:
         raise ConfigError(f"{sources[0][0]}: --off and --on name the same {tool} arm {off.name!r}")
+    for arm, source in ((off, sources[0][0]), (on, sources[-1][0] if len(sources) == 2 else sources[0][0])):
+        _check_values(arm, source, tool, primary)
     has_load = any(run.load1 is not None for arm in (off, on) for run in arm.runs)
     spec = DecisionSpec(
         gate_id=identity.gate_id, title=identity.title, off_arm=off.name, on_arm=on.name,
@@ -200,6 +217,22 @@ def imported_evidence(*, tool: str, sources: Sequence[tuple[Path, bytes]], off: 
         records=tuple(records), date=identity.date,
         provenance={"imported_from": imported_from, **(provenance or {})},
         warnings=tuple(f"imported from {tool}: {w}" for w in warnings), related_runs=tuple(str(p) for p, _ in sources))
+
+
+def _check_values(arm: ImportedArm, source: Path, tool: str, primary: str) -> None:
+    """Every value of an arm is usable: a time finite, ≥ 0 and below MAX_SECONDS, any other metric finite and
+    within ±MAX_METRIC_MAGNITUDE, so no sum or mean of them can overflow; else an error naming the file, the
+    arm (the tool's benchmark, command or file) and the field."""
+    for k, run in enumerate(arm.runs, 1):
+        fields = [*([(primary, run.value)] if run.value is not None else []), *run.metrics.items()]
+        for name, value in fields:
+            if name in _TIME_METRICS:
+                if not (math.isfinite(value) and 0 <= value < MAX_SECONDS):
+                    raise ConfigError(f"{source}: {tool} arm {arm.name!r}, run {k}: {name} is {value!r}; a "
+                                      f"time must be finite, ≥ 0 and below {MAX_SECONDS:g} s")
+            elif not usable_metric(value):
+                raise ConfigError(f"{source}: {tool} arm {arm.name!r}, run {k}: {name} is {value!r}; a "
+                                  f"metric must be a finite number within ±{MAX_METRIC_MAGNITUDE:g}")
 
 
 def _evidence_of(finding: Finding) -> tuple[Any, ...]:

@@ -11,7 +11,7 @@ interleaved, so the finding says so.
 from __future__ import annotations
 
 import gzip
-import json
+import io
 import statistics
 from pathlib import Path
 from typing import Any, Mapping, Sequence
@@ -20,7 +20,9 @@ from gatekit.analysis import SeriesEvidence
 from gatekit.config import ThresholdSpec
 from gatekit.errors import ConfigError
 from gatekit.importers.common import (NO_LOAD, NOT_INTERLEAVED, Identity, ImportedArm, ImportedRun, imported_evidence,
-                                      is_number, read_bytes, slug)
+                                      is_number, parse_json, read_bytes, slug)
+from gatekit.sanitize import MAX_METRIC_MAGNITUDE, usable_metric
+from gatekit.storage import MAX_INPUT_BYTES
 
 FORMAT_VERSION = "1.0"  # pyperf 1.0 and newer; older files are rewritten by `pyperf convert`
 # pyperf's unit metadata → the primary metric's name in the finding (values are per loop, not per process)
@@ -47,11 +49,7 @@ def _meta(value: Any, where: str) -> dict[str, Any]:
 def read_pyperf(path: Path) -> tuple[dict[str, Any], bytes]:
     """A pyperf JSON suite (plain or gzipped), its format version checked; errors name the file and key."""
     raw = read_bytes(path)
-    try:
-        text = gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw
-        data = json.loads(text.decode("utf-8"))
-    except (OSError, EOFError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ConfigError(f"{path}: not pyperf JSON output: {exc}") from None
+    data = parse_json(_gunzipped(raw, path) if raw[:2] == b"\x1f\x8b" else raw, path, "pyperf JSON output")
     if not isinstance(data, dict) or not isinstance(data.get("benchmarks"), list) or not data["benchmarks"]:
         raise ConfigError(f"{path}: key 'benchmarks' is missing or empty (expected pyperf JSON, as "
                           "`pyperf timeit -o FILE` writes it)")
@@ -59,6 +57,23 @@ def read_pyperf(path: Path) -> tuple[dict[str, Any], bytes]:
         raise ConfigError(f"{path}: key 'version' is {data.get('version')!r}, not {FORMAT_VERSION!r}; rewrite "
                           "the file with a current pyperf: python -m pyperf convert FILE -o NEW.json")
     return data, raw
+
+
+def _gunzipped(raw: bytes, path: Path) -> bytes:
+    """A gzipped file's contents, inflated in chunks and refused once past MAX_INPUT_BYTES (a few KB of gzip
+    can inflate to gigabytes)."""
+    chunks, size = [], 0
+    try:
+        with gzip.GzipFile(fileobj=io.BytesIO(raw)) as stream:
+            while chunk := stream.read(1 << 20):
+                size += len(chunk)
+                if size > MAX_INPUT_BYTES:
+                    raise ConfigError(f"{path}: inflates to more than {MAX_INPUT_BYTES >> 20} MiB, "
+                                      "expected gzipped pyperf JSON")
+                chunks.append(chunk)
+    except (OSError, EOFError) as exc:
+        raise ConfigError(f"{path}: not pyperf JSON output: {exc}") from None
+    return b"".join(chunks)
 
 
 def _benchmarks(data: Mapping[str, Any], path: Path) -> list[tuple[str, dict[str, Any], list[Any]]]:
@@ -102,6 +117,8 @@ def _runs(path: Path, index: int, meta: Mapping[str, Any], runs: Sequence[Any]) 
         values = run.get("values", [])
         if not isinstance(values, list) or not all(is_number(v) for v in values):
             raise ConfigError(f"{where}.values' must be a list of numbers")
+        if not all(usable_metric(v) for v in values):  # their mean must not overflow
+            raise ConfigError(f"{where}.values' must be finite numbers within ±{MAX_METRIC_MAGNITUDE:g}")
         if not values:  # warmups only: pyperf's calibration run
             continue
         run_meta = {**meta, **_meta(run.get("metadata"), f"{where}.metadata")}
