@@ -40,7 +40,7 @@ test: $(TEST_STAMP) browser
 
 # Rewrite the golden files (finding, report pages, CI exports) after an intended format change; review the diff.
 regold: $(TEST_STAMP)
-	GATEKIT_REGOLD=1 $(PY) -m pytest -q tests/test_finding_golden.py tests/test_report.py tests/test_exports.py
+	GATEKIT_REGOLD=1 $(PY) -m pytest -q tests/test_finding_golden.py tests/test_report.py tests/test_exports.py tests/test_import_hyperfine.py
 
 # A real gate on the bundled numpy reference trainer: host-style Adam (off) vs a resident flat buffer (on).
 demo: $(CORE_STAMP)
