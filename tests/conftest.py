@@ -136,3 +136,22 @@ def gate_dir(tmp_path: Path):
     def factory(**kwargs: Any) -> GateDir:
         return make_gate(tmp_path / "gate", **kwargs)
     return factory
+
+
+@pytest.fixture
+def fake_machine(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A machine without trainer processes or load (tests/fakes.py's install_fake_machine): a gate folder of
+    `make_gate` with driver={"name": "fake"} runs its trainer in this process, through `gate_invoke` or
+    SeriesRunner."""
+    from tests.fakes import install_fake_machine
+
+    install_fake_machine(monkeypatch)
+
+
+@pytest.fixture
+def fake_gate_dir(tmp_path: Path, fake_machine: None):
+    """`gate_dir` in this process: the same gate folder, its arm files played by FakeDriver (no trainer
+    process) on the calm machine of `fake_machine`."""
+    def factory(**kwargs: Any) -> GateDir:
+        return make_gate(tmp_path / "gate", **{**kwargs, "driver": {"name": "fake", **kwargs.get("driver", {})}})
+    return factory

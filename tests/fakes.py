@@ -15,23 +15,45 @@ The arm's config file says what each run "measures", so a test reads like the se
     [stderr]               # label -> what the run writes to its stderr.log (default: its failure, if any)
     off-r2 = "Traceback …\nValueError: no such optimizer"
 
+When the gate's `driver.argv` names tests/fixtures/fake_trainer.py (the gate folders of tests/conftest.py's
+`make_gate`), the arm file is that trainer's instead, and each run is the trainer's own `perform` called in
+this process: the same order log, result file and failures, read back by the command driver's `read_result`.
+A test then runs the same gate folder with or without processes by the driver's name alone (conftest's
+`fake_gate_dir`).
+
 `FakeDriver.log` lists the labels in the order they ran, so the schedule can be asserted the way hyperfine's
 execution_order_tests do. Real trainer processes (tests/fixtures/fake_trainer.py) stay the test of the
 trainer contract; this fake is for what gatekit decides from the outcomes.
+
+The machine's load is faked too, so no decision depends on what else the machine runs: `LoadScript` is the
+load reader SeriesRunner takes (`load_reader_for`, the run windows and the preflight), and
+`install_fake_machine` makes `gate` in this process (the CLI has no reader to inject) find the fake driver
+and read a calm machine.
 """
 
 from __future__ import annotations
 
+import os
+import time
 import tomllib
+from importlib.metadata import EntryPoint, EntryPoints
 from pathlib import Path
 from typing import Any, Collection, Mapping, Sequence
 
+import pytest
 import tomlkit
+
+import gatekit.driver
+import gatekit.sampler
 
 from gatekit.driver import ArmInput, RunRequest
 from gatekit.errors import ConfigError
 from gatekit.records import CheckResult, RunOutcome
 from gatekit.sampler import LoadReader
+from gatekit_drivers.command import read_result
+from tests.fixtures import fake_trainer
+
+FAKE_TRAINER = "fake_trainer.py"
 
 
 def fake_gate(gate_id: str, title: str, expect_diff: Sequence[str], **sections: Mapping[str, Any]) -> dict[str, Any]:
@@ -58,15 +80,17 @@ class FakeDriver:
 
     name = "fake"
 
-    def __init__(self) -> None:
+    def __init__(self, trainer_root: Path | None = None) -> None:
         self.log: list[str] = []  # labels in execution order
+        self.trainer_root = trainer_root  # set: the arm files are fake_trainer.py's, relative to this folder
 
     @classmethod
     def from_options(cls, options: Mapping[str, Any], *, source: Path, base_dir: Path) -> FakeDriver:
-        unknown = sorted(set(options) - {"argv"})  # argv is accepted (and ignored) so gate files stay realistic
+        unknown = sorted(set(options) - {"argv"})  # argv is accepted so gate files stay realistic
         if unknown:
             raise ConfigError(f"{source}: driver.{unknown[0]}: unknown key for the fake driver")
-        return cls()
+        plays_trainer = any(Path(str(word)).name == FAKE_TRAINER for word in options.get("argv", []))
+        return cls(base_dir if plays_trainer else None)
 
     def preflight(self, arms: Sequence[ArmInput]) -> list[CheckResult]:
         checks = []
@@ -80,6 +104,8 @@ class FakeDriver:
         self.log.append(request.label)
         assert request.arm.config is not None
         plan = tomllib.loads(request.arm.config.read_text())
+        if self.trainer_root is not None:
+            return self._perform(plan, request)
         effective = dict(plan.get("config", {}))
         error = plan.get("fail", {}).get(request.label, "")
         measured = dict(plan.get("runs", {}).get(request.label, {}))
@@ -93,6 +119,20 @@ class FakeDriver:
         # the trainer contract's result file, as a real trainer would leave it
         request.result_path.write_text(tomlkit.dumps({"metrics": measured, "config": effective}))
         return RunOutcome(exit_code=0, process_wallclock_s=wallclock, metrics=measured, config=effective)
+
+    def _perform(self, plan: dict[str, Any], request: RunRequest) -> RunOutcome:
+        """fake_trainer.py's run in this process, its outcome as the command driver would read it."""
+        assert self.trainer_root is not None
+        began = time.perf_counter()
+        exit_code, stdout, stderr = fake_trainer.perform(plan, request.label, request.arm.name,
+                                                         str(request.result_path), root=str(self.trainer_root))
+        wallclock = time.perf_counter() - began
+        request.stdout_path.write_text(stdout)
+        request.stderr_path.write_text(stderr)
+        metrics, config, trace, problem = read_result(request.result_path)
+        error = f"exit code {exit_code}" if exit_code != 0 else problem
+        return RunOutcome(exit_code=exit_code, process_wallclock_s=wallclock, metrics=metrics, config=config,
+                          trace=trace, error=error)
 
 
 def calm_load(load1: float = 1.0) -> LoadReader:
@@ -109,3 +149,20 @@ class LoadScript:
 
     def __call__(self, label: str) -> LoadReader:
         return calm_load(self.high if label in self.loaded else self.calm)
+
+
+def install_fake_machine(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A machine without trainer processes or load, for `gate` in this process: FakeDriver is installed as the
+    driver "fake" (an entry point, the way every driver registers), and the machine reads calm — load1 1.0
+    for the preflight and every run window (os.getloadavg), no pressure-stall or steal counters."""
+    installed = gatekit.driver.entry_points
+    fake = EntryPoint("fake", f"{__name__}:FakeDriver", gatekit.driver.DRIVER_GROUP)
+
+    def with_fake(**selection: str) -> EntryPoints:
+        found = installed(**selection)
+        return EntryPoints([*found, fake]) if selection.get("group") == gatekit.driver.DRIVER_GROUP else found
+
+    monkeypatch.setattr(gatekit.driver, "entry_points", with_fake)
+    monkeypatch.setattr(os, "getloadavg", lambda: (1.0, 1.0, 1.0))
+    monkeypatch.setattr(gatekit.sampler, "read_pressure", lambda *folder: {})
+    monkeypatch.setattr(gatekit.sampler, "read_cpu_times", lambda: {})
