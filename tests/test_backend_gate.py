@@ -237,8 +237,8 @@ def test_preflight_refuses_a_series_while_another_process_uses_the_gpu(gate_dir,
     assert g.order() == [] and g.series_dirs() == []
 
 
-def test_resume_refuses_another_backend_than_registered(gate_dir) -> None:
-    g = gate_dir(off={"elapsed": OFF_TIMES}, on={"elapsed": ON_TIMES})
+def test_resume_refuses_another_backend_than_registered(fake_gate_dir) -> None:
+    g = fake_gate_dir(off={"elapsed": OFF_TIMES}, on={"elapsed": ON_TIMES})
     config = load_gate(g.gate)
     result = SeriesRunner(config, config.arms["off"], config.arms["on"], backend=_replayed_cuda(list)).start()
     SeriesLayout(result.series_dir).done.unlink()  # as if cut off before it finished
@@ -249,8 +249,8 @@ def test_resume_refuses_another_backend_than_registered(gate_dir) -> None:
         cpu.resume(result.series_dir)
 
 
-def test_cli_gate_run_records_the_auto_backend(gate_dir) -> None:
-    g = gate_dir(off={"elapsed": {"off-r1": 10.0, "off-r2": 10.1}}, on={"elapsed": {"on-r1": 9.0, "on-r2": 9.1}})
+def test_cli_gate_run_records_the_auto_backend(fake_gate_dir) -> None:
+    g = fake_gate_dir(off={"elapsed": {"off-r1": 10.0, "off-r2": 10.1}}, on={"elapsed": {"on-r1": 9.0, "on-r2": 9.1}})
     done = gate_invoke("run", "off", "on", "--n", "2", cwd=g.root)
     assert done.returncode == 0, done.stderr
     finding = g.finding()

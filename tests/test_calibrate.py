@@ -1,4 +1,5 @@
-"""`gate calibrate` and `sigma_ref = "history"`: the statistics by hand and against scipy, then end to end."""
+"""`gate calibrate` and `sigma_ref = "history"`: the statistics by hand and against scipy, then end to end (the
+fixture trainer played in process by FakeDriver)."""
 
 from __future__ import annotations
 
@@ -89,8 +90,8 @@ def elapsed(values: list[float], arm: str = "off") -> dict[str, float]:
     return {f"{arm}-r{k}": v for k, v in enumerate(values, 1)}
 
 
-def test_gate_calibrate_end_to_end(gate_dir) -> None:
-    g = gate_dir(off={"elapsed": elapsed([12.0, *STEADY])})
+def test_gate_calibrate_end_to_end(fake_gate_dir) -> None:
+    g = fake_gate_dir(off={"elapsed": elapsed([12.0, *STEADY])})
     done = gate_invoke("calibrate", "off", "--n", "10", cwd=g.root)
     assert done.returncode == 0, done.stderr
     assert "warm-up runs: 1" in done.stdout and "runs per arm to find a 1 % effect" in done.stdout
@@ -106,15 +107,15 @@ def test_gate_calibrate_end_to_end(gate_dir) -> None:
     assert as_json.returncode == 0 and json.loads(as_json.stdout)["n"] == 4
 
 
-def test_a_failed_calibration_run_exits_3(gate_dir) -> None:
-    g = gate_dir(off={"crash": ["off-r2"]})
+def test_a_failed_calibration_run_exits_3(fake_gate_dir) -> None:
+    g = fake_gate_dir(off={"crash": ["off-r2"]})
     done = gate_invoke("calibrate", "off", "--n", "5", cwd=g.root)
     assert done.returncode == 3 and "off-r2 failed: exit code 1" in done.stderr
     assert not (g.root / "runs" / "calibration.toml").exists()
 
 
-def test_history_sigma_needs_a_calibration(gate_dir) -> None:
-    g = gate_dir(rules={"sigma_ref": "history"})
+def test_history_sigma_needs_a_calibration(fake_gate_dir) -> None:
+    g = fake_gate_dir(rules={"sigma_ref": "history"})
     done = gate_invoke("run", "off", "on", cwd=g.root)
     assert done.returncode == 2
     assert done.stderr.strip().startswith(f"gate: error: {g.gate}: rules.sigma_ref: is \"history\" but there is "
@@ -124,11 +125,11 @@ def test_history_sigma_needs_a_calibration(gate_dir) -> None:
     assert g.order() == []
 
 
-def test_history_sigma_lets_rule_ii_fire_at_n3(gate_dir) -> None:
+def test_history_sigma_lets_rule_ii_fire_at_n3(fake_gate_dir) -> None:
     # calibrated CV 0.4576 %; off-r2 is 3 % slow during a load spike, far beyond 3 σ_hist
-    g = gate_dir(off={"elapsed": elapsed([12.0, *STEADY])},
-                 on={"elapsed": {"on-r1": 9.0, "on-r2": 9.1, "on-r3": 8.9, "on-r4": 9.0}},
-                 rules={"sigma_ref": "history", "load_limit": 6.0})
+    g = fake_gate_dir(off={"elapsed": elapsed([12.0, *STEADY])},
+                      on={"elapsed": {"on-r1": 9.0, "on-r2": 9.1, "on-r3": 8.9, "on-r4": 9.0}},
+                      rules={"sigma_ref": "history", "load_limit": 6.0})
     config = load_gate(g.gate)
     run_calibration(config, config.arms["off"], 10, load_reader=calm_load())
     g.order_log.unlink()

@@ -1,6 +1,7 @@
 """`gate calibrate` runs through the series' run loop: backend telemetry in every window, artifacts hashed
 around every run, the journal's run events, and the same interrupt handling (it used to have a loop of its
-own without telemetry, safe outcome handling or cleanup)."""
+own without telemetry, safe outcome handling or cleanup). The fixture trainer's runs are played in process
+by FakeDriver."""
 
 from __future__ import annotations
 
@@ -15,8 +16,8 @@ from gatekit.errors import CalibrationError, ProvenanceError
 STEADY = {f"off-r{k}": v for k, v in enumerate([10.0, 10.1, 9.9, 10.05, 9.95], 1)}
 
 
-def test_calibration_windows_carry_backend_telemetry_and_the_journal_has_run_events(gate_dir) -> None:
-    g = gate_dir(off={"elapsed": STEADY}, backend={"name": "cpu"})
+def test_calibration_windows_carry_backend_telemetry_and_the_journal_has_run_events(fake_gate_dir) -> None:
+    g = fake_gate_dir(off={"elapsed": STEADY}, backend={"name": "cpu"})
     config = load_gate(g.gate)
     calibration = run_calibration(config, config.arm("off"), 5)
     series = calibration.path.parent
@@ -32,17 +33,17 @@ def test_calibration_windows_carry_backend_telemetry_and_the_journal_has_run_eve
     assert list(calibration.values) == list(STEADY.values())
 
 
-def test_an_artifact_changed_during_a_calibration_is_a_provenance_error(gate_dir) -> None:
-    g = gate_dir()  # the gate folder first, to know where its hashed trainer is
-    g = gate_dir(off={"touch": {"label": "off-r2", "path": str(g.root / "fake_trainer.py")}})
+def test_an_artifact_changed_during_a_calibration_is_a_provenance_error(fake_gate_dir) -> None:
+    g = fake_gate_dir()  # the gate folder first, to know where its hashed trainer is
+    g = fake_gate_dir(off={"touch": {"label": "off-r2", "path": str(g.root / "fake_trainer.py")}})
     config = load_gate(g.gate)
     with pytest.raises(ProvenanceError, match="the calibration is not usable"):
         run_calibration(config, config.arm("off"), 4)
     assert not (g.root / "runs" / "calibration.toml").exists()
 
 
-def test_a_failed_run_ends_the_calibration(gate_dir) -> None:
-    g = gate_dir(off={"crash": ["off-r3"]})
+def test_a_failed_run_ends_the_calibration(fake_gate_dir) -> None:
+    g = fake_gate_dir(off={"crash": ["off-r3"]})
     config = load_gate(g.gate)
     with pytest.raises(CalibrationError, match="off-r3 failed: exit code 1"):
         run_calibration(config, config.arm("off"), 5)

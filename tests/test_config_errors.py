@@ -126,8 +126,8 @@ def test_analyze_names_a_missing_source_not_the_gate_file(tmp_path: Path) -> Non
     assert done.stderr.strip() == f"gate: error: {tmp_path / 'nowhere'}: no such series directory or CSV file"
 
 
-def test_run_defaults_to_the_gate_files_first_two_arms_like_check(gate_dir) -> None:
-    g = gate_dir(off={"default_elapsed": 10.0}, on={"default_elapsed": 9.0})
+def test_run_defaults_to_the_gate_files_first_two_arms_like_check(fake_gate_dir) -> None:
+    g = fake_gate_dir(off={"default_elapsed": 10.0}, on={"default_elapsed": 9.0})
     done = gate_invoke("run", cwd=g.root)
     assert done.returncode == 0, done.stderr
     assert g.order() == ["off-r1", "on-r1", "off-r2", "on-r2", "off-r3", "on-r3"]

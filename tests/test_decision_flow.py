@@ -1,8 +1,9 @@
 """The decision flow of a series, in-process: SeriesRunner with tests/fakes.py's FakeDriver (no process).
 
 What gatekit decides from run outcomes — adoption, a contaminated pair retried once, the interleaved order, a
-failed run's pair re-run — does not need a trainer process; tests/test_gate_run.py covers the same flow with
-real trainer processes and the process contract.
+failed run's pair re-run — does not need a trainer process; tests/test_gate_run.py covers the same flow
+through `gate run` (the fixture trainer's arm files, played in process) and the process contract with real
+trainer processes.
 """
 
 from __future__ import annotations

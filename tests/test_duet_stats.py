@@ -201,13 +201,13 @@ def test_simulate_cli_options_and_errors() -> None:
     assert slot.exit_code == 2 and "--slot-effect: needs --policy duet" in slot.output
 
 
-# -- end to end: a cpu duet of real trainer processes ------------------------------------------------------
+# -- end to end: a cpu duet of the fixture trainer, played in process by FakeDriver ------------------------
 
 CORES = sorted(os.sched_getaffinity(0))
 
 
 @pytest.mark.skipif(len(CORES) < 2, reason="a cpu duet needs two cores")
-def test_a_duet_gate_reports_its_slot_effect(tmp_path: Path) -> None:
+def test_a_duet_gate_reports_its_slot_effect(tmp_path: Path, fake_machine: None) -> None:
     # on is 3 % faster; a run on slot 1 takes 1 % longer: off on slot 1 in even pairs, on in odd pairs
     jitter = [1.0, 1.001, 0.999, 1.0005]
     elapsed = {f"off-r{k}": 100.0 * (1.01 if k % 2 == 0 else 1.0) * jitter[k - 1] for k in range(1, 5)}
@@ -215,7 +215,8 @@ def test_a_duet_gate_reports_its_slot_effect(tmp_path: Path) -> None:
     g = make_gate(tmp_path / "g", gate={"mode": "duet", "n": 4},
                   duet={"slots": [f"cpu:{CORES[0]}", f"cpu:{CORES[1]}"]},
                   rules={"evidence": "load1", "load_per_core_limit": 1000.0},
-                  off={"sleep_s": 0.05, "elapsed": elapsed}, on={"sleep_s": 0.05, "elapsed": elapsed})
+                  off={"sleep_s": 0.05, "elapsed": elapsed}, on={"sleep_s": 0.05, "elapsed": elapsed},
+                  driver={"name": "fake"})
     gate = tomllib.loads(g.gate.read_text())
     gate["gate"].pop("order", None)  # a duet has no order
     write_toml(g.gate, gate)

@@ -128,9 +128,9 @@ def test_hostile_strings_stay_text_in_every_format() -> None:
         json.loads(text)
 
 
-def test_gate_run_writes_every_ci_output(gate_dir, tmp_path: Path) -> None:
-    g = gate_dir(off={"elapsed": {"off-r1": 10.0, "off-r2": 10.1, "off-r3": 9.9}},
-                 on={"elapsed": {"on-r1": 10.9, "on-r2": 11.0, "on-r3": 11.1}})
+def test_gate_run_writes_every_ci_output(fake_gate_dir, tmp_path: Path) -> None:
+    g = fake_gate_dir(off={"elapsed": {"off-r1": 10.0, "off-r2": 10.1, "off-r3": 9.9}},
+                      on={"elapsed": {"on-r1": 10.9, "on-r2": 11.0, "on-r3": 11.1}})
     out = tmp_path / "ci"
     done = gate_invoke("run", "off", "on", "--summary-md", str(out / "summary.md"), "--junit", str(out / "junit.xml"),
                     "--export", "gab-json", str(out / "gab.json"), "--export", "bmf", str(out / "bmf.json"),

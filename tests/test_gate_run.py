@@ -1,4 +1,6 @@
-"""`gate run` end to end with real trainer processes (tests/fixtures/fake_trainer.py)."""
+"""`gate run` end to end. The trainer contract, signals, kills and the real entry point run real trainer
+processes (tests/fixtures/fake_trainer.py); what gatekit decides from the runs plays the same trainer's arm
+files in process (`fake_gate_dir`: FakeDriver on a calm fake machine)."""
 
 from __future__ import annotations
 
@@ -57,8 +59,8 @@ def test_adopted_interleaves_and_writes_the_finding(gate_dir) -> None:
     assert toml_data == finding
 
 
-def test_predecision_is_written_and_hashed_before_the_first_run(gate_dir) -> None:
-    g = gate_dir(off={"elapsed": OFF_TIMES}, on={"elapsed": ON_FAST})
+def test_predecision_is_written_and_hashed_before_the_first_run(fake_gate_dir) -> None:
+    g = fake_gate_dir(off={"elapsed": OFF_TIMES}, on={"elapsed": ON_FAST})
     assert gate_invoke("run", "off", "on", cwd=g.root).returncode == 0
     (series,) = g.series_dirs()
     lines = [json.loads(line) for line in (series / "journal.jsonl").read_text().splitlines()]
@@ -75,18 +77,18 @@ def test_predecision_is_written_and_hashed_before_the_first_run(gate_dir) -> Non
     assert finding["predecision"]["sha256"] == start["predecision_sha256"]
 
 
-def test_a_a_is_not_adopted(gate_dir) -> None:
+def test_a_a_is_not_adopted(fake_gate_dir) -> None:
     same = {"off-r1": 10.0, "off-r2": 10.05, "off-r3": 9.97, "on-r1": 10.02, "on-r2": 9.99, "on-r3": 10.03}
-    g = gate_dir(off={"elapsed": same, "flags": {"optimizer": "host"}, "default_psnr": 30.0},
-                 on={"elapsed": same, "flags": {"optimizer": "host"}, "default_psnr": 30.0},
-                 gate={"expect_diff": []})
+    g = fake_gate_dir(off={"elapsed": same, "flags": {"optimizer": "host"}, "default_psnr": 30.0},
+                      on={"elapsed": same, "flags": {"optimizer": "host"}, "default_psnr": 30.0},
+                      gate={"expect_diff": []})
     done = gate_invoke("run", "off", "on", "--fail-on", "not-adopted", cwd=g.root)
     assert g.finding()["verdict"]["decision"] == "rejected"
     assert done.returncode == 1  # --fail-on not-adopted
 
 
-def test_guard_failed(gate_dir) -> None:
-    g = gate_dir(off={"elapsed": OFF_TIMES, "default_psnr": 30.0}, on={"elapsed": ON_FAST, "default_psnr": 29.9})
+def test_guard_failed(fake_gate_dir) -> None:
+    g = fake_gate_dir(off={"elapsed": OFF_TIMES, "default_psnr": 30.0}, on={"elapsed": ON_FAST, "default_psnr": 29.9})
     done = gate_invoke("run", "off", "on", cwd=g.root)
     assert done.returncode == 0
     finding = g.finding()
@@ -95,12 +97,12 @@ def test_guard_failed(gate_dir) -> None:
     assert any("guard psnr_db failed" in r for r in finding["verdict"]["reasons"])
 
 
-def test_regression_with_fail_on_exits_1(gate_dir) -> None:
+def test_regression_with_fail_on_exits_1(fake_gate_dir) -> None:
     slow = {"on-r1": 11.0, "on-r2": 11.1, "on-r3": 10.9}
-    g = gate_dir(off={"elapsed": OFF_TIMES}, on={"elapsed": slow}, guards=[])
+    g = fake_gate_dir(off={"elapsed": OFF_TIMES}, on={"elapsed": slow}, guards=[])
     assert gate_invoke("run", "off", "on", cwd=g.root).returncode == 0  # decided, no --fail-on
     assert g.finding()["verdict"]["decision"] == "regression"
-    g2 = gate_dir(off={"elapsed": OFF_TIMES}, on={"elapsed": slow}, guards=[])
+    g2 = fake_gate_dir(off={"elapsed": OFF_TIMES}, on={"elapsed": slow}, guards=[])
     for path in g2.findings():
         path.unlink()
     done = gate_invoke("run", "off", "on", "--fail-on", "regression", "--json", cwd=g2.root)
@@ -108,9 +110,9 @@ def test_regression_with_fail_on_exits_1(gate_dir) -> None:
     assert json.loads(done.stdout)["verdict"]["decision"] == "regression"
 
 
-def test_artifact_changed_mid_series_is_invalid_exit_3(gate_dir) -> None:
+def test_artifact_changed_mid_series_is_invalid_exit_3(fake_gate_dir) -> None:
     target = "fake_trainer.py"  # the trainer edits its own hashed source during on-r1
-    g = gate_dir(off={"elapsed": OFF_TIMES}, on={"elapsed": ON_FAST, "touch": {"label": "on-r1", "path": target}})
+    g = fake_gate_dir(off={"elapsed": OFF_TIMES}, on={"elapsed": ON_FAST, "touch": {"label": "on-r1", "path": target}})
     done = gate_invoke("run", "off", "on", cwd=g.root)
     assert done.returncode == 3
     finding = g.finding()
@@ -120,23 +122,24 @@ def test_artifact_changed_mid_series_is_invalid_exit_3(gate_dir) -> None:
     assert g.order() == ["off-r1", "on-r1"]  # the series stopped at once
 
 
-def test_effective_config_must_differ_exactly_in_expect_diff(gate_dir) -> None:
-    g = gate_dir(off={"elapsed": OFF_TIMES, "flags": {"optimizer": "host", "steps": 10}},
-                 on={"elapsed": ON_FAST, "flags": {"optimizer": "resident", "steps": 20}})
+def test_effective_config_must_differ_exactly_in_expect_diff(fake_gate_dir) -> None:
+    g = fake_gate_dir(off={"elapsed": OFF_TIMES, "flags": {"optimizer": "host", "steps": 10}},
+                      on={"elapsed": ON_FAST, "flags": {"optimizer": "resident", "steps": 20}})
     done = gate_invoke("run", "off", "on", cwd=g.root)
     assert done.returncode == 3
     reasons = " ".join(g.finding()["verdict"]["reasons"])
     assert "undeclared effective-config key(s): steps" in reasons
 
 
-def test_silent_fallback_is_refused(gate_dir) -> None:
-    g = gate_dir(off={"elapsed": OFF_TIMES, "flags": {"optimizer": "host"}},
-                 on={"elapsed": ON_FAST, "flags": {"optimizer": "host"}})
+def test_silent_fallback_is_refused(fake_gate_dir) -> None:
+    g = fake_gate_dir(off={"elapsed": OFF_TIMES, "flags": {"optimizer": "host"}},
+                      on={"elapsed": ON_FAST, "flags": {"optimizer": "host"}})
     assert gate_invoke("run", "off", "on", cwd=g.root).returncode == 3
     assert "do not differ in the effective config: optimizer" in " ".join(g.finding()["verdict"]["reasons"])
 
 
 def test_crash_is_retried_once_at_the_end(gate_dir) -> None:
+    # a real trainer process: its non-zero exit is a failed run, recorded with its logs (the trainer contract)
     g = gate_dir(off={"elapsed": {**OFF_TIMES, "off-r4": 10.0}, "crash": ["off-r2"]},
                  on={"elapsed": {**ON_FAST, "on-r4": 9.0}})
     done = gate_invoke("run", "off", "on", cwd=g.root)
@@ -150,8 +153,8 @@ def test_crash_is_retried_once_at_the_end(gate_dir) -> None:
     assert "simulated crash" in (g.series_dirs()[0] / "off-r2" / "stderr.log").read_text()
 
 
-def test_crash_twice_is_invalid(gate_dir) -> None:
-    g = gate_dir(off={"elapsed": OFF_TIMES, "crash": ["off-r2", "off-r4"]}, on={"elapsed": ON_FAST})
+def test_crash_twice_is_invalid(fake_gate_dir) -> None:
+    g = fake_gate_dir(off={"elapsed": OFF_TIMES, "crash": ["off-r2", "off-r4"]}, on={"elapsed": ON_FAST})
     done = gate_invoke("run", "off", "on", cwd=g.root)
     assert done.returncode == 3
     # one retry, no chain: the series stops at off-r4, whose failure can no longer be retried
@@ -191,8 +194,8 @@ def test_regex_metrics_from_stdout_and_stderr(gate_dir) -> None:
     assert any("echoed no effective config" in w for w in finding["verdict"]["warnings"])
 
 
-def test_orders_abba_and_random_are_what_the_trainer_saw(gate_dir) -> None:
-    g = gate_dir(off={"elapsed": {**OFF_TIMES, "off-r4": 10.0}}, on={"elapsed": {**ON_FAST, "on-r4": 9.0}})
+def test_orders_abba_and_random_are_what_the_trainer_saw(fake_gate_dir) -> None:
+    g = fake_gate_dir(off={"elapsed": {**OFF_TIMES, "off-r4": 10.0}}, on={"elapsed": {**ON_FAST, "on-r4": 9.0}})
     assert gate_invoke("run", "off", "on", "--n", "4", "--order", "abba", cwd=g.root).returncode == 0
     assert g.order() == ["off-r1", "on-r1", "on-r2", "off-r2", "off-r3", "on-r3", "on-r4", "off-r4"]
     from gatekit.schedule import plan
@@ -201,8 +204,8 @@ def test_orders_abba_and_random_are_what_the_trainer_saw(gate_dir) -> None:
     assert g.order() == [s.label for s in plan("off", "on", 3, "random", 7)]
 
 
-def test_analyze_reproduces_the_finding_exactly(gate_dir) -> None:
-    g = gate_dir(off={"elapsed": OFF_TIMES, "default_psnr": 30.0}, on={"elapsed": ON_FAST, "default_psnr": 30.0})
+def test_analyze_reproduces_the_finding_exactly(fake_gate_dir) -> None:
+    g = fake_gate_dir(off={"elapsed": OFF_TIMES, "default_psnr": 30.0}, on={"elapsed": ON_FAST, "default_psnr": 30.0})
     assert gate_invoke("run", "off", "on", cwd=g.root).returncode == 0
     (series,) = g.series_dirs()
     done = gate_invoke("analyze", str(series), "--json", cwd=g.root)
@@ -216,11 +219,11 @@ def test_analyze_reproduces_the_finding_exactly(gate_dir) -> None:
     assert "predecision.toml" in done.stderr
 
 
-def test_contamination_needs_load_and_deviation_and_retries_the_pair(gate_dir) -> None:
+def test_contamination_needs_load_and_deviation_and_retries_the_pair(fake_gate_dir) -> None:
     # leave-one-out σ so rule (ii) can fire at n=3; off-r2 is slow AND loaded → contaminated
     times = {"off-r1": 10.0, "off-r2": 12.0, "off-r3": 10.02, "off-r4": 10.01}
-    g = gate_dir(off={"elapsed": times}, on={"elapsed": {**ON_FAST, "on-r4": 9.0}},
-                 rules={"sigma_ref": "leave_one_out", "load_limit": 6.0})
+    g = fake_gate_dir(off={"elapsed": times}, on={"elapsed": {**ON_FAST, "on-r4": 9.0}},
+                      rules={"sigma_ref": "leave_one_out", "load_limit": 6.0})
     config = load_gate(g.gate)
     runner = SeriesRunner(config, config.arms["off"], config.arms["on"], load_reader_for=LoadScript({"off-r2"}))
     result = runner.start()
@@ -235,10 +238,10 @@ def test_contamination_needs_load_and_deviation_and_retries_the_pair(gate_dir) -
     assert analyze_series(result.series_dir).to_dict() == result.finding.to_dict()
 
 
-def test_load_alone_or_deviation_alone_never_retries(gate_dir) -> None:
+def test_load_alone_or_deviation_alone_never_retries(fake_gate_dir) -> None:
     times = {"off-r1": 10.0, "off-r2": 12.0, "off-r3": 10.02}
-    g = gate_dir(off={"elapsed": times}, on={"elapsed": ON_FAST},
-                 rules={"sigma_ref": "leave_one_out", "load_limit": 6.0})
+    g = fake_gate_dir(off={"elapsed": times}, on={"elapsed": ON_FAST},
+                      rules={"sigma_ref": "leave_one_out", "load_limit": 6.0})
     config = load_gate(g.gate)
     # off-r1 is loaded but not deviant; off-r2 is deviant but not loaded
     result = SeriesRunner(config, config.arms["off"], config.arms["on"],
@@ -310,9 +313,9 @@ def test_busy_pattern_blocks_the_series(gate_dir) -> None:
     assert g.order() == []
 
 
-def test_git_head_move_is_a_warning_with_the_files_it_touched(gate_dir) -> None:
-    g = gate_dir(off={"elapsed": OFF_TIMES, "commit": {"label": "off-r2", "file": "docs/notes.md"}},
-                 on={"elapsed": ON_FAST})
+def test_git_head_move_is_a_warning_with_the_files_it_touched(fake_gate_dir) -> None:
+    g = fake_gate_dir(off={"elapsed": OFF_TIMES, "commit": {"label": "off-r2", "file": "docs/notes.md"}},
+                      on={"elapsed": ON_FAST})
     git = ["git", "-c", "user.name=t", "-c", "user.email=t@example.invalid"]
     subprocess.run(["git", "init", "-q"], cwd=g.root, check=True)
     (g.root / ".gitignore").write_text("runs/\nfindings/\norder.log\n")

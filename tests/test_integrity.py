@@ -305,9 +305,9 @@ def _keys(folder: Path) -> tuple[Path, Path]:
     return private, public
 
 
-def test_signing_round_trip_and_a_tampered_signature_fails(gate_dir, tmp_path: Path) -> None:
+def test_signing_round_trip_and_a_tampered_signature_fails(fake_gate_dir, tmp_path: Path) -> None:
     pytest.importorskip("cryptography")
-    g = gate_dir(off={"elapsed": OFF, "default_psnr": 30.0}, on={"elapsed": ON, "default_psnr": 30.0})
+    g = fake_gate_dir(off={"elapsed": OFF, "default_psnr": 30.0}, on={"elapsed": ON, "default_psnr": 30.0})
     private, public = _keys(tmp_path)
     (tmp_path / "not-a-key.pem").write_text("hello\n")
     done = gate_invoke("run", "off", "on", "--sign-key", str(tmp_path / "not-a-key.pem"), cwd=g.root)

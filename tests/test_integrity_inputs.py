@@ -1,5 +1,6 @@
 """Issue 11: findings never overwritten, arm configs watched around every run, bounded result parsing, ids
-from every input validated, no secrets at rest, and the smaller items of its point 8."""
+from every input validated, no secrets at rest, and the smaller items of its point 8. Series run the fixture
+trainer's arm files in process (FakeDriver)."""
 
 from __future__ import annotations
 
@@ -27,8 +28,8 @@ def _interrupting_reader(label_to_stop: str):
     return reader_for
 
 
-def test_an_interrupted_series_keeps_its_finding_id_and_never_overwrites_another(gate_dir) -> None:
-    g = gate_dir(off={"default_elapsed": 10.0}, on={"default_elapsed": 9.0})
+def test_an_interrupted_series_keeps_its_finding_id_and_never_overwrites_another(fake_gate_dir) -> None:
+    g = fake_gate_dir(off={"default_elapsed": 10.0}, on={"default_elapsed": 9.0})
     config = load_gate(g.gate)
     runner_a = SeriesRunner(config, config.arm("off"), config.arm("on"), load_reader_for=_interrupting_reader("off-r2"))
     with pytest.raises(SeriesInterrupted):
@@ -55,8 +56,8 @@ def test_an_interrupted_series_keeps_its_finding_id_and_never_overwrites_another
     assert not list((g.root / "findings").glob(".*.reserved"))  # markers go once their finding is written
 
 
-def test_a_finding_of_another_series_is_never_overwritten(gate_dir) -> None:
-    g = gate_dir(off={"default_elapsed": 10.0}, on={"default_elapsed": 9.0})
+def test_a_finding_of_another_series_is_never_overwritten(fake_gate_dir) -> None:
+    g = fake_gate_dir(off={"default_elapsed": 10.0}, on={"default_elapsed": 9.0})
     config = load_gate(g.gate)
     with pytest.raises(SeriesInterrupted):
         SeriesRunner(config, config.arm("off"), config.arm("on"),
@@ -74,12 +75,12 @@ def test_a_finding_of_another_series_is_never_overwritten(gate_dir) -> None:
     assert not SeriesLayout(series_a).done.exists()
 
 
-def test_an_arm_config_changed_during_a_series_makes_it_invalid(gate_dir, tmp_path: Path) -> None:
+def test_an_arm_config_changed_during_a_series_makes_it_invalid(fake_gate_dir, tmp_path: Path) -> None:
     from tests.conftest import gate_invoke
 
     off_toml = tmp_path / "gate" / "off.toml"  # a trainer that echoes no config edits its own arm file
-    g = gate_dir(off={"flags": {}, "default_elapsed": 10.0, "touch": {"label": "off-r1", "path": str(off_toml)}},
-                 on={"flags": {}, "default_elapsed": 9.0})
+    g = fake_gate_dir(off={"flags": {}, "default_elapsed": 10.0, "touch": {"label": "off-r1", "path": str(off_toml)}},
+                      on={"flags": {}, "default_elapsed": 9.0})
     registered = sha256_file(off_toml)
     done = gate_invoke("run", "off", "on", cwd=g.root)
     assert done.returncode == 3, done.stdout + done.stderr
@@ -164,10 +165,10 @@ def test_a_finding_id_cannot_name_a_site_folder_outside_the_site() -> None:
 SECRET = "wandb-secret-7f3a9c1e5b"
 
 
-def test_arm_env_values_are_redacted_at_rest_and_resume_still_works(gate_dir, tmp_path: Path) -> None:
+def test_arm_env_values_are_redacted_at_rest_and_resume_still_works(fake_gate_dir, tmp_path: Path) -> None:
     from tests.conftest import write_toml
 
-    g = gate_dir(off={"default_elapsed": 10.0}, on={"default_elapsed": 9.0})
+    g = fake_gate_dir(off={"default_elapsed": 10.0}, on={"default_elapsed": 9.0})
     gate = __import__("tomllib").loads(g.gate.read_text())
     gate["gate"]["record_env"] = ["MY_FLAG"]
     gate["arms"]["on"]["env"] = {"WANDB_API_KEY": SECRET, "MY_FLAG": "1"}
@@ -192,8 +193,8 @@ def test_arm_env_values_are_redacted_at_rest_and_resume_still_works(gate_dir, tm
                 assert SECRET.encode() not in path.read_bytes(), path
 
 
-def test_an_ad_hoc_arm_resumes_from_its_own_file(gate_dir) -> None:
-    g = gate_dir(off={"default_elapsed": 10.0}, on={"default_elapsed": 9.0})
+def test_an_ad_hoc_arm_resumes_from_its_own_file(fake_gate_dir) -> None:
+    g = fake_gate_dir(off={"default_elapsed": 10.0}, on={"default_elapsed": 9.0})
     config = load_gate(g.gate)
     (g.root / "fast.toml").write_text((g.root / "on.toml").read_text())
     on_file = config.arm(str(g.root / "fast.toml"))
@@ -261,11 +262,11 @@ def test_a_hashed_path_that_is_no_file_says_what_it_is(gate_dir, target: str, wo
     assert hash_artifacts([path]) == {str(path): expected}  # never read: /dev/zero would not end
 
 
-def test_temp_files_of_a_killed_finding_write_are_removed(gate_dir) -> None:
+def test_temp_files_of_a_killed_finding_write_are_removed(fake_gate_dir) -> None:
     import os
     import time
 
-    g = gate_dir(off={"default_elapsed": 10.0}, on={"default_elapsed": 9.0})
+    g = fake_gate_dir(off={"default_elapsed": 10.0}, on={"default_elapsed": 9.0})
     out = g.root / "findings"
     out.mkdir()
     stale = out / ".fixture-2026-11-29.json.k3j_x9q2.tmp"  # tempfile.mkstemp's name, as a SIGKILL left it
@@ -281,8 +282,8 @@ def test_temp_files_of_a_killed_finding_write_are_removed(gate_dir) -> None:
     assert not stale.exists() and fresh.exists() and other.exists()
 
 
-def test_a_subnormal_primary_fails_its_run(gate_dir) -> None:
-    g = gate_dir(off={"default_elapsed": 10.0}, on={"default_elapsed": 9.0, "elapsed": {"on-r2": 5e-324}})
+def test_a_subnormal_primary_fails_its_run(fake_gate_dir) -> None:
+    g = fake_gate_dir(off={"default_elapsed": 10.0}, on={"default_elapsed": 9.0, "elapsed": {"on-r2": 5e-324}})
     config = load_gate(g.gate)
     result = SeriesRunner(config, config.arm("off"), config.arm("on")).start()
     (run,) = [r for r in result.finding.runs if r.label == "on-r2"]

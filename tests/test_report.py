@@ -15,7 +15,6 @@ import pytest
 
 from gatekit.report.rundata import NO_RUNS, RunFiles, RunTrace, parse_result_trace, parse_samples
 from gatekit.report.site import markdown_files, prepare, report_files
-from gatekit.sampler import read_pressure
 from tests.conftest import gate_invoke
 from tests.findings_kit import GOLDEN, SEED_SECTIONS, finding_of, golden_data, hostile_data, variant, write_json
 
@@ -188,12 +187,17 @@ def test_figures_from_run_traces() -> None:
 
 @pytest.fixture(scope="module")
 def real_gate(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A real gate run with the fixture trainer (it writes trace.ms_per_iter): findings/ and runs/ beside."""
+    """A gate run of the fixture trainer (it writes trace.ms_per_iter), played in process by FakeDriver:
+    findings/ and runs/ beside."""
     from tests.conftest import make_gate
+    from tests.fakes import install_fake_machine
+
     g = make_gate(tmp_path_factory.mktemp("report") / "gate",
                   off={"elapsed": {"off-r1": 10.0, "off-r2": 10.1, "off-r3": 9.9}},
-                  on={"elapsed": {"on-r1": 9.0, "on-r2": 9.1, "on-r3": 8.9}})
-    done = gate_invoke("run", "off", "on", cwd=g.root)
+                  on={"elapsed": {"on-r1": 9.0, "on-r2": 9.1, "on-r3": 8.9}}, driver={"name": "fake"})
+    with pytest.MonkeyPatch.context() as patches:  # a module's fixture: the function-scoped fake_machine cannot
+        install_fake_machine(patches)
+        done = gate_invoke("run", "off", "on", cwd=g.root)
     assert done.returncode == 0, done.stderr
     return g.root
 
@@ -206,9 +210,9 @@ def test_report_cli_finds_the_run_folders(real_gate: Path, tmp_path: Path) -> No
     page_path = tmp_path / "html" / finding.stem / "index.html"
     assert f"report: {page_path}" in done.stdout and f"report: {tmp_path / 'r.md'}" in done.stdout
     folder = page_path.parent
-    pressure = {"pressure.png"} if read_pressure() else set()  # the CPU stall timeline where the OS records it
+    # the fake machine records no pressure stall, so no pressure.png (tests/test_evidence.py draws one)
     assert {p.name for p in folder.iterdir()} == {"index.html", "runs.png", "delta.png", "load.png",
-                                                   "ms_per_iter.png", *pressure}
+                                                   "ms_per_iter.png"}
     assert oct(folder.joinpath("index.html").stat().st_mode & 0o777) == oct(0o666 & ~_umask())
     assert "Left out" not in page_path.read_text()
     md = (tmp_path / "r.md").read_text()

@@ -20,7 +20,8 @@ from gatekit.storage import Journal
 
 
 def _interrupted_series(gate_dir) -> tuple[Path, Path]:
-    """A finished series cut back to how it looked when killed after its first two runs."""
+    """A finished series (of `gate_dir`'s gate folder) cut back to how it looked when killed after its first
+    two runs."""
     g = gate_dir(off={"default_elapsed": 10.0}, on={"default_elapsed": 9.0})
     config = load_gate(g.gate)
     result = SeriesRunner(config, config.arm("off"), config.arm("on")).start()
@@ -41,8 +42,8 @@ def _interrupted_series(gate_dir) -> tuple[Path, Path]:
     return g.gate, series_dir
 
 
-def test_resume_replays_the_journal_once_and_hashes_each_file_once(gate_dir, monkeypatch) -> None:
-    gate_path, series_dir = _interrupted_series(gate_dir)
+def test_resume_replays_the_journal_once_and_hashes_each_file_once(fake_gate_dir, monkeypatch) -> None:
+    gate_path, series_dir = _interrupted_series(fake_gate_dir)
     replays: list[Path] = []
     hashed: list[str] = []
     original_lines, original_sha = Journal.lines, provenance.sha256_file
@@ -81,8 +82,8 @@ def test_resume_replays_the_journal_once_and_hashes_each_file_once(gate_dir, mon
     assert analyze_series(series_dir).to_dict() == result.finding.to_dict()
 
 
-def test_resume_refuses_a_changed_arm_config_before_anything_runs(gate_dir) -> None:
-    gate_path, series_dir = _interrupted_series(gate_dir)
+def test_resume_refuses_a_changed_arm_config_before_anything_runs(fake_gate_dir) -> None:
+    gate_path, series_dir = _interrupted_series(fake_gate_dir)
     arm = gate_path.parent / "on.toml"
     arm.write_text(arm.read_text() + "\n# edited\n")
     with pytest.raises(SeriesError, match="arm config of 'on' changed"):

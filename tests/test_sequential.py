@@ -1,4 +1,5 @@
-"""The sequential policy: its rule against scipy and hand values, and end to end with real trainer runs."""
+"""The sequential policy: its rule against scipy and hand values, and end to end through `gate run` with the
+fixture trainer's arm files played in process (FakeDriver; tests/test_sequential_e2e.py runs real processes)."""
 
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ from gatekit.schedule import extension, order_seed, plan, thue_morse
 from gatekit.series.runner import SeriesRunner
 from gatekit.verify import analyze_series
 from tests.conftest import GateDir, Invoked, gate_invoke
+from tests.fakes import LoadScript
 
 
 def code(off: list[float], on: list[float], *, final: bool, direction: str = "lower") -> str:
@@ -250,15 +252,15 @@ SEQ_RULES = {"load_per_core_limit": 1000.0, "evidence": "load1"}
 def run_sequential(gate_dir, off: list[float], on: list[float],  # type: ignore[no-untyped-def]
                    **gate_options: object) -> tuple[GateDir, Invoked, dict]:
     """A sequential series of the fixture trainer with these times per arm, run to its finding (exit 0):
-    (the gate folder, the `gate run` process, the finding)."""
+    (the gate folder, the `gate run` call, the finding)."""
     g = gate_dir(off={"elapsed": times("off", off)}, on={"elapsed": times("on", on)}, rules=SEQ_RULES, **gate_options)
     done = gate_invoke("run", "off", "on", "--policy", "sequential", cwd=g.root)
     assert done.returncode == 0, done.stderr
     return g, done, g.finding()
 
 
-def test_sequential_adopts_at_look_1_and_analyze_reproduces_it(gate_dir) -> None:
-    g, _, finding = run_sequential(gate_dir, [10.0, 10.1, 9.9, 10.0], [9.0, 9.1, 8.9, 9.0])
+def test_sequential_adopts_at_look_1_and_analyze_reproduces_it(fake_gate_dir) -> None:
+    g, _, finding = run_sequential(fake_gate_dir, [10.0, 10.1, 9.9, 10.0], [9.0, 9.1, 8.9, 9.0])
     assert finding["gate"]["policy"] == "sequential" and finding["gate"]["order"] == "thue-morse"
     assert finding["verdict"]["decision"] == "adopted"
     assert [look["look"] for look in finding["sequential"]["looks"]] == [1]
@@ -291,10 +293,10 @@ OFF12 = [10.0, 10.3, 9.8, 10.2, 10.1, 10.2, 9.9, 10.3, 10.0, 10.2, 9.9, 10.1]
 ON12 = [9.9, 9.6, 10.0, 9.5, 9.7, 9.6, 9.8, 9.6, 9.8, 9.6, 9.7, 9.5]
 
 
-def test_sequential_extends_to_stage_two_when_look_1_is_undecided(gate_dir) -> None:
+def test_sequential_extends_to_stage_two_when_look_1_is_undecided(fake_gate_dir) -> None:
     off = OFF12[:8]
     on = [9.9, 9.6, 10.0, 9.5, 9.5, 9.6, 9.4, 9.6]  # rounds 5–8 clearly faster: look 2 adopts (HL/S 11.6)
-    g, done, finding = run_sequential(gate_dir, off, on, gate={"seed": 1})
+    g, done, finding = run_sequential(fake_gate_dir, off, on, gate={"seed": 1})
     looks = finding["sequential"]["looks"]
     assert [look["decision"] for look in looks] == ["continue", "adopted"]
     assert looks[0]["n_off"] == 4 and looks[1]["n_off"] == 8
@@ -306,8 +308,8 @@ def test_sequential_extends_to_stage_two_when_look_1_is_undecided(gate_dir) -> N
     assert analyze_series(series).to_dict() == finding
 
 
-def test_sequential_extends_to_a_third_stage_when_look_2_is_close(gate_dir) -> None:
-    g, done, finding = run_sequential(gate_dir, OFF12, ON12, gate={"seed": 1})
+def test_sequential_extends_to_a_third_stage_when_look_2_is_close(fake_gate_dir) -> None:
+    g, done, finding = run_sequential(fake_gate_dir, OFF12, ON12, gate={"seed": 1})
     looks = finding["sequential"]["looks"]
     assert [look["decision"] for look in looks] == ["continue", "continue", "adopted"]
     assert [look["n_off"] for look in looks] == [4, 8, 12]
@@ -324,13 +326,13 @@ def test_sequential_extends_to_a_third_stage_when_look_2_is_close(gate_dir) -> N
     assert again.stdout == g.findings()[0].read_text()
 
 
-def test_a_v3_series_still_reanalyses_as_v3(gate_dir) -> None:
+def test_a_v3_series_still_reanalyses_as_v3(fake_gate_dir) -> None:
     """A v3 series re-analyses as v3, two looks at its own constants (a predecision/1 written before v4 has no
     sequential_version and upgrades to 3: test_the_predecision_keys_the_design_version)."""
-    g = gate_dir(off={"elapsed": times("off", OFF12)}, on={"elapsed": times("on", ON12)}, rules=SEQ_RULES,
-                 gate={"seed": 1})
+    g = fake_gate_dir(off={"elapsed": times("off", OFF12)}, on={"elapsed": times("on", ON12)}, rules=SEQ_RULES,
+                      gate={"seed": 1})
     config = load_gate(g.gate).with_overrides(policy="sequential", seed=1)
-    runner = SeriesRunner(config, config.arms["off"], config.arms["on"], load_reader_for=_Load(set()))
+    runner = SeriesRunner(config, config.arms["off"], config.arms["on"], load_reader_for=LoadScript(calm=0.0))
     runner.spec = dataclasses.replace(runner.spec, sequential_version=3)  # as a v3 gate preregistered it
     runner.policy = policy_for("sequential", 3)
     result = runner.start()
@@ -351,11 +353,11 @@ def test_a_v3_series_still_reanalyses_as_v3(gate_dir) -> None:
     assert verified.returncode == 0, verified.stdout + verified.stderr
 
 
-def test_v4_stops_early_at_look_1_end_to_end(gate_dir) -> None:
+def test_v4_stops_early_at_look_1_end_to_end(fake_gate_dir) -> None:
     # on is 1.5 % slower at look 1 but noisy: improvement HL/S −1.5 (by hand above) → stop, 4 runs per arm
     off = [10.0, 10.0, 10.0, 10.0]
     on = [10.0 * math.exp(x) for x in (0.01, -0.02, 0.04, 0.03)]
-    g, _, finding = run_sequential(gate_dir, off, on)
+    g, _, finding = run_sequential(fake_gate_dir, off, on)
     assert finding["verdict"]["decision"] == "inconclusive" and len(g.order()) == 8
     assert finding["verdict"]["reasons"][0].startswith("stopped at look 1: after 4 pairs the on arm is not ahead")
     assert "never a pass" in finding["verdict"]["reasons"][0]
@@ -363,28 +365,28 @@ def test_v4_stops_early_at_look_1_end_to_end(gate_dir) -> None:
     assert finding["sequential"]["next"] == "stop"
 
 
-def test_a_a_is_inconclusive_or_rejected_never_adopted(gate_dir) -> None:
+def test_a_a_is_inconclusive_or_rejected_never_adopted(fake_gate_dir) -> None:
     a = [10.0, 10.4, 9.7, 10.2, 10.5, 9.6, 10.1, 9.9]
     b = [10.3, 9.8, 10.1, 9.6, 10.2, 10.4, 9.7, 10.0]
-    g = gate_dir(off={"elapsed": times("off", a)}, on={"elapsed": times("on", b)}, rules=SEQ_RULES)
+    g = fake_gate_dir(off={"elapsed": times("off", a)}, on={"elapsed": times("on", b)}, rules=SEQ_RULES)
     done = gate_invoke("run", "off", "on", "--policy", "sequential", "--fail-on", "not-adopted", cwd=g.root)
     assert done.returncode == 1  # inconclusive is "not adopted"
     assert g.finding()["verdict"]["decision"] == "inconclusive"
     assert g.finding()["meta"]["polarity"] == "neutral"
 
 
-def test_equivalent(gate_dir) -> None:
-    g = gate_dir(off={"elapsed": times("off", [10.0, 10.02, 9.98, 10.01])},
-                 on={"elapsed": times("on", [10.01, 9.99, 10.0, 10.02])}, rules=SEQ_RULES)
+def test_equivalent(fake_gate_dir) -> None:
+    g = fake_gate_dir(off={"elapsed": times("off", [10.0, 10.02, 9.98, 10.01])},
+                      on={"elapsed": times("on", [10.01, 9.99, 10.0, 10.02])}, rules=SEQ_RULES)
     assert gate_invoke("run", "off", "on", "--policy", "sequential", cwd=g.root).returncode == 0
     assert g.finding()["verdict"]["decision"] == "equivalent" and len(g.order()) == 8
 
 
-def test_a_guard_too_wide_to_pass_is_inconclusive_never_a_pass(gate_dir) -> None:
+def test_a_guard_too_wide_to_pass_is_inconclusive_never_a_pass(fake_gate_dir) -> None:
     psnr_on = {f"on-r{k}": 30.0 + (0.12 if k % 2 else -0.12) for k in range(1, 13)}
-    g = gate_dir(off={"elapsed": times("off", [10.0, 10.1, 9.9, 10.0] * 3)},
-                 on={"elapsed": times("on", [9.0, 9.1, 8.9, 9.0] * 3), "psnr": psnr_on},
-                 rules=SEQ_RULES)
+    g = fake_gate_dir(off={"elapsed": times("off", [10.0, 10.1, 9.9, 10.0] * 3)},
+                      on={"elapsed": times("on", [9.0, 9.1, 8.9, 9.0] * 3), "psnr": psnr_on},
+                      rules=SEQ_RULES)
     assert gate_invoke("run", "off", "on", "--policy", "sequential", cwd=g.root).returncode == 0
     finding = g.finding()
     looks = finding["sequential"]["looks"]
@@ -396,26 +398,17 @@ def test_a_guard_too_wide_to_pass_is_inconclusive_never_a_pass(gate_dir) -> None
     assert finding["guards"]["psnr_db"]["pass"] is True  # the classic point-estimate guard would pass it
 
 
-class _Load:
-    """An injected load reader: a huge load1 in the listed runs, none otherwise."""
-
-    def __init__(self, loaded: set[str]) -> None:
-        self.loaded = loaded
-
-    def __call__(self, label: str):
-        load = 1000.0 if label in self.loaded else 0.0
-        return lambda: {"load1": load, "load5": load, "load15": load}
-
-
 def _runner(g, loaded: set[str]) -> SeriesRunner:
     config = load_gate(g.gate).with_overrides(policy="sequential", seed=2)
-    return SeriesRunner(config, config.arms["off"], config.arms["on"], load_reader_for=_Load(loaded))
+    return SeriesRunner(config, config.arms["off"], config.arms["on"],
+                        load_reader_for=LoadScript(loaded, high=1000.0, calm=0.0))
 
 
-def test_a_flagged_run_is_replaced_once_in_the_mirror_slot(gate_dir) -> None:
+def test_a_flagged_run_is_replaced_once_in_the_mirror_slot(fake_gate_dir) -> None:
     # off-r2 runs during a load spike; it is no slower — telemetry flags it, never its result
-    g = gate_dir(off={"elapsed": times("off", [10.0, 10.1, 9.9, 10.0, 10.05])},
-                 on={"elapsed": times("on", [9.0, 9.1, 8.9, 9.0, 9.05])}, rules={"load_per_core_limit": 1.0, "evidence": "load1"})
+    g = fake_gate_dir(off={"elapsed": times("off", [10.0, 10.1, 9.9, 10.0, 10.05])},
+                      on={"elapsed": times("on", [9.0, 9.1, 8.9, 9.0, 9.05])},
+                      rules={"load_per_core_limit": 1.0, "evidence": "load1"})
     result = _runner(g, {"off-r2"}).start()
     runs = {r["label"]: r for r in result.finding.to_dict()["runs"]}
     assert runs["off-r2"]["contaminated"] and not runs["off-r2"]["used"] and not runs["on-r2"]["used"]
@@ -430,9 +423,10 @@ def test_a_flagged_run_is_replaced_once_in_the_mirror_slot(gate_dir) -> None:
     assert analyze_series(result.series_dir).to_dict() == result.finding.to_dict()
 
 
-def test_a_second_replacement_makes_the_gate_inconclusive(gate_dir) -> None:
-    g = gate_dir(off={"elapsed": times("off", [10.0, 10.1, 9.9, 10.0, 10.05])},
-                 on={"elapsed": times("on", [9.0, 9.1, 8.9, 9.0, 9.05])}, rules={"load_per_core_limit": 1.0, "evidence": "load1"})
+def test_a_second_replacement_makes_the_gate_inconclusive(fake_gate_dir) -> None:
+    g = fake_gate_dir(off={"elapsed": times("off", [10.0, 10.1, 9.9, 10.0, 10.05])},
+                      on={"elapsed": times("on", [9.0, 9.1, 8.9, 9.0, 9.05])},
+                      rules={"load_per_core_limit": 1.0, "evidence": "load1"})
     result = _runner(g, {"off-r2", "on-r5"}).start()
     assert result.finding.decision == "inconclusive"
     assert "no replacement left" in result.finding.to_dict()["verdict"]["reasons"][0]
@@ -451,9 +445,9 @@ def test_sequential_config_errors_name_the_key(gate_dir) -> None:
     assert g2.order() == []
 
 
-def test_warmup_run_is_discarded(gate_dir) -> None:
-    g = gate_dir(off={"elapsed": {"off-r0": 15.0, "off-r1": 10.0, "off-r2": 10.1, "off-r3": 9.9}},
-                 on={"elapsed": {"on-r1": 9.0, "on-r2": 9.1, "on-r3": 8.9}})
+def test_warmup_run_is_discarded(fake_gate_dir) -> None:
+    g = fake_gate_dir(off={"elapsed": {"off-r0": 15.0, "off-r1": 10.0, "off-r2": 10.1, "off-r3": 9.9}},
+                      on={"elapsed": {"on-r1": 9.0, "on-r2": 9.1, "on-r3": 8.9}})
     done = gate_invoke("run", "off", "on", "--warmup", "1", cwd=g.root)
     assert done.returncode == 0, done.stderr
     assert g.order()[0] == "off-r0"
@@ -464,8 +458,8 @@ def test_warmup_run_is_discarded(gate_dir) -> None:
     assert finding["gate"]["warmup"] == 1 and finding["verdict"]["decision"] == "adopted"
 
 
-def test_a_sequential_series_interrupted_in_stage_two_resumes_exactly(gate_dir) -> None:
-    g = gate_dir(off={"elapsed": times("off", OFF12)}, on={"elapsed": times("on", ON12)}, rules=SEQ_RULES)
+def test_a_sequential_series_interrupted_in_stage_two_resumes_exactly(fake_gate_dir) -> None:
+    g = fake_gate_dir(off={"elapsed": times("off", OFF12)}, on={"elapsed": times("on", ON12)}, rules=SEQ_RULES)
     config = load_gate(g.gate).with_overrides(policy="sequential", seed=1)
 
     def stop_at_r6(label: str):
