@@ -14,8 +14,8 @@ from typing import Any, Iterator
 import pytest
 
 from gatekit.distribution import install_hint
-from gatekit.sampler import read_pressure
 from tests.conftest import FIXTURES, gate_invoke, make_gate
+from tests.fakes import install_fake_machine
 from tests.findings_kit import SEED_SECTIONS, hostile_data, variant, write_json
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -34,12 +34,14 @@ sync_api = pytest.importorskip("playwright.sync_api", reason="the playwright pac
 
 @pytest.fixture(scope="module")
 def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A site of four findings: a real gate with its run folders, a hyperfine import, a related pair, and
-    a hostile finding full of markup."""
+    """A site of four findings: a gate run with its run folders (the fixture trainer played in process on the
+    fake machine), a hyperfine import, a related pair, and a hostile finding full of markup."""
     root = tmp_path_factory.mktemp("site")
     g = make_gate(root / "gate", off={"elapsed": {"off-r1": 10.0, "off-r2": 10.1, "off-r3": 9.9}},
-                  on={"elapsed": {"on-r1": 9.0, "on-r2": 9.1, "on-r3": 8.9}})
-    done = gate_invoke("run", "off", "on", cwd=g.root)
+                  on={"elapsed": {"on-r1": 9.0, "on-r2": 9.1, "on-r3": 8.9}}, driver={"name": "fake"})
+    with pytest.MonkeyPatch.context() as patches:  # a module's fixture: the function-scoped fake_machine cannot
+        install_fake_machine(patches)
+        done = gate_invoke("run", "off", "on", cwd=g.root)
     assert done.returncode == 0, done.stderr
     findings = g.root / "findings"
     done = gate_invoke("import", "hyperfine", str(FIXTURES / "hyperfine_sleep.json"), "--out", str(findings),
@@ -116,9 +118,9 @@ def test_every_page_shows_its_verdict_and_every_image_loads(site: Path, browser:
         assert len(images) >= 2, path
         for image in images:
             assert image["complete"] and image["width"] > 0, (path, image)
-        if path.parent.name.startswith("fixture-"):  # the real gate: its run folders were found
-            pressure = {"pressure.png"} if read_pressure() else set()  # where the OS records pressure stall
-            assert {i["src"] for i in images} == {"runs.png", "delta.png", "load.png", "ms_per_iter.png", *pressure}
+        if path.parent.name.startswith("fixture-"):  # the gate run: its run folders were found
+            # the fake machine records no pressure stall, so no pressure.png (tests/test_evidence.py draws one)
+            assert {i["src"] for i in images} == {"runs.png", "delta.png", "load.png", "ms_per_iter.png"}
             page.screenshot(path=str(ARTIFACTS / "report-desktop.png"), full_page=True)
         visit.close()
 

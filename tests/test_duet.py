@@ -37,13 +37,15 @@ def without_order(g: GateDir) -> GateDir:
     return g
 
 
-def duet_gate(root: Path, n: int = 4, **arms: dict) -> GateDir:
+def duet_gate(root: Path, n: int = 4, driver: str = "command", **arms: dict) -> GateDir:
+    """A cpu duet of the fixture trainer; driver "fake" plays its runs in process (with `fake_machine`)."""
     where = str(root / "where.jsonl")
     return without_order(make_gate(root, gate={"mode": "duet", "n": n},
                                    duet={"slots": [f"cpu:{CORES[0]}", f"cpu:{CORES[1]}"]},
                                    rules={"evidence": "load1", "load_per_core_limit": 1000.0},
                                    off={"where": where, "sleep_s": 0.3, **arms.get("off", {})},
-                                   on={"where": where, "sleep_s": 0.3, **arms.get("on", {})}))
+                                   on={"where": where, "sleep_s": 0.3, **arms.get("on", {})},
+                                   driver={"name": driver}))
 
 
 def starts(root: Path) -> dict[str, dict]:
@@ -262,13 +264,13 @@ def test_cuda_slots_follow_the_gates_own_visible_devices() -> None:
     assert visible_device(2, {"CUDA_VISIBLE_DEVICES": "6,3"}) is None
 
 
-def test_a_finding_made_on_another_host_finds_its_run_folders_beside_it(tmp_path: Path) -> None:
+def test_a_finding_made_on_another_host_finds_its_run_folders_beside_it(tmp_path: Path, fake_machine: None) -> None:
     """A series run outside the repository (absolute run paths, e.g. on a GPU host) and committed with its
     run folders beside the finding renders with its figures."""
     from gatekit.finding import Finding
     from gatekit.report.rundata import load_run_files
 
-    g = duet_gate(tmp_path / "made")
+    g = duet_gate(tmp_path / "made", driver="fake")
     assert gate_invoke("run", "off", "on", "--runs", str(tmp_path / "elsewhere" / "runs"), cwd=g.root).returncode == 0
     (path,) = g.findings()
     moved = tmp_path / "repo" / "findings" / "h200"
