@@ -507,6 +507,13 @@ def startup_overhead_s(metrics: Mapping[str, float], process_wallclock_s: float,
 #                          line's: of the file its journal is anchored on, or of no bytes); no `schema`.
 #   gatekit.journal/3      the first line names the format (`schema`), so an unchained journal cannot pass
 #                          for one of this format; the events are those of /2.
+#   gatekit.bisect/1       a bisect finding (bisect-finding.toml/.json): the culprit, its posterior and effect,
+#                          every probe (gatekit.bisect.finding).
+#   gatekit.bisect-plan/1  a bisect's preregistration (bisect-plan.toml): its bisect_start event's fields; the
+#                          genesis of its journal.
+#   gatekit.bisect-journal/1  the events of a bisect journal (bisect.jsonl, a gatekit.journal/3 chain), named by
+#                          its bisect_start's `bisect_schema`: bisect_start, probe_start, probe_end, bisect_resume,
+#                          bisect_stop (gatekit.bisect.records).
 # A journal is one document: its first line names the format of every line after it (a journal continued
 # by a later gatekit keeps its format).
 
@@ -517,6 +524,9 @@ JOURNAL_SCHEMA = "gatekit.journal/3"
 CALIBRATION_SCHEMA = "gatekit.calibration/1"
 SIGNATURE_SCHEMA = "gatekit.signature/2"
 SIGNATURE_OF_JSON_BYTES = "gatekit.signature/1"
+BISECT_SCHEMA = "gatekit.bisect/1"
+BISECT_PLAN_SCHEMA = "gatekit.bisect-plan/1"
+BISECT_JOURNAL_SCHEMA = "gatekit.bisect-journal/1"
 UNCHAINED_JOURNAL = "gatekit.journal/1"
 CHAINED_JOURNAL_WITHOUT_SCHEMA = "gatekit.journal/2"
 # a sequential predecision written before `sequential_version` existed preregistered version 3 (4, then 8 rounds)
