@@ -35,7 +35,8 @@ def start_event(**changes: object) -> BisectStart:
 def measured(commit: int, reference: int, round_: int, values: list[tuple[float, float]]) -> ProbeEnd:
     return ProbeEnd(commit, reference, round_, ProbeStatus.MEASURED, tuple(MeasuredPair(p, r) for p, r in values),
                     "", BuildResult(BuildStatus.BUILT, 0, "build.log"), f"probes/{commit:02d}-r{round_}/finding.json",
-                    "cd" * 32, decision="regression" if round_ == 0 else "")
+                    "cd" * 32, series=f"probes/{commit:02d}-r{round_}/runs/s1",
+                    decision="regression" if round_ == 0 else "")
 
 
 EVENTS = [

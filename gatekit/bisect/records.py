@@ -130,6 +130,8 @@ class ProbeEnd(Event):
     build: BuildResult | None
     finding: str | None  # the probe gate's finding, relative to the bisect folder
     finding_sha256: str | None
+    # the probe gate's series folder, relative to the bisect folder (`gate verify` checks it with its finding)
+    series: str | None = field(default=None, metadata={"omit": None})
     # the probe gate's decision ("regression", "no_change", …; the endpoints' says whether they differ)
     decision: str = field(default="", metadata={"omit": ""})
     # trainer executions of the probe, failed ones included; None: two per pair
