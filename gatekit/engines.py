@@ -32,8 +32,9 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
 from gatekit.distribution import install_hint
-from gatekit.errors import ConfigError, GatekitError, OutputError, SeriesInterrupted
+from gatekit.errors import ConfigError, GatekitError, OutputError, RunFileError, SeriesInterrupted
 from gatekit.records import Record
+from gatekit.runfiles import read_run_file
 from gatekit.signals import interrupt_on_sigterm
 from gatekit.slots import cpu_list
 from gatekit.storage import SeriesLayout, atomic_write_bytes, open_own_file
@@ -237,25 +238,49 @@ def outcome_of(task: GateTask, exit_code: int, pinning: Pinning, *, resumed: Pat
     new = [p for p in series_dirs(task.runs_dir) if p not in before]
     series = resumed or (new[-1] if new else None)
     done = SeriesLayout(series).done if series else None
-    if done is not None and done.is_file():
-        lines = done.read_text(encoding="utf-8").splitlines()
-        if len(lines) >= 2:
+    if done is not None:
+        try:
+            lines = read_done(done)
+        except RunFileError as exc:  # not what a gate writes: the attempt failed, and says which file and why
+            return GateOutcome(task.key, GateStatus.FAILED, exit_code, series, None, "", str(exc), pinning)
+        if lines is not None:
             return GateOutcome(task.key, GateStatus.FINISHED, exit_code, series, Path(lines[1]).with_suffix(".json"),
-                               lines[0].strip(), "", pinning)
+                               lines[0], "", pinning)
     # killed by a signal (negative), interrupted, or a file that could not be written: the series resumes
     interrupted = exit_code < 0 or exit_code in (SeriesInterrupted.exit_code, OutputError.exit_code)
     status = GateStatus.INTERRUPTED if interrupted else GateStatus.FAILED
     return GateOutcome(task.key, status, exit_code, series, None, "", last_error(task.log_path), pinning)
 
 
+MAX_DONE_BYTES = 16 << 10  # a decision and a path; a larger done file is not one a gate wrote
+LOG_TAIL_BYTES = 16 << 10  # enough for the latest attempt's last lines
+
+
+def read_done(path: Path) -> tuple[str, str] | None:
+    """A finished series' done file: (its decision, its finding's TOML path); None when there is none.
+    Read within bounds like a run file (`runfiles.read_run_file`: a FIFO, a device, a link out of its folder
+    or a large file is refused, never read); one that is not two lines of text is a RunFileError naming it."""
+    raw = read_run_file(path, MAX_DONE_BYTES)
+    if raw is None:
+        return None
+    try:
+        lines = [line.strip() for line in raw.decode("utf-8").splitlines()]
+    except UnicodeDecodeError:
+        raise RunFileError(f"{path}: is not text; a finished series writes its decision and finding path "
+                           "there") from None
+    if len(lines) < 2 or not lines[0] or not lines[1] or any(not line.isprintable() for line in lines[:2]):
+        raise RunFileError(f"{path}: is not a decision and a finding path, one a line (as a finished gate "
+                           "writes it)")
+    return lines[0], lines[1]
+
+
 def last_error(log_path: Path) -> str:
     """The latest attempt's own error line from the gate's log (`gate: error: …`), else its last line."""
-    try:
-        with log_path.open("rb") as handle:
-            handle.seek(max(0, handle.seek(0, io.SEEK_END) - 16384))
-            tail = handle.read().decode("utf-8", errors="replace").split(ATTEMPT_HEADER)[-1].splitlines()[1:]
-    except OSError:
+    try:  # its tail only, and never a FIFO or a device in the log's place
+        raw = read_run_file(log_path, LOG_TAIL_BYTES, tail=True) or b""
+    except (RunFileError, OSError):
         return ""
+    tail = raw.decode("utf-8", errors="replace").split(ATTEMPT_HEADER)[-1].splitlines()[1:]
     lines = [line.strip() for line in tail if line.strip()]
     errors = [line for line in lines if line.startswith("gate: error:")]
     return (errors or lines or [""])[-1][:500]
@@ -466,11 +491,19 @@ def unpack_gate_files(packed: bytes, task: GateTask) -> list[Path]:
                 raise GatekitError(f"{task.key}: the worker sent {member.name!r}, outside the campaign; refused")
             handle = tar.extractfile(member)
             data = handle.read() if handle else b""
-            if target.is_file() and target.read_bytes() == data:
+            if _same_bytes(target, data):
                 continue
             atomic_write_bytes(target, data)
             written.append(target)
     return written
+
+
+def _same_bytes(path: Path, data: bytes) -> bool:
+    """`path` is a regular file holding exactly `data` (its size compared first: nothing larger is read)."""
+    try:
+        return path.stat().st_size == len(data) and read_run_file(path, len(data)) == data
+    except (OSError, RunFileError):
+        return False  # not a plain file of ours: the atomic write replaces it
 
 
 # -- the launcher: python -m gatekit.engines --parent PID --cores 0,1 -- ARGV... ----------------------

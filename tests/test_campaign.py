@@ -379,6 +379,32 @@ def test_an_attempt_is_read_from_its_exit_code_series_and_log(tmp_path: Path) ->
     assert pinning.describe() == "cores 0-1, GPU(s) 3 on host"
 
 
+@pytest.mark.parametrize("kind", ["oversized", "garbage", "one line", "fifo", "link to /dev/zero"])
+def test_a_done_file_that_no_gate_wrote_fails_the_attempt_naming_it(tmp_path: Path, kind: str) -> None:
+    """DONE is read within bounds like a run file: a huge, binary, truncated DONE, a FIFO (a read would block)
+    or a link to /dev/zero (a read would never end) fails the attempt with one line naming the file."""
+    task = GateTask("01-g-off-on", tmp_path / "gate.toml", "off", "on", tmp_path / "c" / "01-g-off-on",
+                    tmp_path / "out", tmp_path / "c" / "logs" / "01-g-off-on.log", tmp_path / "c")
+    series = task.runs_dir / "g-1"
+    series.mkdir(parents=True)
+    (series / "journal.jsonl").write_text("{}\n")
+    done = series / "DONE"
+    if kind == "oversized":
+        with done.open("wb") as handle:  # sparse: 2 GiB that would be read whole
+            handle.truncate(2 << 30)
+    elif kind == "garbage":
+        done.write_bytes(b"\xff\xfe\x00\x80garbage\n\x81\n")
+    elif kind == "one line":
+        done.write_text("adopted\n")
+    elif kind == "fifo":
+        os.mkfifo(done)
+    else:
+        done.symlink_to("/dev/zero")
+    outcome = outcome_of(task, 0, Pinning((0,), (), "host"), resumed=series, before=frozenset())
+    assert (outcome.status, outcome.finding_path, outcome.decision) == (GateStatus.FAILED, None, "")
+    assert outcome.detail.startswith(f"{done}: ") and "\n" not in outcome.detail, outcome.detail
+
+
 def test_a_ray_task_that_raises_fails_its_gate_without_a_lost_worker(tmp_path: Path, ray_session) -> None:
     from gatekit.engines import run_ray
 
