@@ -17,8 +17,8 @@ import tomlkit
 from gatekit.config import GuardSpec, RulesSpec
 from gatekit.errors import FindingError
 from gatekit.policies.descriptors import DEFAULT_POLICY
-from gatekit.records import (FINDING_SCHEMA, SCHEMA_KEY, Record, RecordError, WindowSummary, kind_of, metric_value,
-                             schema_problem, upgrade)
+from gatekit.records import (FINDING_SCHEMA, SCHEMA_KEY, Record, RecordError, WindowSummary, first_difference,
+                             kind_of, metric_value, schema_problem, upgrade)
 from gatekit.storage import write_output
 from gatekit.verdict import Decision, GuardResult, Verdict
 
@@ -440,6 +440,22 @@ def load_finding(path: Path) -> Finding:
     if not isinstance(data, dict):
         raise FindingError(f"{path}: not a readable finding: top level is not a table")
     return Finding.from_document(data, source=str(path))
+
+
+def twin_path(path: Path) -> Path:
+    """The other file of a finding's pair: `<id>.json` beside `<id>.toml`, and the reverse."""
+    return path.with_suffix(".toml" if path.suffix == ".json" else ".json")
+
+
+def twin_difference(path: Path, finding: Finding) -> str | None:
+    """Where the finding's twin says something else than `finding` (read from `path`), as one line naming both
+    files and the first differing key; None when it agrees or has no twin. The twins hold the same content,
+    so a reader of either sees what the other says: an edited one must not be shown as if it were the finding."""
+    twin = twin_path(path)
+    if not twin.is_file():
+        return None
+    difference = first_difference(finding.to_dict(), load_finding(twin).to_dict())
+    return None if difference is None else f"{path}: differs from its twin {twin.name}: {difference}"
 
 
 def write_finding(finding: Finding, out_dir: Path) -> tuple[Path, Path]:

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Iterable, Sequence
 
 from gatekit.errors import FindingError
-from gatekit.finding import Finding, load_finding
+from gatekit.finding import Finding, load_finding, twin_difference
 from gatekit.storage import SeriesLayout
 
 
@@ -23,9 +23,15 @@ class LoadedFinding:
     path: Path | None
 
 
-def load_checked(path: Path) -> LoadedFinding:
-    """Load one finding file (.json or .toml); loading checks it (see the module docstring)."""
-    return LoadedFinding(load_finding(path), path)
+def load_checked(path: Path, *, twin: bool = False) -> LoadedFinding:
+    """Load one finding file (.json or .toml); loading checks it (see the module docstring). With `twin`,
+    its twin beside it must say the same (`twin_difference`), else a FindingError naming both: a report of
+    an edited TOML twin would show forged values under the JSON's verified content."""
+    finding = load_finding(path)
+    difference = twin_difference(path, finding) if twin else None
+    if difference is not None:
+        raise FindingError(f"{difference}; one of them was edited (gate verify SERIES_DIR {path} says which)")
+    return LoadedFinding(finding, path)
 
 
 def finding_files(folder: Path, *, nested: bool = False) -> list[Path]:
@@ -54,7 +60,8 @@ def load_folder(folder: Path) -> list[LoadedFinding]:
 
 
 def load_many(paths: Iterable[Path]) -> list[LoadedFinding]:
-    return [load_checked(path) for path in paths]
+    """The findings named on a command line (a report's, a campaign's), each checked against its twin."""
+    return [load_checked(path, twin=True) for path in paths]
 
 
 def by_date(findings: Sequence[LoadedFinding]) -> list[LoadedFinding]:

@@ -483,6 +483,38 @@ def startup_overhead_s(metrics: Mapping[str, float], process_wallclock_s: float,
     return process_wallclock_s - value
 
 
+# -- Comparing documents ------------------------------------------------------------------------
+
+def first_difference(left: Any, right: Any, key: str = "") -> str | None:
+    """The first place two plain documents differ, as `dotted.key left != right`; None when equal as data."""
+    stack = [(key, left, right)]
+    while stack:
+        where, a, b = stack.pop()
+        if isinstance(a, Mapping) and isinstance(b, Mapping):
+            keys = list(dict.fromkeys([*a, *b]))
+            stack += [(f"{where}.{k}" if where else str(k), a.get(k, MISSING), b.get(k, MISSING))
+                      for k in reversed(keys)]
+        elif isinstance(a, list) and isinstance(b, list) and len(a) == len(b):
+            stack += [(f"{where}[{i}]", x, y) for i, (x, y) in reversed(list(enumerate(zip(a, b))))]
+        elif a != b or (type(a) is bool) != (type(b) is bool):
+            return f"{where or '(top level)'} {_show(a)} != {_show(b)}"
+    return None
+
+
+class _Missing:
+    """A key one side of a comparison lacks."""
+
+    def __repr__(self) -> str:
+        return "missing"
+
+
+MISSING = _Missing()
+
+
+def _show(value: Any) -> str:
+    return "missing" if value is MISSING else json.dumps(value, ensure_ascii=False)[:120]
+
+
 # -- Document formats ------------------------------------------------------------------------------
 # Every document gatekit writes names its format and version (`schema`). A reader brings an older version
 # to the current one here, one step per version (`UPGRADES`), so an old layout is recognised in this one

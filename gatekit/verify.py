@@ -19,8 +19,9 @@ from typing import TYPE_CHECKING, Any, Mapping
 from gatekit.distribution import install_hint
 from gatekit.errors import ConfigError, GatekitError, RunFileError, SeriesError, VerificationError
 from gatekit.provenance import hash_files, sha256_file
-from gatekit.records import (JOURNAL_OF_PREDECISION, JOURNAL_SCHEMA, SCHEMA_KEY, SIGNATURE_OF_JSON_BYTES,
-                             SIGNATURE_SCHEMA, UNCHAINED_JOURNAL, journal_schema, schema_problem)
+from gatekit.records import (JOURNAL_OF_PREDECISION, JOURNAL_SCHEMA, MISSING, SCHEMA_KEY, SIGNATURE_OF_JSON_BYTES,
+                             SIGNATURE_SCHEMA, UNCHAINED_JOURNAL, first_difference, journal_schema,
+                             schema_problem)
 from gatekit.runfiles import MAX_RESULT_BYTES, read_run_file
 from gatekit.storage import (EMPTY_SHA256, LEGACY_JOURNAL_WARNING, Journal, SeriesLayout, atomic_write_text,
                              line_sha256)
@@ -223,46 +224,16 @@ def _verify_run_files(files: Mapping[str, Path], journal_path: Path, number: int
                                     f"(sha256 {sha256}, now {now[name]})")
 
 
-def first_difference(left: Any, right: Any, key: str = "") -> str | None:
-    """The first place two plain documents differ, as `dotted.key left != right`; None when equal as data."""
-    stack = [(key, left, right)]
-    while stack:
-        where, a, b = stack.pop()
-        if isinstance(a, Mapping) and isinstance(b, Mapping):
-            keys = list(dict.fromkeys([*a, *b]))
-            stack += [(f"{where}.{k}" if where else str(k), a.get(k, _MISSING), b.get(k, _MISSING))
-                      for k in reversed(keys)]
-        elif isinstance(a, list) and isinstance(b, list) and len(a) == len(b):
-            stack += [(f"{where}[{i}]", x, y) for i, (x, y) in reversed(list(enumerate(zip(a, b))))]
-        elif a != b or (type(a) is bool) != (type(b) is bool):
-            return f"{where or '(top level)'} {_show(a)} != {_show(b)}"
-    return None
-
-
-class _Missing:
-    def __repr__(self) -> str:
-        return "missing"
-
-
-_MISSING = _Missing()
-
-
-def _show(value: Any) -> str:
-    return "missing" if value is _MISSING else json.dumps(value, ensure_ascii=False)[:120]
-
-
 def _verify_finding(series_dir: Path, finding_path: Path, head: str | None) -> None:
     """The finding's recomputed sections equal the journal's recomputation; its chain head is the journal's."""
-    from gatekit.finding import load_finding
+    from gatekit.finding import load_finding, twin_difference
     from gatekit.series.replay import analyze_unverified
     from gatekit.verdict import without_explanations, without_retired_warnings
 
     written = load_finding(finding_path)
-    twin = finding_path.with_suffix(".toml" if finding_path.suffix == ".json" else ".json")
-    if twin.is_file():  # the same content in two files: a reader of either must see what was verified
-        difference = first_difference(written.to_dict(), load_finding(twin).to_dict())
-        if difference is not None:
-            raise VerificationError(f"{finding_path}: differs from its twin {twin.name}: {difference}")
+    difference = twin_difference(finding_path, written)  # a reader of either twin must see what was verified
+    if difference is not None:
+        raise VerificationError(difference)
     recomputed = analyze_unverified(series_dir)
     if written.predecision.chain_head != head:
         raise VerificationError(f"{finding_path}: predecision.chain_head {written.predecision.chain_head} != "
@@ -293,7 +264,7 @@ def _verify_finding(series_dir: Path, finding_path: Path, head: str | None) -> N
     for section in dict.fromkeys([*mine, *theirs]):
         if section in NARRATIVE_SECTIONS:
             continue
-        difference = first_difference(mine.get(section, _MISSING), theirs.get(section, _MISSING), section)
+        difference = first_difference(mine.get(section, MISSING), theirs.get(section, MISSING), section)
         if difference is not None:
             raise VerificationError(f"{finding_path}: differs from the finding recomputed from {series_dir}: "
                                     f"{difference}")

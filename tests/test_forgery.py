@@ -176,6 +176,32 @@ def test_an_honest_legacy_series_resumed_writes_a_finding_that_verifies(gate_dir
     assert done.returncode == 0, done.stderr
 
 
+def test_a_report_of_a_forged_toml_twin_refuses_it_naming_both_files(gate_dir) -> None:
+    """`gate report X.toml` rendered a TOML twin whose title and rules were edited as if it were the finding;
+    named either way, the report (and a CI export) now refuses the pair in one line, exit 2, writing nothing."""
+    import tomlkit
+
+    from tests.test_integrity import OFF, ON
+
+    g = gate_dir(off={"elapsed": OFF, "default_psnr": 30.0}, on={"elapsed": ON, "default_psnr": 30.0})
+    assert gate_invoke("run", "off", "on", cwd=g.root).returncode == 0
+    (json_path,) = g.findings()
+    toml_path = json_path.with_suffix(".toml")
+    assert gate_invoke("report", str(toml_path), "--md", "honest.md", cwd=g.root).returncode == 0
+    document = tomlkit.parse(toml_path.read_text())
+    document["meta"]["title"] = "a forged title"
+    document["rules"]["sigma_k"] = 99.0
+    toml_path.write_text(tomlkit.dumps(document))
+    for named, twin in ((toml_path, json_path), (json_path, toml_path)):
+        for output in (["--md", "forged.md"], ["--summary-md", "summary.md"]):
+            done = gate_invoke("report", str(named), *output, cwd=g.root)
+            assert done.returncode == 2, (named, output, done.stdout)
+            (line,) = done.stderr.strip().splitlines()
+            assert line.startswith(f"gate: error: {named}: differs from its twin {twin.name}: meta.title"), line
+            assert not (g.root / output[1]).exists()
+    assert "a forged title" not in (g.root / "honest.md").read_text()
+
+
 # -- 7. a resumed copy overwrites a finding -------------------------------------------------------------
 
 def test_a_resumed_copy_of_a_series_cannot_rewrite_the_original_finding(tmp_path: Path) -> None:
