@@ -324,7 +324,7 @@ def analyze_cmd(source: Path, gate_path: Path | None, off_name: str | None, on_n
 
 
 @main.command("verify")
-@click.argument("series_dir", type=click.Path(path_type=Path, file_okay=False))
+@click.argument("series_dir", type=click.Path(path_type=Path))
 @click.argument("finding", required=False, type=click.Path(path_type=Path, dir_okay=False))
 @click.option("--pubkey", type=click.Path(path_type=Path, dir_okay=False),
               help="Ed25519 public key (PEM): check the finding's signature <id>.sig too.")
@@ -332,13 +332,30 @@ def verify_cmd(series_dir: Path, finding: Path | None, pubkey: Path | None) -> N
     """Verify a series' evidence: the journal's hash chain, the predecision's sha256 and every run's
     record.json; given FINDING, that it equals the recomputed finding and records the chain head.
     A campaign folder: its journal's chain, and each finished gate's series with the finding it names.
+    A bisect folder (or its bisect-finding.json/.toml): its journal's chain on the plan, the finding rebuilt
+    from the journal, and each probe's series with its gate's finding.
 
     Exit 3 names the first file and line that disagree.
     """
+    from gatekit.bisect.verify import bisect_folder_of
     from gatekit.campaign import CAMPAIGN_JOURNAL
     from gatekit.storage import SeriesLayout
     from gatekit.verify import verify_series
 
+    bisect = bisect_folder_of(series_dir)
+    if bisect is not None:
+        if finding is not None or pubkey is not None:
+            raise GateError(ConfigError("a bisect folder is verified alone: its finding is the one in it, each "
+                                        "probe's the one its journal names"))
+        from gatekit.bisect.verify import verify_bisect
+
+        checked = _call(lambda: verify_bisect(bisect.resolve()))
+        what = f"its finding {checked.finding.name}" if checked.finding else "not stopped yet: no finding"
+        _echo(f"verified bisect: {checked.events} events, chain head {checked.chain_head} ({checked.probes} "
+              f"probe series, each with its gate's finding; {what})")
+        return
+    if series_dir.is_file():  # what click's file_okay=False said before bisect findings were verified here
+        raise click.BadParameter(f"Directory '{series_dir}' is a file.", param_hint="'SERIES_DIR'")
     if not SeriesLayout(series_dir).journal.exists() and (series_dir / CAMPAIGN_JOURNAL).exists():
         if finding is not None or pubkey is not None:
             raise GateError(ConfigError("a campaign folder is verified alone: each gate's finding is the one its "

@@ -4,6 +4,8 @@ fails its build. The values are seeded, so every test reads the same journal."""
 
 from __future__ import annotations
 
+import dataclasses
+import shutil
 from pathlib import Path
 from typing import Sequence
 
@@ -14,6 +16,7 @@ from gatekit.bisect.posterior import credible_set, posterior
 from gatekit.bisect.records import (BISECT_JOURNAL, BISECT_PLAN, BisectStart, BisectStop, MeasuredPair, ProbeEnd,
                                     ProbeStart, ProbeStatus, plan_toml, replay)
 from gatekit.bisect.search import Outcome
+from gatekit.provenance import sha256_file
 from gatekit.records import Event
 from gatekit.storage import Journal, atomic_write_text
 
@@ -48,7 +51,7 @@ def measured(rng: np.random.Generator, commit: int, reference: int, round_: int,
     return ProbeEnd(commit, reference, round_, ProbeStatus.MEASURED, tuple(values), "",
                     BuildResult(BuildStatus.BUILT, 0, "build.log"), f"{folder}/finding.json", None,
                     series=f"{folder}/runs/series", decision="regression" if round_ == 0 else "",
-                    ended="2026-12-01T18:0{round_}:30+00:00")
+                    ended=f"2026-12-01T18:0{round_}:30+00:00")
 
 
 def probe_folder(commit: int, round_: int) -> str:
@@ -82,9 +85,15 @@ def probe_events(seed: int = 7) -> list[Event]:
     return events
 
 
-def write_example(folder: Path, *, stop: bool = True, seed: int = 7) -> Journal:
-    """The example bisect, stopped as the search would stop it (its outcome from the journal's pairs)."""
-    journal = write_events(folder, [start_event(), *probe_events(seed)])
+def write_example(folder: Path, *, stop: bool = True, seed: int = 7,
+                  probe_gate: tuple[Path, Path] | None = None) -> Journal:
+    """The example bisect, stopped as the search would stop it (its outcome from the journal's pairs).
+    `probe_gate` (a series folder and its finding) is copied in as every measured probe's gate, its finding's
+    sha256 journaled."""
+    events = probe_events(seed)
+    if probe_gate is not None:
+        events = [_with_gate(folder, e, *probe_gate) if isinstance(e, ProbeEnd) and e.series else e for e in events]
+    journal = write_events(folder, [start_event(), *events])
     if stop:
         state = replay(folder)
         probabilities = posterior(state.pairs(), N)
@@ -93,3 +102,10 @@ def write_example(folder: Path, *, stop: bool = True, seed: int = 7) -> Journal:
         journal.record(BisectStop(outcome, credible[0], tuple(map(float, probabilities)), credible, state.runs(),
                                   state.rounds(), 0, ended="2026-12-01T18:09:00+00:00"))
     return journal
+
+
+def _with_gate(folder: Path, end: ProbeEnd, series: Path, finding: Path) -> ProbeEnd:
+    assert end.series is not None and end.finding is not None
+    shutil.copytree(series, folder / end.series)
+    shutil.copyfile(finding, folder / end.finding)
+    return dataclasses.replace(end, finding_sha256=sha256_file(folder / end.finding))
