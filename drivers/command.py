@@ -23,7 +23,9 @@ from gatekit.driver import (ENV_ARM, ENV_RESULT, ENV_RUN, ENV_RUN_DIR, MAX_RESUL
 from gatekit.errors import ConfigError, RunFileError
 from gatekit.records import CheckResult, RunOutcome
 
-PLACEHOLDERS = ("arm_config", "python", "arm", "run", "run_dir", "result")
+PLACEHOLDERS = ("arm_config", "python", "arm", "run", "run_dir", "result", "commit", "worktree")
+# the placeholders an env value may hold too (the others are argv's alone; an env value keeps its other braces)
+ENV_PLACEHOLDERS = ("commit", "worktree")
 _PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
 KILL_GRACE_S = 5.0
 MAX_LOG_SCAN_BYTES = 16 << 20  # metric regexes search at most the last 16 MiB of each log
@@ -37,9 +39,10 @@ class CommandDriver:
     name = "command"
 
     def __init__(self, argv: Sequence[str], *, cwd: Path, metrics: Mapping[str, re.Pattern[str]],
-                 env: Mapping[str, str], source: Path) -> None:
+                 env: Mapping[str, str], source: Path, cwd_option: str = ".") -> None:
         self.argv = tuple(argv)
         self.cwd = cwd
+        self.cwd_option = cwd_option  # as written: an arm in its own checkout resolves it there
         self.metrics = dict(metrics)
         self.env = dict(env)
         self.source = source
@@ -86,16 +89,33 @@ class CommandDriver:
         cwd = options.get("cwd", ".")
         if not isinstance(cwd, str) or "\0" in cwd:
             raise ConfigError(f"{source}: driver.cwd: must be a path string")
-        return cls(argv, cwd=(base_dir / cwd).resolve(), metrics=compiled, env=env, source=source)
+        return cls(argv, cwd=(base_dir / cwd).resolve(), metrics=compiled, env=env, source=source, cwd_option=cwd)
 
     # -- argv -------------------------------------------------------------------------------------
+
+    def cwd_for(self, arm: ArmInput) -> Path:
+        """The arm's working directory: driver.cwd, inside the arm's checkout when it has one."""
+        return self.cwd if arm.base_dir is None else (arm.base_dir / self.cwd_option).resolve()
+
+    def checkout_values(self, arm: ArmInput) -> dict[str, str]:
+        """{commit} and {worktree}: the arm's checkout (`gate bisect`), else '' and the gate file's folder."""
+        return {"commit": arm.commit, "worktree": str(arm.worktree or self.source.parent)}
+
+    def env_for(self, arm: ArmInput) -> dict[str, str]:
+        """driver.env then the arm's env, {commit} and {worktree} filled in their values."""
+        values = self.checkout_values(arm)
+
+        def fill(match: re.Match[str]) -> str:
+            return values[match.group(1)] if match.group(1) in ENV_PLACEHOLDERS else match.group(0)
+
+        return {name: _PLACEHOLDER.sub(fill, value) for name, value in {**self.env, **arm.env}.items()}
 
     def command_for(self, arm: ArmInput, *, run: str = "", run_dir: Path | None = None,
                     result: Path | None = None) -> list[str]:
         """argv with placeholders filled; each placeholder stays inside its own argument."""
         values = {"python": sys.executable, "arm": arm.name, "run": run,
                   "run_dir": str(run_dir or ""), "result": str(result or ""),
-                  "arm_config": str(arm.config) if arm.config else None}
+                  "arm_config": str(arm.config) if arm.config else None, **self.checkout_values(arm)}
 
         def fill(match: re.Match[str]) -> str:
             value = values[match.group(1)]
@@ -106,9 +126,9 @@ class CommandDriver:
 
         return [_PLACEHOLDER.sub(fill, arg) for arg in self.argv] + list(arm.args)
 
-    def _resolve_program(self, program: str) -> str | None:
+    def _resolve_program(self, program: str, cwd: Path) -> str | None:
         if os.sep in program:
-            path = Path(program) if Path(program).is_absolute() else self.cwd / program
+            path = Path(program) if Path(program).is_absolute() else cwd / program
             return str(path) if path.is_file() and os.access(path, os.X_OK) else None
         return shutil.which(program)
 
@@ -116,15 +136,16 @@ class CommandDriver:
 
     def preflight(self, arms: Sequence[ArmInput]) -> list[CheckResult]:
         checks = []
-        if not self.cwd.is_dir():
-            checks.append(CheckResult("driver cwd", False, f"{self.cwd} is not a directory"))
+        for cwd in dict.fromkeys([self.cwd_for(arm) for arm in arms] or [self.cwd]):
+            if not cwd.is_dir():
+                checks.append(CheckResult("driver cwd", False, f"{cwd} is not a directory"))
         for arm in arms:
             try:
                 argv = self.command_for(arm)
             except ConfigError as exc:
                 checks.append(CheckResult(f"argv for {arm.name}", False, str(exc)))
                 continue
-            resolved = self._resolve_program(argv[0])
+            resolved = self._resolve_program(argv[0], self.cwd_for(arm))
             checks.append(CheckResult(
                 f"argv[0] for {arm.name}", resolved is not None,
                 resolved or f"{argv[0]!r} is not an executable file or on PATH (driver.argv in {self.source})"))
@@ -135,7 +156,7 @@ class CommandDriver:
     def run(self, request: RunRequest) -> RunOutcome:
         argv = self.command_for(request.arm, run=request.label, run_dir=request.run_dir,
                                 result=request.result_path)
-        env = {**os.environ, **self.env, **request.arm.env,
+        env = {**os.environ, **self.env_for(request.arm),
                ENV_ARM: request.arm.name, ENV_RUN: request.label,
                ENV_RUN_DIR: str(request.run_dir), ENV_RESULT: str(request.result_path), **request.env}
         cpus = set(request.cpus)
@@ -145,7 +166,7 @@ class CommandDriver:
                 # A new session makes the trainer a process-group leader, so a timeout or an
                 # interrupt can stop it together with every process it spawned.
                 # A duet slot's cores are set in the child before exec, so everything it starts inherits them.
-                proc = subprocess.Popen(argv, cwd=self.cwd, env=env, stdin=subprocess.DEVNULL,
+                proc = subprocess.Popen(argv, cwd=self.cwd_for(request.arm), env=env, stdin=subprocess.DEVNULL,
                                         stdout=out, stderr=err, start_new_session=True,
                                         preexec_fn=(lambda: os.sched_setaffinity(0, cpus)) if cpus else None)
             except OSError as exc:

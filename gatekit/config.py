@@ -200,6 +200,17 @@ class BackendSpec(Record):
 
 
 @dataclass(frozen=True, slots=True)
+class ArmCheckout(Record):
+    """The git checkout an arm runs from (`gate bisect` writes it for each probe's two arms): the arm's runs
+    start in it, and the gate file's relative paths (driver.cwd, driver.hash, the arm's config) resolve in
+    `base`, the gate file's folder inside the checkout (default: the checkout itself)."""
+
+    commit: str  # filled in for {commit}
+    worktree: Path  # filled in for {worktree}
+    base: Path | None = field(default=None, metadata={"omit": None})
+
+
+@dataclass(frozen=True, slots=True)
 class ArmSpec(Record):
     """One arm: its config file (substituted for {arm_config}), extra args and env. Its name is its key."""
 
@@ -207,6 +218,13 @@ class ArmSpec(Record):
     config: Path | None = None
     args: tuple[str, ...] = ()
     env: Mapping[str, str] = field(default_factory=dict)
+    checkout: ArmCheckout | None = field(default=None, metadata={"omit": None})
+
+    def base_dir(self, gate_dir: Path) -> Path:
+        """Where this arm's relative paths resolve: its checkout's base, else the gate file's folder."""
+        if self.checkout is None:
+            return gate_dir
+        return self.checkout.base or self.checkout.worktree
 
 
 @dataclass(frozen=True, slots=True)
@@ -394,19 +412,26 @@ def load_gate(path: Path | str) -> GateConfig:
     evidence_stated = "evidence" in data.get("rules", {})
     if not evidence_stated:
         rules = replace(rules, evidence=chosen.default_evidence)
-    driver = replace(driver, hash=tuple(resolve_path(base, p) for p in driver.hash))
-    for key, value in config.backend.options.items():
-        # Plugin options live in [backend.<name>] tables, validated by that plugin when it loads.
-        _check(isinstance(value, dict), path, f"backend.{key}",
-               "unknown key (backend options go in a [backend.<name>] table, e.g. [backend.cuda])")
-
     arms: dict[str, ArmSpec] = {}
     for name, arm in config.arms.items():
         _check(bool(NAME_PATTERN.fullmatch(name)), path, f"arms.{name}", f"an arm name must be {NAME_RULE}")
         for var in arm.env:
             _check(bool(ENV_NAME_PATTERN.fullmatch(var)), path, f"arms.{name}.env.{var}",
                    "a variable name is letters, digits and '_', not starting with a digit")
-        arms[name] = replace(arm, name=name, config=resolve_path(base, arm.config) if arm.config else None)
+        if arm.checkout is not None:
+            worktree = resolve_path(base, arm.checkout.worktree)
+            checkout_base = resolve_path(worktree, arm.checkout.base) if arm.checkout.base else None
+            arm = replace(arm, checkout=replace(arm.checkout, worktree=worktree, base=checkout_base))
+        arm_base = arm.base_dir(base)
+        arms[name] = replace(arm, name=name, config=resolve_path(arm_base, arm.config) if arm.config else None)
+    # an arm in a checkout of its own hashes the artifacts there: each path once per distinct base
+    bases = dict.fromkeys(arm.base_dir(base) for arm in arms.values())
+    driver = replace(driver, hash=tuple(dict.fromkeys(resolve_path(b, p) for b in bases for p in driver.hash)))
+    for key, value in config.backend.options.items():
+        # Plugin options live in [backend.<name>] tables, validated by that plugin when it loads.
+        _check(isinstance(value, dict), path, f"backend.{key}",
+               "unknown key (backend options go in a [backend.<name>] table, e.g. [backend.cuda])")
+
     _check(len(arms) >= 2, path, "arms", "needs at least two arms (e.g. [arms.off] and [arms.on])")
     if driver.name == "command":
         _check_shell_args(path, driver.options.get("argv"), arms)

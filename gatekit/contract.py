@@ -11,3 +11,6 @@ ENV_ARM = "GATEKIT_ARM"  # the arm's name
 ENV_RUN = "GATEKIT_RUN"  # the run's label, e.g. "off-r3"
 ENV_RUN_DIR = "GATEKIT_RUN_DIR"  # the run's directory; processes that escape the trainer's group keep it
 ENV_RESULT = "GATEKIT_RESULT"  # where the trainer writes its result JSON
+# Set by `gate bisect` for its probes' gate processes (and so their trainers): the bisect's folder. A process
+# that carries the same value is a sibling probe, which the preflight's busy check does not wait for.
+ENV_BISECT = "GATEKIT_BISECT"

@@ -41,6 +41,11 @@ class ArmInput:
     config: Path | None
     args: tuple[str, ...] = ()
     env: Mapping[str, str] = field(default_factory=dict)
+    # The arm's own git checkout (`gate bisect`): its commit and worktree ({commit}, {worktree}) and the folder
+    # the gate file's relative paths resolve in there (driver.cwd). None: the gate file's folder, as always.
+    commit: str = ""
+    worktree: Path | None = None
+    base_dir: Path | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -83,6 +83,7 @@ class GateTask:
     campaign_dir: Path
     gpus: int = 0
     cpus: int = 1
+    env: Mapping[str, str] = field(default_factory=dict)  # added to the gate process's environment
 
 
 @dataclass(frozen=True, slots=True)
@@ -172,10 +173,10 @@ def resumable_series(runs_dir: Path) -> Path | None:
     return open_ones[-1] if open_ones else None
 
 
-def gate_env(gpus: Sequence[str]) -> dict[str, str]:
-    """The gate process's environment: ours, with exactly its GPUs visible ("" hides every GPU). GPU
-    indices are nvidia-smi's, which count in PCI bus order; CUDA counts fastest first unless told."""
-    return {"CUDA_DEVICE_ORDER": "PCI_BUS_ID", **os.environ, "CUDA_VISIBLE_DEVICES": ",".join(gpus),
+def gate_env(gpus: Sequence[str], extra: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The gate process's environment: ours and the task's own, with exactly its GPUs visible ("" hides every
+    GPU). GPU indices are nvidia-smi's, which count in PCI bus order; CUDA counts fastest first unless told."""
+    return {"CUDA_DEVICE_ORDER": "PCI_BUS_ID", **os.environ, **(extra or {}), "CUDA_VISIBLE_DEVICES": ",".join(gpus),
             "PYTHONUNBUFFERED": "1"}
 
 
@@ -204,7 +205,7 @@ def start_gate(task: GateTask, pinning: Pinning) -> tuple[subprocess.Popen[bytes
                   f"{pinning.describe()}\n".encode())
         log.flush()
         process = subprocess.Popen(launch_argv(gate_argv(task, resume), pinning.cores), stdin=subprocess.DEVNULL,
-                                   stdout=log, stderr=subprocess.STDOUT, env=gate_env(pinning.gpus),
+                                   stdout=log, stderr=subprocess.STDOUT, env=gate_env(pinning.gpus, task.env),
                                    cwd=task.gate_path.parent)
     return process, resume, before
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import platform
 import re
 from pathlib import Path
@@ -10,6 +11,7 @@ from typing import Mapping, Sequence
 
 import psutil
 
+from gatekit.contract import ENV_BISECT
 from gatekit.config import ArmSpec, GateConfig, calibration_path, load_toml
 from gatekit.driver import ArmInput, ChosenBackend, Driver
 from gatekit.errors import ConfigError, GatekitError
@@ -20,7 +22,11 @@ from gatekit.slots import unequal_cpu_slots, unequal_gpus
 
 
 def arm_input(arm: ArmSpec) -> ArmInput:
-    return ArmInput(name=arm.name, config=arm.config, args=arm.args, env=dict(arm.env))
+    checkout = arm.checkout
+    if checkout is None:
+        return ArmInput(name=arm.name, config=arm.config, args=arm.args, env=dict(arm.env))
+    return ArmInput(name=arm.name, config=arm.config, args=arm.args, env=dict(arm.env), commit=checkout.commit,
+                    worktree=checkout.worktree, base_dir=checkout.base or checkout.worktree)
 
 
 def check_arm_config(arm: ArmSpec) -> CheckResult:
@@ -68,17 +74,28 @@ def _own_lineage() -> set[int]:
     return pids
 
 
+def _same_bisect(process: psutil.Process, bisect: str) -> bool:
+    """The process belongs to the bisect this gate is a probe of (a sibling probe's trainer): its environment
+    carries the same ENV_BISECT. A process whose environment cannot be read is not."""
+    try:
+        return bool(bisect) and process.environ().get(ENV_BISECT) == bisect
+    except (psutil.Error, OSError):
+        return False
+
+
 def busy_processes(pattern: str) -> list[str]:
-    """Running processes whose command line matches `pattern` (a regex), excluding gate's own lineage."""
+    """Running processes whose command line matches `pattern` (a regex), excluding gate's own lineage and,
+    in a probe of `gate bisect`, the other probes of the same bisect (they run side by side by design)."""
     regex = re.compile(pattern)
     mine = _own_lineage()
+    bisect = os.environ.get(ENV_BISECT, "")
     found = []
     for process in psutil.process_iter(["pid", "cmdline"]):
         cmdline = process.info.get("cmdline") or []
         if process.info["pid"] in mine or not cmdline:
             continue
         text = " ".join(cmdline)
-        if regex.search(text):
+        if regex.search(text) and not _same_bisect(process, bisect):
             found.append(f"pid {process.info['pid']}: {text[:120]}")
     return found
 

@@ -62,6 +62,11 @@ class SeriesRunner:
         self.spec = DecisionSpec.from_gate(config, off.name, on.name)
         self.policy = policy_for(self.spec.policy, self.spec.design_version)
 
+    @property
+    def git_dir(self) -> Path:
+        """Whose git state the provenance records: the on arm's checkout (a bisect probe), else the gate file's."""
+        return self.on.checkout.worktree if self.on.checkout is not None else self.config.base_dir
+
     # -- entry points ----------------------------------------------------------------------------
 
     def preflight(self) -> list[CheckResult]:
@@ -152,7 +157,7 @@ class SeriesRunner:
                                        redacted_env(a.env, config.gate.record_env))
                   for a in (self.off, self.on)},
             provenance_start=ProvenanceStart(
-                artifacts=artifacts, git=git_state(config.base_dir).to_dict(), host=host_fingerprint(),
+                artifacts=artifacts, git=git_state(self.git_dir).to_dict(), host=host_fingerprint(),
                 software=software_versions(),
                 backend={"name": self.backend.name, **self.backend.backend.provenance()},
                 hashing=Hashing(artifact_bytes(config.driver.hash), hash_s)),
@@ -289,7 +294,7 @@ class SeriesRunner:
         if state.end is None:  # a resumed series whose finding could not be written has ended already
             artifacts, hash_s = hash_artifacts_timed(self.config.driver.hash)
             state.end = journal.record(SeriesEnd(
-                ProvenanceEnd(artifacts, git_state(self.config.base_dir).to_dict(), hash_s,
+                ProvenanceEnd(artifacts, git_state(self.git_dir).to_dict(), hash_s,
                               backend={"name": self.backend.name, **self.backend.backend.provenance()}),
                 finished=now().isoformat(timespec="seconds")))
         # The state is the journal as written, event for event, so this is what `gate analyze` computes; the
