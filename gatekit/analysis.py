@@ -142,8 +142,13 @@ def assess(evidence: SeriesEvidence) -> Assessment:
 
     invalid = list(evidence.invalid_reasons)
     warnings = list(evidence.warnings)
+    imported_from = evidence.provenance.get("imported_from")
     for row in table[policy.unresolved(table)].itertuples():
-        invalid.append(f"{row.label} {row.reason} and its pair has no retry left")
+        if isinstance(imported_from, Mapping):  # another tool's runs: not paired, and none can be run again
+            invalid.append(f"{row.label} {row.reason}; imported from {imported_from.get('format') or 'another tool'}"
+                           ", it cannot be retried, so no run replaces it")
+        else:
+            invalid.append(f"{row.label} {row.reason} and its pair has no retry left")
     if spec.rules.require_window_samples:
         for row in table[table["missing_window"] & ~table["replaced"]].itertuples():
             invalid.append(f"{row.label} has no in-window load samples; it cannot be audited")

@@ -362,6 +362,14 @@ class Finding(Record):
     def on_arm(self) -> str:
         return self.gate.arms.on
 
+    @property
+    def imported_from(self) -> str | None:
+        """The tool an imported finding was read from (`hyperfine`, `pyperf`, …); None for a gate's own series."""
+        imported = self.provenance.extra_keys.get("imported_from")
+        if not isinstance(imported, Mapping):
+            return None
+        return str(imported.get("format") or "another tool")
+
     def used_values(self, arm: str, metric: str) -> list[float]:
         """The values of `metric` over the used runs of `arm`, in execution order."""
         values = [run.value_of(metric) for run in self.runs if run.used and run.arm == arm]

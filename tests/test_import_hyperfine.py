@@ -261,6 +261,29 @@ def test_ignored_failures_take_out_only_the_failed_runs(tmp_path: Path) -> None:
         t for t, code in zip(on["times"], on["exit_codes"]) if code == 0))
 
 
+def test_one_failed_run_says_what_happened_in_hyperfines_terms(tmp_path: Path) -> None:
+    """One failed run of an imported hyperfine benchmark read "its pair has no retry left": hyperfine runs are
+    not paired and an import cannot run anything again; and the report's header read "· gate ·", a gate name
+    an import does not have. Both now say what the finding is: imported from hyperfine."""
+    document = json.loads((FIXTURES / "hyperfine_sleep.json").read_text())
+    for result in document["results"]:
+        result["exit_codes"] = [0] * len(result["times"])
+    document["results"][1]["exit_codes"][2] = 1
+    source = tmp_path / "one_failed.json"
+    source.write_text(json.dumps(document))
+    done = gate_invoke("import", "hyperfine", str(source), "--date", DATE, "--out", str(tmp_path), cwd=tmp_path)
+    assert done.returncode == 3, done.stderr
+    finding = _analysed(source)
+    assert finding.verdict.reasons[0] == ("on-r3 failed: exit code 1; imported from hyperfine, it cannot be "
+                                          "retried, so no run replaces it")
+    assert not any("pair" in reason for reason in finding.verdict.reasons)
+    assert "its pair has no retry left" not in done.stdout
+    (toml_path,) = tmp_path.glob("*.toml")
+    assert gate_invoke("report", str(toml_path), "--md", "report.md", cwd=tmp_path).returncode == 0
+    eyebrow = (tmp_path / "report.md").read_text().splitlines()[2]
+    assert eyebrow == f"*{DATE} · imported from hyperfine · invalid · {finding.id}*", eyebrow
+
+
 @pytest.mark.parametrize("guard, message", [
     ("user:0.01", "key 'results[0].user' is one mean per command in hyperfine 1.x; --guard user needs per-run "
                   "values (hyperfine 2.x records them)"),

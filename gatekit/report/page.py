@@ -366,7 +366,9 @@ def build_page(finding: Finding, figures: Mapping[str, FigureImage], run_files: 
         links = related or {}
         blocks += [_heading("Related findings"),
                    {"type": "links", "items": [{"text": r, "href": links.get(r, "")} for r in meta.related_findings]}]
-    eyebrow = " · ".join(x for x in (meta.date, meta.category, meta.status, meta.id) if x)
+    # an imported finding was no gate's series: it says what it was read from instead
+    kind = f"imported from {finding.imported_from}" if finding.imported_from else meta.category
+    eyebrow = " · ".join(x for x in (meta.date, kind, meta.status, meta.id) if x)
     if meta.extra_keys.get("eyebrow"):  # a hand-added line above the title
         eyebrow = f"{meta.extra_keys['eyebrow']} · {eyebrow}"
     subtitle = meta.subtitle or (f"{gate.arms.on} vs {gate.arms.off} · {gate.order} · {runs_per_arm(finding)} · "

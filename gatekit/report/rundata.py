@@ -170,9 +170,8 @@ def load_run_files(finding: Finding, finding_path: Path | None, runs_roots: Sequ
     """Read each related run folder's samples.csv and result trace (all I/O of the report lives here)."""
     folders = run_folders(finding)
     if not folders:
-        imported = finding.provenance.extra_keys.get("imported_from")
-        if isinstance(imported, dict):
-            return RunFiles(notes=(f"imported from {imported.get('format', 'another tool')}, which records no "
+        if finding.imported_from:
+            return RunFiles(notes=(f"imported from {finding.imported_from}, which records no "
                                    "load timelines or traces per run",))
         return RunFiles(notes=("the finding names no run folders (meta.related_runs); load timelines and "
                                "ms_per_iter traces are left out",))
