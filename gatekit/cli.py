@@ -337,7 +337,7 @@ def verify_cmd(series_dir: Path, finding: Path | None, pubkey: Path | None) -> N
 
     Exit 3 names the first file and line that disagree.
     """
-    from gatekit.bisect.verify import bisect_folder_of
+    from gatekit.bisect.finding import bisect_folder_of
     from gatekit.campaign import CAMPAIGN_JOURNAL
     from gatekit.storage import SeriesLayout
     from gatekit.verify import verify_series
@@ -601,7 +601,7 @@ def _prepare(paths: list[Path], runs_roots: tuple[Path, ...]):  # type: ignore[n
 
 
 @main.command("report")
-@click.argument("findings", nargs=-1, required=True, type=click.Path(path_type=Path, dir_okay=False))
+@click.argument("findings", nargs=-1, required=True, type=click.Path(path_type=Path))
 @click.option("--html", "html_dir", type=click.Path(path_type=Path, file_okay=False),
               help="Write one page per finding: DIR/<finding-id>/index.html with its figures beside it.")
 @click.option("--md", "md_file", type=click.Path(path_type=Path, dir_okay=False),
@@ -610,9 +610,23 @@ def _prepare(paths: list[Path], runs_roots: tuple[Path, ...]):  # type: ignore[n
 @ci_output_options
 def report_cmd(findings: tuple[Path, ...], html_dir: Path | None, md_file: Path | None, runs_roots: tuple[Path, ...],
                ci: CiOutputs) -> None:
-    """Render finding files (.json or .toml) as HTML pages and/or Markdown, and CI outputs."""
+    """Render finding files (.json or .toml) as HTML pages and/or Markdown, and CI outputs. A bisect folder (or
+    its bisect-finding.json/.toml) is rendered as its own page, DIR/<bisect folder>/index.html (--html only)."""
+    from gatekit.bisect.finding import bisect_folder_of
+
     if not (html_dir or md_file or ci.requested):
         raise click.UsageError("say what to write: --html DIR, --md FILE, --summary-md, --junit or --export")
+    bisects = [(path, folder) for path in findings if (folder := bisect_folder_of(path)) is not None]
+    for path in findings:
+        if path.is_dir() and bisect_folder_of(path) is None:  # what click's dir_okay=False said before bisects
+            raise click.BadParameter(f"File '{path}' is a directory.", param_hint="'FINDINGS...'")
+    if bisects:
+        if len(bisects) != len(findings) or md_file is not None or ci.requested or html_dir is None:
+            raise click.UsageError("a bisect finding is rendered alone, as an HTML page: gate report BISECT_DIR "
+                                   "--html DIR (no gate findings, --md or CI outputs beside it)")
+        for path in _call(lambda: _bisect_reports(bisects, html_dir)):
+            _echo(f"report: {path}")
+        return
 
     def work() -> list[Path]:
         from gatekit.report.site import markdown_files, report_files, write_files
@@ -633,6 +647,23 @@ def report_cmd(findings: tuple[Path, ...], html_dir: Path | None, md_file: Path 
 
     for path in _call(work):
         _echo(f"report: {path}")
+
+
+def _bisect_reports(bisects: list[tuple[Path, Path]], html_dir: Path) -> list[Path]:
+    from gatekit.bisect.finding import finding_paths, load_bisect_finding
+    from gatekit.report.bisect import bisect_report_files
+    from gatekit.report.common import safe_name
+    from gatekit.report.site import GENERATOR, write_files
+
+    written: list[Path] = []
+    for path, folder in bisects:
+        finding = load_bisect_finding(path)
+        source = (finding_paths(folder)[1] if path.is_dir() else path).name
+        files = bisect_report_files(finding, source=source, generator=GENERATOR)
+        name = safe_name(folder.resolve().name)
+        written += [p for p in write_files(html_dir, {f"{name}/{k}": v for k, v in files.items()})
+                    if p.name == "index.html"]
+    return written
 
 
 @main.command("site")

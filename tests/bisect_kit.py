@@ -95,13 +95,18 @@ def write_example(folder: Path, *, stop: bool = True, seed: int = 7,
         events = [_with_gate(folder, e, *probe_gate) if isinstance(e, ProbeEnd) and e.series else e for e in events]
     journal = write_events(folder, [start_event(), *events])
     if stop:
-        state = replay(folder)
-        probabilities = posterior(state.pairs(), N)
-        credible = tuple(credible_set(probabilities, state.start.confidence))
-        outcome = Outcome.CULPRIT if len(credible) == 1 else Outcome.CREDIBLE_SET
-        journal.record(BisectStop(outcome, credible[0], tuple(map(float, probabilities)), credible, state.runs(),
-                                  state.rounds(), 0, ended="2026-12-01T18:09:00+00:00"))
+        journal.record(stop_of(folder))
     return journal
+
+
+def stop_of(folder: Path) -> BisectStop:
+    """The bisect_stop the search would journal after the probes in `folder`."""
+    state = replay(folder)
+    probabilities = posterior(state.pairs(), state.n)
+    credible = tuple(credible_set(probabilities, state.start.confidence))
+    outcome = Outcome.CULPRIT if len(credible) == 1 else Outcome.CREDIBLE_SET
+    return BisectStop(outcome, credible[0], tuple(map(float, probabilities)), credible, state.runs(), state.rounds(),
+                      0, ended="2026-12-01T18:09:00+00:00")
 
 
 def _with_gate(folder: Path, end: ProbeEnd, series: Path, finding: Path) -> ProbeEnd:

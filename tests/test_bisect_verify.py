@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from gatekit.bisect.finding import build_finding, finding_paths, write_bisect_finding
+from gatekit.bisect.finding import bisect_folder_of, build_finding, finding_paths, write_bisect_finding
 from gatekit.bisect.records import BISECT_JOURNAL, BISECT_PLAN, BisectStop, plan_toml, replay
 from gatekit.bisect.search import Outcome
-from gatekit.bisect.verify import bisect_folder_of, verify_bisect
+from gatekit.bisect.verify import verify_bisect
 from gatekit.errors import VerificationError
 from tests.bisect_kit import CULPRIT, N, probe_events, start_event, write_events, write_example
 from tests.conftest import gate_invoke, make_gate

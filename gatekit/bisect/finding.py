@@ -18,11 +18,11 @@ from scipy import stats as scipy_stats
 
 from gatekit.bisect import posterior
 from gatekit.bisect.commits import Commit
-from gatekit.bisect.records import BISECT_FINDING, BisectState, ProbeEnd, ProbeStatus
+from gatekit.bisect.records import BISECT_FINDING, BISECT_JOURNAL, BisectState, ProbeEnd, ProbeStatus
 from gatekit.bisect.search import Outcome
 from gatekit.errors import FindingError, RunFileError, SeriesError
 from gatekit.finding import plain
-from gatekit.records import BISECT_SCHEMA, SCHEMA_KEY, Record, RecordError, schema_problem
+from gatekit.records import BISECT_SCHEMA, SCHEMA_KEY, Record, RecordError, first_difference, schema_problem
 from gatekit.runfiles import MAX_RESULT_BYTES, parse_document, read_run_file
 from gatekit.storage import write_output
 
@@ -69,6 +69,7 @@ class CulpritProbability(Record):
 class BisectFinding(Record):
     good: Commit
     bad: Commit
+    bad_index: int  # N: the commits are 0 (GOOD) … N (BAD)
     arm: str
     metric: str
     higher_is_better: bool
@@ -157,7 +158,7 @@ def build_finding(state: BisectState) -> BisectFinding:
     skipped = tuple(SkippedCommit(commits[e.commit], e.commit, e.status, e.reason) for e in state.finished
                     if e.status in (ProbeStatus.SKIPPED, ProbeStatus.BUILD_FAILED))
     return BisectFinding(
-        good=start.good, bad=start.bad, arm=start.arm, metric=start.metric, higher_is_better=start.higher_is_better,
+        good=start.good, bad=start.bad, bad_index=n, arm=start.arm, metric=start.metric, higher_is_better=start.higher_is_better,
         outcome=stop.outcome,
         culprit=None if culprit_index is None else commits[culprit_index], culprit_index=culprit_index,
         culprit_posterior=culprit_posterior, credible_set=tuple(commits[k] for k in credible),
@@ -192,3 +193,28 @@ def read_bisect_finding(path: Path) -> BisectFinding:
     except RunFileError as exc:
         raise FindingError(str(exc)) from None
     return BisectFinding.from_document(data, source=str(path))
+
+
+def bisect_folder_of(path: Path) -> Path | None:
+    """The bisect folder a path names: a folder with a bisect journal, or the folder of its finding's twin named
+    as a file; None otherwise (what `gate verify` and `gate report` tell a bisect from a series by)."""
+    if path.is_dir():
+        return path if (path / BISECT_JOURNAL).is_file() else None
+    folder = path.parent
+    twins = {twin.name for twin in finding_paths(folder)}
+    return folder if path.name in twins and path.is_file() and (folder / BISECT_JOURNAL).is_file() else None
+
+
+def load_bisect_finding(path: Path) -> BisectFinding:
+    """The finding of a bisect folder (or named by either twin), its twin saying the same: an edited twin must
+    not be shown as if it were the finding. FindingError naming both files otherwise."""
+    toml_path, json_path = finding_paths(path) if path.is_dir() else finding_paths(path.parent)
+    named = json_path if path.is_dir() or path == json_path else toml_path
+    finding = read_bisect_finding(named)
+    twin = toml_path if named == json_path else json_path
+    if twin.is_file():
+        difference = first_difference(finding.to_dict(), read_bisect_finding(twin).to_dict())
+        if difference is not None:
+            raise FindingError(f"{named}: differs from its twin {twin.name}: {difference}; one of them was edited "
+                               f"(gate verify {named.parent} says which)")
+    return finding

@@ -17,7 +17,8 @@ from gatekit.bisect.posterior import credible_set, posterior
 from gatekit.bisect.records import BISECT_JOURNAL, BISECT_PLAN, BisectState, BisectStop, ProbeEnd, read_plan, replay
 from gatekit.errors import GatekitError, SeriesError, VerificationError
 from gatekit.provenance import sha256_file
-from gatekit.verify import first_difference, verify_chain, verify_series
+from gatekit.records import first_difference
+from gatekit.verify import verify_chain, verify_series
 
 # the stop's probabilities were computed while the probes came back, perhaps in another order than the journal
 # lists them: the same sums added in another order differ in the last bits, never by this much
@@ -33,19 +34,6 @@ class BisectVerifyReport:
     chain_head: str
     probes: int  # probes whose series verified with their gate's finding
     finding: Path | None  # the JSON twin checked (None: the bisect has not stopped)
-
-
-def is_bisect_folder(path: Path) -> bool:
-    return (path / BISECT_JOURNAL).is_file()
-
-
-def bisect_folder_of(path: Path) -> Path | None:
-    """The bisect folder a path names: the folder itself, or the folder of its finding's twin; None otherwise."""
-    if path.is_dir():
-        return path if is_bisect_folder(path) else None
-    folder = path.parent
-    twins = {twin.name for twin in finding_paths(folder)}
-    return folder if path.name in twins and path.is_file() and is_bisect_folder(folder) else None
 
 
 def verify_bisect(folder: Path, *, finding_required: bool = True) -> BisectVerifyReport:

@@ -7,8 +7,9 @@ state and needs no display. Trainer-supplied text is drawn literally (`$` would 
 from __future__ import annotations
 
 import io
+import math
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 import matplotlib
 from matplotlib.backends.backend_agg import FigureCanvasAgg
@@ -18,6 +19,9 @@ from matplotlib.patches import Patch
 from gatekit.finding import Finding
 from gatekit.report.common import delta_ci, is_number, primary_label
 from gatekit.report.rundata import RunFiles
+
+if TYPE_CHECKING:  # a bisect finding's page is the only one that draws it
+    from gatekit.bisect.finding import BisectFinding
 
 # Okabe–Ito colours: distinguishable with the common colour-vision deficiencies.
 ARM_COLORS = {"off": "#0072B2", "on": "#E69F00"}
@@ -311,3 +315,51 @@ def report_figures(finding: Finding, run_files: RunFiles) -> dict[str, FigureIma
                 "load": load_figure(finding, run_files), "pressure": pressure_figure(finding, run_files),
                 "ms_per_iter": ms_per_iter_figure(finding, run_files), "duet": duet_figure(finding)}
     return {kind: image for kind, image in made.items() if image is not None}
+
+
+def bisect_figure(finding: BisectFinding) -> FigureImage | None:
+    """The metric along the commit range: each measured probe's pairs (probe vs its reference, in percent) and
+    their median, the skipped commits, the named commit; below, the posterior over the culprit as bars."""
+    measured = [p for p in finding.probes if p.values]
+    if not measured:
+        return None
+    n = finding.bad_index
+    with matplotlib.rc_context(STYLE):
+        figure = _new(4.4)
+        top, bottom = figure.subplots(2, 1, sharex=True, height_ratios=(2, 1))
+        for ax in (top, bottom):
+            _style(ax)
+        pct = [(p.index, [100 * (v / r - 1) for v, r in zip(p.values, p.reference_values)],
+                100 * math.expm1(p.median_log_diff or 0.0)) for p in measured]
+        top.scatter([i for i, values, _ in pct for _ in values], [v for _, values, _ in pct for v in values], s=14,
+                    color=ARM_COLORS["off"], alpha=0.35, linewidths=0, label="pairs")
+        top.scatter([i for i, _, _ in pct], [m for _, _, m in pct], s=52, color=ARM_COLORS["off"], zorder=3,
+                    label="median of the probe's pairs")
+        top.axhline(0, color="#6b7280", linewidth=0.8)
+        if finding.skipped:
+            top.scatter([s.index for s in finding.skipped], [0.0] * len(finding.skipped), marker="x", s=46,
+                        color="#6b7280", zorder=3, label="skipped (cannot be built)")
+        if finding.culprit_index is not None:
+            for ax in (top, bottom):
+                ax.axvline(finding.culprit_index - 0.5, color=DECISION_COLORS["danger"], linestyle="--", linewidth=1.2)
+            top.plot([], [], color=DECISION_COLORS["danger"], linestyle="--",
+                     label=f"named commit {finding.culprit_index}")
+        top.set_ylabel(f"{literal(finding.metric, 30)}\nvs reference (%)")
+        top.legend(loc="best", framealpha=0.9)
+        if finding.probabilities:
+            ks = [p.index for p in finding.probabilities]
+            colors = [DECISION_COLORS["danger"] if k == finding.culprit_index else ARM_COLORS["on"] for k in ks]
+            bottom.bar(ks, [p.probability for p in finding.probabilities], width=0.8, color=colors)
+            bottom.axhline(finding.confidence, color="#6b7280", linestyle=":", linewidth=1.0)
+        bottom.set_ylim(0, 1.05)
+        bottom.set_ylabel("P(culprit)")
+        bottom.set_xlabel(f"commit (0 = GOOD … {n} = BAD)")
+        bottom.set_xlim(-0.6, n + 0.6)
+        step = max(1, math.ceil((n + 1) / 24))
+        bottom.set_xticks(range(0, n + 1, step))
+        png, width, height = _png(figure)
+    return FigureImage("bisect.png", f"{finding.metric} of every probe against its reference, in percent (dots: "
+                       "pairs, discs: their median), and the posterior over the culprit (bars; dotted: the "
+                       f"confidence {finding.confidence:g})",
+                       f"{finding.metric} along the commit range, and the posterior over the culprit commit", png,
+                       width, height)

@@ -238,15 +238,24 @@ def _document(title: str, body: str, *, script: str = "") -> str:
 
 def report_html(page: Page, *, index_href: str = "", source: str = "", generator: str = "gatekit") -> str:
     """One finding's report page."""
+    return blocks_html(page.title, page.eyebrow, page.subtitle, page.blocks, tags=page.tags, index_href=index_href,
+                       source=source, generator=generator, document_title=f"{page.title} — {page.decision}")
+
+
+def blocks_html(title: str, eyebrow: str, subtitle: str, blocks: Sequence[Mapping[str, Any]], *,
+                tags: Sequence[str] = (), index_href: str = "", source: str = "", generator: str = "gatekit",
+                document_title: str = "") -> str:
+    """A report page: the header (eyebrow, title, subtitle, tags), the blocks, the footer (a finding's page,
+    a bisect finding's)."""
     crumbs = f'<nav class="crumbs"><a href="{esc(index_href)}">← all findings</a></nav>' if index_href else ""
-    tags = "".join(f"<li>{esc(t)}</li>" for t in page.tags)
-    header = (f"<header>{crumbs}<p class=\"eyebrow\">{esc(page.eyebrow)}</p><h1>{esc(page.title)}</h1>"
-              f"<p class=\"subtitle\">{inline(page.subtitle)}</p>"
-              + (f'<ul class="tags">{tags}</ul>' if tags else "") + "</header>")
-    body = "\n".join(render_block(block) for block in page.blocks)
+    tag_items = "".join(f"<li>{esc(t)}</li>" for t in tags)
+    header = (f"<header>{crumbs}<p class=\"eyebrow\">{esc(eyebrow)}</p><h1>{esc(title)}</h1>"
+              f"<p class=\"subtitle\">{inline(subtitle)}</p>"
+              + (f'<ul class="tags">{tag_items}</ul>' if tag_items else "") + "</header>")
+    body = "\n".join(render_block(block) for block in blocks)
     origin = f" from {esc(source)}" if source else ""
     footer = f"<footer>Rendered by {esc(generator)}{origin}. Figures are PNG files beside this page.</footer>"
-    return _document(f"{page.title} — {page.decision}", f"{header}\n{body}\n{footer}")
+    return _document(document_title or title, f"{header}\n{body}\n{footer}")
 
 
 def index_html(entries: Sequence[Mapping[str, Any]], *, title: str = "Findings", generator: str = "gatekit") -> str:
