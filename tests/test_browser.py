@@ -177,3 +177,35 @@ def test_hostile_strings_run_no_script(site: Path, browser: Any) -> None:
             assert "<script>window.__pwned = 1</script>" in page.text_content("h1")
             assert all(i["width"] > 0 for i in visit.images())
         visit.close()
+
+
+def test_a_bisect_page_shows_its_verdict_loads_its_figure_fits_a_phone_and_runs_no_script(tmp_path: Path,
+                                                                                          browser: Any) -> None:
+    from gatekit.bisect.commits import Commit
+    from gatekit.bisect.finding import build_finding, write_bisect_finding
+    from gatekit.bisect.records import replay
+    from tests.bisect_kit import COMMITS, probe_events, start_event, stop_of, write_events
+    from tests.findings_kit import PAYLOAD
+
+    hostile = tuple(Commit(c.sha, f"{PAYLOAD} {c.subject}", c.author_date) for c in COMMITS)
+    folder = tmp_path / "bisect"
+    journal = write_events(folder, [start_event(commits=hostile, good=hostile[0], bad=hostile[-1]), *probe_events()])
+    journal.record(stop_of(folder))
+    write_bisect_finding(folder, build_finding(replay(folder)))
+    done = gate_invoke("report", str(folder), "--html", str(tmp_path / "html"), cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    for width in (1200, 390):
+        visit = Visit(browser, width=width)
+        page = visit.open(tmp_path / "html" / "bisect" / "index.html")
+        assert page.text_content(".verdict .callout-label") == "CULPRIT FOUND"
+        assert page.get_attribute(".verdict", "data-decision") == "culprit"
+        assert [(i["src"], i["complete"], i["width"] > 0) for i in visit.images()] == [("bisect.png", True, True)]
+        assert page.evaluate("document.documentElement.scrollWidth <= window.innerWidth + 1")
+        for element in page.query_selector_all("td, dd, h1, h2, li, .callout")[:30]:
+            element.hover()
+        assert page.evaluate("window.__pwned") is None
+        assert "<script>window.__pwned = 1</script>" in page.text_content(".verdict")
+        if width == 1200:
+            ARTIFACTS.mkdir(parents=True, exist_ok=True)
+            page.screenshot(path=str(ARTIFACTS / "bisect-report.png"), full_page=True)
+        visit.close()

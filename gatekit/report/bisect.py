@@ -122,7 +122,7 @@ def skipped_block(finding: BisectFinding) -> dict[str, Any]:
 
 def posterior_table(finding: BisectFinding) -> dict[str, Any]:
     credible = {c.sha for c in finding.credible_set}
-    rows = [[str(p.index), p.sha[:SHA_SHOWN], fmt(p.probability, 4), "yes" if p.sha in credible else ""]
+    rows = [[str(p.index), p.sha[:SHA_SHOWN], posterior_text(p.probability), "yes" if p.sha in credible else ""]
             for p in finding.probabilities]
     return _table(["#", "commit", "P(culprit)", "credible set"], ["right", "left", "right", "left"], rows,
                   ["fail" if p.index == finding.culprit_index else "" for p in finding.probabilities])
