@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from gatekit.bisect.commits import BuildResult, BuildStatus, Commit
+from gatekit.bisect.commits import BuildResult, BuildStatus
 from gatekit.bisect.posterior import Pair
 from gatekit.bisect.records import (BISECT_JOURNAL, BISECT_JOURNAL_SCHEMA, BISECT_PLAN, BisectResume, BisectStart,
                                     BisectStop, MeasuredPair, ProbeEnd, ProbeStart, ProbeStatus, plan_toml, read_plan,
@@ -18,18 +18,13 @@ from gatekit.errors import SeriesError, VerificationError
 from gatekit.records import RecordError
 from gatekit.storage import Journal, atomic_write_text, line_sha256
 from gatekit.verify import verify_chain
+from tests import bisect_kit as kit
 
-COMMITS = tuple(Commit(f"{i:x}" * 40 if i < 16 else f"{i:040x}", f"commit {i}", f"2026-11-{i + 1:02d}T10:00:00+00:00")
-                for i in range(5))  # 0 GOOD … 4 BAD
+COMMITS = kit.COMMITS[:5]  # 0 GOOD … 4 BAD
 
 
 def start_event(**changes: object) -> BisectStart:
-    fields = dict(good=COMMITS[0], bad=COMMITS[-1], commits=COMMITS, gate_file="gate.toml", gate_sha256="ab" * 32,
-                  arm="off", metric="train_elapsed_s", higher_is_better=False, build=("make", "-j2"),
-                  confidence=0.95, budget=60, max_parallel=2, engine="local", pairs_per_probe=3,
-                  started="2026-12-01T18:00:00+00:00", host="box")
-    fields.update(changes)
-    return BisectStart(**fields)  # type: ignore[arg-type]
+    return kit.start_event(**{"commits": COMMITS, "bad": COMMITS[-1], **changes})
 
 
 def measured(commit: int, reference: int, round_: int, values: list[tuple[float, float]]) -> ProbeEnd:
@@ -100,23 +95,13 @@ def test_the_plan_file_reads_back_as_the_start_it_preregistered(tmp_path: Path) 
         read_plan(tmp_path / BISECT_PLAN)
 
 
-def write_bisect(folder: Path, events: list[object]) -> Journal:
-    """A bisect folder as the run writes one: the plan first (the genesis), then the journal's events."""
-    start = events[0]
-    atomic_write_text(folder / BISECT_PLAN, plan_toml(start))  # type: ignore[arg-type]
-    journal = Journal(folder / BISECT_JOURNAL, genesis=folder / BISECT_PLAN)
-    for event in events:
-        journal.record(event)  # type: ignore[arg-type]
-    return journal
-
-
 def test_replay_of_a_hand_written_journal(tmp_path: Path) -> None:
     endpoints = measured(4, 0, 0, [(1.10, 1.00), (1.12, 1.01), (1.09, 0.99)])
     skipped = ProbeEnd(1, 0, 1, ProbeStatus.BUILD_FAILED, (), "build exited 2",
                        BuildResult(BuildStatus.FAILED, 2, "build.log"), None, None)
     middle = measured(2, 0, 1, [(1.0, 1.0)])
     invalid = ProbeEnd(3, 0, 2, ProbeStatus.INVALID, (), "trainer failed", None, None, None, runs=4)
-    journal = write_bisect(tmp_path, [
+    journal = kit.write_events(tmp_path, [
         start_event(), ProbeStart(4, 0, 0, "probes/04-r0"), endpoints,
         ProbeStart(1, 0, 1, "probes/01-r1"), ProbeStart(2, 0, 1, "probes/02-r1"), skipped, middle,
         BisectResume("interrupted", "2026-12-01T18:05:00+00:00"),
@@ -140,7 +125,7 @@ def test_replay_of_a_hand_written_journal(tmp_path: Path) -> None:
 
 
 def test_a_tampered_line_is_found(tmp_path: Path) -> None:
-    write_bisect(tmp_path, [start_event(), ProbeStart(4, 0, 0, "probes/04-r0"),
+    kit.write_events(tmp_path, [start_event(), ProbeStart(4, 0, 0, "probes/04-r0"),
                             measured(4, 0, 0, [(1.10, 1.00), (1.12, 1.01)]),
                             BisectStop(Outcome.NO_CHANGE, None, (), (), 4, 1, 0)])
     path = tmp_path / BISECT_JOURNAL
@@ -158,7 +143,7 @@ def test_a_tampered_line_is_found(tmp_path: Path) -> None:
 
 
 def test_a_changed_plan_breaks_the_chain(tmp_path: Path) -> None:
-    write_bisect(tmp_path, [start_event()])
+    kit.write_events(tmp_path, [start_event()])
     (tmp_path / BISECT_PLAN).write_text(plan_toml(start_event(confidence=0.5)))
     with pytest.raises(VerificationError, match=rf"line 1 \(bisect_start\): prev does not match .*{BISECT_PLAN}"):
         verify_chain(tmp_path / BISECT_JOURNAL, tmp_path / BISECT_PLAN)
