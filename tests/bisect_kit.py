@@ -92,7 +92,7 @@ def write_example(folder: Path, *, stop: bool = True, seed: int = 7,
     sha256 journaled."""
     events = probe_events(seed)
     if probe_gate is not None:
-        events = [_with_gate(folder, e, *probe_gate) if isinstance(e, ProbeEnd) and e.series else e for e in events]
+        events = [with_gate(folder, e, *probe_gate) if isinstance(e, ProbeEnd) and e.series else e for e in events]
     journal = write_events(folder, [start_event(), *events])
     if stop:
         journal.record(stop_of(folder))
@@ -109,7 +109,8 @@ def stop_of(folder: Path) -> BisectStop:
                       0, ended="2026-12-01T18:09:00+00:00")
 
 
-def _with_gate(folder: Path, end: ProbeEnd, series: Path, finding: Path) -> ProbeEnd:
+def with_gate(folder: Path, end: ProbeEnd, series: Path, finding: Path) -> ProbeEnd:
+    """`end` with a copy of a real gate's series and finding as its probe's, the finding's sha256 journaled."""
     assert end.series is not None and end.finding is not None
     shutil.copytree(series, folder / end.series)
     shutil.copyfile(finding, folder / end.finding)

@@ -16,7 +16,9 @@ from gatekit.bisect.records import BISECT_JOURNAL, BISECT_PLAN, BisectStop, plan
 from gatekit.bisect.search import Outcome
 from gatekit.bisect.verify import verify_bisect
 from gatekit.errors import VerificationError
-from tests.bisect_kit import CULPRIT, N, probe_events, start_event, write_events, write_example
+from gatekit.bisect.records import MeasuredPair, ProbeEnd
+from gatekit.finding import load_finding
+from tests.bisect_kit import CULPRIT, N, probe_events, start_event, with_gate, write_events, write_example
 from tests.conftest import gate_invoke, make_gate
 from tests.fakes import install_fake_machine
 
@@ -142,3 +144,28 @@ def test_a_bisect_not_stopped_verifies_without_a_finding(tmp_path: Path, probe_g
 def test_a_bisect_folder_is_verified_alone(bisect: Path) -> None:
     verified = gate_invoke("verify", str(bisect), str(finding_paths(bisect)[1]), cwd=bisect.parent)
     assert verified.returncode == 2 and "a bisect folder is verified alone" in verified.stderr
+
+
+def test_pairs_that_name_their_runs_hold_those_runs_values(tmp_path: Path, probe_gate: tuple[Path, Path]) -> None:
+    values = {run.label: run.value_of("train_elapsed_s") for run in load_finding(probe_gate[1]).runs if run.used}
+    honest = tuple(MeasuredPair(values[f"on-r{k}"], values[f"off-r{k}"], f"on-r{k}", f"off-r{k}")  # type: ignore[arg-type]
+                   for k in (1, 2, 3))
+    forged = (dataclasses.replace(honest[0], probe_value=honest[0].probe_value * 1.1), *honest[1:])
+    unknown = (dataclasses.replace(honest[0], reference_run="off-r9"), *honest[1:])
+    problems = {}
+    for name, pairs in (("honest", honest), ("forged", forged), ("unknown", unknown)):
+        folder = tmp_path / name
+        events = probe_events()
+        endpoints = events[1]
+        assert isinstance(endpoints, ProbeEnd)
+        events[1] = with_gate(folder, dataclasses.replace(endpoints, pairs=pairs), *probe_gate)
+        write_events(folder, [start_event(), *events[:2]])
+        try:
+            verify_bisect(folder)
+        except VerificationError as exc:
+            problems[name] = str(exc)
+    assert "honest" not in problems
+    assert re.search(rf"line 3 \(probe_end\): commit {N}: pair 1 has {forged[0].probe_value!r} for run 'on-r1'; "
+                     rf".*finding.json says train_elapsed_s = {honest[0].probe_value!r}", problems["forged"])
+    assert "pair 1 has" in problems["unknown"] and "for run 'off-r9'" in problems["unknown"]
+    assert problems["unknown"].endswith("says no such run")

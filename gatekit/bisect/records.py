@@ -45,6 +45,9 @@ class MeasuredPair(Record):
 
     probe_value: float
     reference_value: float
+    # the two runs' labels in the probe gate's finding (`probe-r2`): `gate verify` then checks the values there
+    probe_run: str = field(default="", metadata={"omit": ""})
+    reference_run: str = field(default="", metadata={"omit": ""})
 
     def __post_init__(self) -> None:
         # checked, not trusted: a journal is read back, and log(0) or log(nan) would poison every posterior

@@ -56,8 +56,8 @@ def verify_bisect(folder: Path, *, finding_required: bool = True) -> BisectVerif
                                 f"{difference}")
     stop_line = next((number for number, event in reversed(events) if event.get("event") == BisectStop.KIND), 0)
     _verify_stop(state, f"{journal}: line {stop_line} ({BisectStop.KIND})")
-    checked = sum(_verify_probe(folder, end, f"{journal}: line {state.lines[end.key]} (probe_end)")
-                  for end in state.finished)
+    checked = sum(_verify_probe(folder, end, state.start.metric,
+                                f"{journal}: line {state.lines[end.key]} (probe_end)") for end in state.finished)
     finding = _verify_finding(state, finding_required) if state.stop is not None else None
     return BisectVerifyReport(folder, len(events), head, checked, finding)
 
@@ -90,9 +90,9 @@ def _inside(folder: Path, relative: str, where: str, what: str) -> Path:
     return folder.joinpath(*path.parts)
 
 
-def _verify_probe(folder: Path, end: ProbeEnd, where: str) -> int:
-    """The probe's gate finding has its journaled sha256; its series verifies with it. 1 when a series was
-    checked, else 0 (a probe that was never measured has none)."""
+def _verify_probe(folder: Path, end: ProbeEnd, metric: str, where: str) -> int:
+    """The probe's gate finding has its journaled sha256; its series verifies with it, and the pairs that name
+    their runs hold those runs' values. 1 when a series was checked, else 0 (a probe never measured has none)."""
     finding = None if end.finding is None else _inside(folder, end.finding, where, "finding")
     if finding is not None and end.finding_sha256 is not None:
         try:
@@ -110,7 +110,29 @@ def _verify_probe(folder: Path, end: ProbeEnd, where: str) -> int:
         verify_series(series, finding)
     except GatekitError as exc:
         raise VerificationError(f"{where}: commit {end.commit}: {exc}") from None
+    if finding is not None:
+        _verify_pair_values(end, finding, metric, where)
     return 1
+
+
+def _verify_pair_values(end: ProbeEnd, finding_path: Path, metric: str, where: str) -> None:
+    """Each pair that names its two runs holds their values of the metric, as the probe gate's (verified)
+    finding records them, and both runs counted there."""
+    from gatekit.finding import load_finding
+
+    named = [p for p in end.pairs if p.probe_run or p.reference_run]
+    if not named:
+        return
+    runs = {run.label: run for run in load_finding(finding_path).runs}
+    for index, pair in enumerate(named):
+        for label, value in ((pair.probe_run, pair.probe_value), (pair.reference_run, pair.reference_value)):
+            run = runs.get(label)
+            recorded = None if run is None else run.value_of(metric)
+            if run is None or not run.used or recorded is None or not math.isclose(recorded, value, rel_tol=1e-12):
+                state = ("no such run" if run is None else "not used by its gate" if not run.used
+                         else f"{metric} = {recorded!r}")
+                raise VerificationError(f"{where}: commit {end.commit}: pair {index + 1} has {value!r} for run "
+                                        f"{label!r}; {finding_path} says {state}")
 
 
 def _verify_finding(state: BisectState, required: bool) -> Path | None:
