@@ -119,6 +119,12 @@ def test_a_stop_the_journaled_pairs_do_not_give_is_named(tmp_path: Path) -> None
     assert re.search(r"line 14 \(bisect_stop\): P\(culprit = 3\) 0.99.* != 2.1.*e-10, the posterior of the journaled pairs", fails(folder))
     with pytest.raises(VerificationError, match="credible set"):
         verify_bisect(_with_stop(tmp_path / "forged-set", honest.probabilities, (3, 4)))
+    with pytest.raises(VerificationError, match=r"line 14 \(bisect_stop\): outcome credible_set with a credible set "
+                                                r"of 1 commit\(s\) at the confidence 0.95"):
+        verify_bisect(_with_stop(tmp_path / "forged-outcome", honest.probabilities, honest.credible))
+    write_events(tmp_path / "forged-culprit", [start_event(), *probe_events(), dataclasses.replace(honest, culprit=3)])
+    with pytest.raises(VerificationError, match=rf"culprit 3 is not the most likely commit {CULPRIT}"):
+        verify_bisect(tmp_path / "forged-culprit")
 
 
 def _with_stop(folder: Path, probabilities: tuple[float, ...], credible: tuple[int, ...]) -> Path:

@@ -15,6 +15,7 @@ from pathlib import Path, PurePosixPath
 from gatekit.bisect.finding import build_finding, finding_paths, read_bisect_finding
 from gatekit.bisect.posterior import credible_set, posterior
 from gatekit.bisect.records import BISECT_JOURNAL, BISECT_PLAN, BisectState, BisectStop, ProbeEnd, read_plan, replay
+from gatekit.bisect.search import Outcome
 from gatekit.errors import GatekitError, SeriesError, VerificationError
 from gatekit.provenance import sha256_file
 from gatekit.records import first_difference
@@ -80,6 +81,11 @@ def _verify_stop(state: BisectState, where: str) -> None:
     if tuple(stop.credible) != credible:
         raise VerificationError(f"{where}: credible set {list(stop.credible)} != {list(credible)} of the journaled "
                                 "pairs")
+    if stop.culprit != credible[0]:
+        raise VerificationError(f"{where}: culprit {stop.culprit} is not the most likely commit {credible[0]}")
+    if (stop.outcome is Outcome.CULPRIT) != (len(credible) == 1):
+        raise VerificationError(f"{where}: outcome {stop.outcome.value} with a credible set of {len(credible)} "
+                                f"commit(s) at the confidence {state.start.confidence:g}")
 
 
 def _inside(folder: Path, relative: str, where: str, what: str) -> Path:
