@@ -581,7 +581,8 @@ def drivers() -> None:
 
 
 # -- reports, the findings site, history and imports ----------------------------------------------------
-# The report modules draw with matplotlib; they are imported where used, so `gate run` starts fast.
+# The report modules (scipy for the page's statistics, matplotlib for history plots) are imported where used,
+# so `gate run` starts fast.
 
 runs_root_option = click.option(
     "--runs-root", "runs_roots", type=click.Path(path_type=Path, file_okay=False), multiple=True,

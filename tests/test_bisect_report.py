@@ -6,6 +6,7 @@ import html.parser
 import json
 import math
 from pathlib import Path
+from xml.etree import ElementTree
 
 import pytest
 
@@ -119,8 +120,9 @@ def test_the_page_shows_the_culprit_its_effect_every_probe_and_the_skipped_commi
     assert [r[0] for r in posterior[1:]] == [str(k) for k in range(1, N + 1)]
     assert [r[3] for r in posterior[1:]] == ["yes" if k == finding.culprit_index else "" for k in range(1, N + 1)]
     # the plot of the metric along the range, beside the page
-    assert page.images == ["bisect.png"]
-    assert (index.parent / "bisect.png").read_bytes().startswith(b"\x89PNG\r\n\x1a\n")
+    assert page.images == ["bisect.svg"]
+    figure = ElementTree.fromstring((index.parent / "bisect.svg").read_bytes())  # a standalone SVG, two panels
+    assert figure.tag == "{http://www.w3.org/2000/svg}svg" and len(figure.findall("{http://www.w3.org/2000/svg}svg")) == 2
 
 
 def test_either_twin_names_the_same_page(bisect: Path, tmp_path: Path) -> None:

@@ -119,8 +119,8 @@ def test_every_page_shows_its_verdict_and_every_image_loads(site: Path, browser:
         for image in images:
             assert image["complete"] and image["width"] > 0, (path, image)
         if path.parent.name.startswith("fixture-"):  # the gate run: its run folders were found
-            # the fake machine records no pressure stall, so no pressure.png (tests/test_evidence.py draws one)
-            assert {i["src"] for i in images} == {"runs.png", "delta.png", "load.png", "ms_per_iter.png"}
+            # the fake machine records no pressure stall, so no pressure.svg (tests/test_evidence.py draws one)
+            assert {i["src"] for i in images} == {"runs.svg", "delta.svg", "load.svg", "ms_per_iter.svg"}
             page.screenshot(path=str(ARTIFACTS / "report-desktop.png"), full_page=True)
         visit.close()
 
@@ -199,7 +199,7 @@ def test_a_bisect_page_shows_its_verdict_loads_its_figure_fits_a_phone_and_runs_
         page = visit.open(tmp_path / "html" / "bisect" / "index.html")
         assert page.text_content(".verdict .callout-label") == "CULPRIT FOUND"
         assert page.get_attribute(".verdict", "data-decision") == "culprit"
-        assert [(i["src"], i["complete"], i["width"] > 0) for i in visit.images()] == [("bisect.png", True, True)]
+        assert [(i["src"], i["complete"], i["width"] > 0) for i in visit.images()] == [("bisect.svg", True, True)]
         assert page.evaluate("document.documentElement.scrollWidth <= window.innerWidth + 1")
         for element in page.query_selector_all("td, dd, h1, h2, li, .callout")[:30]:
             element.hover()

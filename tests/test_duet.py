@@ -191,8 +191,8 @@ def test_a_duet_runs_each_pair_together_on_swapped_pinned_slots(tmp_path: Path) 
     assert gate_invoke("report", str(path), "--html", "site", cwd=g.root).returncode == 0
     (page,) = (g.root / "site").glob("*/index.html")
     html = page.read_text()
-    assert "<th>slot</th>" in html.replace(' class="left"', "") and "duet.png" in html
-    assert (page.parent / "duet.png").stat().st_size > 1000
+    assert "<th>slot</th>" in html.replace(' class="left"', "") and "duet.svg" in html
+    assert (page.parent / "duet.svg").stat().st_size > 1000
 
 
 START_GAP_S = 0.05  # one barrier: both trainers of a pair start within 50 ms

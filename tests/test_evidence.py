@@ -252,7 +252,7 @@ def test_a_real_cpu_hog_during_one_run_is_psi_evidence_for_that_run_only(tmp_pat
     files = load_run_files(result.finding, None, [result.series_dir.parent.parent], tmp_path)
     assert max(y for _, y in files.traces["on-r2"].psi_cpu) > HOG_LIMIT_PCT
     image = pressure_figure(result.finding, files)
-    assert image is not None and image.name == "pressure.png"
+    assert image is not None and image.name == "pressure.svg"
 
 
 def test_per_core_load1_is_the_sequential_rule_under_rules_evidence_load1() -> None:

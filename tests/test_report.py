@@ -10,6 +10,7 @@ import json
 import os
 import shutil
 from pathlib import Path
+from xml.etree import ElementTree
 
 import pytest
 
@@ -19,6 +20,8 @@ from tests.conftest import gate_invoke
 from tests.findings_kit import GOLDEN, SEED_SECTIONS, finding_of, golden_data, hostile_data, variant, write_json
 
 GENERATOR = "gatekit (golden)"
+# what gatekit's figures are drawn with (gatekit/report/svgplot.py): no script, no link, no foreign content
+SVG_ELEMENTS = {"svg", "rect", "defs", "pattern", "path", "clipPath", "g", "line", "circle", "text"}
 
 
 def _golden(name: str, text: str) -> None:
@@ -33,15 +36,16 @@ def test_report_html_and_markdown_match_golden() -> None:
     data = golden_data()
     prepared = prepare([(finding_of(data), NO_RUNS, "finding.json")])
     files = report_files(prepared, generator=GENERATOR)
-    assert set(files) == {"golden-2026-11-30/index.html", "golden-2026-11-30/runs.png",
-                          "golden-2026-11-30/delta.png"}
+    assert set(files) == {"golden-2026-11-30/index.html", "golden-2026-11-30/runs.svg",
+                          "golden-2026-11-30/delta.svg"}
     _golden("report/index.html", files["golden-2026-11-30/index.html"].decode())
     md = markdown_files(prepared, "report.md")
-    assert set(md) == {"report.md", "report-figures/golden-2026-11-30-runs.png",
-                       "report-figures/golden-2026-11-30-delta.png"}
+    assert set(md) == {"report.md", "report-figures/golden-2026-11-30-runs.svg",
+                       "report-figures/golden-2026-11-30-delta.svg"}
     _golden("report/report.md", md["report.md"].decode())
-    for name in ("runs.png", "delta.png"):
-        assert files[f"golden-2026-11-30/{name}"].startswith(b"\x89PNG\r\n\x1a\n")
+    for name in ("runs.svg", "delta.svg"):
+        root = ElementTree.fromstring(files[f"golden-2026-11-30/{name}"])  # well-formed XML, a standalone SVG
+        assert root.tag == "{http://www.w3.org/2000/svg}svg" and root.get("width") == "720"
 
 
 def test_page_has_every_part_the_issue_lists() -> None:
@@ -141,6 +145,12 @@ def test_every_trainer_supplied_string_is_escaped_in_html() -> None:
         assert found.tags.count("img") == (0 if name == "index.html" else 2)  # the two figures, nothing injected
         # the payload is shown as text, quotes included
         assert any("window.__pwned = 1" in t for t in found.texts)
+    figures = [content for name, content in files.items() if name.endswith(".svg")]
+    assert len(figures) == 2
+    for content in figures:  # the figures are text too: trainer strings in them are escaped XML text
+        elements = list(ElementTree.fromstring(content).iter())
+        assert {e.tag.rsplit("}", 1)[-1] for e in elements} <= SVG_ELEMENTS
+        assert not [a for e in elements for a in e.attrib if a.startswith("on") or "href" in a]
     page = files[f"{prepared[0].folder}/index.html"].decode()
     assert 'class="callout callout-info"' in page  # an unknown callout variant falls back, never reaches class=
     assert "../../etc/passwd" in page and 'href="../../etc/passwd' not in page  # unknown related ids: no link
@@ -182,7 +192,7 @@ def test_figures_from_run_traces() -> None:
     (prepared,) = prepare([(finding_of(data), RunFiles(traces=traces), "f.json")])
     assert set(prepared.figures) == {"runs", "delta", "load", "ms_per_iter"}
     page = report_files([prepared])[f"{prepared.folder}/index.html"].decode()
-    assert 'src="load.png"' in page and 'src="ms_per_iter.png"' in page and "Left out" not in page
+    assert 'src="load.svg"' in page and 'src="ms_per_iter.svg"' in page and "Left out" not in page
 
 
 @pytest.fixture(scope="module")
@@ -210,13 +220,13 @@ def test_report_cli_finds_the_run_folders(real_gate: Path, tmp_path: Path) -> No
     page_path = tmp_path / "html" / finding.stem / "index.html"
     assert f"report: {page_path}" in done.stdout and f"report: {tmp_path / 'r.md'}" in done.stdout
     folder = page_path.parent
-    # the fake machine records no pressure stall, so no pressure.png (tests/test_evidence.py draws one)
-    assert {p.name for p in folder.iterdir()} == {"index.html", "runs.png", "delta.png", "load.png",
-                                                   "ms_per_iter.png"}
+    # the fake machine records no pressure stall, so no pressure.svg (tests/test_evidence.py draws one)
+    assert {p.name for p in folder.iterdir()} == {"index.html", "runs.svg", "delta.svg", "load.svg",
+                                                   "ms_per_iter.svg"}
     assert oct(folder.joinpath("index.html").stat().st_mode & 0o777) == oct(0o666 & ~_umask())
     assert "Left out" not in page_path.read_text()
     md = (tmp_path / "r.md").read_text()
-    assert f"](r-figures/{finding.stem}-load.png)" in md and (tmp_path / "r-figures" / f"{finding.stem}-load.png").exists()
+    assert f"](r-figures/{finding.stem}-load.svg)" in md and (tmp_path / "r-figures" / f"{finding.stem}-load.svg").exists()
 
 
 def _umask() -> int:
@@ -237,7 +247,7 @@ def test_report_from_the_finding_alone_says_what_is_left_out(real_gate: Path, tm
     done = gate_invoke("report", str(alone), "--html", str(tmp_path / "again"), "--runs-root", str(real_gate),
                     cwd=tmp_path)
     assert done.returncode == 0, done.stderr
-    assert (tmp_path / "again" / finding.stem / "load.png").exists()
+    assert (tmp_path / "again" / finding.stem / "load.svg").exists()
     # an artifact that kept <series>/<label> but not the folders above it still matches (repeatable option)
     (series,) = [p for p in (real_gate / "runs").iterdir() if p.is_dir()]
     shutil.copytree(series, tmp_path / "artifact" / series.name)
@@ -245,7 +255,7 @@ def test_report_from_the_finding_alone_says_what_is_left_out(real_gate: Path, tm
     done = gate_invoke("report", str(alone), "--html", str(tmp_path / "third"), "--runs-root", str(tmp_path / "elsewhere"),
                     "--runs-root", str(tmp_path / "artifact"), cwd=tmp_path)
     assert done.returncode == 0, done.stderr
-    assert (tmp_path / "third" / finding.stem / "ms_per_iter.png").exists() and not done.stderr
+    assert (tmp_path / "third" / finding.stem / "ms_per_iter.svg").exists() and not done.stderr
 
 
 def test_bad_finding_is_one_line_naming_file_and_key(tmp_path: Path) -> None:

@@ -169,4 +169,4 @@ def bisect_report_files(finding: BisectFinding, *, source: str = "", generator: 
                 f"runs in {finding.rounds} rounds")
     page = blocks_html(bisect_title(finding), "gate bisect", subtitle, bisect_blocks(finding, figure),
                        source=source, generator=generator)
-    return {"index.html": page.encode("utf-8"), **({figure.name: figure.png} if figure else {})}
+    return {"index.html": page.encode("utf-8"), **({figure.name: figure.data} if figure else {})}

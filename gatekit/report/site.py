@@ -3,7 +3,7 @@
 Layout (the same for `gate report --html DIR` and `gate site ... -o DIR`):
   DIR/index.html               the findings index (site only)
   DIR/<finding-id>/index.html  one page per finding
-  DIR/<finding-id>/*.png       its figures, beside the page
+  DIR/<finding-id>/*.svg       its figures, beside the page
 so a page links a related finding as `../<id>/index.html`, and the folder can be copied or uploaded whole.
 `--md FILE` writes FILE and its figures in `<FILE stem>-figures/`.
 """
@@ -17,7 +17,6 @@ import os
 import shutil
 import tempfile
 from dataclasses import dataclass
-from importlib.metadata import version
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
@@ -29,7 +28,7 @@ from gatekit.report.html import index_html, report_html
 from gatekit.report.rundata import RunFiles, load_run_files, run_files_digest, run_folders
 from gatekit.storage import atomic_write_bytes, current_umask
 
-# Drawing (matplotlib) and the page's statistics (scipy) are imported where a page is drawn, so a site
+# Drawing the figures and the page's statistics (scipy) are imported where a page is drawn, so a site
 # build that finds nothing changed never loads them.
 if TYPE_CHECKING:
     from gatekit.report.figures import FigureImage
@@ -82,7 +81,7 @@ def page_files(item: Prepared, related: Mapping[str, str], *, with_index: bool,
     page = build_page(item.finding, item.figures, item.run_files, related=related)
     text = report_html(page, index_href="../index.html" if with_index else "", source=item.source,
                        generator=generator)
-    return {"index.html": text.encode("utf-8"), **{image.name: image.png for image in item.figures.values()}}
+    return {"index.html": text.encode("utf-8"), **{image.name: image.data for image in item.figures.values()}}
 
 
 def report_files(prepared: Sequence[Prepared], *, with_index: bool = False,
@@ -136,7 +135,7 @@ def markdown_files(prepared: Sequence[Prepared], md_name: str) -> dict[str, byte
         page = build_page(item.finding, item.figures, item.run_files, figure_prefix=f"{figure_dir}/{item.folder}-")
         parts.append(report_markdown(page))
         for image in item.figures.values():
-            files[f"{figure_dir}/{item.folder}-{image.name}"] = image.png
+            files[f"{figure_dir}/{item.folder}-{image.name}"] = image.data
     files[Path(md_name).name] = "\n---\n\n".join(parts).encode("utf-8")
     return files
 
@@ -192,10 +191,10 @@ class PageTask:
 
 
 def renderer_fingerprint() -> str:
-    """sha256 of the code that shapes a page (gatekit's own modules, matplotlib's version): a site built by
+    """sha256 of the code that shapes a page (gatekit's own modules, the figures included): a site built by
     other code is drawn again in full."""
     package = Path(__file__).resolve().parents[1]
-    digest = hashlib.sha256(f"{GENERATOR}\nmatplotlib {version('matplotlib')}\n".encode())
+    digest = hashlib.sha256(f"{GENERATOR}\n".encode())
     for path in sorted(package.rglob("*.py")):
         digest.update(path.relative_to(package).as_posix().encode() + b"\0" + path.read_bytes())
     return digest.hexdigest()
