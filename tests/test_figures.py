@@ -5,11 +5,17 @@ window — as well-formed, deterministic SVG, read back here by parsing it."""
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
+from typing import Callable
 from xml.etree import ElementTree
 
-from gatekit.report.figures import delta_figure, duet_figure, load_figure, runs_figure
-from gatekit.report.rundata import RunFiles, RunTrace
+import pytest
+
+from gatekit.finding import load_finding
+from gatekit.report.figures import clock_figure, delta_figure, duet_figure, load_figure, report_figures, runs_figure
+from gatekit.report.rundata import RunFiles, RunTrace, load_run_files, parse_clock_trace
 from gatekit.report.svgplot import Axes, nice_ticks, tick_text
+from tests.conftest import gate_invoke
 from tests.findings_kit import finding_of, golden_data
 
 SVG = "{http://www.w3.org/2000/svg}"
@@ -99,3 +105,85 @@ def test_ticks_are_round_and_labelled_with_the_decimals_they_need() -> None:
     assert nice_ticks(0.0, 100.0) == [0.0, 20.0, 40.0, 60.0, 80.0, 100.0]
     assert tick_text([0.0, 0.25, 0.5]) == ["0.00", "0.25", "0.50"]
     assert tick_text([9.4, 9.6]) == ["9.4", "9.6"] and tick_text([0.0, 2.0]) == ["0", "2"]
+
+
+# -- the GPU clock line, on the recorded H200 series (findings/h200-2026-12-01/clocks) -----------------------
+
+H200 = Path(__file__).resolve().parents[1] / "findings" / "h200-2026-12-01" / "clocks" / "findings" / "graph-aa-2026-12-01.json"
+
+
+def _value_of(root: ElementTree.Element) -> Callable[[float], float]:
+    """The y axis' data value at a pixel row, read from two of its tick labels (their text and where they are)."""
+    ticks = [(float(t.get("y")), float(t.text)) for t in root.iter(f"{SVG}text")
+             if t.get("text-anchor") == "end" and not t.get("transform") and (t.text or "").replace(".", "").isdigit()]
+    (y0, v0), (y1, v1) = ticks[0], ticks[-1]
+    return lambda y: v0 + (y - y0 + LABEL_OFFSET) * (v1 - v0) / (y1 - y0)
+
+
+LABEL_OFFSET = 12.5 * 0.35  # a tick label's baseline is this far below its tick (svgplot.TICK_PX · 0.35)
+
+
+def _series_rows(root: ElementTree.Element) -> list[list[float]]:
+    """Each run's line as its pixel rows (the y of every vertex of a path M x,y L x,y ...)."""
+    rows = []
+    for path in _plotted(root).iter(f"{SVG}path"):
+        if path.get("class") == "series":
+            rows.append([float(point.split(",")[1]) for point in path.get("d", "")[1:].split("L")])
+    return rows
+
+
+def test_the_report_of_the_recorded_h200_series_draws_the_sm_clock_beside_load_and_pressure(tmp_path: Path) -> None:
+    finding = load_finding(H200)
+    files = load_run_files(finding, H200, (), H200.parents[4])
+    with_clock = [label for label, trace in files.traces.items() if trace.sm_clock_mhz]
+    assert len(with_clock) == len(finding.runs) == 12
+    samples = [mhz for trace in files.traces.values() for _, mhz in trace.sm_clock_mhz]
+    top = finding.provenance.backend["max_sm_clock_mhz"]
+    image = clock_figure(finding, files)
+    assert image is not None and image.name == "clock.svg"
+    root = _parse(image.data)
+    rows = _series_rows(root)
+    assert len(rows) == len(with_clock)  # a line per run window
+    value = _value_of(root)
+    shown = [value(y) for row in rows for y in row]
+    # the line is the clock's share of the max: the idle start-up (345 MHz) and the busy 1980 MHz, as recorded
+    assert min(shown) == pytest.approx(100 * min(samples) / top, abs=0.5)
+    assert max(shown) == pytest.approx(100 * max(samples) / top, abs=0.5)
+    assert "SM clock (% of max)" in _texts(root) and f"max SM clock {top:g} MHz" in _texts(root)
+    # on the page, in the run windows' figures after load and pressure
+    done = gate_invoke("report", str(H200), "--html", str(tmp_path / "html"), cwd=H200.parents[4])
+    assert done.returncode == 0, done.stderr
+    page = (tmp_path / "html" / finding.id / "index.html").read_text()
+    assert page.index('src="load.svg"') < page.index('src="pressure.svg"') < page.index('src="clock.svg"')
+    assert _parse((tmp_path / "html" / finding.id / "clock.svg").read_bytes()).tag == f"{SVG}svg"
+
+
+def test_no_clock_figure_without_clock_samples_and_megahertz_without_a_max_clock() -> None:
+    finding = load_finding(H200)
+    files = load_run_files(finding, H200, (), H200.parents[4])
+    no_gpu = RunFiles(traces={label: dataclasses.replace(trace, sm_clock_mhz=()) for label, trace in files.traces.items()})
+    assert clock_figure(finding, no_gpu) is None and "clock" not in report_figures(finding, no_gpu)
+    backend = {k: v for k, v in finding.provenance.backend.items() if "sm_clock" not in k}
+    unknown_max = dataclasses.replace(finding, provenance=dataclasses.replace(finding.provenance, backend=backend))
+    image = clock_figure(unknown_max, files)
+    assert image is not None
+    root = _parse(image.data)
+    assert "SM clock (MHz)" in _texts(root)
+    assert max(_value_of(root)(y) for row in _series_rows(root) for y in row) == pytest.approx(1980, abs=10)
+
+
+def test_with_locked_clocks_the_clock_is_a_share_of_the_locked_clock() -> None:
+    """Edited for the case (the lent H200 cannot lock its clocks): the recorded series with a locked 1500 MHz."""
+    finding = load_finding(H200)
+    files = load_run_files(finding, H200, (), H200.parents[4])
+    backend = {**finding.provenance.backend, "locked_sm_clock_mhz": 1500.0}
+    locked = dataclasses.replace(finding, provenance=dataclasses.replace(finding.provenance, backend=backend))
+    root = _parse(clock_figure(locked, files).data)
+    assert "SM clock (% of locked)" in _texts(root) and "locked SM clock 1500 MHz" in _texts(root)
+    assert max(_value_of(root)(y) for row in _series_rows(root) for y in row) == pytest.approx(132, abs=1)
+
+
+def test_clock_samples_are_read_from_the_samples_file_and_unreadable_cells_left_out() -> None:
+    text = "t_s,load1,gpu_sm_clock_mhz\n0.0,0.1,345\n0.5,0.1,\n1.0,0.1,1980\n1.5,0.1,nan\n"
+    assert parse_clock_trace(text) == ((0.0, 345.0), (1.0, 1980.0))
+    assert parse_clock_trace("t_s,load1\n0.0,0.1\n") == ()

@@ -218,6 +218,47 @@ def pressure_figure(finding: Finding, run_files: RunFiles) -> FigureImage | None
     return _image("pressure.svg", caption, "Line chart of CPU pressure stall over each run window", ax)
 
 
+def reference_sm_clock(finding: Finding) -> tuple[str, float] | None:
+    """The SM clock a run's clock is a share of, as the backend recorded it at series start: the locked clock
+    where clocks were locked, else the maximum (cuda: NVML's); None when it recorded neither."""
+    backend = finding.provenance.backend or {}
+    for name, key in (("locked", "locked_sm_clock_mhz"), ("max", "max_sm_clock_mhz")):
+        value = backend.get(key)
+        if is_number(value) and value > 0:
+            return name, float(value)
+    return None
+
+
+def clock_figure(finding: Finding, run_files: RunFiles) -> FigureImage | None:
+    """The GPU's SM clock over each run window, one line per run, as a share of the locked or maximum SM clock
+    when the backend recorded one (else in MHz); None when no window has a clock sample (no GPU, older series)."""
+    series = _window_series(finding, run_files, "sm_clock_mhz")
+    if not series:
+        return None
+    reference = reference_sm_clock(finding)
+    if reference is not None:
+        series = [(label, arm, (xs, [100.0 * y / reference[1] for y in ys])) for label, arm, (xs, ys) in series]
+    ax = _trace_axes(finding, series)
+    ax.xlabel = "seconds since the run window opened"
+    if reference is not None:
+        name, mhz = reference
+        ax.ylabel = f"SM clock (% of {name})"
+        ax.ylim = [0.0, max(105.0, 1.05 * max(max(ys) for _, _, (_, ys) in series))]
+        ax.hline(100.0, "#6b7280", dash=":", width=1.0)
+        ax.add_legend(f"{name} SM clock {mhz:g} MHz", "line", "#6b7280", dash=":")
+    else:
+        ax.ylabel = "SM clock (MHz)"
+        ax.ylim = [0.0, None]
+    idle = [v for run in finding.runs if run.window.telemetry
+            and is_number(v := run.window.telemetry.get("gpu_idle_frac"))]
+    caption = "GPU SM clock sampled during every run window" + (
+        f", as a share of the {reference[0]} SM clock {reference[1]:g} MHz" if reference is not None else " (MHz)")
+    if idle:
+        caption += ("; while the GPU is idle (the trainer's start-up) it reads its idle clock, which is why a "
+                    "window's mean SM clock is taken over its busy samples only")
+    return _image("clock.svg", caption, "Line chart of the GPU SM clock over each run window", ax)
+
+
 def ms_per_iter_figure(finding: Finding, run_files: RunFiles) -> FigureImage | None:
     """The trainer's own per-iteration times (`trace.ms_per_iter`), one line per run."""
     series = []
@@ -272,7 +313,8 @@ def report_figures(finding: Finding, run_files: RunFiles) -> dict[str, FigureIma
     """Every figure the finding (and the run folders found) can support, keyed by kind."""
     made = {"runs": runs_figure(finding), "delta": delta_figure(finding),
             "load": load_figure(finding, run_files), "pressure": pressure_figure(finding, run_files),
-            "ms_per_iter": ms_per_iter_figure(finding, run_files), "duet": duet_figure(finding)}
+            "clock": clock_figure(finding, run_files), "ms_per_iter": ms_per_iter_figure(finding, run_files),
+            "duet": duet_figure(finding)}
     return {kind: image for kind, image in made.items() if image is not None}
 
 

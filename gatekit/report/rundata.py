@@ -1,4 +1,5 @@
-"""The run folders behind a finding: each window's load samples and each run's ms_per_iter trace.
+"""The run folders behind a finding: each window's load, pressure and GPU clock samples and each run's
+ms_per_iter trace.
 
 A finding names its run folders in `meta.related_runs`, relative to the repository (or gate folder) it
 was made in. They are looked up under each `--runs-root` when given, else under the current folder and
@@ -15,6 +16,7 @@ import csv
 import hashlib
 import io
 import json
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Sequence
@@ -37,6 +39,7 @@ class RunTrace:
     load1: tuple[tuple[float, float], ...] = ()  # (seconds since the window opened, load1)
     ms_per_iter: tuple[float, ...] = ()
     psi_cpu: tuple[tuple[float, float], ...] = ()  # (end of a sample interval, % of it some task waited for CPU)
+    sm_clock_mhz: tuple[tuple[float, float], ...] = ()  # (t_s, the GPU's SM clock) where the backend sampled it
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,6 +121,24 @@ def parse_pressure_trace(text: str) -> tuple[tuple[float, float], ...]:
     return tuple(points)
 
 
+def parse_clock_trace(text: str) -> tuple[tuple[float, float], ...]:
+    """(t_s, SM clock MHz) of a samples.csv whose backend sampled the GPU's clock (cuda: the gpu_sm_clock_mhz
+    column); empty for a file without the column or with no number in it. A sample the backend could not read
+    (an empty cell) is left out, never read as 0 MHz."""
+    reader = csv.DictReader(io.StringIO(text))
+    if not reader.fieldnames or not {"t_s", "gpu_sm_clock_mhz"} <= set(reader.fieldnames):
+        return ()
+    points = []
+    for row in reader:
+        try:
+            t_s, mhz = float(row["t_s"]), float(row["gpu_sm_clock_mhz"])
+        except (TypeError, ValueError):
+            continue
+        if math.isfinite(t_s) and math.isfinite(mhz) and mhz >= 0:
+            points.append((t_s, mhz))
+    return tuple(points)
+
+
 def parse_result_trace(raw: bytes, source: str) -> tuple[tuple[float, ...], str]:
     """`trace.ms_per_iter` of a result file (JSON or TOML), and a note when present but unusable."""
     try:
@@ -188,6 +209,7 @@ def load_run_files(finding: Finding, finding_path: Path | None, runs_roots: Sequ
             continue
         load1: tuple[tuple[float, float], ...] = ()
         psi_cpu: tuple[tuple[float, float], ...] = ()
+        sm_clock: tuple[tuple[float, float], ...] = ()
         files = RunFolder(folder)
         samples, note = _read(files.samples, MAX_SAMPLES_BYTES, f"{relative}/{files.samples.name}")
         if samples is None:
@@ -197,6 +219,7 @@ def load_run_files(finding: Finding, finding_path: Path | None, runs_roots: Sequ
             text = samples.decode("utf-8", errors="replace")
             load1, note = parse_samples(text, f"{relative}/{files.samples.name}")
             psi_cpu = parse_pressure_trace(text)
+            sm_clock = parse_clock_trace(text)
             if note:
                 notes.append(note)
         ms: tuple[float, ...] = ()
@@ -205,7 +228,8 @@ def load_run_files(finding: Finding, finding_path: Path | None, runs_roots: Sequ
             ms, note = parse_result_trace(result, f"{relative}/{files.result.name}")
         if note:
             notes.append(note if result is not None else f"{note}; its ms_per_iter trace is left out")
-        traces[label] = RunTrace(label=label, folder=relative, load1=load1, ms_per_iter=ms, psi_cpu=psi_cpu)
+        traces[label] = RunTrace(label=label, folder=relative, load1=load1, ms_per_iter=ms, psi_cpu=psi_cpu,
+                                 sm_clock_mhz=sm_clock)
     if missing:
         shown = ", ".join(missing[:2]) + (f" and {len(missing) - 2} more" if len(missing) > 2 else "")
         notes.insert(0, f"run folder(s) not found {where}: {shown}; their load timelines and ms_per_iter traces "
