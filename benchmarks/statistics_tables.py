@@ -68,6 +68,23 @@ def target_table(draws: int) -> str:
     return "\n".join(lines)
 
 
+def classic_table(draws: int) -> str:
+    """The classic rule at n = 3 as a gate decides it, rules.max_threshold_pct = 10 % (a gate file's default):
+    every outcome, and how many gates `gate simulate` called rejected before it applied the limit."""
+    scenarios = [Scenario(cv_off_pct=cv, effect_pct=effect, name=f"{f'−{-effect:g} %' if effect else 'A/A'}, "
+                                                                  f"CV {cv:g} %")
+                 for effect, cvs in ((0.0, (0.5, 2.0, 3.0, 5.0, 8.0)), (-10.0, (3.0, 5.0, 8.0))) for cv in cvs]
+    lines = ["| scenario | adopted % | regression % | rejected % | inconclusive % | rejected % with no limit |",
+             "| --- | --- | --- | --- | --- | --- |"]
+    for scenario in scenarios:
+        r = simulate("classic", scenario, draws=draws, seed=SEED)
+        unlimited = simulate("classic", scenario, draws=draws, seed=SEED, max_threshold_pct=0.0)
+        lines.append(f"| {scenario.name} | {cell(r.adopted)} | {cell(r.rates['regression'])} | "
+                     f"{cell(r.rates['rejected'])} | {cell(r.rates['inconclusive'])} | "
+                     f"{cell(unlimited.rates['rejected'])} |")
+    return "\n".join(lines)
+
+
 def order_table(draws: int) -> str:
     """The classic rule at n = 4 under each order: drift and a cold first run."""
     scenarios = [Scenario(cv_off_pct=0.5, drift_pct_per_run=-0.25, n=4, name="A/A, CV 0.5 %, drift −0.25 %/run"),
@@ -149,11 +166,17 @@ def main() -> None:
     parser.add_argument("--write", type=Path, required=True)
     parser.add_argument("--draws", type=int, default=200_000)
     parser.add_argument("--big-draws", type=int, default=1_000_000)
+    parser.add_argument("--only", action="append", default=[],
+                        help="regenerate only this block (repeatable; default: every block)")
     args = parser.parse_args()
     text = args.write.read_text()
     blocks = {"suite": lambda: suite_table(args.draws), "targets": lambda: target_table(args.big_draws),
-              "orders": lambda: order_table(args.draws), "df": lambda: df_table(args.draws),
-              "timing": timing_table}
+              "classic": lambda: classic_table(args.draws), "orders": lambda: order_table(args.draws),
+              "df": lambda: df_table(args.draws), "timing": timing_table}
+    unknown = set(args.only) - set(blocks)
+    if unknown:
+        raise SystemExit(f"--only: no block {', '.join(sorted(unknown))} (blocks: {', '.join(blocks)})")
+    blocks = {name: make for name, make in blocks.items() if not args.only or name in args.only}
     for name in blocks:  # every marker first, before minutes of simulation
         replace_block(text, name, "")
     for name, make in blocks.items():

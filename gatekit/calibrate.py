@@ -21,7 +21,7 @@ import numpy as np
 import tomlkit
 
 from gatekit import __version__, stats
-from gatekit.config import CALIBRATION_FILE, ArmSpec, GateConfig, ThresholdSpec
+from gatekit.config import CALIBRATION_FILE, DEFAULT_MAX_THRESHOLD_PCT, ArmSpec, GateConfig, ThresholdSpec
 from gatekit.diagnostics import MDE_POWER, ols_slope
 from gatekit.driver import ChosenBackend, Driver, make_backend, make_driver
 from gatekit.errors import CalibrationError, ConfigError, GatekitError, OutputError, PreflightError, ProvenanceError
@@ -34,7 +34,7 @@ from gatekit.sampler import LoadReader, read_system_load
 from gatekit.schedule import Slot
 from gatekit.series.replay import RunLog
 from gatekit.series.runloop import RunLoop, new_series_dir, now, runs_lock
-from gatekit.simulate import Scenario, simulate
+from gatekit.simulate import Scenario, SimulationResult, simulate
 from gatekit.storage import Journal, SeriesLayout, write_output
 
 WARMUP_Z = 3.5  # Iglewicz & Hoaglin (1993): a modified z-score above 3.5 marks an outlier
@@ -141,6 +141,9 @@ class Plan:
     draws: int
     seed: int
     reason: str = ""  # why the target is out of reach, when it is
+    max_threshold_pct: float = DEFAULT_MAX_THRESHOLD_PCT  # rules.max_threshold_pct the classic rule applied
+    rejected_pct: float = 0.0  # at n (or the largest size): gates that end rejected …
+    inconclusive_pct: float = 0.0  # … and inconclusive (classic: a threshold above max_threshold_pct)
 
     @property
     def reached(self) -> bool:
@@ -149,8 +152,10 @@ class Plan:
     def to_dict(self) -> dict[str, Any]:
         return {"policy": self.policy, "cv_pct": self.cv_pct, "effect_pct": self.effect_pct,
                 "sigma_k": self.thresholds.sigma_k, "floor_pct": self.thresholds.floor_pct,
+                "max_threshold_pct": self.max_threshold_pct,
                 "power_target_pct": self.power_target_pct, "n": self.n, "power_pct": self.power_pct,
                 "reached": self.reached, "runs_per_arm": self.runs_per_arm,
+                "rejected_pct": self.rejected_pct, "inconclusive_pct": self.inconclusive_pct,
                 "tried": [{"n": n, "power_pct": pw} for n, pw in self.tried], "draws": self.draws,
                 "seed": self.seed, "reason": self.reason}
 
@@ -171,6 +176,11 @@ class Plan:
         lines = [head, body]
         if self.tried:
             lines.append("power by runs per arm: " + ", ".join(f"n={n}: {pw:.1f} %" for n, pw in self.tried))
+        if self.inconclusive_pct >= 0.05:
+            why = (f": a threshold above rules.max_threshold_pct = {self.max_threshold_pct:g} %"
+                   if policy_for(self.policy).applies_max_threshold else "")
+            lines.append(f"at {self.runs_per_arm:.4g} runs per arm {self.rejected_pct:.1f} % of the gates end rejected "
+                         f"and {self.inconclusive_pct:.1f} % inconclusive (too noisy to tell{why})")
         if self.reason:
             lines.append(f"  ! {self.reason}")
         return "\n".join(lines)
@@ -193,7 +203,8 @@ def _check_plan_input(policy: str, cv_pct: float, effect_pct: float, power: floa
 
 
 def plan_runs(policy: str, cv_pct: float, effect_pct: float, *, thresholds: ThresholdSpec = ThresholdSpec(),
-              power: float = PLAN_POWER, draws: int = PLAN_DRAWS, seed: int = PLAN_SEED) -> Plan:
+              power: float = PLAN_POWER, draws: int = PLAN_DRAWS, seed: int = PLAN_SEED,
+              max_threshold_pct: float = DEFAULT_MAX_THRESHOLD_PCT) -> Plan:
     """Runs per arm for `power` at a true `effect_pct` under `policy`, by simulation (gatekit.simulate).
 
     A policy that takes the gate's n (classic, duet): the power at each of its plan sizes (3, 4, 6, 8, … 64
@@ -201,26 +212,28 @@ def plan_runs(policy: str, cv_pct: float, effect_pct: float, *, thresholds: Thre
     the size before; the classic rule adopts only beyond max(k·σ_off, floor), which more runs do not lower, so
     an effect inside it is out of reach at any n (the policy says why: `Policy.unreachable`). A policy that
     fixes its stages (sequential: 4, 8, then 12 runs per arm when look 2 is close): the plan is its power at
-    the effect and whether that reaches the target.
+    the effect and whether that reaches the target. `max_threshold_pct` is the gate's rules.max_threshold_pct:
+    it never changes an adoption, only whether the classic rule's other gates end rejected or inconclusive.
     """
     _check_plan_input(policy, cv_pct, effect_pct, power)
     target_pct = 100 * power
     described, planned = describe(policy), policy_for(policy)
     if described.fixes_schedule:
         result = simulate(policy, _plan_scenario(cv_pct, effect_pct, described.first_stage), draws=draws, seed=seed,
-                          thresholds=thresholds)
+                          thresholds=thresholds, max_threshold_pct=max_threshold_pct)
         reached = result.adopted.pct >= target_pct
         most = planned.max_rounds(described.first_stage)
         reason = "" if reached else planned.unreachable(effect_pct, cv_pct, thresholds, most)
         return Plan(policy, cv_pct, effect_pct, thresholds, target_pct, most if reached else None,
-                    result.adopted.pct, result.runs_per_arm, (), draws, seed, reason)
-    powers: dict[int, float] = {}
+                    result.adopted.pct, result.runs_per_arm, (), draws, seed, reason, max_threshold_pct,
+                    result.rates["rejected"].pct, result.rates["inconclusive"].pct)
+    results: dict[int, SimulationResult] = {}
 
     def power_at(n: int) -> float:
-        if n not in powers:
-            powers[n] = simulate(policy, _plan_scenario(cv_pct, effect_pct, n), draws=draws, seed=seed,
-                                 thresholds=thresholds).adopted.pct
-        return powers[n]
+        if n not in results:
+            results[n] = simulate(policy, _plan_scenario(cv_pct, effect_pct, n), draws=draws, seed=seed,
+                                  thresholds=thresholds, max_threshold_pct=max_threshold_pct)
+        return results[n].adopted.pct
 
     floor_pct = thresholds.floor_pct
     step, candidates = described.plan_step, described.plan_sizes  # a duet: an even number of pairs, at least 4
@@ -240,13 +253,12 @@ def plan_runs(policy: str, cv_pct: float, effect_pct: float, *, thresholds: Thre
                 found = middle
             else:
                 below = middle
-    tried = tuple(sorted(powers.items()))
-    if found is not None:
-        return Plan(policy, cv_pct, effect_pct, thresholds, target_pct, found, powers[found], float(found), tried,
-                    draws, seed)
-    reason = planned.unreachable(effect_pct, cv_pct, thresholds, candidates[-1])
-    return Plan(policy, cv_pct, effect_pct, thresholds, target_pct, None, powers[candidates[-1]],
-                float(candidates[-1]), tried, draws, seed, reason)
+    tried = tuple((n, result.adopted.pct) for n, result in sorted(results.items()))
+    shown = found if found is not None else candidates[-1]
+    rates = results[shown].rates
+    reason = "" if found is not None else planned.unreachable(effect_pct, cv_pct, thresholds, candidates[-1])
+    return Plan(policy, cv_pct, effect_pct, thresholds, target_pct, found, rates["adopted"].pct, float(shown), tried,
+                draws, seed, reason, max_threshold_pct, rates["rejected"].pct, rates["inconclusive"].pct)
 
 
 def policy_mde(policy: str, cv_pct: float, n: int, *, thresholds: ThresholdSpec = ThresholdSpec(),
@@ -297,7 +309,8 @@ class CalibrationStats:
 
 
 def analyze_calibration(values: Sequence[float], min_effect_pct: float, *, policy: str = DEFAULT_POLICY,
-                        thresholds: ThresholdSpec = ThresholdSpec()) -> CalibrationStats:
+                        thresholds: ThresholdSpec = ThresholdSpec(),
+                        max_threshold_pct: float = DEFAULT_MAX_THRESHOLD_PCT) -> CalibrationStats:
     """Everything a calibration reports, from the A/A values in execution order; the runs needed and the
     minimum detectable effects are simulated under `policy` with its thresholds (plan_runs, policy_mde)."""
     if not (math.isfinite(min_effect_pct) and 0 < min_effect_pct < 100):
@@ -318,7 +331,7 @@ def analyze_calibration(values: Sequence[float], min_effect_pct: float, *, polic
     plan: Plan | None = None
     mde: dict[int, float] = {}
     if math.isfinite(cv) and cv > 0:
-        plan = plan_runs(policy, cv, -min_effect_pct, thresholds=thresholds)
+        plan = plan_runs(policy, cv, -min_effect_pct, thresholds=thresholds, max_threshold_pct=max_threshold_pct)
         mde = {n: policy_mde(policy, cv, n, thresholds=thresholds) for n in describe(policy).mde_sizes}
         if plan.reason:
             warnings.append(plan.reason)
@@ -412,7 +425,8 @@ def run_calibration(config: GateConfig, arm: ArmSpec, n: int, *, min_effect_pct:
             raise ProvenanceError(f"{series_dir}: " + "; ".join(changed) + "; the calibration is not usable")
         records = sorted(state.records.values(), key=lambda r: r.order)
         values = [float(r.value_of(primary)) for r in records]  # type: ignore[arg-type]
-        result = analyze_calibration(values, effect, policy=config.gate.policy, thresholds=config.threshold)
+        result = analyze_calibration(values, effect, policy=config.gate.policy, thresholds=config.threshold,
+                                     max_threshold_pct=config.rules.max_threshold_pct)
         document = calibration_document(arm=arm.name, primary=primary, gate_path=config.path,
                                         series_dir=series_dir, records=records, values=values, result=result,
                                         started=started.isoformat(timespec="seconds"), artifacts=artifacts)

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Callable, TypeVar
 import click
 
 from gatekit import __version__
-from gatekit.config import EXPORT_FORMATS, ORDERS, GateConfig, ThresholdSpec, load_gate
+from gatekit.config import DEFAULT_MAX_THRESHOLD_PCT, EXPORT_FORMATS, ORDERS, GateConfig, ThresholdSpec, load_gate
 from gatekit.distribution import install_hint
 from gatekit.driver import (BACKEND_GROUP, DRIVER_GROUP, installed_backends, installed_drivers, load_backend,
                             make_backend, make_driver)
@@ -433,6 +433,9 @@ def calibrate(arm: str | None, gate_path: Path, n: int, min_effect_pct: float | 
 @click.option("--warmup", type=click.IntRange(0, 2), default=0, show_default=True, help="Discarded warm-up runs.")
 @click.option("--sigma-k", type=float, default=2.0, show_default=True, help="Classic threshold's σ multiple.")
 @click.option("--floor-pct", type=float, default=1.0, show_default=True, help="Threshold floor / sequential floor, %.")
+@click.option("--max-threshold-pct", type=float, default=DEFAULT_MAX_THRESHOLD_PCT, show_default=True,
+              help="Classic: a threshold above this makes the gate inconclusive, not rejected, as "
+                   "rules.max_threshold_pct (0: no limit).")
 @click.option("--draws", type=int, default=100_000, show_default=True, help="Simulated gates per scenario and policy.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the simulation.")
 @click.option("--suite", is_flag=True, help="Every scenario of docs/statistics.md instead of the one given.")
@@ -452,7 +455,8 @@ def simulate_cmd(policies: tuple[str, ...], cv_pct: float, cv_on_pct: float | No
                  drift_pct: float, cold_pct: float, outlier_rate: float, outlier_pct: float, tails: float | None,
                  guard_drop: float | None, guard_sd: float, shared_cv_pct: float, slot_effect_pct: float,
                  order: str | None, n: int, warmup: int,
-                 sigma_k: float, floor_pct: float, draws: int, seed: int, suite: bool, bisect: bool, commits: int,
+                 sigma_k: float, floor_pct: float, max_threshold_pct: float, draws: int, seed: int, suite: bool,
+                 bisect: bool, commits: int,
                  max_parallel: int, confidence: float, budget: int, as_json: bool) -> None:
     """Monte-Carlo of a decision policy: false adoption, power and runs per arm, with their MC errors.
 
@@ -478,12 +482,13 @@ def simulate_cmd(policies: tuple[str, ...], cv_pct: float, cv_on_pct: float | No
     def work():  # type: ignore[no-untyped-def]
         if suite:
             return run_suite(policies or suite_policies(), draws=draws, seed=seed, order=order,
-                             thresholds=thresholds)
+                             thresholds=thresholds, max_threshold_pct=max_threshold_pct)
         scenario = Scenario(cv_off_pct=cv_pct, cv_on_pct=cv_on_pct, effect_pct=effect_pct,
                             drift_pct_per_run=drift_pct, cold_first_pct=cold_pct, order=order, n=n, warmup=warmup,
                             outlier_rate=outlier_rate, outlier_pct=outlier_pct, tails=tails, guard_drop=guard_drop,
                             guard_sd=guard_sd, shared_cv_pct=shared_cv_pct, slot_effect_pct=slot_effect_pct)
-        return [simulate(policy, scenario, draws=draws, seed=seed, thresholds=thresholds)
+        return [simulate(policy, scenario, draws=draws, seed=seed, thresholds=thresholds,
+                         max_threshold_pct=max_threshold_pct)
                 for policy in policies or (DEFAULT_POLICY,)]
 
     results = _call(work)
@@ -529,12 +534,15 @@ def _simulate_bisect(commits: int, effect_pct: float, cv_pct: float, max_paralle
               help="Decision policy.")
 @click.option("--floor-pct", type=float, default=1.0, show_default=True, help="Threshold floor / sequential floor, %.")
 @click.option("--sigma-k", type=float, default=2.0, show_default=True, help="Classic threshold's σ multiple.")
+@click.option("--max-threshold-pct", type=float, default=DEFAULT_MAX_THRESHOLD_PCT, show_default=True,
+              help="Classic: a threshold above this makes the gate inconclusive, not rejected, as "
+                   "rules.max_threshold_pct (0: no limit).")
 @click.option("--power", type=float, default=0.8, show_default=True, help="Target power (a fraction).")
 @click.option("--draws", type=int, default=20_000, show_default=True, help="Simulated gates per candidate n.")
 @click.option("--seed", type=int, default=20261130, show_default=True, help="Seed of the simulation.")
 @click.option("--json", "as_json", is_flag=True, help="Print the plan as JSON on stdout.")
-def plan_cmd(cv_pct: float, effect_pct: float, policy: str, floor_pct: float, sigma_k: float, power: float,
-             draws: int, seed: int, as_json: bool) -> None:
+def plan_cmd(cv_pct: float, effect_pct: float, policy: str, floor_pct: float, sigma_k: float,
+             max_threshold_pct: float, power: float, draws: int, seed: int, as_json: bool) -> None:
     """Runs per arm for a target power at a true effect under the policy, by simulating that policy.
 
     The floor and threshold count, so the answer agrees with `gate simulate`. Example:
@@ -546,7 +554,7 @@ def plan_cmd(cv_pct: float, effect_pct: float, policy: str, floor_pct: float, si
         if draws < 100:
             raise ConfigError(f"--draws: must be at least 100, got {draws}")
         return plan_runs(policy, cv_pct, effect_pct, thresholds=ThresholdSpec(sigma_k=sigma_k, floor_pct=floor_pct),
-                         power=power, draws=draws, seed=seed)
+                         power=power, draws=draws, seed=seed, max_threshold_pct=max_threshold_pct)
 
     plan = _call(work)
     if as_json:

@@ -5,7 +5,9 @@ Run times are lognormal: log x = log(1 + effect)·[on] + log(1 + drift)·positio
 Student t with that many degrees of freedom scaled to unit variance, so the CV stays the same) — the effect
 is on the median (geometric mean), which is what a do-nothing change leaves equal. A fraction `outlier_rate`
 of runs, drawn independently, is slowed by `outlier_pct`. Lower is better. Contamination is not modelled and
-the primary rule sees every run. A guard scenario (`guard_drop`, `guard_sd`) draws each round's guard
+the primary rule sees every run. The classic rule applies rules.max_threshold_pct as a gate does (default
+that of a gate file which leaves it out, DEFAULT_MAX_THRESHOLD_PCT): a threshold above it makes a rejection
+inconclusive. A guard scenario (`guard_drop`, `guard_sd`) draws each round's guard
 difference on − off as normal(−drop, sd) and reports how often the sequential guard passes at a look — with
 the drop at the limit, its false-pass rate (every look counted: the worst case, where the primary adopts).
 `shared_cv` adds a lognormal component common to both runs of a round (the host's noise, which a duet pair
@@ -27,7 +29,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from gatekit.config import ORDERS, ThresholdSpec
+from gatekit.config import DEFAULT_MAX_THRESHOLD_PCT, ORDERS, ThresholdSpec
 from gatekit.errors import ConfigError
 from gatekit.policies.descriptors import DUET_MODE, describe, policies_of_mode, policy_for, simulation_policies
 from gatekit.schedule import round_orders, thue_morse
@@ -116,6 +118,7 @@ class SimulationResult:
     runs_per_arm: float
     runs_per_arm_se: float
     guard_pass: Rate | None = None  # guard scenarios: how often the guard passes at a look
+    max_threshold_pct: float = DEFAULT_MAX_THRESHOLD_PCT  # rules.max_threshold_pct the classic rule applied
 
     @property
     def adopted(self) -> Rate:
@@ -132,7 +135,8 @@ class SimulationResult:
         return {
             "policy": self.policy, "order": self.order, "scenario": {**asdict(self.scenario),
                                                                      "cv_on_pct": self.scenario.cv_on},
-            "thresholds": asdict(self.thresholds), "draws": self.draws, "seed": self.seed,
+            "thresholds": asdict(self.thresholds), "max_threshold_pct": self.max_threshold_pct,
+            "draws": self.draws, "seed": self.seed,
             "adopted_means": self.meaning,
             "rates_pct": {k: {"value": r.pct, "se": r.se_pct} for k, r in self.rates.items()},
             "runs_per_arm": {"mean": self.runs_per_arm, "se": self.runs_per_arm_se},
@@ -210,7 +214,8 @@ def runs_at_once(policy: str) -> bool:
     return describe(policy).mode == DUET_MODE
 
 
-def validate(policy: str, scenario: Scenario, draws: int) -> Any:
+def validate(policy: str, scenario: Scenario, draws: int,
+             max_threshold_pct: float = DEFAULT_MAX_THRESHOLD_PCT) -> Any:
     """The policy's object (a gatekit.policies.base.SimulatedPolicy, which takes Scenarios: not imported here,
     so nothing cycles) for a scenario it can run; bad input is a ConfigError naming the option, like every
     other gate input."""
@@ -233,6 +238,9 @@ def validate(policy: str, scenario: Scenario, draws: int) -> Any:
         raise ConfigError(f"--slot-effect: must be above −100 %, got {scenario.slot_effect_pct}")
     if not 0 <= scenario.warmup <= 2:
         raise ConfigError(f"--warmup: must be 0, 1 or 2, got {scenario.warmup}")
+    if not max_threshold_pct >= 0:
+        raise ConfigError(f"--max-threshold-pct: must be a non-negative percentage (0: no limit), got "
+                          f"{max_threshold_pct}")
     for name, value in (("--cv", scenario.cv_off_pct), ("--cv-on", scenario.cv_on)):
         if not value >= 0:
             raise ConfigError(f"{name}: must be a non-negative percentage, got {value}")
@@ -256,9 +264,11 @@ def validate(policy: str, scenario: Scenario, draws: int) -> Any:
 
 
 def simulate(policy: str, scenario: Scenario, *, draws: int = 100_000, seed: int = 0,
-             thresholds: ThresholdSpec = ThresholdSpec()) -> SimulationResult:
-    """Simulate `draws` gates of one scenario under one policy; reproducible from `seed`."""
-    rule = validate(policy, scenario, draws)
+             thresholds: ThresholdSpec = ThresholdSpec(),
+             max_threshold_pct: float = DEFAULT_MAX_THRESHOLD_PCT) -> SimulationResult:
+    """Simulate `draws` gates of one scenario under one policy; reproducible from `seed`. `max_threshold_pct`
+    is the gate's rules.max_threshold_pct (0: no limit), applied by the classic rule."""
+    rule = validate(policy, scenario, draws, max_threshold_pct)
     order = scenario.order or default_order(policy)
     rounds = rule.max_rounds(scenario.n)
     rng = np.random.default_rng(seed)
@@ -269,7 +279,7 @@ def simulate(policy: str, scenario: Scenario, *, draws: int = 100_000, seed: int
         off, on, _, _ = simulate_runs(scenario, order, rounds, size, rng, concurrent=runs_at_once(policy))
         if scenario.guard_drop is not None:
             guard_parts.append(rule.guard_passes(scenario, size, rng))
-        codes, runs = rule.simulate(off, on, thresholds)
+        codes, runs = rule.simulate(off, on, thresholds, max_threshold_pct)
         codes_parts.append(codes)
         runs_parts.append(runs + scenario.warmup / 2)
     codes, runs = np.concatenate(codes_parts), np.concatenate(runs_parts).astype(float)
@@ -277,7 +287,7 @@ def simulate(policy: str, scenario: Scenario, *, draws: int = 100_000, seed: int
     rates = {name: Rate.of(codes == code_of[name]) for name in OUTCOMES}
     guard = Rate.of(np.concatenate(guard_parts)) if guard_parts else None
     return SimulationResult(policy, order, scenario, thresholds, draws, seed, rates, float(runs.mean()),
-                            float(runs.std(ddof=1) / math.sqrt(draws)), guard)
+                            float(runs.std(ddof=1) / math.sqrt(draws)), guard, max_threshold_pct)
 
 
 # -- the issue's scenarios -----------------------------------------------------------------------------
@@ -296,6 +306,10 @@ def _s(name: str, target: str, **fields: Any) -> tuple[Scenario, str]:
 TARGETS: tuple[tuple[Scenario, str], ...] = (
     _s("A/A, CV 0.5 %", FALSE_ADOPTION, cv_off_pct=0.5),
     _s("A/A, CV 2 %", FALSE_ADOPTION, cv_off_pct=2.0),
+    # at CV 5 % the classic threshold max(2·σ_off, 1 %) is above rules.max_threshold_pct = 10 % in about a third
+    # of the gates: those the classic rule does not adopt are inconclusive there, not rejected
+    _s("A/A, CV 5 %", FALSE_ADOPTION, cv_off_pct=5.0),
+    _s("−10 %, CV 5 %", POWER, cv_off_pct=5.0, effect_pct=-10.0),
     _s("A/A, σ_on = 4σ_off (0.5 → 2 %)", FALSE_ADOPTION, cv_off_pct=0.5, cv_on_pct=2.0),
     _s("A/A, σ_on = 4σ_off (2 → 8 %)", FALSE_ADOPTION, cv_off_pct=2.0, cv_on_pct=8.0),
     _s("A/A, σ_on = 10σ_off (1 → 10 %)", FALSE_ADOPTION, cv_off_pct=1.0, cv_on_pct=10.0),
@@ -351,12 +365,13 @@ DUET_SUITE_PAIRS = 8  # a duet in the suite runs this many pairs (the suite's n 
 
 
 def run_suite(policies: Sequence[str], *, draws: int, seed: int, order: str | None = None,
-              thresholds: ThresholdSpec = ThresholdSpec()) -> list[SimulationResult]:
+              thresholds: ThresholdSpec = ThresholdSpec(),
+              max_threshold_pct: float = DEFAULT_MAX_THRESHOLD_PCT) -> list[SimulationResult]:
     """Every scenario of SUITE under every policy (the same seed for each, so columns are comparable); guard
     scenarios only under a policy that simulates its guard (the sequential policy's paired guard)."""
     return [simulate(policy, replace(scenario, order=order, **({"n": DUET_SUITE_PAIRS} if runs_at_once(policy)
                                                                else {})),
-                     draws=draws, seed=seed, thresholds=thresholds)
+                     draws=draws, seed=seed, thresholds=thresholds, max_threshold_pct=max_threshold_pct)
             for scenario in SUITE for policy in policies
             if scenario.guard_drop is None or policy_for(policy).simulates_guard]
 
@@ -364,14 +379,15 @@ def run_suite(policies: Sequence[str], *, draws: int, seed: int, order: str | No
 def table(results: Sequence[SimulationResult]) -> str:
     """A Markdown table: adoption (false adoption or power) ± its Monte-Carlo SE, other outcomes, runs, and
     for the suite's rows the target and whether the sequential policy meets it."""
-    header = ["scenario", "policy", "order", "adopted %", "means", "regression %", "equivalent %",
+    header = ["scenario", "policy", "order", "adopted %", "means", "regression %", "rejected %", "equivalent %",
               "inconclusive %", "runs/arm", "guard pass %", "target", "met"]
     rows = []
     for r in results:
         met = meets(r)
         guard = f"{r.guard_pass.pct:.2f} ± {r.guard_pass.se_pct:.2f}" if r.guard_pass is not None else "—"
         rows.append([r.scenario.describe(), r.policy, r.order, f"{r.adopted.pct:.2f} ± {r.adopted.se_pct:.2f}",
-                     r.meaning, f"{r.rates['regression'].pct:.2f}", f"{r.rates['equivalent'].pct:.2f}",
+                     r.meaning, f"{r.rates['regression'].pct:.2f}", f"{r.rates['rejected'].pct:.2f}",
+                     f"{r.rates['equivalent'].pct:.2f}",
                      f"{r.rates['inconclusive'].pct:.2f}", f"{r.runs_per_arm:.2f}", guard,
                      TARGET_OF.get(r.scenario.name, "—") if describe(r.policy).suite_targets else "—",
                      "—" if met is None else "yes" if met else "**NO**"])

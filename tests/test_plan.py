@@ -11,6 +11,7 @@ import pytest
 from gatekit.calibrate import plan_runs, policy_mde
 from gatekit.policies.descriptors import describe
 from gatekit.config import ThresholdSpec
+from gatekit.simulate import Scenario, simulate
 from tests.conftest import gate_invoke
 
 OTHER_SEED = "7"
@@ -59,6 +60,27 @@ def test_sequential_reports_its_fixed_design(tmp_path: Path) -> None:
     assert simulated_power(tmp_path, "sequential", 0.5, -1.0, 3) == pytest.approx(weak.power_pct, abs=3)
     done = gate_invoke("plan", "--cv", "0.5", "--effect", "-1", "--policy", "sequential", cwd=tmp_path)
     assert done.returncode == 0 and "does NOT reach 80 %" in done.stdout
+
+
+def test_classic_plan_applies_max_threshold_as_a_gate_does(tmp_path: Path) -> None:
+    # CV 5 %: the threshold 2·σ̂_off is above rules.max_threshold_pct = 10 % in about a third of the gates; those
+    # the classic rule does not adopt are inconclusive, as a real gate says; the limit never changes the power
+    plan = plan_runs("classic", 5.0, -10.0, draws=5000)
+    unlimited = plan_runs("classic", 5.0, -10.0, draws=5000, max_threshold_pct=0.0)
+    assert plan.max_threshold_pct == 10.0 and plan.inconclusive_pct > 25 and unlimited.inconclusive_pct == 0
+    assert plan.tried == unlimited.tried and plan.power_pct == unlimited.power_pct
+    assert plan.rejected_pct + plan.inconclusive_pct == pytest.approx(unlimited.rejected_pct)
+    shown = int(plan.runs_per_arm)
+    same = simulate("classic", Scenario(cv_off_pct=5.0, effect_pct=-10.0, n=shown), draws=5000, seed=plan.seed)
+    assert (plan.rejected_pct, plan.inconclusive_pct) == (same.rates["rejected"].pct, same.rates["inconclusive"].pct)
+    assert f"{plan.inconclusive_pct:.1f} % inconclusive (too noisy to tell: a threshold above " \
+           "rules.max_threshold_pct = 10 %)" in plan.describe()
+    done = gate_invoke("plan", "--cv", "5", "--effect", "-10", "--policy", "classic", "--draws", "5000",
+                       "--max-threshold-pct", "0", "--json", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    document = json.loads(done.stdout)
+    assert document["max_threshold_pct"] == 0 and document["inconclusive_pct"] == 0
+    assert document["rejected_pct"] == pytest.approx(unlimited.rejected_pct)
 
 
 def test_policy_mde_is_where_the_power_crosses_80(tmp_path: Path) -> None:

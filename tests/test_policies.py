@@ -215,7 +215,7 @@ from gatekit.verdict import ADOPTED
 class AlwaysAdopts(ClassicPolicy):
     name = "fourth"
 
-    def simulate(self, off_log, on_log, thresholds):
+    def simulate(self, off_log, on_log, thresholds, max_threshold_pct=0.0):
         return np.full(off_log.shape[0], ADOPTED), np.full(off_log.shape[0], off_log.shape[-1])
 
 

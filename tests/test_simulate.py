@@ -14,13 +14,17 @@ import pytest
 from scipy import stats as sps
 
 from gatekit import stats
+from gatekit.analysis import SeriesEvidence, assess
+from gatekit.config import DEFAULT_MAX_THRESHOLD_PCT, load_gate
 from gatekit.policies import sequential
 from gatekit.policies.classic import CLASSIC
 from gatekit.policies.comparison import bootstrap_codes
 from gatekit.policies.descriptors import policy_for
-from gatekit.simulate import SUITE, Scenario, ThresholdSpec, simulate, simulate_runs
-from gatekit.verdict import CODE_NAMES, classic_decision
-from tests.conftest import gate_invoke
+from gatekit.prereg import DecisionSpec
+from gatekit.records import RunOutcome, RunRecord, WindowSummary
+from gatekit.simulate import OUTCOMES, SUITE, Scenario, ThresholdSpec, simulate, simulate_runs
+from gatekit.verdict import CODE_NAMES, INCONCLUSIVE, classic_decision
+from tests.conftest import FIXTURES, gate_invoke
 
 DRAWS = 200_000
 
@@ -129,16 +133,58 @@ def test_monte_carlo_error_bars_are_binomial() -> None:
 
 # -- the vectorised rules are the gate's rules ------------------------------------------------------
 
-def test_vectorised_classic_equals_the_scalar_rule() -> None:
+@pytest.mark.parametrize("max_threshold_pct", [0.0, DEFAULT_MAX_THRESHOLD_PCT])
+def test_vectorised_classic_equals_the_scalar_rule(max_threshold_pct: float) -> None:
     rng = np.random.default_rng(4)
-    off, on, _, _ = simulate_runs(Scenario(cv_off_pct=1.5, effect_pct=-1.5), "abab", 3, 2000, rng)
-    codes, runs = CLASSIC.simulate(off, on, ThresholdSpec())
+    off, on, _, _ = simulate_runs(Scenario(cv_off_pct=4.0, effect_pct=-4.0), "abab", 3, 2000, rng)
+    codes, runs = CLASSIC.simulate(off, on, ThresholdSpec(), max_threshold_pct)
     assert (runs == 3).all()
     for row in range(2000):
         off_v, on_v = np.exp(off[row]).tolist(), np.exp(on[row]).tolist()
         delta = stats.delta_pct(stats.mean(off_v), stats.mean(on_v))
         threshold = stats.threshold_pct(stats.relative_sd_pct(off_v), 2.0, 1.0)
-        assert CODE_NAMES[int(codes[row])] == classic_decision(delta, threshold, "lower").value
+        assert CODE_NAMES[int(codes[row])] == classic_decision(delta, threshold, "lower", max_threshold_pct).value
+    # at CV 4 % the threshold 2·σ̂_off passes 10 % in some gates: those are the inconclusive ones
+    inconclusive = (codes == INCONCLUSIVE).mean()
+    assert (inconclusive > 0.05) if max_threshold_pct else inconclusive == 0
+
+
+def _gate_decisions(off_log: np.ndarray, on_log: np.ndarray) -> list[str]:
+    """Each simulated series decided by the analysis a real gate runs (gatekit.analysis.assess), under the seed
+    gate file, which states no rules.max_threshold_pct and so gets the default every gate file gets; abab
+    order, calm windows, an equal guard."""
+    spec = DecisionSpec.from_gate(load_gate(FIXTURES / "seed_gate.toml"), "off", "on")
+    assert spec.rules.max_threshold_pct == DEFAULT_MAX_THRESHOLD_PCT
+    decisions = []
+    for off_row, on_row in zip(np.exp(off_log).tolist(), np.exp(on_log).tolist()):
+        records: list[RunRecord] = []
+        for k, (t_off, t_on) in enumerate(zip(off_row, on_row), 1):
+            for arm, value in (("off", t_off), ("on", t_on)):
+                outcome = RunOutcome(exit_code=0, process_wallclock_s=value,
+                                     metrics={"train_elapsed_s": value, "psnr_db": 30.0})
+                records.append(RunRecord(order=len(records) + 1, arm=arm, label=f"{arm}-r{k}", pair=k,
+                                         outcome=outcome, window=WindowSummary(3, 1.0, 1.0)))
+        evidence = SeriesEvidence(series_id="s", finding_id="f", spec=spec, records=tuple(records))
+        decisions.append(assess(evidence).decided.verdict.decision.value)
+    return decisions
+
+
+def test_gate_simulate_counts_are_what_real_gates_decide_on_the_same_draws() -> None:
+    # `gate simulate` draws its gates from default_rng(seed) in one chunk: the same series, decided here by
+    # the analysis a gate runs, must give the same count of every outcome (the issue's CV 5 %: about half of
+    # them rejected and a third inconclusive, where simulate once said 87 % rejected and none inconclusive)
+    scenario, draws, seed = Scenario(cv_off_pct=5.0), 80, 3
+    simulated = simulate("classic", scenario, draws=draws, seed=seed)
+    off, on, _, _ = simulate_runs(scenario, "abab", 3, draws, np.random.default_rng(seed))
+    decisions = _gate_decisions(off, on)
+    for outcome in OUTCOMES:
+        assert round(simulated.rates[outcome].pct * draws / 100) == decisions.count(outcome), outcome
+    assert {"adopted", "regression", "rejected", "inconclusive"} <= set(decisions)
+    # with no limit (a series preregistered before the rule) nothing is inconclusive, as before
+    unlimited = simulate("classic", scenario, draws=draws, seed=seed, max_threshold_pct=0.0)
+    assert unlimited.rates["inconclusive"].pct == 0
+    assert unlimited.rates["rejected"].pct == simulated.rates["rejected"].pct + simulated.rates["inconclusive"].pct
+    assert unlimited.adopted.pct == simulated.adopted.pct  # the limit never changes an adoption
 
 
 @pytest.mark.parametrize("version", [4, 3])
@@ -189,10 +235,20 @@ def test_gate_simulate_table_and_json(tmp_path) -> None:
     assert done.returncode == 0, done.stderr
     assert "| Δ +0 %, CV 2 % | classic | abab |" in done.stdout and "| sequential | thue-morse |" in done.stdout
     assert "false adoption" in done.stdout and "Monte-Carlo standard error" in done.stderr
+    header = done.stdout.splitlines()[0]
+    assert "| regression % | rejected % | equivalent % | inconclusive % |" in header
     done = gate_invoke("simulate", "--effect", "-2", "--draws", "20000", "--json", cwd=tmp_path)
     (result,) = json.loads(done.stdout)["simulations"]
     assert result["adopted_means"] == "power" and result["draws"] == 20000
     assert set(result["rates_pct"]) == {"adopted", "regression", "rejected", "equivalent", "inconclusive"}
+    assert result["max_threshold_pct"] == DEFAULT_MAX_THRESHOLD_PCT
+    noisy = gate_invoke("simulate", "--policy", "classic", "--cv", "5", "--draws", "20000", "--json", cwd=tmp_path)
+    unlimited = gate_invoke("simulate", "--policy", "classic", "--cv", "5", "--draws", "20000", "--json",
+                            "--max-threshold-pct", "0", cwd=tmp_path)
+    (noisy_result,), (unlimited_result,) = (json.loads(d.stdout)["simulations"] for d in (noisy, unlimited))
+    assert noisy_result["rates_pct"]["inconclusive"]["value"] > 30  # P(σ̂_off > 5 %) ≈ e⁻¹ at n = 3
+    assert unlimited_result["rates_pct"]["inconclusive"]["value"] == 0
+    assert unlimited_result["max_threshold_pct"] == 0
     bad = gate_invoke("simulate", "--policy", "bootstrap", "--n", "9", cwd=tmp_path)
     assert bad.returncode == 2 and bad.stderr.strip() == "gate: error: --n: the exact bootstrap needs n ≤ 5, got 9"
     done = gate_invoke("simulate", "--policy", "sequential", "--guard-drop", "0.05", "--guard-sd", "0.02",

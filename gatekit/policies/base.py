@@ -106,6 +106,7 @@ class SimulatedPolicy(Protocol):
 
     name: str
     simulates_guard: bool  # guard scenarios (--guard-drop) simulate its paired guard
+    applies_max_threshold: bool  # its verdict turns into inconclusive above rules.max_threshold_pct (classic)
 
     def max_rounds(self, n: int) -> int:
         """Runs per arm at most, for a gate file's (or a scenario's) n."""
@@ -119,9 +120,11 @@ class SimulatedPolicy(Protocol):
         """Floats one simulated gate holds at once, so the simulation chunks its gates to bounded memory."""
         ...
 
-    def simulate(self, off_log: np.ndarray, on_log: np.ndarray, thresholds: ThresholdSpec
-                 ) -> tuple[np.ndarray, np.ndarray]:
-        """Outcome codes and runs per arm of many simulated gates at once (lower is better)."""
+    def simulate(self, off_log: np.ndarray, on_log: np.ndarray, thresholds: ThresholdSpec,
+                 max_threshold_pct: float = 0.0) -> tuple[np.ndarray, np.ndarray]:
+        """Outcome codes and runs per arm of many simulated gates at once (lower is better). `max_threshold_pct`
+        is the gate's rules.max_threshold_pct (0: no limit): the classic rule turns a rejection whose threshold
+        is above it into inconclusive; the other policies decide without the classic verdict, so ignore it."""
         ...
 
     def guard_passes(self, scenario: Scenario, draws: int, rng: np.random.Generator) -> np.ndarray:
@@ -176,6 +179,7 @@ class SimulationDefaults:
     """The simulation a policy has unless it says otherwise: any scenario, 4 floats a round, no guard."""
 
     simulates_guard = False
+    applies_max_threshold = False
 
     def check_scenario(self, scenario: Scenario) -> None:
         return None

@@ -26,6 +26,7 @@ class ClassicPolicy(SimulationDefaults):
     deviation beyond sigma_k, a contaminated or failed pair re-run once."""
 
     name = "classic"
+    applies_max_threshold = True
 
     def stages(self, n: int) -> tuple[int, ...]:
         return (n,)
@@ -64,10 +65,10 @@ class ClassicPolicy(SimulationDefaults):
                warnings: Sequence[str]) -> Decided:
         return Decided(classic)
 
-    def simulate(self, off_log: np.ndarray, on_log: np.ndarray, thresholds: ThresholdSpec
-                 ) -> tuple[np.ndarray, np.ndarray]:
+    def simulate(self, off_log: np.ndarray, on_log: np.ndarray, thresholds: ThresholdSpec,
+                 max_threshold_pct: float = 0.0) -> tuple[np.ndarray, np.ndarray]:
         """The classic rule on arithmetic means, vectorised: the same stats.threshold_pct and
-        verdict.classic_codes a gate runs."""
+        verdict.classic_codes a gate runs, with its rules.max_threshold_pct (above it: inconclusive)."""
         off, on = np.exp(off_log), np.exp(on_log)
         mean_off, mean_on = off.mean(axis=-1), on.mean(axis=-1)
         if off.shape[-1] > 1:
@@ -76,7 +77,8 @@ class ClassicPolicy(SimulationDefaults):
         else:
             threshold = np.full(mean_off.shape, thresholds.floor_pct)
         delta = 100 * (mean_on - mean_off) / mean_off
-        return classic_codes(delta, threshold, "lower"), np.full(off.shape[0], off.shape[-1])
+        return (classic_codes(delta, threshold, "lower", max_threshold_pct),
+                np.full(off.shape[0], off.shape[-1]))
 
     def unreachable(self, effect_pct: float, cv_pct: float, thresholds: ThresholdSpec, most: int) -> str:
         limit = max(thresholds.sigma_k * cv_pct, thresholds.floor_pct)

@@ -76,8 +76,8 @@ class WelchRule(SimulationDefaults):
     def max_rounds(self, n: int) -> int:
         return n
 
-    def simulate(self, off_log: np.ndarray, on_log: np.ndarray, thresholds: ThresholdSpec
-                 ) -> tuple[np.ndarray, np.ndarray]:
+    def simulate(self, off_log: np.ndarray, on_log: np.ndarray, thresholds: ThresholdSpec,
+                 max_threshold_pct: float = 0.0) -> tuple[np.ndarray, np.ndarray]:
         return welch_codes(off_log, on_log, thresholds), np.full(off_log.shape[0], off_log.shape[-1])
 
 
@@ -96,8 +96,8 @@ class BootstrapRule(SimulationDefaults):
     def values_per_gate(self, rounds: int) -> int:
         return 4 * math.comb(2 * rounds - 1, rounds) ** 2  # every resample pair's Δ, sorted
 
-    def simulate(self, off_log: np.ndarray, on_log: np.ndarray, thresholds: ThresholdSpec
-                 ) -> tuple[np.ndarray, np.ndarray]:
+    def simulate(self, off_log: np.ndarray, on_log: np.ndarray, thresholds: ThresholdSpec,
+                 max_threshold_pct: float = 0.0) -> tuple[np.ndarray, np.ndarray]:
         return bootstrap_codes(off_log, on_log, thresholds), np.full(off_log.shape[0], off_log.shape[-1])
 
 

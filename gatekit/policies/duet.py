@@ -365,8 +365,8 @@ class DuetPolicy(SimulationDefaults):
         reasons = [*outcome.reasons, classic_beside(classic)]
         return Decided(Verdict(Decision(outcome.decision), tuple(reasons), all_warnings), duet=outcome.info)
 
-    def simulate(self, off_log: np.ndarray, on_log: np.ndarray, thresholds: ThresholdSpec
-                 ) -> tuple[np.ndarray, np.ndarray]:
+    def simulate(self, off_log: np.ndarray, on_log: np.ndarray, thresholds: ThresholdSpec,
+                 max_threshold_pct: float = 0.0) -> tuple[np.ndarray, np.ndarray]:
         """pair_codes (the function behind `gate run`); column k is pair k + 1, its slot sign from the
         swap rule."""
         signs = parity_signs(np.arange(1, off_log.shape[-1] + 1))

@@ -624,8 +624,8 @@ class SequentialPolicy(SimulationDefaults):
         return Decided(Verdict(Decision(decision), tuple(reasons), all_warnings), outcome.info(floor_pct),
                        outcome.extend)
 
-    def simulate(self, off_log: np.ndarray, on_log: np.ndarray, thresholds: ThresholdSpec
-                 ) -> tuple[np.ndarray, np.ndarray]:
+    def simulate(self, off_log: np.ndarray, on_log: np.ndarray, thresholds: ThresholdSpec,
+                 max_threshold_pct: float = 0.0) -> tuple[np.ndarray, np.ndarray]:
         """The design's looks with their stop rules (design_codes: the same look_codes and
         stop_codes behind `gate run`), columns paired by round."""
         return design_codes(off_log, on_log, floor_pct=thresholds.floor_pct, direction="lower", design=self.design)
