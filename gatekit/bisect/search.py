@@ -13,7 +13,11 @@ import numpy as np
 from gatekit.bisect.posterior import Pair, best_probes, binary_information, credible_set, cumulative, \
     noise_estimate, posterior
 
-MIN_BITS = 1e-3  # a probe expected to tell less than this about the culprit is not worth its two runs
+MIN_BITS = 1e-3  # a probe expected to tell less than this about the culprit is not worth its runs
+# Pairs per probe: a probe is a gate series of the arm at the probed commit against the arm at GOOD, and a gate
+# takes at least two runs per arm (one has no σ for its contamination rule), so `gate bisect` runs two pairs
+# where the model needs one. The simulation counts the same.
+PROBE_PAIRS = 2
 
 
 class Outcome(enum.Enum):
@@ -31,6 +35,7 @@ class SearchPlan:
     confidence: float = 0.95
     budget: int = 400  # runs, endpoints and references included
     max_parallel: int = 1
+    pairs_per_probe: int = PROBE_PAIRS  # each probe's pairs (two runs each) in one round
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,7 +68,8 @@ Measure = Callable[[Sequence[int]], Measured]
 def search(plan: SearchPlan, endpoints: Endpoints, measure: Measure, runs_so_far: Callable[[], int],
            pairs: Sequence[Pair] = (), skipped: frozenset[int] = frozenset(), rounds: int = 1) -> SearchResult:
     """Run the search. `endpoints` is called only when `pairs` is empty (a resumed search brings its pairs,
-    skipped commits and rounds); each round `measure` gets the commits to probe, one pair each."""
+    skipped commits and rounds); each round `measure` gets the commits to probe, `plan.pairs_per_probe` pairs
+    each."""
     pairs = list(pairs)
     if not pairs:
         first, changed = endpoints()
@@ -85,7 +91,7 @@ def search(plan: SearchPlan, endpoints: Endpoints, measure: Measure, runs_so_far
             return SearchResult(outcome, tuple(pairs), tuple(probabilities), credible, skipped, rounds)
         delta, noise = noise_estimate(pairs, probabilities, n)
         snr = abs(delta) / max(noise, 1e-12)
-        width = min(plan.max_parallel, (plan.budget - runs_so_far()) // 2)
+        width = min(plan.max_parallel, (plan.budget - runs_so_far()) // (2 * plan.pairs_per_probe))
         q = cumulative(probabilities)
         informative = binary_information(q[np.array(probeable)], snr).max() >= MIN_BITS
         if width < 1 or not informative:

@@ -6,7 +6,8 @@ counted as a run, the endpoints' and the references' included.
 
 - gatekit: the endpoints as a classic gate (n pairs GOOD/BAD; the bisect goes on only if the classic rule
   shows a change either way; when it does not, once, n more pairs and the rule judges all 2n), then rounds
-  of up to `max_parallel` probes, each one pair (a run of the probed commit beside a run of GOOD), chosen
+  of up to `max_parallel` probes, each `pairs_per_probe` pairs (a run of the probed commit beside a run of GOOD;
+  two, as `gate bisect` runs them), chosen
   and judged by `posterior`, until one commit holds `confidence` of the posterior or the budget is spent
   (then the most likely commit is its answer).
 - Pinpoint-style baseline (Chromium's Pinpoint, as its documentation and code describe it): 10 runs at each
@@ -27,7 +28,7 @@ import numpy as np
 from scipy import stats as scipy_stats
 
 from gatekit.bisect.posterior import Pair
-from gatekit.bisect.search import Measured, Outcome, SearchPlan, search
+from gatekit.bisect.search import PROBE_PAIRS, Measured, Outcome, SearchPlan, search
 
 BASELINE_RUNS = 10
 BASELINE_LOW_P = 0.01
@@ -48,6 +49,7 @@ class BisectScenario:
     confidence: float = 0.95
     budget: int = 400  # runs, endpoints and references included
     endpoint_pairs: int = ENDPOINT_PAIRS
+    pairs_per_probe: int = PROBE_PAIRS
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,12 +96,14 @@ class _Machine:
         return self.shift * (commit >= self.culprit) + self.sigma * self.rng.standard_normal(count)
 
 
-def endpoints_differ(good_log: np.ndarray, bad_log: np.ndarray) -> bool:
-    """The classic gate's rule on the endpoints, either direction: |Δ| ≥ max(2·σ_off, 1 %)."""
-    good, bad = np.exp(good_log), np.exp(bad_log)
+def endpoints_differ(good_log: Sequence[float], bad_log: Sequence[float], *, sigma_k: float = ENDPOINT_SIGMA_K,
+                     floor_pct: float = ENDPOINT_FLOOR_PCT) -> bool:
+    """The classic gate's rule on the endpoints, either direction: |Δ| ≥ max(sigma_k·σ_off, floor_pct), σ_off
+    the GOOD runs' relative standard deviation (`gate bisect` judges its extended endpoints by it too)."""
+    good, bad = np.exp(np.asarray(good_log, dtype=float)), np.exp(np.asarray(bad_log, dtype=float))
     delta_pct = (bad.mean() / good.mean() - 1.0) * 100.0
     sigma_pct = good.std(ddof=1) / good.mean() * 100.0
-    return abs(delta_pct) >= max(ENDPOINT_SIGMA_K * sigma_pct, ENDPOINT_FLOOR_PCT)
+    return bool(abs(delta_pct) >= max(sigma_k * sigma_pct, floor_pct))
 
 
 def _gatekit_once(scenario: BisectScenario, machine: _Machine) -> tuple[int | None, int, bool]:
@@ -121,13 +125,14 @@ def _gatekit_once(scenario: BisectScenario, machine: _Machine) -> tuple[int | No
     def measure(commits: Sequence[int]) -> Measured:
         pairs = []
         for commit in commits:
-            probe = machine.log_runs(commit, 1)[0]
-            reference = machine.log_runs(0, 1)[0]
-            pairs.append(Pair(commit, 0, float(probe - reference)))
+            for _ in range(scenario.pairs_per_probe):
+                probe = machine.log_runs(commit, 1)[0]
+                reference = machine.log_runs(0, 1)[0]
+                pairs.append(Pair(commit, 0, float(probe - reference)))
         return Measured(tuple(pairs))
 
     extended: list[bool] = []
-    plan = SearchPlan(n, scenario.confidence, scenario.budget, scenario.max_parallel)
+    plan = SearchPlan(n, scenario.confidence, scenario.budget, scenario.max_parallel, scenario.pairs_per_probe)
     result = search(plan, endpoints, measure, lambda: machine.runs)
     rounds = result.rounds + len(extended)
     if result.outcome is Outcome.NO_CHANGE:
