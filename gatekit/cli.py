@@ -740,6 +740,61 @@ def campaign_cmd(campaign_file: Path, engine: str, address: str | None, max_para
     raise SystemExit(result.exit_code(FAIL_ON[fail_on] if fail_on else ()))
 
 
+@main.command("bisect")
+@click.argument("good", required=False)
+@click.argument("bad", required=False)
+@gate_option
+@click.option("--arm", help="The arm to bisect [default: the gate file's first arm].")
+@click.option("--build", "build_command",
+              help="Run in each probed commit's worktree before its runs (split into words, no shell: "
+                   "sh -c '...' for shell syntax); exit 125 skips the commit, another failure skips it and says so.")
+@click.option("--engine", type=click.Choice(ENGINES), default="local", show_default=True,
+              help=f"local: probes as gate processes on this host; ray: each probe a Ray task ({install_hint('ray')}).")
+@click.option("--address", help="Ray: join the cluster at this address (e.g. auto or HOST:6379); default: start a "
+                                "local Ray.")
+@click.option("--max-parallel", type=click.IntRange(min=1),
+              help="Probes per round; local engine: at once, each on its own GPU(s) and an equal share of the CPU "
+                   "cores [default: 1].")
+@click.option("--gpus", type=click.IntRange(min=0),
+              help="GPUs per probe [default: 1 where this host has GPUs, else 0].")
+@click.option("--budget", type=click.IntRange(min=1), default=400, show_default=True,
+              help="Trainer runs at most, endpoints and references included.")
+@click.option("--confidence", type=float, default=0.95, show_default=True,
+              help="Stop when one commit holds this share of the posterior.")
+@click.option("--resume", type=click.Path(path_type=Path, file_okay=False),
+              help="Continue the bisect folder DIR: finished probes are kept, unfinished ones run again.")
+@click.option("--out", type=click.Path(path_type=Path, file_okay=False),
+              help="The bisect folder [default: bisect-ID-TIME in the gate file's runs folder].")
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON on stdout.")
+@click.option("--fail-on", type=click.Choice(["culprit"]), help="Exit 1 when a culprit is named (CI).")
+def bisect_cmd(good: str | None, bad: str | None, gate_path: Path, arm: str | None, build_command: str | None,
+               engine: str, address: str | None, max_parallel: int | None, gpus: int | None, budget: int,
+               confidence: float, resume: Path | None, out: Path | None, as_json: bool, fail_on: str | None) -> None:
+    """Find the commit between GOOD and BAD that changed the gate's primary metric (docs/bisect.md).
+
+    Run in the repository. Each probed commit gets its own worktree and runs the arm interleaved with GOOD;
+    the endpoints are compared first. Exit 0 for a culprit, a credible set or no change; 1 with --fail-on
+    culprit when one is named; 3 invalid; 130 interrupted (resume with --resume DIR); 4 a write failure.
+    """
+    def work():  # type: ignore[no-untyped-def]
+        from gatekit.bisect.run import BisectOptions, run_bisect
+
+        if resume is not None and (good or bad):
+            raise ConfigError("--resume DIR continues a bisect; drop GOOD and BAD")
+        options = BisectOptions(gate_path=gate_path, arm=arm, build=build_command, engine=engine, address=address,
+                                max_parallel=max_parallel, budget=budget, confidence=confidence, resume=resume,
+                                out=out, gpus=gpus)
+        return run_bisect(good, bad, options, report=_progress)
+
+    result = _call(work)
+    if as_json and result.finding_json is not None:  # the bisect finding, as `gate run --json` prints its own
+        click.echo(result.finding_json.read_text(encoding="utf-8"), nl=False)
+    else:
+        for line in result.describe():
+            _echo(line)
+    raise SystemExit(result.exit_code(("culprit",) if fail_on else ()))
+
+
 @main.command("history")
 @click.argument("findings_dir", type=click.Path(path_type=Path, file_okay=False))
 @click.option("--metric", required=True,

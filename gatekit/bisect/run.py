@@ -1,0 +1,622 @@
+"""`gate bisect GOOD BAD`: the bisect as it runs — worktrees, builds, probes as gate series on the engines, the
+search loop, the journal, resume — over the statistics of `posterior` and the loop of `search`.
+
+A probe is a gate series of its own: the gate file's arm at the probed commit (arm `probe`) interleaved with
+the same arm at the reference commit GOOD (arm `reference`), `PROBE_PAIRS` pairs, judged by the gate's own rules
+(contamination, retries, guards). Each arm runs in its commit's worktree (`ArmCheckout`): the gate file's
+relative paths resolve there. The probe's gate file is written by the bisect from the one it read (its copy
+in the bisect folder is what the plan's sha256 names), so a commit's own gate.toml never changes the rules.
+The engines (gatekit.engines) run the probes' `gate run` processes: local, up to --max-parallel at once, each
+pinned to its own cores; or as Ray tasks. The endpoints come first: BAD against GOOD with the gate's n pairs;
+if the gate does not see them differ, n more pairs once, and the classic rule judges all of them.
+
+Folder (`--out`, default `<gate.runs>/bisect-<gate id>-<time>`): the plan and the journal
+(gatekit.bisect.records), `gate.toml` (the gate file as read), `worktrees/<index>-<sha>/` (one detached
+worktree per commit, removed when the bisect ends), `probes/r<round>-<index>-<sha>/` (the probe's gate file,
+build log, runs, finding and its gate process's log) and the bisect finding.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import os
+import shlex
+import socket
+from contextlib import contextmanager
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Callable, Iterator, Sequence
+
+import tomlkit
+
+from gatekit.bisect.commits import BuildResult, BuildStatus, Commit, add_worktree, build, commit_range, git, \
+    remove_worktree
+from gatekit.bisect.records import (BISECT_FINDING, BISECT_JOURNAL, BISECT_PLAN, BisectResume, BisectStart,
+                                    BisectState, BisectStop, MeasuredPair, ProbeEnd, ProbeStart, ProbeStatus, plan_toml,
+                                    read_plan, replay)
+from gatekit.bisect.search import PROBE_PAIRS, Measured, Outcome, SearchPlan, SearchResult, search
+from gatekit.bisect.simulation import endpoints_differ
+from gatekit.config import GateConfig, load_gate
+from gatekit.contract import ENV_BISECT
+from gatekit.engines import ENGINES, GateOutcome, GateStatus, GateTask, Pinning, core_sets, outcome_of, run_local, \
+    run_ray, series_dirs, visible_gpus
+from gatekit.errors import EXIT_FAIL_ON, EXIT_INVALID, ConfigError, GatekitError, SeriesError, SeriesInterrupted
+from gatekit.policies.descriptors import DUET_MODE
+from gatekit.series.runloop import now
+from gatekit.signals import interrupt_on_sigterm
+from gatekit.storage import Journal, SeriesLayout, atomic_write_bytes, atomic_write_text, pid_lock
+
+GATE_COPY = "gate.toml"  # the gate file as the bisect read it
+REFERENCE_ARM = "reference"
+PROBE_ARM = "probe"
+# the probe gate's decisions that say its two commits differ (a guard failure is a change of the primary too)
+CHANGED = frozenset({"regression", "adopted", "guard_failed"})
+
+Report = Callable[[str], None]
+
+
+@dataclass(frozen=True, slots=True)
+class BisectOptions:
+    """What `gate bisect` was asked (its options; GOOD and BAD are run_bisect's arguments)."""
+
+    gate_path: Path = Path("gate.toml")
+    arm: str | None = None  # None: the gate file's first arm
+    build: str | None = None  # split into words (shlex), never run by a shell
+    engine: str = "local"
+    address: str | None = None
+    max_parallel: int | None = None  # probes per round (local: at once, each on its own cores); None: one
+    budget: int = 400
+    confidence: float = 0.95
+    resume: Path | None = None
+    out: Path | None = None
+    gpus: int | None = None  # per probe; None: one where this host has GPUs, else none
+
+
+@dataclass(frozen=True, slots=True)
+class BisectResult:
+    folder: Path
+    outcome: Outcome
+    commits: tuple[Commit, ...]
+    culprit: int | None  # the named commit's index (most likely one of a credible set); None: no posterior
+    probabilities: tuple[float, ...]  # k = 1 … N
+    credible: tuple[int, ...]
+    runs: int
+    rounds: int
+    reason: str = ""  # why the endpoints stopped it (no_change, invalid)
+    finding_paths: tuple[Path, ...] = ()
+
+    def exit_code(self, fail_on: Sequence[str] = ()) -> int:
+        """0 (culprit, credible set, no change), 3 invalid, 1 when --fail-on culprit and one is named."""
+        if self.outcome is Outcome.INVALID:
+            return EXIT_INVALID
+        if "culprit" in fail_on and self.outcome is Outcome.CULPRIT:
+            return EXIT_FAIL_ON
+        return 0
+
+    @property
+    def finding_json(self) -> Path | None:
+        return next((p for p in self.finding_paths if p.suffix == ".json"), None)
+
+    def describe(self) -> list[str]:
+        """The lines `gate bisect` prints on stdout."""
+        lines = [f"outcome: {self.outcome.value}" + (f" ({self.reason})" if self.reason else "")]
+        if self.culprit is not None and self.probabilities:
+            commit = self.commits[self.culprit]
+            lines.append(f"{'culprit' if self.outcome is Outcome.CULPRIT else 'most likely'}: {commit.sha[:12]} "
+                         f"{commit.subject} (posterior {self.probabilities[self.culprit - 1]:.3f})")
+            if self.outcome is not Outcome.CULPRIT:
+                lines.append("credible set: " + ", ".join(
+                    f"{self.commits[k].sha[:12]} ({self.probabilities[k - 1]:.3f})" for k in self.credible))
+        lines.append(f"runs: {self.runs} in {self.rounds} round(s)")
+        lines.append(f"bisect: {self.folder}")
+        lines += [f"finding: {path}" for path in self.finding_paths]
+        return lines
+
+
+@dataclass(frozen=True, slots=True)
+class ProbeSpec:
+    """One probe to run: the commit against its reference, in a round (0: the endpoints), with its pairs."""
+
+    commit: int
+    reference: int
+    round: int
+    pairs: int
+
+    @property
+    def key(self) -> tuple[int, int, int]:
+        return self.commit, self.reference, self.round
+
+
+# -- pure helpers ----------------------------------------------------------------------------------
+
+def measured_pairs(runs: Sequence[object], primary: str) -> tuple[MeasuredPair, ...]:
+    """The pairs of a probe gate's finding: per pair number, its used reference run and its used probe run
+    (a pair that lost one of them to contamination or a failure has no pair left), each naming its two runs.
+    `runs` are the finding's RunRows."""
+    by_pair: dict[int, dict[str, tuple[float, str]]] = {}
+    for run in runs:
+        if not run.used or run.warmup:  # type: ignore[attr-defined]
+            continue
+        value = run.value_of(primary)  # type: ignore[attr-defined]
+        if value is None or not math.isfinite(value) or value <= 0:
+            continue
+        by_pair.setdefault(run.pair, {})[run.arm] = (value, run.label)  # type: ignore[attr-defined]
+    return tuple(MeasuredPair(arms[PROBE_ARM][0], arms[REFERENCE_ARM][0], probe_run=arms[PROBE_ARM][1],
+                              reference_run=arms[REFERENCE_ARM][1])
+                 for _, arms in sorted(by_pair.items()) if PROBE_ARM in arms and REFERENCE_ARM in arms)
+
+
+def endpoints_changed(ends: Sequence[ProbeEnd], config: GateConfig) -> bool:
+    """Whether the endpoints differ: the first endpoint gate's decision; after the extension, the classic rule
+    of the gate's threshold over every endpoint pair (GOOD's runs give σ_off)."""
+    if len(ends) == 1:
+        return ends[0].decision in CHANGED
+    pairs = [p for end in ends for p in end.pairs]
+    if len(pairs) < 2:
+        return False
+    return endpoints_differ([math.log(p.reference_value) for p in pairs], [math.log(p.probe_value) for p in pairs],
+                            sigma_k=config.threshold.sigma_k, floor_pct=config.threshold.floor_pct)
+
+
+def probe_gate_toml(gate_text: str, arm: str, commits: tuple[tuple[str, Path], tuple[str, Path]], subdir: str,
+                    pairs: int) -> str:
+    """The probe's gate file, from the gate file as read: its `arm` twice, as `reference` (GOOD's worktree) and
+    `probe`, each in its checkout (the gate file's relative paths resolve in `subdir` of it); `pairs` runs per
+    arm under the classic policy; no declared difference (the two arms are one arm at two commits); runs and
+    finding in the probe's folder."""
+    document = tomlkit.parse(gate_text)
+    head = document["gate"]
+    for key in ("policy", "expect_diff"):
+        if key in head:
+            del head[key]  # type: ignore[attr-defined]
+    head["n"] = pairs
+    head["out"] = "findings"
+    head["runs"] = "runs"
+    table = document["arms"][arm].unwrap()  # type: ignore[index]
+    arms = tomlkit.table()
+    for name, (sha, worktree) in zip((REFERENCE_ARM, PROBE_ARM), commits):
+        checkout = {"commit": sha, "worktree": str(worktree)}
+        if subdir not in ("", "."):
+            checkout["base"] = subdir
+        arms[name] = {**{k: v for k, v in table.items() if k != "checkout"}, "checkout": checkout}
+    document["arms"] = arms
+    return tomlkit.dumps(document)
+
+
+def gate_subdir(gate_path: Path, repo: Path) -> str:
+    """The gate file's folder relative to the repository ('' when the file lies outside it): where its relative
+    paths resolve inside each worktree."""
+    try:
+        return gate_path.parent.resolve().relative_to(repo.resolve()).as_posix()
+    except ValueError:
+        return ""
+
+
+def _label(index: int, commit: Commit) -> str:
+    return f"{index:03d}-{commit.sha[:12]}"
+
+
+# -- the run ---------------------------------------------------------------------------------------
+
+class Bisect:
+    """One bisect folder being run (fresh or resumed): the journal, the commits' worktrees and builds, and the
+    probes it sends to the engine."""
+
+    def __init__(self, folder: Path, start: BisectStart, config: GateConfig, gate_text: str, repo: Path,
+                 options: BisectOptions, journal: Journal, state: BisectState | None, report: Report) -> None:
+        self.folder, self.start, self.config, self.gate_text = folder, start, config, gate_text
+        self.repo, self.options, self.journal, self.report = repo, options, journal, report
+        self.commits = start.commits
+        self.subdir = gate_subdir(Path(start.gate_file), repo)
+        self.ends: dict[tuple[int, int, int], ProbeEnd] = {e.key: e for e in state.finished} if state else {}
+        self.builds: dict[int, BuildResult] = {}
+        for end in self.ends.values():
+            if end.build is not None:
+                self.builds.setdefault(end.commit, end.build)
+        self.runs = sum(e.executions for e in self.ends.values())
+        self.cores = sorted(os.sched_getaffinity(0))
+        self.gpus = visible_gpus() if options.engine == "local" else ()
+        self.gpus_per_probe = options.gpus if options.gpus is not None else (1 if self.gpus else 0)
+
+    # -- commits ---------------------------------------------------------------------------------
+
+    def worktree(self, index: int) -> Path:
+        return self.folder / "worktrees" / _label(index, self.commits[index])
+
+    def probe_folder(self, spec: ProbeSpec) -> Path:
+        return self.folder / "probes" / f"r{spec.round:02d}-{_label(spec.commit, self.commits[spec.commit])}"
+
+    def built(self, index: int, probe_dir: Path) -> tuple[BuildResult, bool]:
+        """The commit's worktree and build (once per commit; a resumed bisect keeps both): the result, and
+        whether it was built now (its log then lies in `probe_dir`)."""
+        add_worktree(self.repo, self.commits[index].sha, self.worktree(index))
+        if index in self.builds:
+            return self.builds[index], False
+        commit = self.commits[index]
+        if self.start.build is not None:
+            self.report(f"bisect: building {commit.sha[:12]} ({index}/{self.start.n}): {shlex.join(self.start.build)}")
+        log = probe_dir / f"build-{_label(index, commit)}.log"
+        result = build(self.start.build, self.worktree(index), log)
+        self.builds[index] = result
+        if result.status is not BuildStatus.BUILT:
+            words = "exit 125: skipped" if result.status is BuildStatus.SKIPPED else (
+                f"failed ({'exit ' + str(result.exit_code) if result.exit_code is not None else 'did not finish'}): "
+                "skipped")
+            self.report(f"bisect: build of {commit.sha[:12]} {words}; its log: {log}")
+        return result, True
+
+    # -- probes ----------------------------------------------------------------------------------
+
+    def run_probes(self, specs: Sequence[ProbeSpec]) -> list[ProbeEnd]:
+        """Run these probes (one round) on the engine; each journaled at its start and end. A probe whose
+        commit cannot be built ends without running. Interrupted: the finished ones are journaled, then
+        SeriesInterrupted."""
+        ends: list[ProbeEnd] = []
+        tasks: dict[str, tuple[ProbeSpec, GateTask, BuildResult | None]] = {}
+        for spec in specs:
+            probe_dir = self.probe_folder(spec)
+            probe_dir.mkdir(parents=True, exist_ok=True)
+            self.journal.record(ProbeStart(spec.commit, spec.reference, spec.round,
+                                           probe_dir.relative_to(self.folder).as_posix(),
+                                           now().isoformat(timespec="seconds")))
+            reference, _ = self.built(spec.reference, probe_dir)
+            result, fresh = self.built(spec.commit, probe_dir)
+            build_now = result if fresh else None
+            if result.status is not BuildStatus.BUILT:
+                status = ProbeStatus.SKIPPED if result.status is BuildStatus.SKIPPED else ProbeStatus.BUILD_FAILED
+                words = "exited 125 (cannot be tested)" if status is ProbeStatus.SKIPPED else "failed"
+                ends.append(self._end(spec, status, (), f"the build {words} (exit {result.exit_code})", build_now))
+                self._report_end(ends[-1])
+                continue
+            if reference.status is not BuildStatus.BUILT:
+                ends.append(self._end(spec, ProbeStatus.INVALID, (), f"the reference commit "
+                                      f"{self.commits[spec.reference].sha[:12]} cannot be built", build_now))
+                self._report_end(ends[-1])
+                continue
+            gate_file = probe_dir / "gate.toml"
+            if not gate_file.is_file():  # a resumed probe keeps the file its series was started with
+                atomic_write_text(gate_file, probe_gate_toml(
+                    self.gate_text, self.start.arm,
+                    ((self.commits[spec.reference].sha, self.worktree(spec.reference)),
+                     (self.commits[spec.commit].sha, self.worktree(spec.commit))), self.subdir, spec.pairs))
+            key = probe_dir.name
+            task = GateTask(key=key, gate_path=gate_file, off=REFERENCE_ARM, on=PROBE_ARM, runs_dir=probe_dir / "runs",
+                            out_dir=probe_dir / "findings", log_path=probe_dir / "gate.log", campaign_dir=probe_dir,
+                            gpus=self.gpus_per_probe, cpus=1, env={ENV_BISECT: str(self.folder)})
+            done = finished_series(task.runs_dir)
+            if done is not None:  # killed after its gate finished, before its end was journaled: not run again
+                ends.append(self._finished_probe(spec, outcome_of(task, 0, Pinning(), resumed=done,
+                                                                  before=frozenset()), build_now))
+                self._report_end(ends[-1])
+                continue
+            tasks[key] = (spec, task, build_now)
+        outcomes: dict[str, GateOutcome] = {}
+
+        def started(task: GateTask, pinning: Pinning | None) -> None:
+            spec = tasks[task.key][0]
+            where = pinning.describe() if pinning else f"submitted to Ray (num_cpus={task.cpus}, num_gpus={task.gpus})"
+            self.report(f"bisect: round {spec.round}: probe {self._what(spec)} started ({where})")
+
+        def finished(outcome: GateOutcome) -> None:
+            outcomes[outcome.key] = outcome
+            spec, _, build_now = tasks[outcome.key]
+            if outcome.status is GateStatus.INTERRUPTED:
+                return  # journaled on resume, when it is run again
+            end = self._finished_probe(spec, outcome, build_now)
+            ends.append(end)
+            self._report_end(end)
+
+        if tasks:
+            if self.options.engine == "ray":
+                run_ray([t for _, t, _ in tasks.values()], address=self.options.address, started=started,
+                        finished=finished)
+            else:
+                run_local([t for _, t, _ in tasks.values()], max_parallel=min(self._parallel(), len(tasks)),
+                          cores=self.cores, gpus=self.gpus, started=started, finished=finished)
+        if any(o.status is GateStatus.INTERRUPTED for o in outcomes.values()) or len(outcomes) < len(tasks):
+            raise SeriesInterrupted(f"interrupted during round {specs[0].round}; resume with: gate bisect --resume "
+                                    f"{self.folder}")
+        return ends
+
+    def _parallel(self) -> int:
+        return self.options.max_parallel or 1
+
+    def _what(self, spec: ProbeSpec) -> str:
+        commit = self.commits[spec.commit]
+        return f"{spec.commit}/{self.start.n} {commit.sha[:12]} {commit.subject[:50]!r}"
+
+    def _finished_probe(self, spec: ProbeSpec, outcome: GateOutcome, build_now: BuildResult | None) -> ProbeEnd:
+        """A probe gate that ended: its pairs from its finding, or why it has none."""
+        from gatekit.finding import load_finding
+
+        if outcome.status is not GateStatus.FINISHED or outcome.finding_path is None:
+            return self._end(spec, ProbeStatus.INVALID, (), f"its gate ended without a finding: "
+                             f"{outcome.detail or f'exit {outcome.exit_code}'}", build_now)
+        finding = load_finding(outcome.finding_path)
+        pairs = measured_pairs(finding.runs, self.start.metric)
+        relative = self._relative(outcome.finding_path)
+        series = self._relative(outcome.series_dir) if outcome.series_dir is not None else None
+        sha256 = hashlib.sha256(outcome.finding_path.read_bytes()).hexdigest()
+        decision = finding.decision.value
+        if decision == "invalid" or not pairs:
+            reason = "; ".join(finding.verdict.reasons) or "no pair of a used reference and probe run"
+            return self._end(spec, ProbeStatus.INVALID, (), f"its gate is {decision}: {reason}", build_now,
+                             relative, sha256, decision, len(finding.runs), series)
+        return self._end(spec, ProbeStatus.MEASURED, pairs, "", build_now, relative, sha256, decision,
+                         len(finding.runs), series)
+
+    def _relative(self, path: Path) -> str:
+        return Path(os.path.relpath(path.absolute(), self.folder)).as_posix()
+
+    def _end(self, spec: ProbeSpec, status: ProbeStatus, pairs: tuple[MeasuredPair, ...], reason: str,
+             build_now: BuildResult | None, finding: str | None = None, sha256: str | None = None,
+             decision: str = "", runs: int | None = 0, series: str | None = None) -> ProbeEnd:
+        end = ProbeEnd(spec.commit, spec.reference, spec.round, status, pairs, reason, build_now, finding, sha256,
+                       series=series, decision=decision, runs=runs, ended=now().isoformat(timespec="seconds"))
+        end = self.journal.record(end)
+        self.ends[end.key] = end
+        self.runs += end.executions
+        return end
+
+    def _report_end(self, end: ProbeEnd) -> None:
+        spec = ProbeSpec(end.commit, end.reference, end.round, len(end.pairs))
+        if end.status is ProbeStatus.MEASURED:
+            diffs = [math.log(p.probe_value / p.reference_value) for p in end.pairs]
+            shift = (math.exp(sum(diffs) / len(diffs)) - 1) * 100
+            self.report(f"bisect: round {end.round}: probe {self._what(spec)}: {len(end.pairs)} pair(s), probe vs "
+                        f"GOOD {shift:+.2f} % ({end.decision}); {self.runs} run(s) so far")
+        elif end.finding is not None or end.build is not None or end.reason:
+            self.report(f"bisect: round {end.round}: probe {self._what(spec)}: {end.status.value}: {end.reason}")
+
+    # -- the phases ------------------------------------------------------------------------------
+
+    def endpoints(self) -> tuple[bool | None, str, int]:
+        """BAD against GOOD (round 0), extended once (round 1) when the gate does not see them differ:
+        (changed? None: they could not be measured, why, rounds used)."""
+        n = self.start.n
+        first_spec = ProbeSpec(n, 0, 0, self.config.gate.n)
+        first = self.ends.get(first_spec.key) or self.run_probes([first_spec])[0]
+        if first.status is not ProbeStatus.MEASURED:
+            return None, f"the endpoints could not be measured: {first.reason}", 1
+        if endpoints_changed([first], self.config):
+            return True, "", 1
+        self.report(f"bisect: the endpoints' gate says {first.decision}; {self.config.gate.n} more pairs, once")
+        second_spec = ProbeSpec(n, 0, 1, self.config.gate.n)
+        second = self.ends.get(second_spec.key) or self.run_probes([second_spec])[0]
+        ends = [first] + ([second] if second.status is ProbeStatus.MEASURED else [])
+        if endpoints_changed(ends, self.config):
+            return True, "", 2
+        return False, (f"GOOD and BAD do not differ by the gate's rules ({first.decision}, then over "
+                       f"{sum(len(e.pairs) for e in ends)} pairs)"), 2
+
+    def unfinished(self, state: BisectState | None) -> list[ProbeSpec]:
+        """The probes a killed bisect started and never ended, to run again first (their series resume)."""
+        if state is None:
+            return []
+        return [ProbeSpec(p.commit, p.reference, p.round, PROBE_PAIRS if p.round > 1 or p.commit != self.start.n
+                          else self.config.gate.n)
+                for p in state.unfinished if p.key not in self.ends]
+
+    def search(self, rounds: int) -> SearchResult:
+        """The probe rounds, from every pair journaled so far."""
+        start = self.start
+        plan = SearchPlan(start.n, start.confidence, start.budget, start.max_parallel, start.pairs_per_probe)
+        measured = [e for e in self.ends.values() if e.status is ProbeStatus.MEASURED]
+        measured.sort(key=lambda e: (e.round, e.commit))
+        pairs = [p for e in measured for p in e.posterior_pairs()]
+        skipped = frozenset(e.commit for e in self.ends.values() if e.status is not ProbeStatus.MEASURED)
+        counter = {"round": rounds}
+
+        def measure(chosen: Sequence[int]) -> Measured:
+            current = counter["round"]
+            counter["round"] += 1
+            ends = self.run_probes([ProbeSpec(c, 0, current, start.pairs_per_probe) for c in chosen])
+            self._report_posterior()
+            return Measured(tuple(p for e in ends for p in e.posterior_pairs()),
+                            frozenset(e.commit for e in ends if e.status is not ProbeStatus.MEASURED))
+
+        def no_endpoints() -> tuple[tuple, bool]:  # the endpoints ran before the search (self.endpoints)
+            raise AssertionError("the search starts from the endpoints' pairs")
+
+        return search(plan, no_endpoints, measure, lambda: self.runs, pairs, skipped, rounds)
+
+    def _report_posterior(self) -> None:
+        from gatekit.bisect.posterior import posterior
+
+        pairs = [p for e in self.ends.values() for p in e.posterior_pairs()]
+        if len(pairs) < 2:
+            return
+        probabilities = posterior(pairs, self.start.n)
+        top = sorted(range(len(probabilities)), key=lambda k: -probabilities[k])[:3]
+        self.report("bisect: posterior: " + ", ".join(
+            f"{self.commits[k + 1].sha[:12]} {probabilities[k]:.3f}" for k in top))
+
+    def remove_worktrees(self) -> None:
+        """The finished bisect's worktrees go (their probes' runs and findings stay)."""
+        root = self.folder / "worktrees"
+        for path in sorted(root.iterdir()) if root.is_dir() else []:
+            try:
+                remove_worktree(self.repo, path)
+            except GatekitError as exc:
+                self.report(f"bisect: could not remove the worktree {path}: {exc}")
+
+
+def finished_series(runs_dir: Path) -> Path | None:
+    """The probe's finished series (DONE written), if its gate ended before the bisect could journal it."""
+    done = [p for p in series_dirs(runs_dir) if SeriesLayout(p).done.is_file()]
+    return done[-1] if done else None
+
+
+def repository(cwd: Path | None = None) -> Path:
+    """The git repository the bisect runs in: the one of the working directory, as `git bisect`."""
+    where = (cwd or Path.cwd()).resolve()
+    try:
+        return Path(git(where, "rev-parse", "--show-toplevel"))
+    except GatekitError:
+        raise ConfigError(f"{where}: not inside a git repository; run gate bisect in the repository to bisect") \
+            from None
+
+
+def _check_engine(options: BisectOptions) -> None:
+    if options.engine not in ENGINES:
+        raise ConfigError(f"--engine: must be one of {', '.join(ENGINES)}, got {options.engine!r}")
+    if options.engine != "ray" and options.address:
+        raise ConfigError("--address joins a Ray cluster; use it with --engine ray")
+    if options.engine == "local":  # each probe at once needs a core set of its own
+        core_sets(sorted(os.sched_getaffinity(0)), options.max_parallel or 1)
+
+
+def _check_options(options: BisectOptions, config: GateConfig) -> str:
+    """Usage errors before anything is written; returns the arm's name."""
+    _check_engine(options)
+    if options.max_parallel is not None and options.max_parallel < 1:
+        raise ConfigError(f"--max-parallel: must be at least 1, got {options.max_parallel}")
+    if not 0.5 <= options.confidence < 1:
+        raise ConfigError(f"--confidence: must be from 0.5 to below 1, got {options.confidence:g}")
+    if config.gate.mode == DUET_MODE:
+        raise ConfigError(f"{config.path}: gate.mode: a duet gate cannot be bisected (a probe interleaves one arm "
+                          "at two commits); bisect with an interleaved gate of the arm")
+    arm = options.arm or next(iter(config.arms))
+    if arm not in config.arms:
+        raise ConfigError(f"--arm: the gate file {config.path} defines no arm '{arm}' (it defines: "
+                          f"{', '.join(config.arms)})")
+    least = 2 * config.gate.n + 2 * PROBE_PAIRS
+    if options.budget < least:
+        raise ConfigError(f"--budget: {options.budget} runs cannot hold the endpoints ({2 * config.gate.n} runs) and "
+                          f"one probe ({2 * PROBE_PAIRS}); give at least {least}")
+    return arm
+
+
+@contextmanager
+def _bisect_lock(folder: Path) -> Iterator[None]:
+    """One bisect process per folder: two would run the same probes and interleave the journal."""
+    with pid_lock(folder / ".bisect.lock", lambda holder: SeriesError(
+            f"{folder}: another gate bisect runs here ({holder}); wait for it")):
+        yield
+
+
+def run_bisect(good: str | None, bad: str | None, options: BisectOptions, *, cwd: Path | None = None,
+               report: Report = lambda line: None) -> BisectResult:
+    """Run (or, with options.resume, continue) a bisect of GOOD..BAD in the repository of `cwd`; the
+    journal, then the bisect finding. SeriesInterrupted (130) when stopped: the folder resumes."""
+    repo = repository(cwd)
+    here = (cwd or Path.cwd()).resolve()  # relative paths of the options are the working directory's
+    options = replace(options, gate_path=here / options.gate_path,
+                      out=None if options.out is None else here / options.out,
+                      resume=None if options.resume is None else here / options.resume)
+    state: BisectState | None = None
+    if options.resume is not None:
+        from gatekit.bisect.verify import verify_bisect
+
+        folder = options.resume.resolve()
+        verify_bisect(folder, finding_required=False)  # an edited journal or probe finding: exit 3, nothing runs
+        state = replay(folder)
+        start = state.start
+        if read_plan(folder / BISECT_PLAN).gate_sha256 != start.gate_sha256:
+            raise SeriesError(f"{folder / BISECT_PLAN}: does not say what the journal's bisect_start says; the plan "
+                              "was edited")
+        gate_bytes = (folder / GATE_COPY).read_bytes()
+        if hashlib.sha256(gate_bytes).hexdigest() != start.gate_sha256:
+            raise SeriesError(f"{folder / GATE_COPY}: changed since the bisect started (its sha256 is not the plan's "
+                              "gate_sha256); restore it or start a new bisect")
+        config = load_gate(folder / GATE_COPY)
+        _check_engine(options)
+        if state.stop is not None:
+            if not (folder / f"{BISECT_FINDING}.json").is_file():  # stopped before its finding was written
+                return _stopped_result(folder, state)
+            raise SeriesError(f"{folder}: this bisect is finished ({state.stop.outcome.value}); start a new one")
+    else:
+        if good is None or bad is None:
+            raise ConfigError("gate bisect needs GOOD and BAD (or --resume DIR)")
+        gate_path = options.gate_path.resolve()
+        config = load_gate(gate_path)
+        gate_bytes = gate_path.read_bytes()
+        arm = _check_options(options, config)
+        commits = commit_range(repo, good, bad)
+        if len(commits) < 2:
+            raise ConfigError("GOOD..BAD holds no commit")
+        try:
+            build_argv = tuple(shlex.split(options.build)) if options.build is not None else None
+        except ValueError as exc:
+            raise ConfigError(f"--build: cannot split {options.build!r} into words: {exc}") from None
+        if build_argv == ():
+            raise ConfigError("--build: the build command is empty")
+        started = now()
+        folder = (options.out.resolve() if options.out is not None else
+                  config.gate.runs / f"bisect-{config.gate.id}-{started:%Y%m%d-%H%M%S}")
+        if (folder / BISECT_JOURNAL).exists():
+            raise ConfigError(f"{folder}: holds a bisect already; continue it with --resume {folder} or bisect "
+                              "into a new --out")
+        start = BisectStart(
+            good=commits[0], bad=commits[-1], commits=tuple(commits), gate_file=str(gate_path),
+            gate_sha256=hashlib.sha256(gate_bytes).hexdigest(), arm=arm, metric=config.gate.primary,
+            higher_is_better=config.gate.direction == "higher", build=build_argv, confidence=options.confidence,
+            budget=options.budget, max_parallel=options.max_parallel or 1, engine=options.engine,
+            pairs_per_probe=PROBE_PAIRS, started=started.isoformat(timespec="seconds"), host=socket.gethostname(),
+            repo=str(repo), address=options.address or "")
+        folder.mkdir(parents=True, exist_ok=True)
+    journal = Journal(folder / BISECT_JOURNAL, genesis=folder / BISECT_PLAN)
+    with _bisect_lock(folder), interrupt_on_sigterm():
+        if state is None:
+            atomic_write_bytes(folder / GATE_COPY, gate_bytes)
+            atomic_write_text(folder / BISECT_PLAN, plan_toml(start))  # the preregistration, before any run
+            start = journal.record(start)
+            report(f"bisect: {len(start.commits) - 1} commit(s) after GOOD {start.good.sha[:12]} up to BAD "
+                   f"{start.bad.sha[:12]}; preregistered {folder / BISECT_PLAN}")
+        else:
+            journal.record(BisectResume(f"resumed: {len(state.finished)} probe(s) finished, "
+                                        f"{len(state.unfinished)} to run again", now().isoformat(timespec="seconds")))
+            report(f"bisect: resuming {folder}: {len(state.finished)} probe(s) finished, "
+                   f"{len(state.unfinished)} unfinished")
+        bisect = Bisect(folder, start, config, gate_bytes.decode("utf-8"), repo, options, journal, state, report)
+        try:
+            result = _run(bisect, state)
+        except KeyboardInterrupt:
+            raise SeriesInterrupted(f"interrupted; resume with: gate bisect --resume {folder}") from None
+        journal.record(BisectStop(result.outcome, result.culprit, result.probabilities, result.credible,
+                                  result.runs, result.rounds, result.exit_code(), now().isoformat(timespec="seconds")))
+        bisect.remove_worktrees()
+    return replace(result, finding_paths=write_finding(folder))
+
+
+def _run(bisect: Bisect, state: BisectState | None) -> BisectResult:
+    start = bisect.start
+    commits = start.commits
+    # a killed bisect's unfinished probes first: they resume their series (the endpoints' among them)
+    pending = bisect.unfinished(state)
+    endpoint_rounds = [s for s in pending if s.commit == start.n and s.reference == 0 and s.round <= 1]
+    later = [s for s in pending if s not in endpoint_rounds]
+    for spec in endpoint_rounds:
+        bisect.run_probes([spec])
+    changed, reason, rounds = bisect.endpoints()
+    if changed is not True:
+        outcome = Outcome.INVALID if changed is None else Outcome.NO_CHANGE
+        bisect.report(f"bisect: {outcome.value}: {reason}")
+        return BisectResult(bisect.folder, outcome, commits, None, (), (), bisect.runs, rounds, reason)
+    if later:
+        bisect.run_probes(later)
+    done_rounds = max([rounds] + [e.round + 1 for e in bisect.ends.values()])
+    result = bisect.search(done_rounds)
+    culprit = result.culprit
+    if culprit is not None:
+        commit = commits[culprit]
+        bisect.report(f"bisect: {result.outcome.value}: {commit.sha[:12]} {commit.subject!r} holds "
+                      f"{result.probabilities[culprit - 1]:.3f} of the posterior")
+    return BisectResult(bisect.folder, result.outcome, commits, culprit, result.probabilities, result.credible,
+                        bisect.runs, result.rounds)
+
+
+def _stopped_result(folder: Path, state: BisectState) -> BisectResult:
+    """A bisect that stopped before its finding was written: the result its bisect_stop journaled, and the finding."""
+    stop = state.stop
+    assert stop is not None
+    return BisectResult(folder, stop.outcome, state.start.commits, stop.culprit, stop.probabilities, stop.credible,
+                        stop.runs, stop.rounds, finding_paths=write_finding(folder))
+
+
+def write_finding(folder: Path) -> tuple[Path, ...]:
+    """The bisect finding from the journal (gatekit.bisect.finding)."""
+    from gatekit.bisect.finding import build_finding, write_bisect_finding
+
+    return tuple(write_bisect_finding(folder, build_finding(replay(folder))))
