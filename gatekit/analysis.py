@@ -20,7 +20,8 @@ from gatekit.prereg import DecisionSpec
 from gatekit.records import RunRecord, is_time_metric, startup_overhead_s
 from gatekit.report.narrative import narrative
 from gatekit.schedule import WARMUP_ROUND, needs_seed, order_seed
-from gatekit.verdict import TOO_FEW_USED, Decision, Verdict, decide, evaluate_guard, next_step
+from gatekit.verdict import (TOO_FEW_USED, Decision, Reason, ReasonCode, Verdict, decide, evaluate_guard,
+                             next_step)
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,17 +97,18 @@ def config_check(records: Sequence[RunRecord], off_arm: str, on_arm: str,
         keys = sorted({k for c in configs for k in c} | set(first), key=str)
         keys = [k for k in keys if any(c.get(k) != first.get(k) for c in configs)]
         if keys:
-            invalid.append(f"effective config differs between runs of arm {arm}: {', '.join(keys)}")
+            invalid.append(Reason(ReasonCode.CONFIG_DIFFERS_IN_ARM,
+                                  f"effective config differs between runs of arm {arm}: {', '.join(keys)}"))
     off_config, on_config = by_arm[off_arm][0], by_arm[on_arm][0]
     differing = {k for k in set(off_config) | set(on_config) if off_config.get(k) != on_config.get(k)}
     unexpected = sorted(differing - set(expect_diff), key=str)
     absent = sorted(set(expect_diff) - differing, key=str)
     if unexpected:
-        invalid.append(f"arms differ in undeclared effective-config key(s): {', '.join(unexpected)} "
-                       f"(expect_diff = {list(expect_diff)})")
+        invalid.append(Reason(ReasonCode.CONFIG_UNDECLARED_DIFFERENCE, f"arms differ in undeclared effective-config "
+                              f"key(s): {', '.join(unexpected)} (expect_diff = {list(expect_diff)})"))
     if absent:
-        invalid.append(f"declared flag(s) do not differ in the effective config: {', '.join(absent)} "
-                       "(a silent fallback?)")
+        invalid.append(Reason(ReasonCode.CONFIG_FLAG_NOT_DIFFERING, f"declared flag(s) do not differ in the "
+                              f"effective config: {', '.join(absent)} (a silent fallback?)"))
     return invalid, []
 
 
@@ -145,13 +147,16 @@ def assess(evidence: SeriesEvidence) -> Assessment:
     imported_from = evidence.provenance.get("imported_from")
     for row in table[policy.unresolved(table)].itertuples():
         if isinstance(imported_from, Mapping):  # another tool's runs: not paired, and none can be run again
-            invalid.append(f"{row.label} {row.reason}; imported from {imported_from.get('format') or 'another tool'}"
-                           ", it cannot be retried, so no run replaces it")
+            invalid.append(Reason(ReasonCode.IMPORTED_RUN_FAILED, f"{row.label} {row.reason}; imported from "
+                                  f"{imported_from.get('format') or 'another tool'}, it cannot be retried, so no "
+                                  "run replaces it"))
         else:
-            invalid.append(f"{row.label} {row.reason} and its pair has no retry left")
+            invalid.append(Reason(ReasonCode.RUN_NOT_REPLACED, f"{row.label} {row.reason} and its pair has no retry "
+                                                               "left"))
     if spec.rules.require_window_samples:
         for row in table[table["missing_window"] & ~table["replaced"]].itertuples():
-            invalid.append(f"{row.label} has no in-window load samples; it cannot be audited")
+            invalid.append(Reason(ReasonCode.NO_WINDOW_SAMPLES,
+                                  f"{row.label} has no in-window load samples; it cannot be audited"))
     used_labels = set(used["label"])
     config_invalid, config_warnings = config_check(
         [r for r in records if r.label in used_labels], off_arm, on_arm, spec.expect_diff)
@@ -285,12 +290,13 @@ def confirm_in_cycles(decided: Decided, cycles: CycleCheck | None, spec: Decisio
         why = (f"Δ in cycles (time x mean SM clock) {cycles.delta_cycles_pct:+.2f} % decides "
                f"{cycles.decision_in_cycles}, not {verdict.decision.value}: the time difference is not confirmed "
                "in cycle space, so the GPU's clock may explain it rather than the change")
-    reason = f"{why} (rules.confirm_cycles, preregistered); was {verdict.decision.value}"
+    reason = Reason(ReasonCode.NOT_CONFIRMED_IN_CYCLES,
+                    f"{why} (rules.confirm_cycles, preregistered); was {verdict.decision.value}")
     return dataclasses.replace(decided, verdict=dataclasses.replace(
         verdict, decision=Decision.INCONCLUSIVE, reasons=(reason, *verdict.reasons)))
 
 
-def too_few_used_reason(table: pd.DataFrame, n_off: int, n_on: int) -> str:
+def too_few_used_reason(table: pd.DataFrame, n_off: int, n_on: int) -> Reason:
     """Why an arm has fewer than two used runs, with the cause: the machine was busy (runs flagged by load or
     telemetry evidence, and no replacement left), the trainer failed, or both — counted over every run."""
     total = len(table)
@@ -303,8 +309,8 @@ def too_few_used_reason(table: pd.DataFrame, n_off: int, n_on: int) -> str:
                       + ", and no replacement left")
     if failed:
         causes.append(f"{failed} of {total} runs failed")
-    return (f"{TOO_FEW_USED} (off {n_off}, on {n_on})"
-            + (": " + "; ".join(causes) if causes else ""))
+    return Reason(ReasonCode.TOO_FEW_USED, f"{TOO_FEW_USED} (off {n_off}, on {n_on})"
+                  + (": " + "; ".join(causes) if causes else ""))
 
 
 def analyze(evidence: SeriesEvidence) -> Finding:

@@ -497,7 +497,7 @@ def first_difference(left: Any, right: Any, key: str = "") -> str | None:
         elif isinstance(a, list) and isinstance(b, list) and len(a) == len(b):
             stack += [(f"{where}[{i}]", x, y) for i, (x, y) in reversed(list(enumerate(zip(a, b))))]
         elif a != b or (type(a) is bool) != (type(b) is bool):
-            return f"{where or '(top level)'} {_show(a)} != {_show(b)}"
+            return f"{where or '(top level)'} {show_value(a)} != {show_value(b)}"
     return None
 
 
@@ -511,7 +511,8 @@ class _Missing:
 MISSING = _Missing()
 
 
-def _show(value: Any) -> str:
+def show_value(value: Any) -> str:
+    """A value as a difference shows it: JSON, cut at 120 characters (`missing` for a missing key)."""
     return "missing" if value is MISSING else json.dumps(value, ensure_ascii=False)[:120]
 
 
@@ -525,7 +526,8 @@ def _show(value: Any) -> str:
 #                          verdict, sections (DESIGN "Finding").
 #   gatekit.finding/2      the same keys, typed; each section gatekit generated says so (`generated = true`).
 #                          Later additions, each with a default: `predecision.chain_head`, `runs[].startup_s`.
-#                          `stats.cycles`, `provenance.backend_end`.
+#                          `stats.cycles`, `provenance.backend_end`, `verdict.reason_codes` (one stable
+#                          `verdict.ReasonCode` per reason; a finding without them is verified by its prose).
 #   gatekit.predecision/1  the preregistered rules; a sequential spec without `sequential_version` is v3.
 #   gatekit.predecision/2  `decision.sequential_version` is stated for every sequential spec; the series'
 #                          journal is gatekit.journal/3 or later.

@@ -81,13 +81,80 @@ def classic_decision(delta_pct: float, threshold_pct: float, direction: str,
     return Decision(CODE_NAMES[int(classic_codes(delta_pct, threshold_pct, direction, max_threshold_pct))])
 
 
-def too_noisy_reason(smallest_pct: float, mde_pct: float | None = None, basis: str = "the threshold") -> str:
+class ReasonCode(enum.StrEnum):
+    """What a verdict's reason says, as a stable code stored beside its prose (`verdict.reason_codes`).
+    The prose is rendered from the code and the series' figures; a later gatekit may word it otherwise, the
+    code stays. `gate verify` compares the codes with the recomputation's, then each reason's prose with what
+    its code renders to from the recomputed series. Never rename a value: add one."""
+
+    # the classic rule (decide) and its guards
+    CLEARS_THRESHOLD = "clears_threshold"  # adopted: Δ beyond the threshold, the better way
+    BEYOND_THRESHOLD_WORSE = "beyond_threshold_worse"  # regression: beyond it, the worse way
+    WITHIN_THRESHOLD = "within_threshold"  # rejected
+    THRESHOLD_ABOVE_MAX = "threshold_above_max"  # inconclusive: within a threshold above rules.max_threshold_pct
+    TOO_NOISY = "too_noisy"  # the smallest effect the series could have seen
+    GUARD_HELD = "guard_held"
+    GUARD_BEYOND_LIMIT = "guard_beyond_limit"
+    GUARD_MISSING = "guard_missing"  # the guard's metric is missing from the used runs
+    NO_USABLE_RUNS = "no_usable_runs"
+    # why a series is invalid
+    RUN_NOT_REPLACED = "run_not_replaced"  # a failed or flagged run whose pair has no retry left
+    IMPORTED_RUN_FAILED = "imported_run_failed"  # a failed run of another tool's, which cannot be run again
+    NO_WINDOW_SAMPLES = "no_window_samples"
+    CONFIG_DIFFERS_IN_ARM = "config_differs_in_arm"
+    CONFIG_UNDECLARED_DIFFERENCE = "config_undeclared_difference"
+    CONFIG_FLAG_NOT_DIFFERING = "config_flag_not_differing"
+    TOO_FEW_USED = "too_few_used_runs"
+    SERIES_INVALIDATED = "series_invalidated"  # journaled as invalid while it ran (`invalid` event)
+    ARTIFACT_CHANGED = "artifact_changed"
+    BACKEND_CHANGED = "backend_changed"
+    IMPORTED_ZERO_TIMES = "imported_zero_times"
+    EVIDENCE_INVALID = "evidence_invalid"  # a cause the evidence gave that has no code of its own
+    # after a verdict that could not decide; confirmation in cycles
+    NEXT_STEP = "next_step"
+    NOT_CONFIRMED_IN_CYCLES = "not_confirmed_in_cycles"
+    # the paired policies (sequential, duet)
+    FLAGGED_NOT_REPLACED = "flagged_not_replaced"  # flagged by telemetry, no replacement left
+    LOOK = "look"  # a sequential look: its estimate, interval and outcome
+    EARLY_STOP = "early_stop"
+    NO_NEXT_LOOK = "no_next_look"
+    NEXT_LOOK = "next_look"
+    STAGE_MISSING = "stage_missing"
+    DUET_ESTIMATE = "duet_estimate"
+    DUET_SLOT_EFFECT = "duet_slot_effect"
+    DUET_TOO_FEW_PAIRS = "duet_too_few_pairs"
+    PAIRED_GUARD = "paired_guard"
+    GUARD_BOUND_TOO_WIDE = "guard_bound_too_wide"
+    CLASSIC_BESIDE = "classic_beside"  # the classic verdict, reported beside a policy that decides otherwise
+
+
+class Reason(str):
+    """One reason of a verdict: its prose (the string itself, which is what every reader shows) and the
+    stable code of what it says (`code`). A Verdict made of Reasons stores their codes beside the prose."""
+
+    code: ReasonCode
+
+    def __new__(cls, code: ReasonCode, text: str) -> Reason:
+        reason = super().__new__(cls, text)
+        reason.code = ReasonCode(code)
+        return reason
+
+    def __getnewargs__(self) -> tuple[str, str]:  # pickled (a Ray worker's verdict) with its code
+        return self.code.value, str(self)
+
+
+def coded(code: ReasonCode, text: str) -> Reason:
+    """`text` as a reason of kind `code` (an already coded reason keeps its own code)."""
+    return text if isinstance(text, Reason) else Reason(code, text)
+
+
+def too_noisy_reason(smallest_pct: float, mde_pct: float | None = None, basis: str = "the threshold") -> Reason:
     """Why a series that could not have seen the effect is inconclusive (every policy): the smallest effect it
     could have detected and what that is (`basis`: the classic threshold, a paired policy's half interval)."""
     mde = f"; its minimum detectable effect was {mde_pct:.4g} %" if mde_pct is not None and math.isfinite(mde_pct) \
         else ""
-    return (f"too noisy to tell: this series could not have detected an effect smaller than {smallest_pct:.4g} % "
-            f"({basis}){mde}")
+    return Reason(ReasonCode.TOO_NOISY, f"too noisy to tell: this series could not have detected an effect smaller "
+                                        f"than {smallest_pct:.4g} % ({basis}){mde}")
 
 
 # What to do after a verdict that could not decide: the words every policy's inconclusive or invalid verdict ends
@@ -120,14 +187,14 @@ def without_retired_warnings(warnings: Sequence[str]) -> tuple[str, ...]:
     return tuple(w for w in warnings if not w.startswith(RETIRED_WARNINGS))
 
 
-def next_step(decision: Decision, *, busy: bool) -> str | None:
+def next_step(decision: Decision, *, busy: bool) -> Reason | None:
     """The last reason of a verdict that could not decide: what to try next; `busy` when runs were flagged by
     load or pressure evidence. None for a decided verdict, and for an invalid one whose cause is not the
     machine (its own reasons say what to fix: the trainer, a changed file, a missing window)."""
     if decision is Decision.INCONCLUSIVE:
-        return f"{NEXT_STEP}{MORE_RUNS}" + (f"; or {QUIETER_MACHINE}" if busy else "")
+        return Reason(ReasonCode.NEXT_STEP, f"{NEXT_STEP}{MORE_RUNS}" + (f"; or {QUIETER_MACHINE}" if busy else ""))
     if decision is Decision.INVALID and busy:
-        return f"{NEXT_STEP}{QUIETER_MACHINE}; {MORE_RUNS}"
+        return Reason(ReasonCode.NEXT_STEP, f"{NEXT_STEP}{QUIETER_MACHINE}; {MORE_RUNS}")
     return None
 
 
@@ -159,9 +226,18 @@ def evaluate_guard(spec: GuardSpec, off_values: Sequence[float], on_values: Sequ
 
 @dataclass(frozen=True, slots=True)
 class Verdict(Record):
+    """The decision, its reasons (prose, in order) and their codes (`ReasonCode` values, one per reason; none
+    in a finding written before reasons had codes), and the warnings. Made from `Reason`s, the codes are
+    theirs; read from a document, they are what it stores (a code this gatekit does not know stays a string)."""
+
     decision: Decision
     reasons: tuple[str, ...] = ()
     warnings: tuple[str, ...] = ()
+    reason_codes: tuple[str, ...] = field(default=(), metadata={"omit": ()})
+
+    def __post_init__(self) -> None:
+        if self.reasons and all(isinstance(reason, Reason) for reason in self.reasons):
+            object.__setattr__(self, "reason_codes", tuple(reason.code.value for reason in self.reasons))
 
 
 def decide(*, delta_pct: float, threshold_pct: float, direction: str, primary: str,
@@ -173,29 +249,35 @@ def decide(*, delta_pct: float, threshold_pct: float, direction: str, primary: s
     never hidden behind a time regression's label, both reasons are listed. Inconclusive: what would be
     rejected with a threshold above `max_threshold_pct`, which no plausible effect could clear.
     """
-    if invalid_reasons:
-        return Verdict(Decision.INVALID, tuple(invalid_reasons), tuple(warnings))
+    if invalid_reasons:  # a cause the evidence gave without a code of its own is still one reason
+        return Verdict(Decision.INVALID, tuple(coded(ReasonCode.EVIDENCE_INVALID, r) for r in invalid_reasons),
+                       tuple(warnings))
     if math.isnan(delta_pct):
-        return Verdict(Decision.INVALID, ("no usable runs in one of the arms",), tuple(warnings))
+        return Verdict(Decision.INVALID, (Reason(ReasonCode.NO_USABLE_RUNS, "no usable runs in one of the arms"),),
+                       tuple(warnings))
     better = "lower" if direction == "lower" else "higher"
     decision = classic_decision(delta_pct, threshold_pct, direction, max_threshold_pct)
     reasons = [too_noisy_reason(threshold_pct, mde_pct)] if decision is Decision.INCONCLUSIVE else []
-    reasons += [{
-        Decision.ADOPTED: f"{primary} Δ {delta_pct:+.4f} % clears the threshold ±{threshold_pct:.4f} % "
-                          f"({better} is better)",
-        Decision.REGRESSION: f"{primary} Δ {delta_pct:+.4f} % is beyond the threshold ±{threshold_pct:.4f} % "
-                             f"in the wrong direction ({better} is better)",
-        Decision.REJECTED: f"{primary} Δ {delta_pct:+.4f} % is within the threshold ±{threshold_pct:.4f} %",
-        Decision.INCONCLUSIVE: f"{primary} Δ {delta_pct:+.4f} % is within the threshold ±{threshold_pct:.4f} %, "
-                               f"which is above rules.max_threshold_pct = {max_threshold_pct:g} %",
-    }[decision]]
+    reasons += [Reason(*{
+        Decision.ADOPTED: (ReasonCode.CLEARS_THRESHOLD, f"{primary} Δ {delta_pct:+.4f} % clears the threshold "
+                                                        f"±{threshold_pct:.4f} % ({better} is better)"),
+        Decision.REGRESSION: (ReasonCode.BEYOND_THRESHOLD_WORSE, f"{primary} Δ {delta_pct:+.4f} % is beyond the "
+                              f"threshold ±{threshold_pct:.4f} % in the wrong direction ({better} is better)"),
+        Decision.REJECTED: (ReasonCode.WITHIN_THRESHOLD, f"{primary} Δ {delta_pct:+.4f} % is within the threshold "
+                                                         f"±{threshold_pct:.4f} %"),
+        Decision.INCONCLUSIVE: (ReasonCode.THRESHOLD_ABOVE_MAX, f"{primary} Δ {delta_pct:+.4f} % is within the "
+                                f"threshold ±{threshold_pct:.4f} %, which is above rules.max_threshold_pct = "
+                                f"{max_threshold_pct:g} %"),
+    }[decision])]
     for guard in guards:
         if guard.passed:
-            reasons.append(f"guard {guard.metric}: Δ {guard.delta:+.4f} within limit {guard.limit:+g}")
+            reasons.append(Reason(ReasonCode.GUARD_HELD,
+                                  f"guard {guard.metric}: Δ {guard.delta:+.4f} within limit {guard.limit:+g}"))
         elif guard.delta is None:
-            reasons.append(f"guard {guard.metric} failed: {guard.note}")
+            reasons.append(Reason(ReasonCode.GUARD_MISSING, f"guard {guard.metric} failed: {guard.note}"))
         else:
-            reasons.append(f"guard {guard.metric} failed: Δ {guard.delta:+.4f} beyond limit {guard.limit:+g}")
+            reasons.append(Reason(ReasonCode.GUARD_BEYOND_LIMIT, f"guard {guard.metric} failed: Δ {guard.delta:+.4f} "
+                                                                 f"beyond limit {guard.limit:+g}"))
     if any(not g.passed for g in guards) and decision is not Decision.REGRESSION:
         decision = Decision.GUARD_FAILED
     return Verdict(decision, tuple(reasons), tuple(warnings))

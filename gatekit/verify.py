@@ -21,7 +21,7 @@ from gatekit.errors import ConfigError, GatekitError, RunFileError, SeriesError,
 from gatekit.provenance import hash_files, sha256_file
 from gatekit.records import (JOURNAL_OF_PREDECISION, JOURNAL_SCHEMA, MISSING, SCHEMA_KEY, SIGNATURE_OF_JSON_BYTES,
                              SIGNATURE_SCHEMA, UNCHAINED_JOURNAL, first_difference, journal_schema,
-                             schema_problem)
+                             schema_problem, show_value)
 from gatekit.runfiles import MAX_RESULT_BYTES, read_run_file
 from gatekit.storage import (EMPTY_SHA256, LEGACY_JOURNAL_WARNING, Journal, SeriesLayout, atomic_write_text,
                              line_sha256)
@@ -228,7 +228,7 @@ def _verify_finding(series_dir: Path, finding_path: Path, head: str | None) -> N
     """The finding's recomputed sections equal the journal's recomputation; its chain head is the journal's."""
     from gatekit.finding import load_finding, twin_difference
     from gatekit.series.replay import analyze_unverified
-    from gatekit.verdict import without_explanations, without_retired_warnings
+    from gatekit.verdict import without_retired_warnings
 
     written = load_finding(finding_path)
     difference = twin_difference(finding_path, written)  # a reader of either twin must see what was verified
@@ -249,10 +249,7 @@ def _verify_finding(series_dir: Path, finding_path: Path, head: str | None) -> N
                                            if w != LEGACY_JOURNAL_WARNING]
     if "verdict" in mine:  # a warning this version moved elsewhere (verdict.RETIRED_WARNINGS) is no difference
         mine["verdict"]["warnings"] = list(without_retired_warnings(mine["verdict"].get("warnings", ())))
-    written_reasons = tuple(mine.get("verdict", {}).get("reasons", ()))
-    if without_explanations(written_reasons) == written_reasons:
-        # written before verdicts named their cause and next step: the same decision in fewer words
-        theirs["verdict"]["reasons"] = list(without_explanations(theirs["verdict"].get("reasons", ())))
+    _verify_reasons(finding_path, series_dir, mine, theirs)
     if not any("startup_s" in run for run in mine.get("runs", [])):
         # written before run rows carried startup_s: derived from the compared wallclock and primary, so
         # leaving it out of the comparison loses nothing
@@ -268,6 +265,37 @@ def _verify_finding(series_dir: Path, finding_path: Path, head: str | None) -> N
         if difference is not None:
             raise VerificationError(f"{finding_path}: differs from the finding recomputed from {series_dir}: "
                                     f"{difference}")
+
+
+def _verify_reasons(finding_path: Path, series_dir: Path, mine: dict[str, Any], theirs: dict[str, Any]) -> None:
+    """The verdict's reasons: their codes equal the recomputation's, then each reason's prose is what its code
+    renders to from the recomputed series (so an edited reason names its code). Both are then left out of the
+    section comparison. A finding written before reasons had codes is compared by its prose, as it was then."""
+    from gatekit.verdict import without_explanations
+
+    written, recomputed = mine.get("verdict"), theirs.get("verdict")
+    if not isinstance(written, dict) or not isinstance(recomputed, dict):
+        return  # a missing verdict is the section comparison's to name
+    if "reason_codes" not in written:
+        recomputed.pop("reason_codes", None)
+        written_reasons = tuple(written.get("reasons", ()))
+        if without_explanations(written_reasons) == written_reasons:
+            # written before verdicts named their cause and next step: the same decision in fewer words
+            recomputed["reasons"] = list(without_explanations(recomputed.get("reasons", ())))
+        return
+    where = f"{finding_path}: differs from the finding recomputed from {series_dir}"
+    codes, reasons = written.pop("reason_codes"), written.get("reasons", [])
+    their_codes, their_reasons = recomputed.pop("reason_codes", []), recomputed.get("reasons", [])
+    difference = first_difference(codes, their_codes, "verdict.reason_codes")
+    if difference is not None:
+        raise VerificationError(f"{where}: {difference}")
+    if not isinstance(reasons, list) or len(reasons) != len(codes):
+        raise VerificationError(f"{where}: verdict.reasons holds {len(reasons) if isinstance(reasons, list) else 0} "
+                                f"reason(s) for {len(codes)} code(s)")
+    for index, (code, reason, rendered) in enumerate(zip(codes, reasons, their_reasons)):
+        if reason != rendered:
+            raise VerificationError(f"{where}: verdict.reasons[{index}] ({code}) {show_value(reason)} is not what "
+                                    f"{code} renders to from the series: {show_value(rendered)}")
 
 
 # -- signatures ------------------------------------------------------------------------------------------

@@ -176,6 +176,44 @@ def test_an_honest_legacy_series_resumed_writes_a_finding_that_verifies(gate_dir
     assert done.returncode == 0, done.stderr
 
 
+def test_verify_compares_the_reasons_codes_then_their_prose_and_reads_a_finding_without_codes(
+        tmp_path: Path) -> None:
+    """The verdict stores a stable code beside each reason's prose; verify compared normalised prose only. An
+    edited code fails naming verdict.reason_codes; prose edited under an intact code fails naming the reason,
+    its code and what that code renders to from the series; a finding written before codes (none stored)
+    still verifies, by its prose."""
+    from gatekit.verdict import ReasonCode
+    from tests.test_integrity import _series
+
+    series, finding = _series(tmp_path)
+    honest = json.loads(finding.read_text())
+    verdict = honest["verdict"]
+    assert verdict["reason_codes"] == [ReasonCode.BEYOND_THRESHOLD_WORSE, ReasonCode.GUARD_HELD]
+    assert len(verdict["reason_codes"]) == len(verdict["reasons"])
+    finding.with_suffix(".toml").unlink()  # (else the twin already differs)
+
+    def verify_with(edit: Any) -> Any:
+        document = json.loads(json.dumps(honest))
+        edit(document["verdict"])
+        finding.write_text(json.dumps(document, indent=2))
+        return gate_invoke("verify", str(series), str(finding), cwd=tmp_path)
+
+    done = verify_with(lambda v: v["reason_codes"].__setitem__(0, ReasonCode.CLEARS_THRESHOLD.value))
+    assert done.returncode == 3 and 'verdict.reason_codes[0] "clears_threshold" != "beyond_threshold_worse"' \
+        in done.stderr, done.stderr
+    forged = verdict["reasons"][0].replace("in the wrong direction", "in the right direction")
+    done = verify_with(lambda v: v["reasons"].__setitem__(0, forged))
+    assert done.returncode == 3, done.stdout
+    assert (f"verdict.reasons[0] (beyond_threshold_worse) {json.dumps(forged, ensure_ascii=False)[:120]} is not "
+            "what beyond_threshold_worse renders to from the series") in done.stderr, done.stderr
+    done = verify_with(lambda v: v["reason_codes"].pop())
+    assert done.returncode == 3 and "verdict.reason_codes" in done.stderr, done.stderr
+    done = verify_with(lambda v: v.pop("reason_codes"))  # as a gatekit before reason codes wrote it
+    assert done.returncode == 0, done.stderr
+    done = verify_with(lambda v: (v.pop("reason_codes"), v["reasons"].__setitem__(0, forged)))
+    assert done.returncode == 3 and "verdict.reasons[0]" in done.stderr, done.stderr
+
+
 def test_a_report_of_a_forged_toml_twin_refuses_it_naming_both_files(gate_dir) -> None:
     """`gate report X.toml` rendered a TOML twin whose title and rules were edited as if it were the finding;
     named either way, the report (and a CI export) now refuses the pair in one line, exit 2, writing nothing."""

@@ -31,13 +31,14 @@ def _without_machine_paths(document: dict) -> dict:
 
 
 def _drop_additions(document: dict) -> dict:
-    """The /1 document a /2 finding contains: without the `generated` flags /2 adds, without the warning a
-    re-analysis adds about a journal written before hash chains, and without the warnings later versions
+    """The /1 document a /2 finding contains: without the `generated` flags and reason codes /2 adds, without the
+    warning a re-analysis adds about a journal written before hash chains, and without the warnings later versions
     gave elsewhere (verdict.RETIRED_WARNINGS: rule (ii) is in the rules section now)."""
     data = json.loads(json.dumps(document))
     data["schema"] = "gatekit.finding/1"
     data["verdict"]["warnings"] = [w for w in without_retired_warnings(data["verdict"]["warnings"])
                                    if w != LEGACY_JOURNAL_WARNING]
+    data["verdict"].pop("reason_codes", None)  # /2 adds a code beside each reason
     for run in data["runs"]:  # /2 adds each run's start-up overhead (a time primary), and its table column
         run.pop("startup_s", None)
     for section in data["sections"]:

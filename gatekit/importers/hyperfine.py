@@ -41,6 +41,7 @@ from gatekit.config import GuardSpec, ThresholdSpec
 from gatekit.errors import ConfigError
 from gatekit.importers.common import (NO_LOAD, Identity, ImportedArm, ImportedRun, imported_evidence, is_number,
                                       parse_guard, read_json)
+from gatekit.verdict import Reason, ReasonCode
 
 VERSIONS = "hyperfine 1.x (`times` per command) and 2.x (`measurements` per command, schema_version 2)"
 SCHEMA_VERSIONS = (1, 2)
@@ -307,7 +308,7 @@ def evidence_from_hyperfine(path: Path, *, off: str | None = None, on: str | Non
     for name, result in zip(names, (off_result, on_result)):
         runs, line, too_many = _without_zero_times(name, result)
         if too_many:
-            invalid.append(f"imported from hyperfine: {line}")
+            invalid.append(Reason(ReasonCode.IMPORTED_ZERO_TIMES, f"imported from hyperfine: {line}"))
         elif line:
             warnings.append(line)
         arms.append(_arm(name, result, param, runs))

@@ -23,7 +23,7 @@ from gatekit.config import RulesSpec, ThresholdSpec
 from gatekit.finding import DuetInfo, Finding, Section, SensitivityRow, SequentialInfo
 from gatekit.policies.descriptors import gate_policies, policy_for
 from gatekit.records import RunRecord
-from gatekit.verdict import Verdict
+from gatekit.verdict import Reason, ReasonCode, Verdict
 
 if TYPE_CHECKING:
     from gatekit.simulate import Scenario
@@ -81,10 +81,11 @@ def guard_values(classified: pd.DataFrame, records: Sequence[RunRecord],
                        if (value := by_label[label].value_of(g.metric)) is not None} for g in guards}
 
 
-def classic_beside(classic: Verdict) -> str:
+def classic_beside(classic: Verdict) -> Reason:
     """The classic verdict as one reason of a policy that decides otherwise."""
-    return (f"classic rule beside it (decides nothing here): {classic.decision.value} — "
-            + (classic.reasons[0] if classic.reasons else ""))
+    first = classic.reasons[0] if classic.reasons else ""
+    return Reason(ReasonCode.CLASSIC_BESIDE,
+                  f"classic rule beside it (decides nothing here): {classic.decision.value} — {first}")
 
 
 @dataclass(frozen=True, slots=True)

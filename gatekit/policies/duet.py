@@ -47,7 +47,7 @@ from gatekit.policies.descriptors import describe
 from gatekit.policies.sequential import guard_reason, look_codes, paired_guard, unreplaced_flags, with_guards
 from gatekit.records import RunRecord
 from gatekit.report.common import MISSING, fmt, fmt_signed, generated_section, level_text
-from gatekit.verdict import CODE_NAMES, Decision, Verdict, too_noisy_reason
+from gatekit.verdict import CODE_NAMES, Decision, Reason, ReasonCode, Verdict, too_noisy_reason
 
 if TYPE_CHECKING:
     from gatekit.simulate import Scenario
@@ -256,8 +256,9 @@ def decide(classified: pd.DataFrame, guard_values: Mapping[str, Mapping[str, flo
                else "every used pair ran in one slot order, so the slot effect cannot be told from Δ")
         info = _info(None, floor_pct=floor_pct, primary="inconclusive", decision="inconclusive", guards=guards,
                      slots=slots, balance=balance)
-        return DuetOutcome("inconclusive", (f"the duet estimate needs both slot orders and at least "
-                                            f"{MIN_PAIRS} pairs: {why}",), info, tuple(warnings))
+        return DuetOutcome("inconclusive", (Reason(ReasonCode.DUET_TOO_FEW_PAIRS, f"the duet estimate needs both slot "
+                                                   f"orders and at least {MIN_PAIRS} pairs: {why}"),), info,
+                           tuple(warnings))
     d = on_logs - off_logs
     estimate = fit(d, [p.sigma for p in pairs])
     code = int(pair_codes(d[None, :], np.array([[p.sigma for p in pairs]]), floor_pct=floor_pct,
@@ -270,7 +271,7 @@ def decide(classified: pd.DataFrame, guard_values: Mapping[str, Mapping[str, flo
     return DuetOutcome(decision, tuple(reasons), info, tuple(warnings))
 
 
-def _reasons(info: DuetInfo, estimate: DuetEstimate, primary: str) -> list[str]:
+def _reasons(info: DuetInfo, estimate: DuetEstimate, primary: str) -> list[Reason]:
     c, floor = estimate.critical, info.floor_pct
     t = estimate.delta / estimate.delta_se if estimate.delta_se > 0 else math.copysign(math.inf, estimate.delta)
     why = {"adopted": "significantly better by at least the floor",
@@ -278,21 +279,24 @@ def _reasons(info: DuetInfo, estimate: DuetEstimate, primary: str) -> list[str]:
            "equivalent": f"the interval lies inside ±{floor:g} %",
            "rejected": f"the interval rules out an improvement of {floor:g} %",
            "inconclusive": "neither a floor-sized difference nor equivalence is shown"}
-    lines = [f"duet ({info.n_pairs} pairs, slots swapped every pair): {primary} Δ {info.delta_pct:+.4f} % (OLS of "
-             f"the pair log-ratios with the slot effect removed), {100 * INTERVAL_LEVEL:g} % interval "
-             f"[{info.ci_low_pct:+.4f} %, {info.ci_high_pct:+.4f} %], t {t:+.3f} vs ±{c:.4g} (Student t, "
-             f"{estimate.df} df, one-sided α {TEST_ALPHA:g}), floor ±{floor:g} % → {info.primary} "
-             f"({why[info.primary]}); two-sided 95 % CI [{info.ci95_low_pct:+.4f} %, {info.ci95_high_pct:+.4f} %]"]
+    lines = [Reason(ReasonCode.DUET_ESTIMATE,
+                    f"duet ({info.n_pairs} pairs, slots swapped every pair): {primary} Δ {info.delta_pct:+.4f} % (OLS "
+                    f"of the pair log-ratios with the slot effect removed), {100 * INTERVAL_LEVEL:g} % interval "
+                    f"[{info.ci_low_pct:+.4f} %, {info.ci_high_pct:+.4f} %], t {t:+.3f} vs ±{c:.4g} (Student t, "
+                    f"{estimate.df} df, one-sided α {TEST_ALPHA:g}), floor ±{floor:g} % → {info.primary} "
+                    f"({why[info.primary]}); two-sided 95 % CI [{info.ci95_low_pct:+.4f} %, "
+                    f"{info.ci95_high_pct:+.4f} %]")]
     slot_names = f" ({info.slots[1]} minus {info.slots[0]})" if len(info.slots) == 2 else ""
-    lines.append(f"slot effect{slot_names}: {info.slot_effect_pct:+.4f} %, {100 * INTERVAL_LEVEL:g} % interval "
-                 f"[{info.slot_ci_low_pct:+.4f} %, {info.slot_ci_high_pct:+.4f} %] — estimated from the swap and "
-                 "removed from Δ")
+    lines.append(Reason(ReasonCode.DUET_SLOT_EFFECT, f"slot effect{slot_names}: {info.slot_effect_pct:+.4f} %, "
+                        f"{100 * INTERVAL_LEVEL:g} % interval [{info.slot_ci_low_pct:+.4f} %, "
+                        f"{info.slot_ci_high_pct:+.4f} %] — estimated from the swap and removed from Δ"))
     if info.primary == "inconclusive":
         half_width = (info.ci_high_pct - info.ci_low_pct) / 2
         lines.insert(0, too_noisy_reason(half_width, basis="half the width of its interval"))
     lines += [guard_reason(guard, f"{100 * GUARD_LEVEL:g} % bound") for guard in info.guards.values()]
     if info.primary == "adopted" and info.decision == "inconclusive":
-        lines.append("a guard's bound is too wide to pass: inconclusive, never a pass")
+        lines.append(Reason(ReasonCode.GUARD_BOUND_TOO_WIDE, "a guard's bound is too wide to pass: inconclusive, "
+                                                             "never a pass"))
     return lines
 
 

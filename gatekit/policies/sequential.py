@@ -48,7 +48,7 @@ from gatekit.policies.descriptors import describe, stages_words
 from gatekit.records import RunRecord
 from gatekit.report.common import MISSING, fmt, fmt_signed, generated_section, level_text
 from gatekit.verdict import (ADOPTED, CODE_NAMES, CONTINUE, EQUIVALENT, INCONCLUSIVE, REGRESSION, REJECTED,
-                             Decision, Verdict, too_noisy_reason)
+                             Decision, Reason, ReasonCode, Verdict, too_noisy_reason)
 
 if TYPE_CHECKING:
     from gatekit.simulate import Scenario
@@ -376,30 +376,32 @@ def with_guards(code: int, guards: Mapping[str, PairedGuard], *, final: bool) ->
     return CODE_NAMES[code]
 
 
-def unreplaced_flags(classified: pd.DataFrame) -> str:
+def unreplaced_flags(classified: pd.DataFrame) -> Reason | str:
     """Why a paired policy cannot decide ('' when it can): runs flagged by telemetry whose pair has no
     replacement left."""
     unresolved = classified[~classified["replaced"] & classified["contaminated"]]
     if unresolved.empty:
         return ""
-    return (f"{', '.join(unresolved['label'])} flagged by telemetry and the pair has no replacement left; a second "
-            "replacement makes the gate inconclusive")
+    return Reason(ReasonCode.FLAGGED_NOT_REPLACED, f"{', '.join(unresolved['label'])} flagged by telemetry and the "
+                  "pair has no replacement left; a second replacement makes the gate inconclusive")
 
 
 def _over_looks(design: Design) -> str:
     return "over both looks" if design.looks == 2 else "over all looks"
 
 
-def guard_reason(guard: PairedGuard, bound_words: str) -> str:
+def guard_reason(guard: PairedGuard, bound_words: str) -> Reason:
     """A paired guard's line in the verdict's reasons; `bound_words` names its bound's level."""
     if guard.bound is None:
-        return f"guard {guard.metric}: {guard.pairs} pair(s), too few for a bound → {guard.status}"
-    return (f"guard {guard.metric}: mean(on − off) {guard.mean_diff:+.4f} over {guard.pairs} pairs, one-sided "
-            f"{bound_words} {guard.bound:+.4f} vs limit {guard.limit:+g} → {guard.status}")
+        return Reason(ReasonCode.PAIRED_GUARD,
+                      f"guard {guard.metric}: {guard.pairs} pair(s), too few for a bound → {guard.status}")
+    return Reason(ReasonCode.PAIRED_GUARD, f"guard {guard.metric}: mean(on − off) {guard.mean_diff:+.4f} over "
+                                           f"{guard.pairs} pairs, one-sided {bound_words} {guard.bound:+.4f} vs "
+                                           f"limit {guard.limit:+g} → {guard.status}")
 
 
 def _reasons(look: Look, t: float, floor_pct: float, primary: str, design: Design, direction: str,
-             stopped: bool) -> list[str]:
+             stopped: bool) -> list[Reason]:
     c = design.critical[look.look - 1]
     head = (f"look {look.look} ({look.n_off} AB/BA pairs): {primary} Δ {look.delta_pct:+.4f} % (Hodges–Lehmann "
             f"of the pair differences of log values), interval HL ± {c:g}·S [{look.ci_low_pct:+.4f} %, "
@@ -411,21 +413,24 @@ def _reasons(look: Look, t: float, floor_pct: float, primary: str, design: Desig
            "rejected": f"the interval rules out an improvement of {floor_pct:g} %",
            "inconclusive": "neither a floor-sized difference nor equivalence is shown",
            "continue": "undecided: extend to the next stage"}
-    lines = [f"{head} → {look.primary} ({why[look.primary]})"]
+    lines = [Reason(ReasonCode.LOOK, f"{head} → {look.primary} ({why[look.primary]})")]
     t_gain = -t if direction == "lower" else t
     early_stop = stopped and look.look == 1 and design.stop_band is not None
     if early_stop:
         low, high = design.stop_band or (0.0, 0.0)
-        stop_line = (f"stopped at look 1: after {look.n_off} pairs the on arm is not ahead (HL/S {t_gain:+.3f} on "
-                     f"the improvement side, between {low:g} and {high:g}), so more runs are unlikely to show an "
-                     f"improvement of {floor_pct:g} %; the series ends here, inconclusive — never a pass")
+        stop_line = Reason(ReasonCode.EARLY_STOP, f"stopped at look 1: after {look.n_off} pairs the on arm is not "
+                           f"ahead (HL/S {t_gain:+.3f} on the improvement side, between {low:g} and {high:g}), so "
+                           f"more runs are unlikely to show an improvement of {floor_pct:g} %; the series ends here, "
+                           "inconclusive — never a pass")
     elif stopped:
-        lines.append(f"no look {look.look + 1}: HL/S {t_gain:+.3f} on the improvement side is not within "
-                     f"{design.extend_window:g} of c = {c:g}, so more runs are unlikely to decide")
+        lines.append(Reason(ReasonCode.NO_NEXT_LOOK, f"no look {look.look + 1}: HL/S {t_gain:+.3f} on the improvement "
+                            f"side is not within {design.extend_window:g} of c = {c:g}, so more runs are unlikely to "
+                            "decide"))
     elif look.primary == "continue" and look.look < design.looks and design.extend_window is not None \
             and look.look > 1:
-        lines.append(f"HL/S {t_gain:+.3f} on the improvement side is within {design.extend_window:g} of c = {c:g}: "
-                     f"look {look.look + 1} after {design.runs[look.look]} runs per arm")
+        lines.append(Reason(ReasonCode.NEXT_LOOK, f"HL/S {t_gain:+.3f} on the improvement side is within "
+                            f"{design.extend_window:g} of c = {c:g}: look {look.look + 1} after "
+                            f"{design.runs[look.look]} runs per arm"))
     if look.primary == "inconclusive" and look.ci_low_pct is not None and look.ci_high_pct is not None \
             and not early_stop:
         half_width = (look.ci_high_pct - look.ci_low_pct) / 2
@@ -433,8 +438,8 @@ def _reasons(look: Look, t: float, floor_pct: float, primary: str, design: Desig
     lines += [guard_reason(guard, f"{100 * design.guard_look_level:.3f} % bound (per look)")
               for guard in look.guards.values()]
     if look.primary == "adopted" and look.decision in ("continue", "inconclusive"):
-        lines.append("a guard's bound is too wide to pass: " + ("extend" if look.decision == "continue"
-                                                               else "inconclusive, never a pass"))
+        lines.append(Reason(ReasonCode.GUARD_BOUND_TOO_WIDE, "a guard's bound is too wide to pass: "
+                            + ("extend" if look.decision == "continue" else "inconclusive, never a pass")))
     if early_stop:  # the verdict's headline when it decides (a failed guard decides instead)
         lines.insert(0 if look.decision == "inconclusive" else len(lines), stop_line)
     return lines
@@ -619,7 +624,8 @@ class SequentialPolicy(SimulationDefaults):
         if decision == "continue":  # a look undecided and the next stage never ran
             decision = "inconclusive"
             missing = len(outcome.looks) + 1
-            reasons.append(f"stage {missing} did not run, so look {missing} is missing")
+            reasons.append(Reason(ReasonCode.STAGE_MISSING,
+                                  f"stage {missing} did not run, so look {missing} is missing"))
         reasons.append(classic_beside(classic))
         return Decided(Verdict(Decision(decision), tuple(reasons), all_warnings), outcome.info(floor_pct),
                        outcome.extend)

@@ -21,6 +21,7 @@ from gatekit.provenance import REDACTED_PREFIX, changed_artifacts, changed_backe
 from gatekit.records import RunRecord
 from gatekit.series.events import Extend, Invalid, Retry, RunEnd, SeriesEnd, SeriesStart
 from gatekit.storage import LEGACY_JOURNAL_WARNING, Journal, SeriesLayout, line_sha256
+from gatekit.verdict import Reason, ReasonCode
 
 
 @dataclass(slots=True)
@@ -79,7 +80,7 @@ def read_state(series_dir: Path) -> JournalState:
             elif kind == Extend.KIND:
                 state.extensions.append(Extend.from_dict(event))
             elif kind == Invalid.KIND:
-                state.problems.append(Invalid.from_dict(event).reason)
+                state.problems.append(Reason(ReasonCode.SERIES_INVALIDATED, Invalid.from_dict(event).reason))
             elif kind == SeriesEnd.KIND:
                 state.end = SeriesEnd.from_dict(event)
         except (KeyError, TypeError, ValueError, AttributeError) as exc:  # RecordError is a ValueError
@@ -199,10 +200,12 @@ def evidence_from_state(opened: OpenSeries | tuple[Path, JournalState, Mapping[s
         end = state.end.provenance_end
         provenance["artifacts"]["end"] = _relative_keys(end.artifacts, base)
         provenance["git"]["end"] = dict(end.git)
-        problems += [m for m in changed_artifacts(began.artifacts, end.artifacts) if m not in problems]
+        problems += [Reason(ReasonCode.ARTIFACT_CHANGED, m)
+                     for m in changed_artifacts(began.artifacts, end.artifacts) if m not in problems]
         if end.backend is not None:
             provenance["backend_end"] = dict(end.backend)
-            problems += [m for m in changed_backend(began.backend or {}, end.backend) if m not in problems]
+            problems += [Reason(ReasonCode.BACKEND_CHANGED, m)
+                         for m in changed_backend(began.backend or {}, end.backend) if m not in problems]
         rev_start, rev_end = began.git.get("rev"), end.git.get("rev")
         if rev_start and rev_end and rev_start != rev_end:
             diff = git_diff_stat(start.gate_path.parent, rev_start, rev_end)
