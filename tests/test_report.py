@@ -32,6 +32,19 @@ def _golden(name: str, text: str) -> None:
     assert text == path.read_text(), f"{name} differs from the golden file (GATEKIT_REGOLD=1 to accept)"
 
 
+def test_the_terminal_summary_signs_every_difference() -> None:
+    """A positive Δ read like a magnitude ("Δ_gm 70.2210 %", "guard psnr_db: Δ 0.0100"): every Δ, its interval
+    and a guard's Δ carry their sign, as the report's Decision block and the verdict's reasons do."""
+    from gatekit.report.terminal import summary
+
+    data = golden_data()
+    data["stats"].update(gm_delta_pct=70.221, ci_low_pct=60.5, ci_high_pct=80.25, delta_pct=70.2)
+    lines = summary(finding_of(data)).splitlines()
+    assert next(line for line in lines if line.startswith("Δ_gm ")).startswith(
+        "Δ_gm +70.2210 % (95 % CI +60.5000 … +80.2500 %)")
+    assert "guard psnr_db: Δ +0.0100 (limit -0.05) pass" in lines
+
+
 def test_report_html_and_markdown_match_golden() -> None:
     data = golden_data()
     prepared = prepare([(finding_of(data), NO_RUNS, "finding.json")])

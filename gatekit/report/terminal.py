@@ -50,14 +50,14 @@ def summary(finding: Finding, paths: tuple[str, ...] = ()) -> str:
               f"{t(words.classic_label)}Δ {fmt_signed(s.delta_pct, unit=' %')}   threshold {fmt(s.threshold_pct)} % "
               f"({t(gate.threshold.rule)})   pairs consistent {t(s.pairs_consistent)}"]
     if s.gm_delta_pct is not None:
-        lines.append(f"Δ_gm {fmt(s.gm_delta_pct)} % ({_level(s.ci_level)} CI {fmt(s.ci_low_pct)} … "
-                     f"{fmt(s.ci_high_pct)} %)   one-sided p {fmt(s.p_one_sided)}   "
+        lines.append(f"Δ_gm {fmt_signed(s.gm_delta_pct)} % ({_level(s.ci_level)} CI {fmt_signed(s.ci_low_pct)} … "
+                     f"{fmt_signed(s.ci_high_pct)} %)   one-sided p {fmt(s.p_one_sided)}   "
                      f"MDE(80 %) {fmt(s.mde_pct)} %   drift {fmt(s.drift_pct_per_run)} %/run")
     for name, guard in finding.guards.items():
         if guard.delta is None:  # no used run has it: no number to fail on
             lines.append(f"guard {t(name)}: not evaluated ({t(guard.note or 'no used runs')})")
             continue
-        lines.append(f"guard {t(name)}: Δ {fmt(guard.delta)} (limit {guard.limit:+g}) "
+        lines.append(f"guard {t(name)}: Δ {fmt_signed(guard.delta)} (limit {guard.limit:+g}) "
                      f"{'pass' if guard.passed else 'FAIL'}")
     lines += [t(line) for line in words.lines]
     for row in finding.sensitivity[1:]:
