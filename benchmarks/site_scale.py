@@ -134,9 +134,10 @@ def render(count: int, cold: dict[str, float], warm: dict[str, float], one_new: 
     if small is not None:
         lines.append(row(f"cold, {small['count']:.0f} findings (memory does not grow with N)", small, None))
     lines += ["", "Only findings whose inputs changed (the finding's bytes, its run files, the links to the "
-              "findings it names) are rendered again; the rest of the site is carried over from the last build "
-              "(`.gatekit-site.json` records each page's input hash). The site is built in a folder beside the "
-              "old one and moved into its place, so a failed build leaves the old site whole.", ""]
+              "findings it names) are rendered again; the rest of the site stays as the last build left it "
+              "(`.gatekit-site.json` records each page's input hash). The pages drawn are "
+              "written beside the site and renamed into it, the manifest last, so a failed build leaves the old "
+              "site whole.", ""]
     return "\n".join(lines)
 
 

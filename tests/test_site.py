@@ -79,6 +79,10 @@ def test_a_page_is_drawn_again_when_its_run_files_change(tmp_path: Path) -> None
     assert build_site([path], site, cwd=tmp_path).rendered == ()
     (run / "samples.csv").write_text("t_s,load1\n0.0,0.5\n1.0,3.6\n")
     assert build_site([path], site, cwd=tmp_path).rendered == ("r",)
+    assert (site / "r" / "load.svg").is_file()
+    (run / "samples.csv").unlink()  # the page drawn again has no load figure: the old one leaves the site
+    assert build_site([path], site, cwd=tmp_path).rendered == ("r",)
+    assert not (site / "r" / "load.svg").exists() and (site / "r" / "runs.svg").is_file()
 
 
 def test_a_removed_finding_leaves_the_site_and_files_no_build_wrote_stay(tmp_path: Path) -> None:
@@ -170,3 +174,17 @@ def test_a_site_built_before_the_manifest_is_redrawn_without_touching_the_old_fi
     assert build.rendered == ("f0",)
     assert b"<!doctype html>" in (site / "f0" / "index.html").read_bytes()
     assert (tmp_path / "stale.html").read_bytes() == b"stale"  # the old inode was replaced, not written through
+
+
+def test_the_folder_index_answers_as_the_file_system_does(tmp_path: Path) -> None:
+    from gatekit.report.rundata import FolderIndex
+
+    (tmp_path / "runs" / "s1" / "off-r1").mkdir(parents=True)
+    (tmp_path / "runs" / "s1" / "file").write_text("")
+    (tmp_path / "linked").symlink_to(tmp_path / "runs")
+    index = FolderIndex()
+    for relative in ("runs", "runs/s1/off-r1", "runs/s1/file", "runs/s2", "linked/s1/off-r1", "missing/x",
+                     "runs/s1/../s1/off-r1"):
+        parts = relative.split("/")
+        assert index.has(tmp_path, parts) == (tmp_path / relative).is_dir(), relative
+    assert not index.has(tmp_path / "missing", ["runs"]) and index.has(Path("."), ["."]) == Path(".").is_dir()

@@ -17,6 +17,7 @@ import hashlib
 import io
 import json
 import math
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Sequence
@@ -69,23 +70,74 @@ def candidate_roots(finding_path: Path | None, runs_roots: Sequence[Path], cwd: 
     if finding_path is not None:
         roots += [finding_path.resolve().parent, *finding_path.resolve().parent.parents]
     unique: list[Path] = []
+    seen: set[Path] = set()
     for root in roots:
-        if root.resolve() not in [u.resolve() for u in unique]:
+        resolved = root.resolve()
+        if resolved not in seen:
+            seen.add(resolved)
             unique.append(root)
     return unique
 
 
-def find_run_folder(relative: str, roots: Sequence[Path]) -> Path | None:
-    """Where a related run folder is under the candidate roots (see the module docstring), or None."""
+class FolderIndex:
+    """Which folders exist, from one listing of each folder looked into: a site build looks up every
+    finding's run folders under the same few roots, most of them absent (a finding copied without its runs),
+    and a stat per candidate path was most of a rebuild's time. One index per build (folders change between
+    builds); a relative root, or a path with `..` in it, is asked of the file system."""
+
+    def __init__(self) -> None:
+        self._folders: dict[str, frozenset[str]] = {}
+        self._roots: dict[str, bool] = {}
+        self._candidates: dict[tuple[Any, ...], list[Path]] = {}
+
+    def candidate_roots(self, finding_path: Path | None, runs_roots: Sequence[Path], cwd: Path) -> list[Path]:
+        """candidate_roots, worked out once for all the findings of one folder."""
+        if runs_roots or finding_path is None:
+            return candidate_roots(finding_path, runs_roots, cwd)
+        key = (finding_path.resolve().parent, cwd)
+        if key not in self._candidates:
+            self._candidates[key] = candidate_roots(finding_path, runs_roots, cwd)
+        return self._candidates[key]
+
+    def has(self, root: Path, parts: Sequence[str]) -> bool:
+        """Whether root/parts... is a folder (symlinks followed, as Path.is_dir)."""
+        if not root.is_absolute() or ".." in root.parts or ".." in parts:
+            return root.joinpath(*parts).is_dir()
+        current = str(root)
+        if current not in self._roots:
+            self._roots[current] = os.path.isdir(current)
+        if not self._roots[current]:
+            return False
+        for name in parts:
+            if name not in self._children(current):
+                return False
+            current = os.path.join(current, name)
+        return True
+
+    def _children(self, folder: str) -> frozenset[str]:
+        known = self._folders.get(folder)
+        if known is None:
+            try:
+                with os.scandir(folder) as entries:
+                    known = frozenset(entry.name for entry in entries if entry.is_dir())
+            except OSError:
+                known = frozenset()
+            self._folders[folder] = known
+        return known
+
+
+def find_run_folder(relative: str, roots: Sequence[Path], folders: FolderIndex | None = None) -> Path | None:
+    """Where a related run folder is under the candidate roots (see the module docstring), or None;
+    `folders` answers which folders exist, when given."""
     path = Path(relative)
     if path.is_absolute() and path.is_dir():
         return path
     parts = path.parts[1:] if path.is_absolute() else path.parts  # an absolute path elsewhere: its folders
     for start in range(max(1, len(parts) - 1)):  # the whole path first; never less than <series>/<label>
-        suffix = Path(*parts[start:])
+        suffix = parts[start:]
         for root in roots:
-            if (root / suffix).is_dir():
-                return root / suffix
+            if folders.has(root, suffix) if folders is not None else root.joinpath(*suffix).is_dir():
+                return root.joinpath(*suffix)
     return None
 
 
@@ -171,13 +223,14 @@ def run_folders(finding: Finding) -> dict[str, str]:
 
 
 def run_files_digest(folders: Mapping[str, str], finding_path: Path | None, runs_roots: Sequence[Path],
-                     cwd: Path) -> str:
+                     cwd: Path, index: FolderIndex | None = None) -> str:
     """sha256 of everything load_run_files would read for these run folders: where each was found and the
     bytes of its samples.csv and result file (so a site page is drawn again exactly when they change)."""
-    roots = candidate_roots(finding_path, runs_roots, cwd) if folders else []
+    roots = (index.candidate_roots(finding_path, runs_roots, cwd) if index is not None
+             else candidate_roots(finding_path, runs_roots, cwd)) if folders else []
     digest = hashlib.sha256(json.dumps([str(r) for r in runs_roots]).encode())
     for label, relative in sorted(folders.items()):
-        folder = find_run_folder(relative, roots)
+        folder = find_run_folder(relative, roots, index)
         digest.update(json.dumps([label, relative, str(folder) if folder else None]).encode())
         files = RunFolder(folder) if folder is not None else None
         for path, limit in ((files.samples, MAX_SAMPLES_BYTES), (files.result, MAX_RESULT_BYTES)) if files else ():

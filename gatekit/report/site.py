@@ -25,7 +25,7 @@ from gatekit.errors import FindingError, GatekitError, OutputError
 from gatekit.finding import Finding, load_finding
 from gatekit.report.common import is_number, safe_name, tag_text
 from gatekit.report.html import index_html, report_html
-from gatekit.report.rundata import RunFiles, load_run_files, run_files_digest, run_folders
+from gatekit.report.rundata import FolderIndex, RunFiles, load_run_files, run_files_digest, run_folders
 from gatekit.storage import atomic_write_bytes, current_umask
 
 # Drawing the figures and the page's statistics (scipy) are imported where a page is drawn, so a site
@@ -160,10 +160,12 @@ def write_files(root: Path, files: Mapping[str, bytes]) -> list[Path]:
 # -- the findings site, built incrementally ------------------------------------------------------------
 # A site of thousands of findings is rebuilt every night with one or two new ones. Each page's inputs (the
 # finding's bytes, the run files it reads, its folder and the links to the findings it names, the renderer's
-# own code) are hashed into a key kept in the site's manifest; a page whose key is unchanged is carried over
-# from the last build instead of drawn again, and a finding whose bytes are unchanged is not even parsed
-# (its index row is kept too). The new site is built in a folder beside the old one and moved into its
-# place, so a build that fails (a full disk) leaves the old site whole.
+# own code) are hashed into a key kept in the site's manifest; a page whose key is unchanged is left where it
+# is, untouched, and a finding whose bytes are unchanged is not even parsed (its index row is kept too). The
+# pages that are drawn, the index and the manifest are written into a folder beside the site first, then
+# renamed into it file by file, the manifest last: a build that fails while drawing (a full disk) leaves the
+# old site whole, and one stopped while moving in leaves whole pages and a manifest that has them drawn
+# again. So a rebuild costs what changed plus reading the findings' and run files' bytes, not the site's size.
 
 SITE_MANIFEST = ".gatekit-site.json"
 SITE_SCHEMA = "gatekit.site/1"
@@ -229,19 +231,8 @@ def render_page(task: PageTask) -> tuple[str, list[str]]:
     folder = task.out / task.folder
     folder.mkdir(parents=True, exist_ok=True)
     for name, content in files.items():
-        target = folder / name
-        target.unlink(missing_ok=True)  # a file carried over is a hard link into the old site: never write through it
-        target.write_bytes(content)
+        (folder / name).write_bytes(content)
     return task.folder, sorted(files)
-
-
-def _carry(old: Path, new: Path) -> None:
-    """A file of the last build into the new one: a hard link (no copy) where the file system allows."""
-    new.parent.mkdir(parents=True, exist_ok=True)
-    try:
-        os.link(old, new, follow_symlinks=False)
-    except OSError:
-        shutil.copy2(old, new, follow_symlinks=False)
 
 
 def _render_all(tasks: Sequence[PageTask], jobs: int) -> dict[str, list[str]]:
@@ -289,10 +280,11 @@ def build_site(paths: Sequence[Path], site_dir: Path, runs_roots: Sequence[Path]
     tasks: list[PageTask] = []
     kept: list[str] = []
     old_pages = manifest["pages"]
+    existing = FolderIndex()  # which run folders exist, listed once for all the findings
     for (path, sha, summary), folder in zip(found, folders):
         links = {r: page_links[r] for r in summary["entry"]["related_ids"] if r in page_links}
         key = hashlib.sha256(json.dumps([renderer, sha, folder, path.name, links, run_files_digest(
-            summary["run_folders"], path, roots, cwd)], sort_keys=True).encode()).hexdigest()
+            summary["run_folders"], path, roots, cwd, existing)], sort_keys=True).encode()).hexdigest()
         old = old_pages.get(folder)
         if old and old["key"] == key and all((site_dir / folder / name).is_file() for name in old["files"]):
             pages[folder] = old
@@ -300,8 +292,6 @@ def build_site(paths: Sequence[Path], site_dir: Path, runs_roots: Sequence[Path]
         else:
             pages[folder] = {"key": key, "files": []}
             tasks.append(PageTask(path, folder, links, roots, cwd, Path()))
-    written_before = {f"{folder}/{name}" for folder, page in old_pages.items() for name in page["files"]}
-    written_before |= {"index.html", SITE_MANIFEST}
     index_links = {summary["id"]: f"{folder}/index.html" for (_, _, summary), folder in zip(found, folders)}
     entries = [linked_entry(summary["entry"], folder, {r: index_links[r] for r in summary["entry"]["related_ids"]
                                                        if r in index_links})
@@ -313,21 +303,18 @@ def build_site(paths: Sequence[Path], site_dir: Path, runs_roots: Sequence[Path]
         raise OutputError(f"{site_dir}: cannot write the site: {exc.strerror or exc}") from None
     try:
         os.chmod(building, 0o777 & ~current_umask())  # mkdtemp makes it owner-only; a site is for reading
-        if site_dir.is_dir():
-            for old_file in site_dir.rglob("*"):
-                relative = old_file.relative_to(site_dir).as_posix()
-                folder = relative.split("/", 1)[0]
-                if old_file.is_dir() and not old_file.is_symlink():
-                    continue
-                if folder in kept or relative not in written_before:  # a kept page, or a file no build wrote
-                    _carry(old_file, building / relative)
         tasks = [dataclasses.replace(task, out=building) for task in tasks]
         for folder, names in _render_all(tasks, jobs).items():
             pages[folder]["files"] = names
         (building / "index.html").write_bytes(index_html(entries, generator=GENERATOR).encode("utf-8"))
         document = {"schema": SITE_SCHEMA, "renderer": renderer, "sources": sources, "pages": pages}
         (building / SITE_MANIFEST).write_text(json.dumps(document, sort_keys=True), encoding="utf-8")
-        _replace_folder(building, site_dir)
+        if site_dir.is_dir():
+            _move_in(building, site_dir, {folder: pages[folder]["files"] for folder in (t.folder for t in tasks)},
+                     old_pages, set(pages))
+            building.rmdir()
+        else:
+            os.rename(building, site_dir)
     except OSError as exc:
         shutil.rmtree(building, ignore_errors=True)
         raise OutputError(f"{site_dir}: cannot write the site: {exc.strerror or exc} (the site there is "
@@ -338,17 +325,28 @@ def build_site(paths: Sequence[Path], site_dir: Path, runs_roots: Sequence[Path]
     return SiteBuild((site_dir / "index.html").absolute(), tuple(t.folder for t in tasks), tuple(kept))
 
 
-def _replace_folder(new: Path, target: Path) -> None:
-    """Move the built folder into the target's place: the old one aside, the new one in, the old one gone."""
-    if not target.exists():
-        os.rename(new, target)
-        return
-    aside = Path(tempfile.mkdtemp(prefix=f".{target.name}.old-", dir=target.parent))
-    os.rename(target, aside / target.name)
-    try:
-        os.rename(new, target)
-    except OSError:
-        os.rename(aside / target.name, target)  # put the old site back
-        aside.rmdir()
-        raise
-    shutil.rmtree(aside, ignore_errors=True)
+def _move_in(building: Path, site_dir: Path, drawn: Mapping[str, Sequence[str]], old_pages: Mapping[str, Any],
+             current: set[str]) -> None:
+    """The pages drawn in `building` into the site, each file by an atomic rename; the files the last build
+    wrote for a page no longer in the site, or no longer part of its page, removed (files no build wrote stay);
+    the index, then the manifest, last. Kept pages are not touched at all. Until the manifest is replaced the
+    old one describes the site, so a build stopped half way only draws those pages again next time."""
+    for folder, names in drawn.items():
+        target = site_dir / folder
+        if target.is_symlink() or (target.exists() and not target.is_dir()):
+            target.unlink()
+        target.mkdir(exist_ok=True)
+        for name in names:
+            os.replace(building / folder / name, target / name)
+        (building / folder).rmdir()
+    for folder, page in old_pages.items():
+        stale = set(page["files"]) - set(drawn.get(folder, page["files"] if folder in current else ()))
+        for name in stale:
+            (site_dir / folder / name).unlink(missing_ok=True)
+        if folder not in current:
+            try:
+                (site_dir / folder).rmdir()  # only when empty: a file the team put there keeps the folder
+            except OSError:
+                pass
+    os.replace(building / "index.html", site_dir / "index.html")
+    os.replace(building / SITE_MANIFEST, site_dir / SITE_MANIFEST)
