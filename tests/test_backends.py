@@ -13,7 +13,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
-from typing import Iterator
+from typing import Iterator, Sequence
 
 import psutil
 import pytest
@@ -25,11 +25,16 @@ from gatekit.records import LoadSample, RunOutcome, RunRecord, WindowSummary
 from gatekit.sampler import WindowSampler, samples_csv
 from gatekit_drivers.backends.cpu import CpuBackend, cpu_model
 from gatekit_drivers.backends.cuda import CudaBackend, cuda_version, reason_names, telemetry
-from gatekit_drivers.backends.metal import (PMSET_BATT, PMSET_THERM, SYSCTL_CHIP, CommandOutput, MetalBackend,
-                                            parse_pmset_batt, parse_pmset_therm)
+from gatekit_drivers.backends.metal import (NOT_SEEN, PMSET_BATT, PMSET_THERM, POWERMETRICS_GPU, SYSCTL_CHIP,
+                                            CommandOutput, MetalBackend, parse_pmset_batt, parse_pmset_therm,
+                                            parse_powermetrics_gpu)
 from tests.nvml_replay import ReplayNvml, recorded_process_memory
 
 METAL = Path(__file__).parent / "fixtures" / "metal"
+
+
+def A_USER() -> int:  # noqa: N802  (gate run by a user, not root: powermetrics refuses it, so no GPU columns)
+    return 501
 SOURCE = Path("gate.toml")
 
 
@@ -293,6 +298,61 @@ def test_pmset_therm_recordings() -> None:
     assert parse_pmset_therm("").state == "unknown"
 
 
+def _recorded(name: str) -> str:
+    """A powermetrics recording without its `# recorded elsewhere` header (powermetrics prints no `#` lines)."""
+    return "".join(line for line in _fixture(name).splitlines(keepends=True) if not line.startswith("# "))
+
+
+def test_powermetrics_gpu_recordings() -> None:
+    m2 = parse_powermetrics_gpu(_recorded("powermetrics_gpu_m2_air.txt"))
+    assert (m2.active_mhz, m2.active_pct, m2.idle_pct, m2.power_mw, m2.problems) == (444.0, 7.08, 92.92, 4.0, ())
+    pro = parse_powermetrics_gpu(_recorded("powermetrics_gpu_mac14_10.txt"))
+    assert (pro.active_mhz, pro.active_pct, pro.idle_pct, pro.power_mw) == (444.0, 0.97, 99.03, 4.0)
+    intel = parse_powermetrics_gpu(_recorded("powermetrics_gpu_intel_macbookpro16_2.txt"))
+    # an Intel Mac's GPU 0: the average active frequency in MHz, "GPU Busy" and the C-state (idle) residency
+    assert (intel.active_mhz, intel.active_pct, intel.idle_pct, intel.power_mw) == (500.0, 0.72, 99.28, None)
+    assert all(r.active_pct + r.idle_pct == pytest.approx(100.0) for r in (m2, pro, intel))
+    assert not parse_powermetrics_gpu("").recorded and not parse_powermetrics_gpu("powermetrics: must be invoked as the superuser\n").recorded
+
+
+def test_powermetrics_values_outside_their_bounds_are_left_out_and_named() -> None:
+    text = _recorded("powermetrics_gpu_m2_air.txt")
+    edited = text.replace("GPU HW active frequency: 444 MHz", "GPU HW active frequency: 44400 MHz").replace(
+        "GPU idle residency:  92.92%", "GPU idle residency:  192.92%")  # edited for the case, from the M2 recording
+    gpu = parse_powermetrics_gpu(edited)
+    assert (gpu.active_mhz, gpu.idle_pct, gpu.active_pct) == (None, None, 7.08)
+    assert [p.split(" ", 1)[0] for p in gpu.problems] == ["active_mhz", "idle_pct"]
+    # two samples (-n 2): the last one is read; the summary block's GPU Power before the GPU section is not
+    two = f"*** Sampled system activity (a) ***\n{text.replace('444 MHz', '612 MHz')}\n*** Sampled system activity (b) ***\n" \
+          f"CPU Power: 85 mW\nGPU Power: 999 mW\n\n{text}"
+    assert (parse_powermetrics_gpu(two).active_mhz, parse_powermetrics_gpu(two).power_mw) == (444.0, 4.0)
+
+
+def test_metal_reads_the_gpu_only_as_root_and_says_what_it_cannot_see() -> None:
+    recordings = {POWERMETRICS_GPU: _recorded("powermetrics_gpu_m2_air.txt")}
+
+    def run(argv: Sequence[str]) -> CommandOutput:
+        found = RecordedMac("pmset_batt_ac_charging.txt", "pmset_therm_m1_pro_nominal.txt")(argv)
+        return CommandOutput(0, recordings[tuple(argv)]) if tuple(argv) in recordings else found
+
+    root = MetalBackend(run=run, euid=lambda: 0)
+    row = root.sample()
+    assert (row["mac_gpu_active_mhz"], row["mac_gpu_active_pct"], row["mac_gpu_power_mw"]) == (444.0, 7.08, 4.0)
+    summary = root.summarize([row, {**row, "mac_gpu_active_mhz": 612.0}])
+    assert (summary["gpu_active_mhz_mean"], summary["gpu_active_mhz_min"], summary["gpu_power_mean_mw"]) == (528.0, 444.0, 4.0)
+    assert root.provenance()["gpu_telemetry"].startswith("powermetrics")
+    user = MetalBackend(run=run, euid=lambda: 501)
+    assert "mac_gpu_active_mhz" not in user.sample() and "gpu_active_mhz_mean" not in user.summarize([row])
+    seen = user.provenance()
+    assert seen["gpu_telemetry"].startswith("not recorded: powermetrics answers root only (gate runs as uid 501)")
+    assert seen["not_seen"] == list(NOT_SEEN) and "the GPU's temperature" in user.evidence_rules()[-1]
+    off = MetalBackend(gpu_power=False, run=run, euid=lambda: 0)
+    assert "mac_gpu_active_mhz" not in off.sample() and "gpu_power = false" in off.provenance()["gpu_telemetry"]
+    failed = MetalBackend(run=lambda argv: CommandOutput(1, "", "powermetrics: must be invoked as the superuser")
+                          if tuple(argv) == POWERMETRICS_GPU else run(argv), euid=lambda: 0)
+    assert failed.sample()["mac_gpu_active_mhz"] is None  # a failed read is a gap, never 0 MHz
+
+
 class RecordedMac:
     """A command runner answering with recorded outputs of real Macs (tests/fixtures/metal)."""
 
@@ -308,30 +368,30 @@ class RecordedMac:
 
 def test_metal_preflight_on_a_cool_mac_on_ac_power() -> None:
     run = RecordedMac("pmset_batt_ac_charging.txt", "pmset_therm_m1_pro_nominal.txt")
-    power, thermal = MetalBackend(run=run).preflight()
+    power, thermal = MetalBackend(euid=A_USER, run=run).preflight()
     assert power.ok and power.detail == "drawing from AC Power, battery 91 % charging"
     assert thermal.ok and thermal.detail.startswith("nominal")
     assert run.calls == [PMSET_BATT, PMSET_THERM]
-    assert MetalBackend(run=run).provenance()["chip"] == "Apple M1 Pro"
+    assert MetalBackend(euid=A_USER, run=run).provenance()["chip"] == "Apple M1 Pro"
     intel = RecordedMac("pmset_batt_desktop.txt", "pmset_therm_m1_pro_nominal.txt", "sysctl_brand_intel_i7_3820qm.txt")
-    assert MetalBackend(run=intel).provenance()["chip"] == "Intel(R) Core(TM) i7-3820QM CPU @ 2.70GHz"
+    assert MetalBackend(euid=A_USER, run=intel).provenance()["chip"] == "Intel(R) Core(TM) i7-3820QM CPU @ 2.70GHz"
 
 
 def test_metal_preflight_refuses_battery_power_and_a_throttled_cpu() -> None:
-    power, thermal = MetalBackend(run=RecordedMac("pmset_batt_on_battery.txt", "pmset_therm_intel_throttled.txt")
+    power, thermal = MetalBackend(euid=A_USER, run=RecordedMac("pmset_batt_on_battery.txt", "pmset_therm_intel_throttled.txt")
                                   ).preflight()
     assert not power.ok and "drawing from Battery Power, battery 95 % discharging; plug in" in power.detail
     assert not thermal.ok and thermal.detail == "throttled: CPU_Speed_Limit 35 %; let the Mac cool down"
-    power, _ = MetalBackend(require_ac=False, run=RecordedMac("pmset_batt_on_battery.txt",
+    power, _ = MetalBackend(euid=A_USER, require_ac=False, run=RecordedMac("pmset_batt_on_battery.txt",
                                                               "pmset_therm_m1_pro_nominal.txt")).preflight()
     assert power.ok
-    missing = MetalBackend(run=lambda argv: CommandOutput(127, "", "pmset: command not found")).preflight()
+    missing = MetalBackend(euid=A_USER, run=lambda argv: CommandOutput(127, "", "pmset: command not found")).preflight()
     assert [c.ok for c in missing] == [False, False]
 
 
 def test_metal_window_telemetry_and_evidence() -> None:
-    cool = MetalBackend(run=RecordedMac("pmset_batt_ac_charging.txt", "pmset_therm_m1_pro_nominal.txt"))
-    hot = MetalBackend(run=RecordedMac("pmset_batt_on_battery.txt", "pmset_therm_intel_throttled.txt"))
+    cool = MetalBackend(euid=A_USER, run=RecordedMac("pmset_batt_ac_charging.txt", "pmset_therm_m1_pro_nominal.txt"))
+    hot = MetalBackend(euid=A_USER, run=RecordedMac("pmset_batt_on_battery.txt", "pmset_therm_intel_throttled.txt"))
     window = [cool.sample(), hot.sample(), cool.sample()]
     assert window[0] == {"mac_power_source": "AC Power", "mac_battery_pct": 91, "mac_thermal_state": "nominal",
                          "mac_cpu_speed_limit_pct": None}
@@ -339,7 +399,7 @@ def test_metal_window_telemetry_and_evidence() -> None:
     assert cool.window_evidence(window) == ["drawing from Battery Power (in 1 of 3 samples)",
                                             "thermal state throttled (in 1 of 3 samples)"]
     assert cool.window_evidence([window[0], window[2]]) == []
-    assert MetalBackend(require_ac=False).window_evidence(window) == ["thermal state throttled (in 1 of 3 samples)"]
+    assert MetalBackend(euid=A_USER, require_ac=False).window_evidence(window) == ["thermal state throttled (in 1 of 3 samples)"]
     assert cool.summarize(window) == {"on_ac_all": False, "thermal_worst": "throttled",
                                       "cpu_speed_limit_min_pct": 35.0, "battery_min_pct": 91.0}
 
