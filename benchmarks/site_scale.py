@@ -125,7 +125,7 @@ def render(count: int, cold: dict[str, float], warm: dict[str, float], one_new: 
         f"{default_jobs()} worker processes (gate's default here: the CPUs it may use, at most 8).", "",
         f"Machine: {info['cpu']}, {info['memory']}; {info['os']}; Python {info['python']}; gatekit "
         f"{info['gatekit']}. {info['load']}. Command: `{command}`.", "",
-        "| case | wall | CPU (all processes) | peak RSS, gate process | peak RSS, with its workers | load1 before → "
+        "| case | wall | CPU, user + sys (all processes) | peak RSS, gate process | peak RSS, with its workers | load1 before → "
         "after | |", "| --- | ---: | ---: | ---: | ---: | --- | --- |",
         row("cold: an empty site folder", cold, TARGET_COLD_S),
         row("again, nothing changed", warm, None),
