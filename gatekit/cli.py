@@ -428,6 +428,12 @@ def calibrate(arm: str | None, gate_path: Path, n: int, min_effect_pct: float | 
               help="CV in % of noise common to both runs of a pair (the host's, shared by a duet pair).")
 @click.option("--slot-effect", "slot_effect_pct", type=float, default=0.0, show_default=True,
               help="Duet: a run on slot 1 is this much slower than on slot 0, in %.")
+@click.option("--slot-step-pct", type=float, default=0.0, show_default=True,
+              help="Duet: from pair --slot-step-from on, a run on slot 1 is this much slower still, in %.")
+@click.option("--slot-step-from", type=int,
+              help="Duet: the pair from which --slot-step-pct applies (1 = the first; -1 = the last, -2 the last two).")
+@click.option("--slot-drift-pct", type=float, default=0.0, show_default=True,
+              help="Duet: slot 1 slows by this much more with every pair, in % per pair.")
 @click.option("--order", type=click.Choice(ORDERS), help="Run order (default: the policy's own).")
 @click.option("--n", type=int, default=3, show_default=True, help="Runs per arm of fixed-n policies.")
 @click.option("--warmup", type=click.IntRange(0, 2), default=0, show_default=True, help="Discarded warm-up runs.")
@@ -454,6 +460,7 @@ def calibrate(arm: str | None, gate_path: Path, n: int, min_effect_pct: float | 
 def simulate_cmd(policies: tuple[str, ...], cv_pct: float, cv_on_pct: float | None, effect_pct: float,
                  drift_pct: float, cold_pct: float, outlier_rate: float, outlier_pct: float, tails: float | None,
                  guard_drop: float | None, guard_sd: float, shared_cv_pct: float, slot_effect_pct: float,
+                 slot_step_pct: float, slot_step_from: int | None, slot_drift_pct: float,
                  order: str | None, n: int, warmup: int,
                  sigma_k: float, floor_pct: float, max_threshold_pct: float, draws: int, seed: int, suite: bool,
                  bisect: bool, commits: int,
@@ -465,8 +472,9 @@ def simulate_cmd(policies: tuple[str, ...], cv_pct: float, cv_on_pct: float | No
     guard passes with the true drop at its limit: its false-pass rate. Example:
     gate simulate --policy classic --policy sequential --cv 2 --cv-on 8
 
-    A duet (--policy duet --n 8) runs both arms of a pair at once: --shared-cv adds noise common to both,
-    --slot-effect makes slot 1 slower than slot 0.
+    A duet (--policy duet --n 12; duet-v1 is its version 1) runs both arms of a pair at once: --shared-cv adds
+    noise common to both, --slot-effect makes slot 1 slower than slot 0, --slot-step-pct S --slot-step-from K
+    slower still from pair K on, --slot-drift-pct D slower by D % more each pair.
 
     --bisect simulates `gate bisect` instead (docs/bisect.md), e.g.
     gate simulate --bisect --commits 128 --effect 2 --cv 0.5 --draws 1000
@@ -486,7 +494,9 @@ def simulate_cmd(policies: tuple[str, ...], cv_pct: float, cv_on_pct: float | No
         scenario = Scenario(cv_off_pct=cv_pct, cv_on_pct=cv_on_pct, effect_pct=effect_pct,
                             drift_pct_per_run=drift_pct, cold_first_pct=cold_pct, order=order, n=n, warmup=warmup,
                             outlier_rate=outlier_rate, outlier_pct=outlier_pct, tails=tails, guard_drop=guard_drop,
-                            guard_sd=guard_sd, shared_cv_pct=shared_cv_pct, slot_effect_pct=slot_effect_pct)
+                            guard_sd=guard_sd, shared_cv_pct=shared_cv_pct, slot_effect_pct=slot_effect_pct,
+                            slot_step_pct=slot_step_pct, slot_step_from=slot_step_from,
+                            slot_drift_pct=slot_drift_pct)
         return [simulate(policy, scenario, draws=draws, seed=seed, thresholds=thresholds,
                          max_threshold_pct=max_threshold_pct)
                 for policy in policies or (DEFAULT_POLICY,)]

@@ -386,8 +386,11 @@ def load_gate(path: Path | str) -> GateConfig:
                f"does not apply to mode = \"duet\" (both arms of a pair run at once; the {mode_policies[0]} policy "
                "decides); remove it")
         _check(gate.warmup == 0, path, "gate.warmup", "does not apply to mode = \"duet\"; remove it")
-        _check(duet_pairs_ok(gate.n), path, "gate.n", f"{DUET_PAIRS_RULE}, got {gate.n}")
         gate = replace(gate, policy=gate.policy if gate.policy in mode_policies else mode_policies[0])
+        default_pairs = describe(gate.policy).default_n
+        if "n" not in explicit and default_pairs is not None:  # a duet's own default, not the gate's n = 3
+            gate = replace(gate, n=default_pairs)
+        _check(duet_pairs_ok(gate.n), path, "gate.n", f"{DUET_PAIRS_RULE}, got {gate.n}")
         _check(config.duet is not None, path, "duet", "gate.mode = \"duet\" needs a [duet] table with slots = "
                "[\"cuda:0\", \"cuda:1\"] (or cpu core sets such as [\"cpu:0-3\", \"cpu:4-7\"])")
     else:

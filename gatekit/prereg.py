@@ -16,7 +16,7 @@ import tomlkit
 from gatekit import __version__, rules, stats
 from gatekit.config import SEEDED_ORDERS, GateConfig, GuardSpec, RulesSpec, ThresholdSpec, resolve_history_sigma
 from gatekit.errors import SeriesError
-from gatekit.policies.descriptors import DEFAULT_POLICY, INTERLEAVED, describe, policy_for
+from gatekit.policies.descriptors import DEFAULT_POLICY, INTERLEAVED, describe, gate_policies, policy_for
 from gatekit.provenance import sha256_bytes, sha256_file
 from gatekit.records import PREDECISION_SCHEMA, SCHEMA_KEY, Record, schema_problem, upgrade
 from gatekit.sampler import STOPPED_GAP_INTERVALS, STOPPED_GAP_MIN_S, stopped_gap_limit_s
@@ -65,10 +65,27 @@ class DecisionSpec(Record):
             if data["rules"][key] == getattr(RulesSpec(), key):
                 data["rules"].pop(key)
         data.pop("sequential_version", None)
-        version_key = describe(self.policy).version_key
-        if version_key:  # stated for every spec of a versioned policy (predecision/2)
-            data[version_key] = self.design_version
+        descriptor = describe(self.policy)
+        # stated for every spec of a versioned policy (predecision/2), except the version a spec that lacks the
+        # key stands for (duet v1, written before duet_version existed): such a file reads as it was written
+        if descriptor.version_key and self.design_version != descriptor.unrecorded_version:
+            data[descriptor.version_key] = self.design_version
         return data
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> DecisionSpec:  # type: ignore[override]
+        """The `decision` table; the design version is read under the policy's version_key (absent: the version
+        its descriptor says a spec without the key preregistered)."""
+        data = dict(data)
+        policy = data.get("policy", DEFAULT_POLICY)
+        descriptor = describe(policy) if isinstance(policy, str) and policy in gate_policies() else None
+        key = descriptor.version_key if descriptor else None
+        if key and key != "sequential_version":
+            if key in data:
+                data["sequential_version"] = data.pop(key)
+            elif descriptor is not None and descriptor.unrecorded_version is not None:
+                data["sequential_version"] = descriptor.unrecorded_version
+        return super(DecisionSpec, cls).from_dict(data)  # type: ignore[no-any-return]
 
     @classmethod
     def from_gate(cls, config: GateConfig, off_arm: str, on_arm: str) -> DecisionSpec:

@@ -532,6 +532,7 @@ def show_value(value: Any) -> str:
 #   gatekit.predecision/2  `decision.sequential_version` is stated for every sequential spec; the series'
 #                          journal is gatekit.journal/3 or later.
 #                          Later additions, absent = off: `rules.min_clock_share`, `rules.confirm_cycles`.
+#                          `decision.duet_version` (a duet spec without it is duet v1: parity slots, OLS).
 #   gatekit.calibration/1  a `gate calibrate` result (calibration.toml): its runs' values, CV, warm-up, drift.
 #   gatekit.signature/1    an Ed25519 signature of a finding's JSON bytes and its journal's chain head (<id>.sig).
 #   gatekit.signature/2    the same of the finding's content (`content_sha256`: its canonical form, the same for

@@ -31,7 +31,7 @@ import numpy as np
 
 from gatekit.config import DEFAULT_MAX_THRESHOLD_PCT, ORDERS, ThresholdSpec
 from gatekit.errors import ConfigError
-from gatekit.policies.descriptors import DUET_MODE, describe, policies_of_mode, policy_for, simulation_policies
+from gatekit.policies.descriptors import DUET_MODE, describe, policy_for, simulation_policies
 from gatekit.schedule import round_orders, thue_morse
 from gatekit.verdict import CODE_NAMES
 
@@ -59,6 +59,11 @@ class Scenario:
     guard_limit: float | None = None  # the guard's max_drop; None: equal to guard_drop
     shared_cv_pct: float = 0.0  # noise common to both runs of a pair (a round), lognormal; cancels in d
     slot_effect_pct: float = 0.0  # duet: a run on slot 1 is this much slower than on slot 0
+    # duet: from pair slot_step_from on (1 = the first; negative counts from the end, −1 = the last pair) a run
+    # on slot 1 is slot_step_pct slower still (a GPU that changes clock state, unflagged by telemetry)
+    slot_step_pct: float = 0.0
+    slot_step_from: int | None = None
+    slot_drift_pct: float = 0.0  # duet: slot 1 slows by this much more with every pair (pair 1: by none)
     name: str = ""
 
     @property
@@ -84,9 +89,33 @@ class Scenario:
             parts.append(f"shared CV {self.shared_cv_pct:g} %")
         if self.slot_effect_pct:
             parts.append(f"slot effect {self.slot_effect_pct:+g} %")
+        if self.slot_step_pct and self.slot_step_from is not None:
+            k = self.slot_step_from
+            when = (f"from pair {k} on" if k > 0 else "from the last pair on" if k == -1
+                    else f"in the last {-k} pairs")
+            parts.append(f"slot 1 {self.slot_step_pct:+g} % {when}")
+        if self.slot_drift_pct:
+            parts.append(f"slot 1 drift {self.slot_drift_pct:+g} %/pair")
         if self.guard_drop is not None:
             parts.append(f"guard drop {self.guard_drop:g} (limit {self.limit:g}), pair SD {self.guard_sd:g}")
         return ", ".join(parts)
+
+    @property
+    def changes_slots(self) -> bool:
+        """Whether the scenario makes the slots differ (only a duet runs on slots)."""
+        return bool(self.slot_effect_pct or self.slot_step_pct or self.slot_drift_pct
+                    or self.slot_step_from is not None)
+
+    def slot1_log(self, pairs: int) -> np.ndarray:
+        """[pairs] how much slower (log) a run on slot 1 is than one on slot 0, pair by pair."""
+        k = np.arange(pairs)
+        offset = np.full(pairs, math.log1p(self.slot_effect_pct / 100))
+        if self.slot_step_pct and self.slot_step_from is not None:
+            first = self.slot_step_from - 1 if self.slot_step_from > 0 else pairs + self.slot_step_from
+            offset = offset + math.log1p(self.slot_step_pct / 100) * (k >= first)
+        if self.slot_drift_pct:
+            offset = offset + math.log1p(self.slot_drift_pct / 100) * k
+        return offset
 
     @property
     def limit(self) -> float:
@@ -159,12 +188,14 @@ def _first_off(order: str, rounds: int, draws: int, rng: np.random.Generator) ->
 
 
 def simulate_runs(scenario: Scenario, order: str, rounds: int, draws: int, rng: np.random.Generator,
-                  concurrent: bool = False) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+                  concurrent: bool = False, on_slot1: np.ndarray | None = None
+                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Log run times in execution order: (off, on, off positions, on positions), each [draws, rounds].
 
     Warm-up runs take positions 0 … warmup−1 (and the cold hit) and are dropped, like the gate drops them.
-    `concurrent` (duet): both runs of round k run at once at position k, off on slot 0 in odd rounds (k = 1,
-    3, …) and on slot 1 in even ones, a run on slot 1 slowed by the slot effect.
+    `concurrent` (duet): both runs of round k run at once at position k; `on_slot1` ([draws, rounds] or
+    [rounds], from the duet design) says where on ran, by default version 1's swap rule (off on slot 0 in odd
+    rounds k = 1, 3, …); a run on slot 1 is slowed by the slot effect, step and drift of that pair.
     """
     w = scenario.warmup
     if concurrent:
@@ -184,9 +215,11 @@ def simulate_runs(scenario: Scenario, order: str, rounds: int, draws: int, rng: 
     if scenario.shared_cv_pct:  # drawn only when asked, so other scenarios keep their random streams
         shared = math.sqrt(math.log1p((scenario.shared_cv_pct / 100) ** 2)) * rng.standard_normal((draws, rounds))
         off, on = off + shared, on + shared
-    if concurrent and scenario.slot_effect_pct:
-        on_slot1 = np.arange(rounds)[None, :] % 2 == 0  # column 0 is round 1, odd: on on slot 1
-        slot = math.log1p(scenario.slot_effect_pct / 100)
+    if concurrent and scenario.changes_slots:
+        if on_slot1 is None:
+            on_slot1 = np.arange(rounds)[None, :] % 2 == 0  # column 0 is round 1, odd: on on slot 1
+        slot = scenario.slot1_log(rounds) if scenario.slot_step_pct or scenario.slot_drift_pct \
+            else math.log1p(scenario.slot_effect_pct / 100)  # one number: version 1's rows draw as before
         off, on = off + slot * ~on_slot1, on + slot * on_slot1
     if scenario.outlier_rate:
         slow = math.log1p(scenario.outlier_pct / 100)
@@ -229,9 +262,25 @@ def validate(policy: str, scenario: Scenario, draws: int,
     if scenario.n < 2:
         raise ConfigError(f"--n: must be at least 2 runs per arm, got {scenario.n}")
     rule.check_scenario(scenario)
-    if scenario.slot_effect_pct and not runs_at_once(policy):
-        raise ConfigError(f"--slot-effect: needs --policy {' or '.join(policies_of_mode(DUET_MODE))} (only a duet "
-                          f"runs on two slots), got {policy!r}")
+    for option, stated in (("--slot-effect", scenario.slot_effect_pct), ("--slot-step-pct", scenario.slot_step_pct),
+                           ("--slot-step-from", scenario.slot_step_from is not None),
+                           ("--slot-drift-pct", scenario.slot_drift_pct)):
+        if stated and not runs_at_once(policy):
+            duets = [name for name in simulation_policies() if runs_at_once(name)]
+            raise ConfigError(f"{option}: needs --policy {' or '.join(duets)} (only a duet runs on two slots), got "
+                              f"{policy!r}")
+    if (scenario.slot_step_pct != 0) != (scenario.slot_step_from is not None):
+        raise ConfigError("--slot-step-pct and --slot-step-from go together: how much slower slot 1 becomes, and "
+                          "from which pair on")
+    if scenario.slot_step_from is not None and not (1 <= abs(scenario.slot_step_from) <= scenario.n):
+        raise ConfigError(f"--slot-step-from: must name one of the {scenario.n} pairs (1 … {scenario.n}, or −1 … "
+                          f"−{scenario.n} counting from the last), got {scenario.slot_step_from}")
+    for option, value in (("--slot-step-pct", scenario.slot_step_pct), ("--slot-drift-pct", scenario.slot_drift_pct)):
+        if not value > -100:
+            raise ConfigError(f"{option}: must be above −100 %, got {value}")
+    if scenario.slot_drift_pct and not (1 + scenario.slot_drift_pct / 100) ** (scenario.n - 1) < 1e6:
+        raise ConfigError(f"--slot-drift-pct: {scenario.slot_drift_pct:g} %/pair over {scenario.n} pairs makes "
+                          "slot 1 more than a million times slower; state a smaller drift")
     if not scenario.shared_cv_pct >= 0:
         raise ConfigError(f"--shared-cv: must be a non-negative percentage, got {scenario.shared_cv_pct}")
     if not scenario.slot_effect_pct > -100:
@@ -276,7 +325,9 @@ def simulate(policy: str, scenario: Scenario, *, draws: int = 100_000, seed: int
     codes_parts, runs_parts, guard_parts = [], [], []
     for start in range(0, draws, chunk):
         size = min(chunk, draws - start)
-        off, on, _, _ = simulate_runs(scenario, order, rounds, size, rng, concurrent=runs_at_once(policy))
+        concurrent = runs_at_once(policy)
+        on_slot1 = rule.on_slot1(rounds, size, rng) if concurrent and scenario.changes_slots else None
+        off, on, _, _ = simulate_runs(scenario, order, rounds, size, rng, concurrent=concurrent, on_slot1=on_slot1)
         if scenario.guard_drop is not None:
             guard_parts.append(rule.guard_passes(scenario, size, rng))
         codes, runs = rule.simulate(off, on, thresholds, max_threshold_pct)
@@ -341,16 +392,48 @@ TARGETS: tuple[tuple[Scenario, str], ...] = (
     _s("−2 %, CV 0.5 %, t tails df 3", POWER, cv_off_pct=0.5, effect_pct=-2.0, tails=3.0),
     _s("−5 %, CV 0.5 %", FAST, cv_off_pct=0.5, effect_pct=-5.0),
 )
-SUITE = tuple(scenario for scenario, _ in TARGETS)
+DUET_HOST = {"cv_off_pct": 2.0, "shared_cv_pct": 10.0}  # issue 18's duet host: 2 % own noise, 10 % shared
+# Rows only a duet runs (its slots change speed: a GPU moving between clock states, unflagged by telemetry),
+# and the duet's targets (issue 18): these rows, and the 5 %-outlier power row above.
+DUET_ROWS: tuple[tuple[Scenario, str], ...] = (
+    _s("duet A/A, CV 2 %, shared CV 10 %", FALSE_ADOPTION, **DUET_HOST),
+    _s("duet A/A, CV 2 %, shared CV 10 %, slot 1 +5 % from the last pair on", FALSE_ADOPTION, **DUET_HOST,
+       slot_step_pct=5.0, slot_step_from=-1),
+    _s("duet A/A, CV 2 %, shared CV 10 %, slot 1 +3 % from the last pair on", FALSE_ADOPTION, **DUET_HOST,
+       slot_step_pct=3.0, slot_step_from=-1),
+    _s("duet A/A, CV 2 %, shared CV 10 %, slot 1 +5 % in the last 4 pairs", FALSE_ADOPTION, **DUET_HOST,
+       slot_step_pct=5.0, slot_step_from=-4),
+    _s("duet A/A, CV 2 %, shared CV 10 %, slot 1 drifting +0.5 %/pair", FALSE_ADOPTION, **DUET_HOST,
+       slot_drift_pct=0.5),
+    _s("duet A/A, CV 2 %, shared CV 10 %, slot 1 drifting +1 %/pair", FALSE_ADOPTION, **DUET_HOST,
+       slot_drift_pct=1.0),
+    _s("duet A/A, CV 2 %, shared CV 10 %, slot 1 drifting −1 %/pair", FALSE_ADOPTION, **DUET_HOST,
+       slot_drift_pct=-1.0),
+)
+SUITE = tuple(scenario for scenario, _ in (*TARGETS, *DUET_ROWS))
 TARGET_OF = {scenario.name: target for scenario, target in TARGETS}
+DUET_TARGET_OF = {**{scenario.name: target for scenario, target in DUET_ROWS},
+                  "−2 %, CV 0.5 %, outliers 5 % × +10 %": POWER}
+
+
+def target_of(policy: str, scenario: Scenario) -> str | None:
+    """The issue's target for this policy on this row: the sequential policy's (suite_targets) on TARGETS, the
+    duet's (the current duet design) on DUET_TARGET_OF; None elsewhere."""
+    descriptor = describe(policy)
+    if descriptor.suite_targets:
+        return TARGET_OF.get(scenario.name)
+    if descriptor.mode == DUET_MODE and descriptor.gate:
+        return DUET_TARGET_OF.get(scenario.name)
+    return None
 
 
 def meets(result: SimulationResult) -> bool | None:
-    """Whether a result meets its scenario's target (None: no target for this policy or row; the targets are
-    the policy's whose descriptor has suite_targets, the sequential policy's)."""
-    target = TARGET_OF.get(result.scenario.name)
-    if target is None or not describe(result.policy).suite_targets:
+    """Whether a result meets its scenario's target (None: no target for this policy or row)."""
+    target = target_of(result.policy, result.scenario)
+    if target is None:
         return None
+    if runs_at_once(result.policy):  # a duet runs its n pairs: no runs-per-arm target
+        return (result.adopted.pct <= 5.0) if target == FALSE_ADOPTION else (result.adopted.pct >= 95.0)
     if target == GUARD_PASS:
         return result.guard_pass is not None and result.guard_pass.pct <= 5.0
     ok = result.runs_per_arm <= 8
@@ -361,19 +444,24 @@ def meets(result: SimulationResult) -> bool | None:
     return ok and result.runs_per_arm <= 5
 
 
-DUET_SUITE_PAIRS = 8  # a duet in the suite runs this many pairs (the suite's n = 3 is not a duet's: even, ≥ 4)
+def suite_pairs(policy: str) -> int:
+    """The pairs a duet runs in the suite (the suite's n = 3 is not a duet's): its default, which a gate file
+    without n gets (version 2: 12; version 1, which had no default, its suite's 8)."""
+    return describe(policy).default_n or 8
 
 
 def run_suite(policies: Sequence[str], *, draws: int, seed: int, order: str | None = None,
               thresholds: ThresholdSpec = ThresholdSpec(),
               max_threshold_pct: float = DEFAULT_MAX_THRESHOLD_PCT) -> list[SimulationResult]:
     """Every scenario of SUITE under every policy (the same seed for each, so columns are comparable); guard
-    scenarios only under a policy that simulates its guard (the sequential policy's paired guard)."""
-    return [simulate(policy, replace(scenario, order=order, **({"n": DUET_SUITE_PAIRS} if runs_at_once(policy)
+    scenarios only under a policy that simulates its guard (the sequential policy's paired guard), the rows
+    whose slots change speed only under a duet."""
+    return [simulate(policy, replace(scenario, order=order, **({"n": suite_pairs(policy)} if runs_at_once(policy)
                                                                else {})),
                      draws=draws, seed=seed, thresholds=thresholds, max_threshold_pct=max_threshold_pct)
             for scenario in SUITE for policy in policies
-            if scenario.guard_drop is None or policy_for(policy).simulates_guard]
+            if (scenario.guard_drop is None or policy_for(policy).simulates_guard)
+            and (not scenario.changes_slots and not scenario.shared_cv_pct or runs_at_once(policy))]
 
 
 def table(results: Sequence[SimulationResult]) -> str:
@@ -389,7 +477,7 @@ def table(results: Sequence[SimulationResult]) -> str:
                      r.meaning, f"{r.rates['regression'].pct:.2f}", f"{r.rates['rejected'].pct:.2f}",
                      f"{r.rates['equivalent'].pct:.2f}",
                      f"{r.rates['inconclusive'].pct:.2f}", f"{r.runs_per_arm:.2f}", guard,
-                     TARGET_OF.get(r.scenario.name, "—") if describe(r.policy).suite_targets else "—",
+                     target_of(r.policy, r.scenario) or "—",
                      "—" if met is None else "yes" if met else "**NO**"])
     lines = ["| " + " | ".join(header) + " |", "|" + "|".join(" --- " for _ in header) + "|"]
     lines += ["| " + " | ".join(row) + " |" for row in rows]

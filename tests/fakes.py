@@ -125,7 +125,8 @@ class FakeDriver:
         assert self.trainer_root is not None
         began = time.perf_counter()
         exit_code, stdout, stderr = fake_trainer.perform(plan, request.label, request.arm.name,
-                                                         str(request.result_path), root=str(self.trainer_root))
+                                                         str(request.result_path), root=str(self.trainer_root),
+                                                         slot=request.env.get("GATEKIT_SLOT"))
         wallclock = time.perf_counter() - began
         request.stdout_path.write_text(stdout)
         request.stderr_path.write_text(stderr)

@@ -4,6 +4,7 @@ whole on resume. GPU slots cannot exist here: their preflight is checked from re
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import signal
@@ -19,6 +20,7 @@ import pytest
 from gatekit.config import load_gate
 from gatekit.errors import ConfigError
 from gatekit.driver import ChosenBackend
+from gatekit.policies import duet
 from gatekit.preflight import check_slots
 from gatekit.slots import SlotError, parse_cores, parse_slots, slot_for, unequal_cpu_slots
 from gatekit_drivers.backends.cuda import CudaBackend
@@ -167,20 +169,24 @@ def test_a_duet_runs_each_pair_together_on_swapped_pinned_slots(tmp_path: Path) 
     g = run_duet(tmp_path)
     seen = starts(g.root)
     slot0, slot1 = f"cpu:{CORES[0]}", f"cpu:{CORES[1]}"
+    (series,) = g.series_dirs()
+    # version 2's order: Thue–Morse over the pairs, which slot off takes in pair 1 drawn from the predecision
+    sha = hashlib.sha256((series / "predecision.toml").read_bytes()).hexdigest()
+    mirrored = duet.mirror_of(sha)
+    expected = {}
+    for k, on_first_slot in zip(range(1, 5), (False, True, True, False)):  # Thue–Morse: + − − +
+        off_slot, on_slot = (slot0, slot1) if on_first_slot == mirrored else (slot1, slot0)
+        expected |= {f"off-r{k}": off_slot, f"on-r{k}": on_slot}
     for k in range(1, 5):
         off, on = seen[f"off-r{k}"], seen[f"on-r{k}"]
         assert off["start"] < on["end"] and on["start"] < off["end"], (k, off, on)  # the two runs overlap
-        expected_off = slot0 if k % 2 else slot1
-        assert off["slot"] == expected_off and on["slot"] == (slot1 if k % 2 else slot0)
+        assert off["slot"] == expected[f"off-r{k}"] and on["slot"] == expected[f"on-r{k}"]
         for entry in (off, on):
             assert entry["cores"] == [int(entry["slot"].split(":")[1])] and entry["cuda"] is None
     finding = g.finding()
-    assert {r["label"]: r["slot"] for r in finding["runs"]} == {
-        **{f"off-r{k}": slot0 if k % 2 else slot1 for k in range(1, 5)},
-        **{f"on-r{k}": slot1 if k % 2 else slot0 for k in range(1, 5)}}
+    assert {r["label"]: r["slot"] for r in finding["runs"]} == expected
     assert all(r["window"]["telemetry"]["slot_cpu_busy_mean_pct"] >= 0 for r in finding["runs"])
-    assert finding["gate"]["policy"] == "duet"
-    (series,) = g.series_dirs()
+    assert finding["gate"]["policy"] == "duet" and finding["duet"]["version"] == 2
     events = [json.loads(line) for line in (series / "journal.jsonl").read_text().splitlines()]
     skews = [e["start_skew_ms"] for e in events if e["event"] == "duet_pair"]
     assert len(skews) == 4 and all(skew >= 0 for skew in skews)
@@ -326,7 +332,7 @@ def test_a_duet_reads_as_a_duet_with_or_without_an_estimate(tmp_path: Path, busy
     assert classic.startswith("classic, beside it (decides nothing): Δ ")
     lead = finding.sections[0].text
     assert lead.startswith(f"Duet gate of `on` against `off`: 4 pairs{' planned' if busy else ''}, both runs of a "
-                           f"pair at once on slots cpu:{CORES[0]} and cpu:{CORES[1]}, swapped every pair")
+                           f"pair at once on slots cpu:{CORES[0]} and cpu:{CORES[1]}, in Thue–Morse order")
     if busy:
         assert f"no duet estimate: {finding.verdict.reasons[0]}." in lead
     assert "Interleaved" not in " ".join(str(section.to_dict()) for section in finding.sections)

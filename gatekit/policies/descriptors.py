@@ -33,6 +33,10 @@ class PolicyDescriptor:
     # the predecision key that records the version (a predecision/1 may lack it: records.upgrade says which
     # version that was)
     version_key: str | None = None
+    # the version a predecision that does not state version_key preregistered (None: every predecision of this
+    # format states it); the key is then left out when the spec is written again, so its bytes read the same
+    unrecorded_version: int | None = None
+    default_n: int | None = None  # runs per arm (pairs) when the gate file states no n (None: the gate's default)
     default_evidence: str = "load1"  # rules.evidence when the gate file states none
     plan_sizes: tuple[int, ...] = PLAN_SIZES  # runs per arm (pairs) `gate plan` tries, in order
     plan_step: int = 1  # the spacing of those sizes when the plan bisects between two of them
@@ -77,11 +81,15 @@ BUILTIN = (
                      order="thue-morse", stages=(4, 8, 12), version=4, version_key="sequential_version",
                      default_evidence="psi", plan_sizes=(), mde_sizes=(12,),
                      in_suite=True, suite_targets=True),
+    # duet v2 (Thue–Morse slots, Huber fit) from issue 18; a duet predecision without duet_version is v1
     PolicyDescriptor("duet", "gatekit.policies.duet:policy",
                      mode=DUET_MODE, order="duet", default_evidence="psi", plan_sizes=_PLAN_PAIRS, plan_step=2,
-                     mde_sizes=(12,)),
+                     mde_sizes=(12,), version=2, version_key="duet_version", unrecorded_version=1, default_n=12),
     PolicyDescriptor("welch", "gatekit.policies.comparison:welch", gate=False),
     PolicyDescriptor("bootstrap", "gatekit.policies.comparison:bootstrap", gate=False),
+    # the duet's version 1, simulated beside the current design (`gate simulate --policy duet-v1`)
+    PolicyDescriptor("duet-v1", "gatekit.policies.duet:version_1", mode=DUET_MODE, order="duet", gate=False,
+                     plan_sizes=(), default_n=8),
 )
 DEFAULT_POLICY = BUILTIN[0].name  # a gate file without gate.policy
 _REGISTRY: dict[str, PolicyDescriptor] = {d.name: d for d in BUILTIN}  # the one mutable part: register()

@@ -28,11 +28,13 @@ and summary.
 from __future__ import annotations
 
 import math
+import random
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
+from scipy import optimize
 from scipy import stats as sps
 
 from gatekit import rules
@@ -47,6 +49,8 @@ from gatekit.policies.descriptors import describe
 from gatekit.policies.sequential import guard_reason, look_codes, paired_guard, unreplaced_flags, with_guards
 from gatekit.records import RunRecord
 from gatekit.report.common import MISSING, fmt, fmt_signed, generated_section, level_text
+from gatekit.schedule import order_seed, thue_morse
+from gatekit.slots import SlotError, parse_slot
 from gatekit.verdict import CODE_NAMES, Decision, Reason, ReasonCode, Verdict, too_noisy_reason
 
 if TYPE_CHECKING:
@@ -118,6 +122,95 @@ def fit_arrays(d: np.ndarray, sigma: np.ndarray) -> tuple[np.ndarray, np.ndarray
             np.where(ok, slot_se, nan))
 
 
+# -- version 2: the Huber M-estimate --------------------------------------------------------------------
+
+HUBER_K = 1.345  # Huber's tuning constant: 95 % efficiency at the normal (Huber 1981, §4.6)
+MAD_NORMAL = float(sps.norm.ppf(0.75))  # 0.6745: median |ε| of a standard normal, so MAD / it estimates σ
+HUBER_MAX_ITERATIONS = 500
+HUBER_TOLERANCE = 1e-12  # IRLS stops when no coefficient moves by more than this many scales
+
+
+def thue_morse_signs(rounds: Sequence[int] | np.ndarray) -> np.ndarray:
+    """σ_k of version 2 relative to pair 1: +1 where the Thue–Morse symbol of pair k − 1 is that of pair 0
+    (on on the slot off took in pair 1), else −1: + − − + − + + − … Over every 4 pairs the signs sum to 0
+    and so does Σ k·σ_k, so a slot whose speed drifts linearly cancels from Δ̂ (Prouhet)."""
+    return np.array([1.0 if thue_morse(int(k) - 1) == 0 else -1.0 for k in np.asarray(rounds, int).ravel()]
+                    ).reshape(np.shape(rounds))
+
+
+def _median_abs(residual: np.ndarray) -> np.ndarray:
+    """median |r| over the last axis (np.partition: the middle one, or the mean of the middle two)."""
+    a, n = np.abs(residual), residual.shape[-1]
+    middle = np.partition(a, (max(n // 2 - 1, 0), n // 2), axis=-1)
+    return middle[..., n // 2] if n % 2 else 0.5 * (middle[..., n // 2 - 1] + middle[..., n // 2])
+
+
+def _weighted_fit(d: np.ndarray, sigma: np.ndarray, w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Weighted least squares of d on [1, σ] over the last axis (nan where not separable)."""
+    sw, sws, wss = w.sum(-1), (w * sigma).sum(-1), (w * sigma ** 2).sum(-1)
+    swd, swsd = (w * d).sum(-1), (w * sigma * d).sum(-1)
+    det = sw * wss - sws ** 2
+    det = np.where(det > 1e-12 * np.maximum(sw * wss, 1e-300), det, np.nan)
+    return (wss * swd - sws * swsd) / det, (sw * swsd - sws * swd) / det
+
+
+def huber_arrays(d: np.ndarray, sigma: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(Δ̂, SE Δ̂, ŝ, SE ŝ) of the Huber M-estimate of d on [1, σ] over the last axis, for many gates at once.
+
+    Huber's ψ(u) = clip(u, −k, k), k = HUBER_K, on u = r/s, the scale s = MAD/0.6745 of the residuals
+    (median |r|, about 0: the fit has an intercept), re-estimated at every step: iteratively reweighted least
+    squares from the OLS fit (weights min(1, k/|u|)) until no coefficient moves by HUBER_TOLERANCE·s — the
+    fixed point of statsmodels' RLM(norm=HuberT(1.345), scale_est="mad"). The SE is Huber's sandwich ("H1",
+    Huber 1981 §7.6, statsmodels' default): Var β̂ = K²·[Σψ²/(n − 2)]·s²/m²·(XᵀX)⁻¹, m = mean ψ'(u) (the share
+    |u| ≤ k), K = 1 + (2/n)·Var ψ'/m². A run that is far off (an outlier, a slot that changed speed for one
+    pair) moves Δ̂ by at most k·s/(n·m) instead of its whole size. Degenerate cases: MAD = 0 (half the pairs
+    fit exactly: a coarse timer) takes the OLS residual SD as the scale; a perfect fit gives the OLS fit with
+    SE 0; not separable (one slot order only) or n < 3: nan, which the rule reads as inconclusive.
+    """
+    d = np.asarray(d, float)
+    sigma = np.broadcast_to(np.asarray(sigma, float), d.shape)
+    n = d.shape[-1]
+    flat_d, flat_s = d.reshape(-1, n), sigma.reshape(-1, n)
+    delta, slot = _weighted_fit(flat_d, flat_s, np.ones_like(flat_d))
+    ols_sd = np.sqrt(((flat_d - delta[:, None] - slot[:, None] * flat_s) ** 2).sum(-1) / max(n - 2, 1))
+
+    def scale_of(dd: np.ndarray, ss: np.ndarray, a: np.ndarray, b: np.ndarray, fallback: np.ndarray) -> np.ndarray:
+        mad = _median_abs(dd - a[:, None] - b[:, None] * ss) / MAD_NORMAL
+        return np.where(mad > 0, mad, fallback)
+
+    active = np.flatnonzero(np.isfinite(delta) & (ols_sd > 0))
+    for _ in range(HUBER_MAX_ITERATIONS):
+        if active.size == 0:
+            break
+        dd, ss = flat_d[active], flat_s[active]
+        a, b = delta[active], slot[active]
+        scale = scale_of(dd, ss, a, b, ols_sd[active])
+        u = np.abs(dd - a[:, None] - b[:, None] * ss) / scale[:, None]
+        w = np.minimum(1.0, HUBER_K / np.maximum(u, 1e-300))
+        a2, b2 = _weighted_fit(dd, ss, w)
+        delta[active], slot[active] = a2, b2
+        moved = np.maximum(np.abs(a2 - a), np.abs(b2 - b)) > HUBER_TOLERANCE * scale
+        active = active[moved]
+    residual = flat_d - delta[:, None] - slot[:, None] * flat_s
+    scale = scale_of(flat_d, flat_s, delta, slot, ols_sd)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        u = residual / scale[:, None]
+        psi = np.clip(u, -HUBER_K, HUBER_K)
+        inside = (np.abs(u) <= HUBER_K).astype(float)
+        m = inside.mean(-1)
+        k_h1 = 1 + 2 / n * inside.var(-1) / m ** 2
+        variance = k_h1 ** 2 * (psi ** 2).sum(-1) / max(n - 2, 1) * scale ** 2 / m ** 2
+        variance = np.where(ols_sd > 0, variance, 0.0)  # a perfect fit: nothing left to vary
+    sum_ss, sum_s = (flat_s ** 2).sum(-1), flat_s.sum(-1)
+    det = n * sum_ss - sum_s ** 2
+    ok = np.isfinite(delta) & (n >= 3)
+    safe = np.where(ok & (det > 0), det, np.nan)
+    nan = np.float64(math.nan)
+    shape = d.shape[:-1]
+    return tuple(np.where(ok, x, nan).reshape(shape) for x in (  # type: ignore[return-value]
+        delta, np.sqrt(variance * sum_ss / safe), slot, np.sqrt(variance * n / safe)))
+
+
 def fit(d: Sequence[float], sigma: Sequence[float]) -> DuetEstimate:
     """The fit of one gate's pairs."""
     delta, delta_se, slot, slot_se = (float(x) for x in fit_arrays(np.asarray(d, float), np.asarray(sigma, float)))
@@ -136,21 +229,153 @@ def pair_codes(d: np.ndarray, sigma: np.ndarray, *, floor_pct: float, direction:
     return look_codes(delta, delta_se, floor_pct=floor_pct, direction=direction, final=True, critical=critical)
 
 
+# Version 2's critical values, by simulation under the preregistered null (normal pair noise, no effect; the
+# slot effect and shared noise are removed exactly): c_test = the 1 − TEST_ALPHA quantile of Δ̂/SE, c_95 = the
+# 0.975 quantile (the two-sided 95 % CI). benchmarks/duet_critical.py prints this table:
+#   .venv/bin/python benchmarks/duet_critical.py --draws 200000 --largest 32 --check 48 64 96   (179 s)
+HUBER_CRITICAL: dict[int, tuple[float, float]] = {  # pairs: (c_test, c_95)
+    4: (3.0811, 4.2411),
+    6: (2.6368, 3.4664),
+    8: (2.2755, 2.8583),
+    10: (2.0817, 2.5390),
+    12: (1.9903, 2.3950),
+    14: (1.9218, 2.3028),
+    16: (1.8959, 2.2469),
+    18: (1.8555, 2.1965),
+    20: (1.8397, 2.1696),
+    22: (1.8210, 2.1535),
+    24: (1.8185, 2.1379),
+    26: (1.8011, 2.1162),
+    28: (1.7891, 2.0967),
+    30: (1.7848, 2.0877),
+    32: (1.7832, 2.0938),
+}
+
+
+def _df_share(alpha: float, which: int) -> float:
+    """ν/(n − 2) at the table's largest n: the effective degrees of freedom whose t quantile is its c."""
+    largest = max(HUBER_CRITICAL)
+    nu = optimize.brentq(lambda v: sps.t.ppf(1 - alpha, v) - HUBER_CRITICAL[largest][which], 1.0, 1e7)
+    return float(nu) / (largest - 2)
+
+
+# Beyond the table: the Student t quantile with the effective degrees of freedom ν = share·(n − 2), the share
+# that makes t_ν the calibrated value at the table's largest n (the studentized Huber estimate is asymptotically
+# normal, as t_ν is). The share grows with n (0.66 at 32 pairs, 0.76 at 64: benchmarks/duet_critical.py
+# --check), so holding it is conservative: c a little above what simulation gives.
+HUBER_DF_SHARE: tuple[float, float] = (_df_share(0.045, 0), _df_share(0.025, 1))  # (for c_test, for c_95)
+
+
+def huber_critical(n: int, alpha: float = TEST_ALPHA) -> float:
+    """Version 2's critical value for n pairs at one-sided level TEST_ALPHA (the rule) or 0.025 (the 95 % CI)."""
+    if alpha not in (TEST_ALPHA, 0.025):
+        raise ValueError(f"version 2 is calibrated at one-sided {TEST_ALPHA:g} and 0.025, not {alpha:g}")
+    which = 0 if alpha == TEST_ALPHA else 1
+    if n in HUBER_CRITICAL:
+        return HUBER_CRITICAL[n][which]
+    if n < MIN_PAIRS or n % 2:
+        return math.nan
+    return float(sps.t.ppf(1 - alpha, HUBER_DF_SHARE[which] * (n - 2)))
+
+
+@dataclass(frozen=True, slots=True)
+class DuetDesign:
+    """One preregistered design of the duet policy: its slot order, its fit and its critical values; a series
+    is decided by the design its predecision names (`duet_version`)."""
+
+    version: int
+    method: str
+    signs: Callable[[Sequence[int] | np.ndarray], np.ndarray]  # σ_k of pair k relative to pair 1
+    fit_arrays: Callable[[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]]
+    critical: Callable[[int, float], float]  # (pairs, one-sided α) → c
+    mirrored: bool  # whether the gate draws which slot off takes in pair 1 (from the predecision's sha256)
+    arrangement: str  # the slot order in a few words ("slots swapped every pair")
+    swap_words: str  # the same as a finding's lead says it ("swapped every pair")
+    order_words: str  # how the slots are assigned, as the stated rules and the finding say it
+    fit_words: str  # the estimate, as a reason says it
+    critical_words: str  # the critical value's origin, as a reason says it ({df}: n − 2, {n}: pairs)
+
+    def estimate(self, d: Sequence[float], sigma: Sequence[float]) -> DuetEstimate:
+        """The fit of one gate's pairs."""
+        delta, delta_se, slot, slot_se = (float(x) for x in self.fit_arrays(np.asarray(d, float),
+                                                                            np.asarray(sigma, float)))
+        n = len(d)
+        return DuetEstimate(n, delta, delta_se, slot, slot_se, n - 2, float(self.critical(n, TEST_ALPHA)))
+
+    def codes(self, d: np.ndarray, sigma: np.ndarray, *, floor_pct: float, direction: str) -> np.ndarray:
+        """The primary outcome codes of many gates at once (d: [gates, pairs]): `sequential.look_codes` on Δ̂
+        with scale SE Δ̂ and this design's critical value."""
+        delta, delta_se, _, _ = self.fit_arrays(d, sigma)
+        critical = float(self.critical(np.asarray(d).shape[-1], TEST_ALPHA))
+        if not math.isfinite(critical):
+            delta = np.full_like(delta, math.nan)
+            critical = 1.0  # every gate is nan, so look_codes says inconclusive whatever c is
+        return look_codes(delta, delta_se, floor_pct=floor_pct, direction=direction, final=True, critical=critical)
+
+    def on_slot1(self, pairs: int, draws: int, rng: np.random.Generator) -> np.ndarray:
+        """[draws, pairs] booleans: did on run on physical slot 1 (the second slot of the gate file)? The
+        mirror is drawn per gate, as the gate draws it from its predecision's sha256."""
+        relative = self.signs(np.arange(1, pairs + 1)) > 0
+        if not self.mirrored:
+            return np.broadcast_to(relative, (draws, pairs))
+        mirror = rng.random(draws) < 0.5
+        return relative[None, :] != mirror[:, None]
+
+    def slot_index(self, arm_is_off: bool, round_: int, predecision_sha256: str) -> int:
+        """Which slot of the gate file (0 or 1) a run of pair `round_` takes."""
+        on_slot1 = bool(self.signs([round_])[0] > 0) != (self.mirrored and mirror_of(predecision_sha256))
+        return int(on_slot1 != arm_is_off)
+
+
+def mirror_of(predecision_sha256: str) -> bool:
+    """Version 2's coin: whether off takes the gate file's slot 1 in pair 1, drawn from the predecision's
+    sha256 as the seeded run orders draw (schedule.order_seed), so it is fixed only after the rules are."""
+    return random.Random(order_seed(predecision_sha256)).random() < 0.5
+
+
+def _v1_critical(n: int, alpha: float) -> float:
+    return float(critical_value(n - 2, alpha))
+
+
+DESIGNS: dict[int, DuetDesign] = {
+    1: DuetDesign(1, METHOD, parity_signs, fit_arrays, _v1_critical, mirrored=False,
+                  arrangement="slots swapped every pair", swap_words="swapped every pair",
+                  order_words="odd pairs run off on slot 0 and on on slot 1, even pairs the reverse",
+                  fit_words="OLS of the pair log-ratios", critical_words="Student t, {df} df"),
+    2: DuetDesign(2, "pair log-ratios, Huber M-estimate (k 1.345, MAD scale) on [1, slot sign], sandwich SE, "
+                     "critical values calibrated per number of pairs",
+                  thue_morse_signs, huber_arrays, huber_critical, mirrored=True,
+                  arrangement="slots in Thue-Morse order", swap_words="in Thue–Morse order",
+                  order_words="the slots follow the Thue-Morse sequence over the pairs (on takes the slot off took "
+                              "in pair 1 in pairs 2, 3, 5, 8, 9, 12, ...), which slot off takes in pair 1 drawn "
+                              "from this file's sha256",
+                  fit_words="Huber M-estimate of the pair log-ratios",
+                  critical_words="calibrated by simulation for {n} pairs"),
+}
+CURRENT = DESIGNS[2]
+
+
 # -- the pairs of a series ------------------------------------------------------------------------------
 
 def _present(value: object) -> bool:
     return value is not None and not bool(pd.isna(value))
 
 
-def slot_order(classified: pd.DataFrame, off_arm: str) -> tuple[str, str] | None:
-    """(slot 0, slot 1) as the runs recorded them: slot 0 is where off ran in the first odd pair (the swap
-    rule puts it there), else where on ran in the first even pair; None when no run recorded a slot."""
+def slot_order(classified: pd.DataFrame, off_arm: str, design: DuetDesign | None = None) -> tuple[str, str] | None:
+    """(slot 0, slot 1) as the runs recorded them; None when no run recorded a slot. Version 1: slot 0 is where
+    off ran in the first odd pair (the swap rule puts it there), else where on ran in the first even pair.
+    Version 2, whose pair 1 may put off on either slot (the drawn mirror): the lower-numbered slot
+    (`slot_number`: cuda:0 before cuda:1, cpu:0-3 before cpu:4-7), so a finding names them as a gate file does."""
+    design = design or DESIGNS[1]
     if "slot" not in classified:
         return None
     rows = classified[classified["slot"].map(_present)]
     if rows.empty:
         return None
     names = list(dict.fromkeys(str(s) for s in rows.sort_values("order")["slot"]))
+    if design.mirrored:
+        ordered = sorted(names, key=slot_number)
+        return (ordered[0], ordered[-1])  # one name twice when every run shared one slot
     first = rows.sort_values(["pair", "order"]).iloc[0]
     parity_one = int(first["pair"]) % 2 == 1
     is_off = first["arm"] == off_arm
@@ -158,6 +383,15 @@ def slot_order(classified: pd.DataFrame, off_arm: str) -> tuple[str, str] | None
     first_slot = str(first["slot"])
     other = next((s for s in names if s != first_slot), first_slot)  # itself when every run shared one slot
     return (first_slot, other) if parity_one == is_off else (other, first_slot)
+
+
+def slot_number(text: str) -> tuple[int, ...]:
+    """A slot's place in order: its GPU index, or its cpu cores; a text that is not a slot sorts after."""
+    try:
+        slot = parse_slot(text)
+    except SlotError:
+        return (1 << 30,)
+    return (slot.gpu,) if slot.gpu is not None else slot.cores
 
 
 @dataclass(frozen=True, slots=True)
@@ -172,11 +406,13 @@ class DuetPair:
     on_label: str
 
 
-def pairs_of(classified: pd.DataFrame, off_arm: str, on_arm: str) -> tuple[list[DuetPair], tuple[str, str] | None]:
+def pairs_of(classified: pd.DataFrame, off_arm: str, on_arm: str, design: DuetDesign | None = None
+             ) -> tuple[list[DuetPair], tuple[str, str] | None]:
     """The used pairs with σ_k: from the `slot` column where the runs recorded one (on on slot 1: +1, on on
-    slot 0: −1, both on one slot: 0), else from the parity of the pair's original round (a replacement
-    re-runs its round in the same slots)."""
-    order = slot_order(classified, off_arm)
+    slot 0: −1, both on one slot: 0), else from the design's sign of the pair's original round (version 1:
+    its parity; a replacement re-runs its round in the same slots)."""
+    design = design or DESIGNS[1]
+    order = slot_order(classified, off_arm, design)
     retry_of = {int(r.pair): int(r.retry_of) for r in classified.itertuples()
                 if _present(getattr(r, "retry_of", None))}
     pairs: list[DuetPair] = []
@@ -189,7 +425,7 @@ def pairs_of(classified: pd.DataFrame, off_arm: str, on_arm: str) -> tuple[list[
         if order is not None and _present(off_slot) and _present(on_slot):
             sigma = 0.0 if off_slot == on_slot else (1.0 if str(on_slot) == order[1] else -1.0)
         else:
-            sigma = float(parity_signs([rules.lineage_root(int(round_), retry_of)])[0])
+            sigma = float(design.signs([rules.lineage_root(int(round_), retry_of)])[0])
         pairs.append(DuetPair(int(round_), float(off_row.value), float(on_row.value), sigma,
                               str(off_row.label), str(on_row.label)))
     return pairs, order
@@ -206,7 +442,8 @@ class DuetOutcome:
 
 
 def _info(estimate: DuetEstimate | None, *, floor_pct: float, primary: str, decision: str,
-          guards: Mapping[str, PairedGuard], slots: tuple[str, str] | None, balance: tuple[int, int]) -> DuetInfo:
+          guards: Mapping[str, PairedGuard], slots: tuple[str, str] | None, balance: tuple[int, int],
+          design: DuetDesign) -> DuetInfo:
     def bounds(value: float, se: float) -> tuple[float, float, float]:
         lo, hi = estimate.interval(value, se) if estimate else (math.nan, math.nan)
         return pct(value), pct(lo), pct(hi)
@@ -215,10 +452,10 @@ def _info(estimate: DuetEstimate | None, *, floor_pct: float, primary: str, deci
     slot = bounds(estimate.slot, estimate.slot_se) if estimate else (math.nan,) * 3
     ci95 = (math.nan, math.nan)
     if estimate and estimate.df >= 1:
-        half = float(critical_value(estimate.df, 0.025)) * estimate.delta_se
+        half = float(design.critical(estimate.n_pairs, 0.025)) * estimate.delta_se
         ci95 = (pct(estimate.delta - half), pct(estimate.delta + half))
     return DuetInfo(
-        version=VERSION, method=METHOD, alpha=ALPHA, test_alpha=TEST_ALPHA, interval_level=INTERVAL_LEVEL,
+        version=design.version, method=design.method, alpha=ALPHA, test_alpha=TEST_ALPHA, interval_level=INTERVAL_LEVEL,
         floor_pct=floor_pct,
         n_pairs=estimate.n_pairs if estimate else sum(balance), pairs_on_slot1=balance[0],
         pairs_on_slot0=balance[1], df=estimate.df if estimate else None,
@@ -231,12 +468,14 @@ def _info(estimate: DuetEstimate | None, *, floor_pct: float, primary: str, deci
 
 def decide(classified: pd.DataFrame, guard_values: Mapping[str, Mapping[str, float]], *, off_arm: str,
            on_arm: str, guard_specs: Sequence[GuardSpec], floor_pct: float, direction: str,
-           primary: str) -> DuetOutcome:
-    """The duet decision on the used pairs. `guard_values` maps guard metric → {run label: value}."""
+           primary: str, design: DuetDesign | None = None) -> DuetOutcome:
+    """The duet decision on the used pairs by a design (version 1 unless given). `guard_values` maps guard
+    metric → {run label: value}."""
+    design = design or DESIGNS[1]
     flagged = unreplaced_flags(classified)
     if flagged:
         return DuetOutcome("inconclusive", (flagged,))
-    pairs, slots = pairs_of(classified, off_arm, on_arm)
+    pairs, slots = pairs_of(classified, off_arm, on_arm, design)
     balance = (sum(p.sigma > 0 for p in pairs), sum(p.sigma < 0 for p in pairs))
     guards: dict[str, PairedGuard] = {}
     for spec in guard_specs:
@@ -255,23 +494,23 @@ def decide(classified: pd.DataFrame, guard_values: Mapping[str, Mapping[str, flo
                else f"{len(pairs)} used pair(s), fewer than {MIN_PAIRS}" if len(pairs) < MIN_PAIRS
                else "every used pair ran in one slot order, so the slot effect cannot be told from Δ")
         info = _info(None, floor_pct=floor_pct, primary="inconclusive", decision="inconclusive", guards=guards,
-                     slots=slots, balance=balance)
+                     slots=slots, balance=balance, design=design)
         return DuetOutcome("inconclusive", (Reason(ReasonCode.DUET_TOO_FEW_PAIRS, f"the duet estimate needs both slot "
                                                    f"orders and at least {MIN_PAIRS} pairs: {why}"),), info,
                            tuple(warnings))
     d = on_logs - off_logs
-    estimate = fit(d, [p.sigma for p in pairs])
-    code = int(pair_codes(d[None, :], np.array([[p.sigma for p in pairs]]), floor_pct=floor_pct,
-                          direction=direction)[0])
+    estimate = design.estimate(d, [p.sigma for p in pairs])
+    code = int(design.codes(d[None, :], np.array([[p.sigma for p in pairs]]), floor_pct=floor_pct,
+                            direction=direction)[0])
     primary_outcome = CODE_NAMES[code]
     decision = with_guards(code, guards, final=True)
     info = _info(estimate, floor_pct=floor_pct, primary=primary_outcome, decision=decision, guards=guards,
-                 slots=slots, balance=balance)
-    reasons += _reasons(info, estimate, primary)
+                 slots=slots, balance=balance, design=design)
+    reasons += _reasons(info, estimate, primary, design)
     return DuetOutcome(decision, tuple(reasons), info, tuple(warnings))
 
 
-def _reasons(info: DuetInfo, estimate: DuetEstimate, primary: str) -> list[Reason]:
+def _reasons(info: DuetInfo, estimate: DuetEstimate, primary: str, design: DuetDesign) -> list[Reason]:
     c, floor = estimate.critical, info.floor_pct
     t = estimate.delta / estimate.delta_se if estimate.delta_se > 0 else math.copysign(math.inf, estimate.delta)
     why = {"adopted": "significantly better by at least the floor",
@@ -279,11 +518,12 @@ def _reasons(info: DuetInfo, estimate: DuetEstimate, primary: str) -> list[Reaso
            "equivalent": f"the interval lies inside ±{floor:g} %",
            "rejected": f"the interval rules out an improvement of {floor:g} %",
            "inconclusive": "neither a floor-sized difference nor equivalence is shown"}
+    origin = design.critical_words.format(df=estimate.df, n=estimate.n_pairs)
     lines = [Reason(ReasonCode.DUET_ESTIMATE,
-                    f"duet ({info.n_pairs} pairs, slots swapped every pair): {primary} Δ {info.delta_pct:+.4f} % (OLS "
-                    f"of the pair log-ratios with the slot effect removed), {100 * INTERVAL_LEVEL:g} % interval "
-                    f"[{info.ci_low_pct:+.4f} %, {info.ci_high_pct:+.4f} %], t {t:+.3f} vs ±{c:.4g} (Student t, "
-                    f"{estimate.df} df, one-sided α {TEST_ALPHA:g}), floor ±{floor:g} % → {info.primary} "
+                    f"duet ({info.n_pairs} pairs, {design.arrangement}): {primary} Δ {info.delta_pct:+.4f} % "
+                    f"({design.fit_words} with the slot effect removed), {100 * INTERVAL_LEVEL:g} % interval "
+                    f"[{info.ci_low_pct:+.4f} %, {info.ci_high_pct:+.4f} %], t {t:+.3f} vs ±{c:.4g} ({origin}, "
+                    f"one-sided α {TEST_ALPHA:g}), floor ±{floor:g} % → {info.primary} "
                     f"({why[info.primary]}); two-sided 95 % CI [{info.ci95_low_pct:+.4f} %, "
                     f"{info.ci95_high_pct:+.4f} %]")]
     slot_names = f" ({info.slots[1]} minus {info.slots[0]})" if len(info.slots) == 2 else ""
@@ -303,11 +543,21 @@ def _reasons(info: DuetInfo, estimate: DuetEstimate, primary: str) -> list[Reaso
 # -- the policy object --------------------------------------------------------------------------------
 
 class DuetPolicy(SimulationDefaults):
-    """Both arms of a pair at once on twin slots, the slots swapped every pair: the pairs' log-ratios with the
-    slot effect estimated (OLS on [1, slot sign]) and removed, a Student t interval with n − 2 df, the
-    sequential policy's floor-aware outcomes, paired guards, telemetry-only contamination (the statistics above)."""
+    """Both arms of a pair at once on twin slots in the design's slot order: the pairs' log-ratios with the
+    slot effect estimated and removed (version 1: OLS and a Student t interval with n − 2 df; version 2: the
+    Huber M-estimate and calibrated critical values), the sequential policy's floor-aware outcomes, paired
+    guards, telemetry-only contamination (the statistics above)."""
 
-    name = "duet"
+    def __init__(self, design: DuetDesign, name: str = "duet") -> None:
+        self.design, self.name = design, name
+
+    def slot_index(self, arm_is_off: bool, round_: int, predecision_sha256: str) -> int:
+        """Which slot of the gate file (0 or 1) a run of pair `round_` takes (the run loop asks)."""
+        return self.design.slot_index(arm_is_off, round_, predecision_sha256)
+
+    def on_slot1(self, pairs: int, draws: int, rng: np.random.Generator) -> np.ndarray:
+        """`gate simulate`: where on ran, per simulated gate and pair (DuetDesign.on_slot1)."""
+        return self.design.on_slot1(pairs, draws, rng)
 
     def stages(self, n: int) -> tuple[int, ...]:
         return (n,)
@@ -317,15 +567,32 @@ class DuetPolicy(SimulationDefaults):
 
     def stated_rules(self, primary: str, rules_spec: RulesSpec, threshold: ThresholdSpec) -> list[str]:
         floor, alpha, level = threshold.floor_pct, TEST_ALPHA, INTERVAL_LEVEL
+        if self.design.version == 1:
+            order = ("Policy duet: pair k runs the off and the on run at the same time, one on each slot; odd pairs "
+                     "run off on slot 0 and on on slot 1, even pairs the reverse. The classic Delta and threshold "
+                     "are reported beside it and decide nothing.")
+            fit_rule = ("Per pair d = ln(on) - ln(off) = Delta + s*sign + noise, sign = +1 when on ran on slot 1, -1 "
+                        "when on ran on slot 0 (from the runs' recorded slots; the pair's parity where none was "
+                        "recorded); s is the slot-1-minus-slot-0 effect. Noise both runs share cancels from d. Delta "
+                        "and s are the least squares fit of d on [1, sign]; SE from the residuals with n - 2 degrees "
+                        f"of freedom; c = the one-sided {1 - alpha:g} Student t quantile with n - 2 df; interval "
+                        f"Delta +/- c SE ({100 * level:g} %).")
+        else:
+            order = (f"Policy duet (version {self.design.version}): pair k runs the off and the on run at the same "
+                     f"time, one on each slot; {self.design.order_words}. Slot 0 is the lower-numbered slot (cuda:0 "
+                     "before cuda:1; the cpu slot with the lower cores). A replacement pair keeps the slots of the pair it replaces. The classic Delta and threshold are "
+                     "reported beside it and decide nothing.")
+            fit_rule = ("Per pair d = ln(on) - ln(off) = Delta + s*sign + noise, sign = +1 when on ran on slot 1, -1 "
+                        "when on ran on slot 0 (from the runs' recorded slots; the Thue-Morse sign of the pair where "
+                        "none was recorded); s is the slot-1-minus-slot-0 effect. Noise both runs share cancels from "
+                        "d. Delta and s are the Huber M-estimate of d on [1, sign] (k = 1.345, scale = MAD of the "
+                        "residuals / 0.6745, iteratively reweighted least squares from the least squares fit); SE = "
+                        "Huber's sandwich (H1); c = the critical value calibrated by simulation for n pairs under "
+                        f"normal noise at one-sided {alpha:g} (gatekit/policies/duet.py, HUBER_CRITICAL); interval "
+                        f"Delta +/- c SE ({100 * level:g} %).")
         return [
-            "Policy duet: pair k runs the off and the on run at the same time, one on each slot; odd pairs run "
-            "off on slot 0 and on on slot 1, even pairs the reverse. The classic Delta and threshold are "
-            "reported beside it and decide nothing.",
-            "Per pair d = ln(on) - ln(off) = Delta + s*sign + noise, sign = +1 when on ran on slot 1, -1 when "
-            "on ran on slot 0 (from the runs' recorded slots; the pair's parity where none was recorded); s is "
-            "the slot-1-minus-slot-0 effect. Noise both runs share cancels from d. Delta and s are the least "
-            f"squares fit of d on [1, sign]; SE from the residuals with n - 2 degrees of freedom; c = the "
-            f"one-sided {1 - alpha:g} Student t quantile with n - 2 df; interval Delta +/- c SE ({100 * level:g} %).",
+            order,
+            fit_rule,
             f"Adopted iff Delta/SE is beyond c on the better side AND Delta is at least {floor:g} % better AND "
             f"every guard passes. Regression iff Delta/SE is beyond c on the worse side AND at least {floor:g} % "
             f"worse. Equivalent iff the interval lies inside +/-{floor:g} %. Rejected iff it excludes an "
@@ -362,7 +629,7 @@ class DuetPolicy(SimulationDefaults):
         """The duet estimate decides; the classic verdict is reported beside it as one reason."""
         values = guard_values(classified, records, guards)
         outcome = decide(classified, values, off_arm=off_arm, on_arm=on_arm, guard_specs=guards,
-                         floor_pct=floor_pct, direction=direction, primary=primary)
+                         floor_pct=floor_pct, direction=direction, primary=primary, design=self.design)
         all_warnings = (*warnings, *outcome.warnings)
         if classic.decision is Decision.INVALID:
             return Decided(Verdict(Decision.INVALID, classic.reasons, all_warnings), duet=outcome.info)
@@ -371,10 +638,11 @@ class DuetPolicy(SimulationDefaults):
 
     def simulate(self, off_log: np.ndarray, on_log: np.ndarray, thresholds: ThresholdSpec,
                  max_threshold_pct: float = 0.0) -> tuple[np.ndarray, np.ndarray]:
-        """pair_codes (the function behind `gate run`); column k is pair k + 1, its slot sign from the
-        swap rule."""
-        signs = parity_signs(np.arange(1, off_log.shape[-1] + 1))
-        codes = pair_codes(on_log - off_log, signs, floor_pct=thresholds.floor_pct, direction="lower")
+        """The design's codes (the function behind `gate run`); column k is pair k + 1, its slot sign the
+        design's, relative to pair 1 (Δ̂ does not change when every sign flips, so the mirror a gate draws does
+        not matter here; `on_slot1` puts the runs where it put them)."""
+        signs = self.design.signs(np.arange(1, off_log.shape[-1] + 1))
+        codes = self.design.codes(on_log - off_log, signs, floor_pct=thresholds.floor_pct, direction="lower")
         return codes, np.full(off_log.shape[0], off_log.shape[-1])
 
     def check_scenario(self, scenario: Scenario) -> None:
@@ -398,9 +666,11 @@ class DuetPolicy(SimulationDefaults):
         if duet is None:  # flagged or failed runs without a replacement: no estimate, still a duet's words
             return self._words_without_estimate(finding)
         gate, s = finding.gate, finding.stats
+        design = DESIGNS.get(duet.version, self.design)
+        swapped = design.swap_words
         slots = f" on slots {duet.slots[0]} and {duet.slots[1]}" if len(duet.slots) == 2 else ""
         lead = (f"Duet gate of `{finding.on_arm}` against `{finding.off_arm}`: {duet.n_pairs} pairs, both runs of a "
-                f"pair at once{slots}, swapped every pair, deciding on {gate.primary} ({gate.direction} is better). "
+                f"pair at once{slots}, {swapped}, deciding on {gate.primary} ({gate.direction} is better). "
                 f"Decision: **{finding.verdict.decision.value}** — Δ {fmt_signed(duet.delta_pct, unit=' %')} as a "
                 f"ratio of geometric means with the slot effect removed, {100 * duet.interval_level:g} % CI "
                 f"[{fmt_signed(duet.ci_low_pct, unit=' %')}, {fmt_signed(duet.ci_high_pct, unit=' %')}], "
@@ -418,7 +688,8 @@ class DuetPolicy(SimulationDefaults):
              f"[{fmt_signed(duet.slot_ci_low_pct, unit=' %')}, {fmt_signed(duet.slot_ci_high_pct, unit=' %')}]"},
             {"key": "pairs with on on slot 1 / slot 0", "value": f"{duet.pairs_on_slot1} / {duet.pairs_on_slot0}"},
             {"key": "Student t critical value (df)",
-             "value": f"{fmt(duet.critical)} ({duet.df if duet.df is not None else MISSING})"},
+             "value": f"{fmt(duet.critical)} ({duet.df if duet.df is not None else MISSING})"} if design.version == 1
+            else {"key": "critical value (calibrated for these pairs)", "value": fmt(duet.critical)},
             *({"key": f"guard {name} (paired)", "value": f"mean(on − off) {fmt(g.mean_diff)}, bound {fmt(g.bound)} "
                f"vs limit {g.limit:+g} → {g.status}"} for name, g in duet.guards.items()),
         ]
@@ -435,20 +706,39 @@ class DuetPolicy(SimulationDefaults):
         and that nothing was estimated — never an interleaved gate's lead."""
         gate = finding.gate
         slots = tuple(dict.fromkeys(run.slot for run in sorted(finding.runs, key=lambda r: r.order) if run.slot))
+        if self.design.mirrored:  # named as slot_order names them
+            slots = tuple(sorted(slots, key=slot_number))
         on_slots = f" on slots {slots[0]} and {slots[1]}" if len(slots) == 2 else ""
         reason = finding.verdict.reasons[0] if finding.verdict.reasons else "no pair was left to estimate from"
+        swapped = self.design.swap_words
         lead = (f"Duet gate of `{finding.on_arm}` against `{finding.off_arm}`: {gate.n} pairs planned, both runs of a "
-                f"pair at once{on_slots}, swapped every pair, deciding on {gate.primary} ({gate.direction} is "
+                f"pair at once{on_slots}, {swapped}, deciding on {gate.primary} ({gate.direction} is "
                 f"better). Decision: **{finding.verdict.decision.value}** — no duet estimate: {reason}.")
         return PolicyWords(lead=lead, arrangement="slots " + " & ".join(slots) if slots else "duet",
                            size=f"n={gate.n} pairs, duet", classic_label=CLASSIC_LABEL)
 
 
 CLASSIC_LABEL = "classic, beside it (decides nothing): "  # the summary's line of the classic Δ and threshold
-DUET = DuetPolicy()
+POLICIES = {version: DuetPolicy(design) for version, design in DESIGNS.items()}
+DUET = POLICIES[CURRENT.version]
+assert describe(DUET.name).version == CURRENT.version, "a new duet series preregisters the current design"
 assert all(duet_pairs_ok(n) for n in describe(DUET.name).plan_sizes), "gate plan tries only sizes a duet can run"
 
 
 def policy(version: int | None = None) -> DuetPolicy:
-    """The duet policy (version 1, its only design so far)."""
-    return DUET
+    """The duet policy in the design a predecision names (None: the current one)."""
+    if version is None:
+        return DUET
+    if version not in POLICIES:
+        raise ConfigError(f"duet_version {version}: this gatekit knows duet versions "
+                          f"{', '.join(map(str, POLICIES))}")
+    return POLICIES[version]
+
+
+def version_1(version: int | None = None) -> DuetPolicy:
+    """Version 1 (slots swapped every pair, OLS, Student t), for `gate simulate --policy duet-v1` beside the
+    current design."""
+    return VERSION_1_SIMULATED
+
+
+VERSION_1_SIMULATED = DuetPolicy(DESIGNS[1], name="duet-v1")

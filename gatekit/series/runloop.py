@@ -63,6 +63,9 @@ class RunLoop:
         # the gate's own children when its run loop began: never an escapee of a run. Any other child alive
         # after a run is one, also if it outlived an earlier run's sweep (it is never "known" for later runs)
         self.own_children: frozenset[int] = frozenset()
+        # a duet's slot rule, (run is off, pair) → slot 0 or 1: the preregistered design's (SeriesRunner sets it
+        # from its policy and predecision); version 1's swap rule until then
+        self.slot_index: Callable[[bool, int], int] = slot_for
 
     def run(self, series_dir: Path, journal: Journal, state: RunLog, slots: list[Slot], *, primary: str,
             start_artifacts: Mapping[str, str], resume_hint: str,
@@ -242,7 +245,7 @@ class RunLoop:
             return None
         off_arm = next(iter(self.arms))  # the loop's arms are {off: …, on: …}
         # a replacement pair keeps the slots of the pair it replaces, so the slots stay balanced
-        return self.config.duet.slots[slot_for(slot.arm == off_arm, slot.retry_of or slot.round)]
+        return self.config.duet.slots[self.slot_index(slot.arm == off_arm, slot.retry_of or slot.round)]
 
     def _stop_escapees(self, journal: Journal, run_dir: Path, label: str, known: Iterable[int],
                        source: str = "the run") -> tuple[str, ...]:

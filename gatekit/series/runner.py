@@ -178,6 +178,9 @@ class SeriesRunner:
 
     def _execute(self, opened: OpenSeries, journal: Journal) -> SeriesResult:
         series_dir, state = opened.series_dir, opened.state
+        if self.config.duet is not None:  # the preregistered design puts each run on its slot
+            sha = state.start.predecision_sha256
+            self.loop.slot_index = lambda arm_is_off, round_: self.policy.slot_index(arm_is_off, round_, sha)
         if state.end is not None or state.problems:  # ended (invalid or finished) before its finding
             return self._finish(opened, journal)
         slots = list(state.start.schedule)
