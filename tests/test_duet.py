@@ -192,6 +192,7 @@ def test_a_duet_runs_each_pair_together_on_swapped_pinned_slots(tmp_path: Path) 
     assert len(skews) == 4 and all(skew >= 0 for skew in skews)
     predecision = (series / "predecision.toml").read_text()
     assert 'mode = "duet"' in predecision and f'slots = ["{slot0}", "{slot1}"]' in predecision
+    assert "duet_version = 2" in predecision
     # the report: a slot column, and the pairs' windows drawn over each other
     (path,) = g.findings()
     assert gate_invoke("report", str(path), "--html", "site", cwd=g.root).returncode == 0
