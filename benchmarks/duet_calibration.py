@@ -5,6 +5,7 @@ Version 1 (slots swapped every pair, OLS, Student t with n − 2 df) needed no c
 (Thue–Morse slots with a drawn mirror, the Huber M-estimate, sandwich SE) takes its critical values from
 benchmarks/duet_critical.py. Tables:
 
+- `suite`: `gate simulate --suite` under both versions side by side (the same seed 0), with the duet's targets.
 - `rates`: false adoption and power of both versions where the exact t of v1 does not hold: slots that differ
   in noise, an arm noisier than the other, heavy tails, outliers — always with a ±1 % slot effect and 10 %
   shared noise, the measured situation of two GPUs of one host.
@@ -29,7 +30,8 @@ import numpy as np
 
 from gatekit.diagnostics import ci_arrays, welch_arrays
 from gatekit.policies.duet import ALPHA, DESIGNS, TEST_ALPHA, DuetDesign
-from gatekit.simulate import DUET_ROWS, OUTLIERS, TARGETS, Scenario, simulate, simulate_runs
+from gatekit.simulate import (DUET_ROWS, TARGETS, Scenario, SimulationResult, meets, run_suite, simulate,
+                              simulate_runs, target_of)
 from gatekit.verdict import ADOPTED
 
 SEED = 20261201
@@ -162,16 +164,34 @@ def wall_table(draws: int, seed: int) -> str:
     return "\n".join(lines)
 
 
+def suite_table(results: list[SimulationResult]) -> str:
+    """`gate simulate --suite --policy duet --policy duet-v1` side by side: every row, its target for the
+    current duet, version 2 at its default pairs and version 1 at its suite's 8."""
+    by = {(r.scenario.name, r.policy): r for r in results}
+    lines = ["| scenario | target (duet) | duet v2, 12 pairs: adopted % | duet v1, 8 pairs: adopted % | means | "
+             "v2 inconclusive % | met |", "| --- | --- | --- | --- | --- | --- | --- |"]
+    for name in dict.fromkeys(r.scenario.name for r in results):
+        v2, v1 = by[(name, "duet")], by[(name, "duet-v1")]
+        met = meets(v2)
+        lines.append(f"| {name} | {target_of('duet', v2.scenario) or '—'} | {v2.adopted.pct:.2f} ± "
+                     f"{v2.adopted.se_pct:.2f} | {v1.adopted.pct:.2f} ± {v1.adopted.se_pct:.2f} | {v2.meaning} | "
+                     f"{v2.rates['inconclusive'].pct:.1f} | {'—' if met is None else 'yes' if met else '**not met**'} |")
+    return "\n".join(lines)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--draws", type=int, default=DRAWS)
     parser.add_argument("--seed", type=int, default=SEED)
-    parser.add_argument("--table", choices=("rates", "pairs", "wall"), nargs="*", default=["rates", "pairs", "wall"])
+    parser.add_argument("--table", choices=("suite", "rates", "pairs", "wall"), nargs="*",
+                        default=["suite", "rates", "pairs", "wall"])
     parser.add_argument("--wall-draws", type=int, default=20_000, help="gates per cell of the CI width table")
     args = parser.parse_args()
     for name in args.table:
         began = time.monotonic()
-        if name == "rates":
+        if name == "suite":  # the seed of `gate simulate --suite` (0), so the figures are its own
+            print(suite_table(run_suite(VERSIONS, draws=args.draws, seed=0)))
+        elif name == "rates":
             found = rate_rows(args.draws, args.seed)
             print(rates_table(found))
             worst = max((r for r in found if r.meaning == "false adoption"), key=lambda r: r.rates[0][0])
@@ -182,7 +202,8 @@ def main() -> None:
         else:
             print(wall_table(args.wall_draws, args.seed))
         draws = args.wall_draws if name == "wall" else args.draws
-        print(f"\n{name}: {draws} gates per cell, seed {args.seed}, test level {TEST_ALPHA:g} one-sided, floor 1 %; "
+        seed = 0 if name == "suite" else args.seed
+        print(f"\n{name}: {draws} gates per cell, seed {seed}, test level {TEST_ALPHA:g} one-sided, floor 1 %; "
               f"{time.monotonic() - began:.0f} s\n")
 
 

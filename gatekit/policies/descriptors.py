@@ -84,12 +84,13 @@ BUILTIN = (
     # duet v2 (Thue–Morse slots, Huber fit) from issue 18; a duet predecision without duet_version is v1
     PolicyDescriptor("duet", "gatekit.policies.duet:policy",
                      mode=DUET_MODE, order="duet", default_evidence="psi", plan_sizes=_PLAN_PAIRS, plan_step=2,
-                     mde_sizes=(12,), version=2, version_key="duet_version", unrecorded_version=1, default_n=12),
+                     mde_sizes=(12,), version=2, version_key="duet_version", unrecorded_version=1, default_n=12,
+                     in_suite=True),
     PolicyDescriptor("welch", "gatekit.policies.comparison:welch", gate=False),
     PolicyDescriptor("bootstrap", "gatekit.policies.comparison:bootstrap", gate=False),
     # the duet's version 1, simulated beside the current design (`gate simulate --policy duet-v1`)
     PolicyDescriptor("duet-v1", "gatekit.policies.duet:version_1", mode=DUET_MODE, order="duet", gate=False,
-                     plan_sizes=(), default_n=8),
+                     plan_sizes=(), default_n=8, in_suite=True),
 )
 DEFAULT_POLICY = BUILTIN[0].name  # a gate file without gate.policy
 _REGISTRY: dict[str, PolicyDescriptor] = {d.name: d for d in BUILTIN}  # the one mutable part: register()

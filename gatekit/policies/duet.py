@@ -1,28 +1,34 @@
-"""The duet policy (v1): both arms of a pair run at the same time on twin slots (two GPUs of one host, or two
-CPU core sets), the slots swapped every pair; the decision reads the pairs' log-ratios with the slot effect
-estimated and removed.
+"""The duet policy: both arms of a pair run at the same time on twin slots (two GPUs of one host, or two CPU
+core sets), the slots changing places from pair to pair; the decision reads the pairs' log-ratios with the
+slot effect estimated and removed. Two designs (`DESIGNS`; a predecision names its `duet_version`, absent = 1):
 
 Model (per pair k = 1 … n, n even):  d_k = ln(on_k) − ln(off_k) = Δ + s·σ_k + ε_k, where
-  σ_k = +1 when on ran on slot 1 (odd pairs by the swap rule: off on slot 0, on on slot 1),
-  σ_k = −1 when on ran on slot 0 (even pairs), σ_k = 0 if both runs shared a slot (no slot contrast),
+  σ_k = +1 when on ran on slot 1, −1 when on ran on slot 0, 0 if both runs shared a slot (no slot contrast),
   s   = the slot-1-minus-slot-0 effect on a run's log value (the full difference: a run on slot 1 takes
         e^s times as long as on slot 0; reported as 100·(e^s − 1) %),
   ε_k = the noise the two runs do not share. Noise the host imposes on both runs at once (measured: the
         two runs of a pair correlate 0.984) cancels from d_k, and so does any drift: both run together.
-Δ and s are the ordinary least squares fit of d on [1, σ] (with the design balanced, Δ̂ = mean d and
-ŝ = (mean d_odd − mean d_even)/2); the swap is what makes them separable. Under normal ε the studentized
-Δ̂ is exactly Student t with n − 2 degrees of freedom (the textbook regression t, e.g. Draper & Smith,
-Applied Regression Analysis, §1.4), so its critical value needs no simulation: false adoption ≤ TEST_ALPHA
-one-sided whatever the slot effect or the shared noise; benchmarks/duet_calibration.py checks that by
-simulation and measures the margin to ALPHA under unequal slot noise, heavy tails and outliers. The rule is
-the sequential policy's own (`sequential.look_codes`: adopted / regression beyond the critical value AND the
-floor, equivalent, rejected, else inconclusive) with that t critical value and the OLS standard error as its
-scale.
 
-The statistics are pure functions (tables and values in, decisions out; `pair_codes` is vectorised so
-`gate simulate --policy duet` runs this exact rule). `DuetPolicy`, at the end, is the policy object over them:
-its stated rules, simulation scenarios, plan words and the words its estimate adds to a finding's narrative
-and summary.
+Version 1 (issue 12): odd pairs put off on slot 0, even pairs on. Δ and s are the ordinary least squares fit
+of d on [1, σ] (balanced: Δ̂ = mean d, ŝ = (mean d_odd − mean d_even)/2). Under normal ε the studentized Δ̂ is
+exactly Student t with n − 2 degrees of freedom (the textbook regression t, e.g. Draper & Smith, Applied
+Regression Analysis, §1.4), so its critical value needs no simulation. Its weak points (issue 18): the last
+pair always gives on slot 0, so slot 1 slowing from the last pair on reads as a gain (false adoption 7.9 %),
+and a linear slot drift does not cancel (Σ k·σ_k = −n/2); one slowed run moves Δ̂ by its whole size / n.
+
+Version 2 (issue 18): the slots follow the Thue–Morse sequence over the pairs (balanced every 2 pairs, a
+linear slot drift cancelled every 4), which slot off takes in pair 1 drawn from the predecision's sha256, so
+a late change of either slot lands on either arm with probability ½; Δ and s are Huber's M-estimate
+(`huber_arrays`, k = 1.345, MAD scale, sandwich SE), whose studentized Δ̂ has no closed-form law at small n,
+so its critical values are calibrated per number of pairs by simulation (HUBER_CRITICAL).
+
+Either way the rule is the sequential policy's own (`sequential.look_codes`: adopted / regression beyond the
+critical value AND the floor, equivalent, rejected, else inconclusive) with the design's critical value and
+standard error; benchmarks/duet_calibration.py measures the margin to ALPHA under unequal slot noise, heavy
+tails, outliers and slots that change speed. The statistics are pure functions (tables and values in,
+decisions out; `DuetDesign.codes` is vectorised so `gate simulate --policy duet` runs this exact rule).
+`DuetPolicy`, at the end, is the policy object over a design: its stated rules, simulation scenarios, plan
+words and the words its estimate adds to a finding's narrative and summary.
 """
 
 from __future__ import annotations
