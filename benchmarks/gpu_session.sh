@@ -78,9 +78,10 @@ one-gpu)
     timed graph-classic "${GATE[@]}" run resident graph --gate configs/resident-graph.toml --n 4 "${common[@]}"
     timed graph-sequential "${GATE[@]}" run resident graph --gate configs/resident-graph.toml --policy sequential \
         "${common[@]}"
-    # the numpy demo gate, interleaved on the whole host vs a duet on two halves of its cores
+    # the numpy demo gate, interleaved on the whole host vs a duet on two halves of its cores, at equal wall
+    # time: 8 pairs (a pair costs about one run) against 4 + 4 interleaved runs
     half=$(( $(nproc) / 2 ))
-    sed -e 's|^id = .*|id = "demo-duet"|' -e 's|^order = .*|mode = "duet"|' -e 's|^n = 3|n = 4|' \
+    sed -e 's|^id = .*|id = "demo-duet"|' -e 's|^order = .*|mode = "duet"|' -e 's|^n = 3|n = 8|' \
         -e 's|^seed = 0||' configs/demo/gate.toml > configs/demo/duet-generated.toml
     printf '\n[duet]\nslots = ["cpu:0-%d", "cpu:%d-%d"]\n' $((half - 1)) "$half" $((2 * half - 1)) \
         >> configs/demo/duet-generated.toml
