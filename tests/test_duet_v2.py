@@ -194,12 +194,8 @@ def test_a_v1_predecision_is_decided_by_v1_and_reads_as_written() -> None:
     new = DecisionSpec.from_dict({**spec, "duet_version": 2})
     assert new.design_version == 2 and new.to_dict()["duet_version"] == 2
     assert describe("duet").version == 2 and policy_for("duet").design is duet.CURRENT
-    # v1's rule is unchanged: OLS and Student t, draw for draw
-    rng = np.random.default_rng(1)
-    d = rng.normal(-0.015, 0.01, (500, 8))
-    signs = duet.parity_signs(np.arange(1, 9))
-    assert (duet.DESIGNS[1].codes(d, signs, floor_pct=1.0, direction="lower")
-            == duet.pair_codes(d, signs, floor_pct=1.0, direction="lower")).all()
+    # v1's rule itself (OLS, Student t) is checked against scipy in tests/test_duet_stats.py, and a recorded v1
+    # series re-analyses to its finding in tests/test_recorded_series.py
 
 
 def test_v2_meets_the_late_slot_change_target_where_v1_does_not() -> None:

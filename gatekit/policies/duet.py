@@ -218,21 +218,14 @@ def huber_arrays(d: np.ndarray, sigma: np.ndarray) -> tuple[np.ndarray, np.ndarr
 
 
 def fit(d: Sequence[float], sigma: Sequence[float]) -> DuetEstimate:
-    """The fit of one gate's pairs."""
-    delta, delta_se, slot, slot_se = (float(x) for x in fit_arrays(np.asarray(d, float), np.asarray(sigma, float)))
-    df = len(d) - 2
-    return DuetEstimate(len(d), delta, delta_se, slot, slot_se, df, float(critical_value(df)))
+    """Version 1's fit of one gate's pairs (DuetDesign.estimate)."""
+    return DESIGNS[1].estimate(d, sigma)
 
 
 def pair_codes(d: np.ndarray, sigma: np.ndarray, *, floor_pct: float, direction: str) -> np.ndarray:
-    """The primary outcome codes of many gates at once (d: [gates, pairs]): the sequential policy's final
-    look rule (`sequential.look_codes`) on Δ̂ with scale SE Δ̂ and critical value t_{1−α, n−2}."""
-    delta, delta_se, _, _ = fit_arrays(d, sigma)
-    critical = float(critical_value(np.asarray(d).shape[-1] - 2))
-    if not math.isfinite(critical):
-        delta = np.full_like(delta, math.nan)
-        critical = 1.0  # every gate is nan, so look_codes says inconclusive whatever c is
-    return look_codes(delta, delta_se, floor_pct=floor_pct, direction=direction, final=True, critical=critical)
+    """Version 1's primary outcome codes of many gates at once (DuetDesign.codes: `sequential.look_codes` on
+    Δ̂ with scale SE Δ̂ and critical value t_{1−α, n−2})."""
+    return DESIGNS[1].codes(d, sigma, floor_pct=floor_pct, direction=direction)
 
 
 # Version 2's critical values, by simulation under the preregistered null (normal pair noise, no effect; the
