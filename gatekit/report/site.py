@@ -50,13 +50,15 @@ class Prepared:
 def folder_names(ids: Sequence[str]) -> list[str]:
     """A distinct, filesystem-safe folder per finding id (ids come from gate files, so never trust them)."""
     names: list[str] = []
+    taken: set[str] = set()  # a set beside the list: thousands of findings, no quadratic search
     for finding_id in ids:
         base = safe_name(finding_id)
         name, k = base, 1
-        while name in names or name == "index.html":
+        while name in taken or name == "index.html":
             k += 1
             name = f"{base}-{k}"
         names.append(name)
+        taken.add(name)
     return names
 
 
