@@ -1,15 +1,20 @@
 """Regenerate the simulated tables of docs/statistics.md (between its `<!-- simulate:… -->` markers).
 
     python benchmarks/statistics_tables.py --write docs/statistics.md [--draws 200000] [--big-draws 1000000]
+        [--jobs N] [--only BLOCK …]
 
 Every number comes from gatekit.simulate, the code behind `gate simulate`; the seed is fixed, so the
-tables are reproducible. Timings are measured here and depend on the machine (reported with it).
+tables are reproducible (and the same with any --jobs: each cell is its own simulation). The sequential
+policy is shown in the design a new series preregisters beside version 4 (`gate simulate
+--sequential-version 5 --sequential-version 4`). Timings are measured here and depend on the machine
+(reported with it).
 """
 
 from __future__ import annotations
 
 import argparse
 import math
+from concurrent.futures import ProcessPoolExecutor
 import os
 import platform
 import re
@@ -22,49 +27,92 @@ import numpy as np
 from gatekit.diagnostics import ci_arrays, p_better_arrays, welch_arrays
 from gatekit.policies.descriptors import policy_for
 from gatekit.policies.sequential import SEQUENTIAL, gain_bounds
-from gatekit.simulate import SUITE, TARGETS, Rate, Scenario, ThresholdSpec, meets, run_suite, simulate, simulate_runs
+from gatekit.simulate import (SUITE, TARGETS, Rate, Scenario, SimulationResult, ThresholdSpec, meets, runs_at_once,
+                              simulate, simulate_runs, suite_pairs)
 from gatekit.verdict import ADOPTED, CONTINUE, EQUIVALENT, INCONCLUSIVE, REGRESSION, REJECTED
 
 SEED = 20261130
 POLICIES = ("classic", "sequential", "welch", "bootstrap")
+V4 = 4  # the sequential design shown beside the current one
+JOBS = 1  # processes for the cells (--jobs)
 
 
 def cell(rate: Rate) -> str:
     return f"{rate.pct:.2f} ± {rate.se_pct:.2f}"
 
 
+def _cell_result(job: tuple[str, Scenario, int, int | None]) -> SimulationResult:
+    policy, scenario, draws, version = job
+    return simulate(policy, scenario, draws=draws, seed=SEED, version=version)
+
+
+_DONE: dict[tuple[str, Scenario, int, int | None], SimulationResult] = {}  # a cell two tables share runs once
+
+
+def simulate_all(jobs: list[tuple[str, Scenario, int, int | None]]) -> list[SimulationResult]:
+    """Each (policy, scenario, draws, version) simulated with SEED, in order, over JOBS processes."""
+    missing = [job for job in dict.fromkeys(jobs) if job not in _DONE]
+    if JOBS <= 1:
+        _DONE.update((job, _cell_result(job)) for job in missing)
+    else:
+        with ProcessPoolExecutor(JOBS) as pool:
+            _DONE.update(zip(missing, pool.map(_cell_result, missing)))
+    return [_DONE[job] for job in jobs]
+
+
 def suite_table(draws: int) -> str:
-    results = run_suite(POLICIES, draws=draws, seed=SEED)
-    by = {(r.scenario.name, r.policy): r for r in results}
-    header = ["scenario", "adopted is", *[f"{p} %" for p in POLICIES], "sequential runs/arm",
-              "sequential equivalent / inconclusive %"]
+    rows = [scenario for scenario, _ in TARGETS]  # the duet's own rows are in duet_calibration.py's table
+    jobs = [(policy, replace(scenario, **({"n": suite_pairs(policy)} if runs_at_once(policy) else {})), draws, None)
+            for scenario in rows for policy in POLICIES
+            if scenario.guard_drop is None or policy_for(policy).simulates_guard]
+    jobs += [("sequential", scenario, draws, V4) for scenario in rows]
+    by = {(r.scenario.name, r.label): r for r in simulate_all(jobs)}
+    columns = [*POLICIES[:2], f"sequential v{V4}", *POLICIES[2:]]
+    header = ["scenario", "adopted is", *[f"{p} %" for p in columns], "sequential runs/arm",
+              "sequential equivalent / inconclusive %", "sequential regression %"]
     lines = ["| " + " | ".join(header) + " |", "|" + "|".join(" --- " for _ in header) + "|"]
     for scenario, _ in TARGETS:  # the duet's own rows are in duet_calibration.py's table
         seq = by[(scenario.name, "sequential")]
         if seq.guard_pass is not None:  # a guard scenario: only the sequential policy has a paired guard
             lines.append("| " + " | ".join([
-                scenario.name, "guard false pass", *["—" if p != "sequential" else cell(seq.guard_pass)
-                                                     for p in POLICIES], "—", "—"]) + " |")
+                scenario.name, "guard false pass", *[cell(by[(scenario.name, p)].guard_pass)  # type: ignore[arg-type]
+                                                     if p.startswith("sequential") else "—" for p in columns],
+                "—", "—", "—"]) + " |")
             continue
         lines.append("| " + " | ".join([
-            scenario.name, seq.meaning, *[cell(by[(scenario.name, p)].adopted) for p in POLICIES],
+            scenario.name, seq.meaning, *[cell(by[(scenario.name, p)].adopted) for p in columns],
             f"{seq.runs_per_arm:.2f}",
-            f"{seq.rates['equivalent'].pct:.1f} / {seq.rates['inconclusive'].pct:.1f}"]) + " |")
+            f"{seq.rates['equivalent'].pct:.1f} / {seq.rates['inconclusive'].pct:.1f}",
+            f"{seq.rates['regression'].pct:.2f}"]) + " |")
     return "\n".join(lines)
 
 
 def target_table(draws: int) -> str:
-    """The issue's targets for the sequential policy (every row of simulate.TARGETS), the classic rule beside."""
-    lines = ["| scenario | target | sequential % | sequential runs/arm | classic % (n = 3, abab) | met |",
-             "| --- | --- | --- | --- | --- | --- |"]
-    for scenario, target in TARGETS:
-        r = simulate("sequential", scenario, draws=draws, seed=SEED)
+    """The issues' targets for the sequential policy (every row of simulate.TARGETS), version 4 and the classic
+    rule beside."""
+    jobs = [job for scenario, _ in TARGETS for job in (("sequential", scenario, draws, None),
+                                                       ("sequential", scenario, draws, V4),
+                                                       ("classic", scenario, draws, None))
+            if scenario.guard_drop is None or job[0] == "sequential"]
+    by = {(r.scenario.name, r.label): r for r in simulate_all(jobs)}
+    lines = [f"| scenario | target | sequential % | regression % | runs/arm | met | v{V4} % | v{V4} regression % | "
+             f"v{V4} runs/arm | v{V4} met | classic % (n = 3, abab) |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+
+    def verdict(r: SimulationResult) -> str:
         rate = r.guard_pass if r.guard_pass is not None else r.adopted
-        classic = "—" if r.guard_pass is not None else cell(simulate("classic", scenario, draws=draws,
-                                                                     seed=SEED).adopted)
-        met = meets(r)
-        verdict = "yes" if met else f"**not met**: {rate.pct:.2f} %"
-        lines.append(f"| {scenario.name} | {target} | {cell(rate)} | {r.runs_per_arm:.2f} | {classic} | {verdict} |")
+        return "yes" if meets(r) else f"**not met**: {rate.pct:.2f} %"
+
+    def rate_of(r: SimulationResult) -> Rate:
+        return r.guard_pass if r.guard_pass is not None else r.adopted
+
+    for scenario, target in TARGETS:
+        r, old = by[(scenario.name, "sequential")], by[(scenario.name, f"sequential v{V4}")]
+        classic = by.get((scenario.name, "classic"))
+        lines.append(f"| {scenario.name} | {target} | {cell(rate_of(r))} | {r.rates['regression'].pct:.2f} | "
+                     f"{r.runs_per_arm:.2f} | {verdict(r)} | {cell(rate_of(old))} | "
+                     f"{old.rates['regression'].pct:.2f} | {old.runs_per_arm:.2f} | {verdict(old)} | "
+                     f"{cell(classic.adopted) if classic else '—'} |")
     return "\n".join(lines)
 
 
@@ -123,20 +171,22 @@ def v2_codes(off_log: np.ndarray, on_log: np.ndarray, floor_pct: float = 1.0) ->
 
 
 def df_table(draws: int) -> str:
-    """v2 (Welch, α 0.0325 per look) and v3 (two looks) against v4 on the rows where the issue measured v2
-    failing; the same simulated gates for all three (v2 and v3 read their first 8 rounds)."""
+    """v2 (Welch, α 0.0325 per look), v3 (two looks) and v4 against v5 on the rows where the issue measured v2
+    failing; the same simulated gates for all (v2 and v3 read their first 8 rounds)."""
     names = ("A/A, σ_on = 10σ_off (1 → 10 %)", "A/A, σ_on = 10σ_off (3 → 30 %)", "A/A, CV 2 %, t tails df 3",
              "−2 %, CV 0.5 %, drift −0.5 %/run", "−2 %, CV 0.5 %, outliers 5 % × +10 %",
              "−5 %, CV 2 %, outliers 5 % × +10 %", "−2 %, CV 0.5 %, t tails df 3")
     lines = ["| scenario | adopted %, v2 (Welch, α 0.0325 per look) | adopted %, v3 (4, then 8) | "
-             "adopted %, v4 (the policy) |",
-             "| --- | --- | --- | --- |"]
+             "adopted %, v4 | adopted %, v5 (the policy) |",
+             "| --- | --- | --- | --- | --- |"]
     for scenario in (s for s in SUITE if s.name in names):
         off, on, _, _ = simulate_runs(scenario, "thue-morse", SEQUENTIAL.design.runs[-1], draws, np.random.default_rng(SEED))
         v3, _ = policy_for("sequential", 3).simulate(off[:, :8], on[:, :8], ThresholdSpec())
-        v4, _ = SEQUENTIAL.simulate(off, on, ThresholdSpec())
+        v4, _ = policy_for("sequential", 4).simulate(off, on, ThresholdSpec())
+        v5, _ = SEQUENTIAL.simulate(off, on, ThresholdSpec())
         lines.append(f"| {scenario.name} | {cell(Rate.of(v2_codes(off, on) == ADOPTED))} | "
-                     f"{cell(Rate.of(v3 == ADOPTED))} | {cell(Rate.of(v4 == ADOPTED))} |")
+                     f"{cell(Rate.of(v3 == ADOPTED))} | {cell(Rate.of(v4 == ADOPTED))} | "
+                     f"{cell(Rate.of(v5 == ADOPTED))} |")
     return "\n".join(lines)
 
 
@@ -168,7 +218,10 @@ def main() -> None:
     parser.add_argument("--big-draws", type=int, default=1_000_000)
     parser.add_argument("--only", action="append", default=[],
                         help="regenerate only this block (repeatable; default: every block)")
+    parser.add_argument("--jobs", type=int, default=1, help="processes for the cells (the numbers do not change)")
     args = parser.parse_args()
+    global JOBS
+    JOBS = args.jobs
     text = args.write.read_text()
     blocks = {"suite": lambda: suite_table(args.draws), "targets": lambda: target_table(args.big_draws),
               "classic": lambda: classic_table(args.draws), "orders": lambda: order_table(args.draws),
@@ -180,8 +233,9 @@ def main() -> None:
     for name in blocks:  # every marker first, before minutes of simulation
         replace_block(text, name, "")
     for name, make in blocks.items():
+        began = time.perf_counter()
         text = replace_block(text, name, make())
-        print(f"{name}: done")
+        print(f"{name}: done in {time.perf_counter() - began:.0f} s")
     args.write.write_text(text)
 
 

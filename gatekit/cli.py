@@ -7,7 +7,7 @@ import json
 import sys
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, TypeVar
 
 import click
 
@@ -406,6 +406,21 @@ def calibrate(arm: str | None, gate_path: Path, n: int, min_effect_pct: float | 
         _echo(calibration_summary(calibration), lines=True)
 
 
+VERSION_OPTION_PREFIX = "version_of_"  # the keyword `_design_version_options` gives each policy's option
+
+
+def _design_version_options(command: Any) -> Any:
+    """`--<policy>-version N` (repeatable) for each policy that keeps design versions (its descriptor's
+    `version`): simulate that version instead of the one a new series preregisters, several side by side."""
+    for name in reversed(simulation_policies()):
+        current = describe(name).version
+        if current is not None:
+            command = click.option(f"--{name}-version", f"{VERSION_OPTION_PREFIX}{name}", type=int, multiple=True,
+                                   help=f"Design version of the {name} policy to simulate (default: {current}, "
+                                        "what a new series preregisters); repeat for several side by side.")(command)
+    return command
+
+
 @main.command("simulate")
 @click.option("--policy", "policies", type=PolicyChoice(simulation_policies), multiple=True,
               help=f"Policy to simulate; repeat for several (default: {DEFAULT_POLICY}; with --suite "
@@ -445,6 +460,7 @@ def calibrate(arm: str | None, gate_path: Path, n: int, min_effect_pct: float | 
 @click.option("--draws", type=int, default=100_000, show_default=True, help="Simulated gates per scenario and policy.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the simulation.")
 @click.option("--suite", is_flag=True, help="Every scenario of docs/statistics.md instead of the one given.")
+@_design_version_options
 @click.option("--bisect", "bisect", is_flag=True,
               help="Simulate `gate bisect` over --commits commits (a step of --effect at a random one) beside a "
                    "Pinpoint-style baseline: rate of naming the right culprit, runs and rounds.")
@@ -464,7 +480,8 @@ def simulate_cmd(policies: tuple[str, ...], cv_pct: float, cv_on_pct: float | No
                  order: str | None, n: int, warmup: int,
                  sigma_k: float, floor_pct: float, max_threshold_pct: float, draws: int, seed: int, suite: bool,
                  bisect: bool, commits: int,
-                 max_parallel: int, confidence: float, budget: int, as_json: bool) -> None:
+                 max_parallel: int, confidence: float, budget: int, as_json: bool,
+                 **design_versions: tuple[int, ...]) -> None:
     """Monte-Carlo of a decision policy: false adoption, power and runs per arm, with their MC errors.
 
     Run times are lognormal with the given CVs (Student t on the log scale with --tails); the true effect is
@@ -485,12 +502,13 @@ def simulate_cmd(policies: tuple[str, ...], cv_pct: float, cv_on_pct: float | No
     from gatekit.simulate import Scenario, run_suite, simulate, table
 
     thresholds = ThresholdSpec(sigma_k=sigma_k, floor_pct=floor_pct)
+    versions = {name.removeprefix(VERSION_OPTION_PREFIX): chosen for name, chosen in design_versions.items()}
     began = time.monotonic()
 
     def work():  # type: ignore[no-untyped-def]
         if suite:
             return run_suite(policies or suite_policies(), draws=draws, seed=seed, order=order,
-                             thresholds=thresholds, max_threshold_pct=max_threshold_pct)
+                             thresholds=thresholds, max_threshold_pct=max_threshold_pct, versions=versions)
         scenario = Scenario(cv_off_pct=cv_pct, cv_on_pct=cv_on_pct, effect_pct=effect_pct,
                             drift_pct_per_run=drift_pct, cold_first_pct=cold_pct, order=order, n=n, warmup=warmup,
                             outlier_rate=outlier_rate, outlier_pct=outlier_pct, tails=tails, guard_drop=guard_drop,
@@ -498,8 +516,8 @@ def simulate_cmd(policies: tuple[str, ...], cv_pct: float, cv_on_pct: float | No
                             slot_step_pct=slot_step_pct, slot_step_from=slot_step_from,
                             slot_drift_pct=slot_drift_pct)
         return [simulate(policy, scenario, draws=draws, seed=seed, thresholds=thresholds,
-                         max_threshold_pct=max_threshold_pct)
-                for policy in policies or (DEFAULT_POLICY,)]
+                         max_threshold_pct=max_threshold_pct, version=version)
+                for policy in policies or (DEFAULT_POLICY,) for version in versions.get(policy) or (None,)]
 
     results = _call(work)
     if as_json:

@@ -119,6 +119,7 @@ class ReasonCode(enum.StrEnum):
     EARLY_STOP = "early_stop"
     NO_NEXT_LOOK = "no_next_look"
     NEXT_LOOK = "next_look"
+    TWO_SPEED_STATES = "two_speed_states"  # v5's state check: runs in two speed states, taken out or undecided
     STAGE_MISSING = "stage_missing"
     DUET_ESTIMATE = "duet_estimate"
     DUET_SLOT_EFFECT = "duet_slot_effect"

@@ -109,15 +109,16 @@ def test_floor_is_required_for_adoption() -> None:
     assert f == pytest.approx((-math.log(0.99), -math.log(1.01)))
 
 
-def test_calibration_script_reproduces_the_constants_and_the_guard_level() -> None:
+@pytest.mark.parametrize("design", [sq.V4, sq.V5], ids=["v4", "v5"])
+def test_calibration_script_reproduces_the_constants_and_the_guard_level(design: sq.Design) -> None:
     from benchmarks.sequential_calibration import calibrate
-    result = calibrate(sq.V4, 100_000, 7)
+    result = calibrate(design, 100_000, 7)
     c1, c2, c3 = result["critical"]
-    assert c1 == pytest.approx(sq.CRITICAL[0], rel=0.05) and c2 == pytest.approx(sq.CRITICAL[1], rel=0.03)
-    assert c3 == pytest.approx(sq.CRITICAL[2], rel=0.03)
-    assert result["guard_look_level"] == pytest.approx(sq.GUARD_LOOK_LEVEL, abs=0.002)
+    assert c1 == pytest.approx(design.critical[0], rel=0.05) and c2 == pytest.approx(design.critical[1], rel=0.03)
+    assert c3 == pytest.approx(design.critical[2], rel=0.03)
+    assert result["guard_look_level"] == pytest.approx(design.guard_look_level, abs=0.002)
     # looks 1–2 spend EARLY_ALPHA (a little less: the early stop removes gates), look 3 the rest
-    assert result["early_rate"] == pytest.approx(sq.V4.early_alpha, abs=0.001) and result["early_rate"] <= 0.03
+    assert result["early_rate"] == pytest.approx(design.early_alpha, abs=0.001) and result["early_rate"] <= 0.03
     assert result["either_rate"] == pytest.approx(sq.CALIBRATION_ALPHA, abs=1e-4)
     # the per-look level lies between no correction and Bonferroni over three looks
     assert 1 - sq.CALIBRATION_ALPHA < sq.GUARD_LOOK_LEVEL < 1 - sq.CALIBRATION_ALPHA / 3
@@ -137,7 +138,7 @@ def test_the_v3_calibration_is_kept() -> None:
     c1, c2 = result["critical"]
     assert c1 == pytest.approx(sq.V3.critical[0], rel=0.05) and c2 == pytest.approx(sq.V3.critical[1], rel=0.03)
     assert result["guard_look_level"] == pytest.approx(sq.V3.guard_look_level, abs=0.002)
-    assert policy_for("sequential", 3).stages(0) == (4, 8) and policy_for("sequential").design is sq.V4 and sq.V4.runs == (4, 8, 12)
+    assert policy_for("sequential", 3).stages(0) == (4, 8) and policy_for("sequential").design is sq.V5 and sq.V4.runs == (4, 8, 12)
 
 
 def _gates(d: list[list[float]]) -> tuple[np.ndarray, np.ndarray]:
@@ -177,7 +178,7 @@ def test_v4_looks_a_third_time_only_near_c2() -> None:
     # −1.5 % per pair with noise: undecided at look 2 but close to c2 → 12 runs per arm and adopted there
     rng = np.random.default_rng(11)
     d = -0.015 + 0.004 * rng.standard_normal((4000, 12))
-    codes, runs = sq.design_codes(*_gates(d.tolist()), floor_pct=1.0, direction="lower")
+    codes, runs = sq.design_codes(*_gates(d.tolist()), floor_pct=1.0, direction="lower", design=sq.V4)
     assert set(np.unique(runs)) <= {4, 8, 12} and (runs == 12).any()
     third = runs == 12
     # each gate that reached look 3: undecided at look 2 within 3 of c2 (recomputed here by hand)
@@ -186,6 +187,105 @@ def test_v4_looks_a_third_time_only_near_c2() -> None:
         look2 = sq.look_codes(hl, scale, floor_pct=1.0, direction="lower", final=False, critical=c2)
         assert int(look2) == sq.CONTINUE and -float(sq.statistic(hl, scale)) > c2 - 3
     assert (codes[third] == sq.ADOPTED).mean() > 0.5
+
+
+# -- v5: two speed states ---------------------------------------------------------------------------
+
+def _noise(n: int, seed: int, sd: float = 0.001) -> np.ndarray:
+    return sd * np.random.default_rng(seed).standard_normal(n)
+
+
+def test_arm_states_by_hand_and_against_scipy() -> None:
+    cost = np.array([0.0, 0.01, 0.2, 0.21])
+    arm = sq.arm_states(cost)
+    assert arm.slow.tolist() == [False, False, True, True] and int(arm.slow_count) == 2 and int(arm.minority) == 2
+    assert float(arm.gap) == pytest.approx(0.19) and float(arm.centre_gap) == pytest.approx(0.205 - 0.005)
+    assert float(arm.within_ss) == pytest.approx(4 * 0.005 ** 2)
+    # the groups' mean gap over the pooled within-group SD is the pooled two-sample t statistic (scipy) times
+    # sqrt(1/n_fast + 1/n_slow)
+    rng = np.random.default_rng(2)
+    values = np.concatenate([rng.normal(0.0, 0.01, 7), rng.normal(0.1, 0.01, 5)])
+    arm = sq.arm_states(values)
+    fast, slow = values[~arm.slow], values[arm.slow]
+    assert len(slow) == 5 and float(slow.min()) > float(fast.max())
+    t = sps.ttest_ind(slow, fast, equal_var=True).statistic
+    sd = math.sqrt(float(arm.within_ss) / (len(values) - 2))
+    assert float(arm.centre_gap) / (sd * math.sqrt(1 / 7 + 1 / 5)) == pytest.approx(t, rel=1e-12)
+    # vectorised over gates: each row on its own
+    rows = sq.arm_states(np.stack([cost, values[:4]]))
+    assert rows.slow[0].tolist() == [False, False, True, True] and float(rows.gap[0]) == pytest.approx(0.19)
+
+
+def test_v5_takes_both_arms_states_out_by_hand() -> None:
+    # 8 rounds, both arms in two states 20 % apart (log 0.2), tiny noise: an A/A gate
+    slow_off = np.array([0, 1, 0, 1, 0, 1, 1, 0], bool)
+    slow_on = np.array([1, 0, 0, 1, 1, 0, 0, 1], bool)
+    off, on = 0.2 * slow_off + _noise(8, 1), 0.2 * slow_on + _noise(8, 2)
+    check = sq.state_adjusted(off, on, look=2, rule=sq.V5.states, direction="lower")
+    assert bool(check.off_split) and bool(check.on_split) and not bool(check.undecidable)
+    assert check.off.slow.tolist() == slow_off.tolist() and check.on.slow.tolist() == slow_on.tolist()
+    gap = ((off[slow_off].mean() - off[~slow_off].mean()) + (on[slow_on].mean() - on[~slow_on].mean())) / 2
+    assert float(check.gap) == pytest.approx(gap, rel=1e-12)
+    w = slow_on.astype(float) - slow_off.astype(float)
+    assert check.d.tolist() == pytest.approx((on - off - gap * w).tolist(), abs=1e-15)
+    pooled = math.sqrt((float(check.off.within_ss) + float(check.on.within_ss)) / (16 - 4))
+    slow_runs = slow_on.sum() + slow_off.sum()
+    assert float(check.gap_error) == pytest.approx(abs(w.mean()) * pooled * math.sqrt(1 / slow_runs
+                                                                                       + 1 / (16 - slow_runs)))
+    # what is left is noise: the look does not adopt, while the raw pair differences (±20 %) say nothing either
+    arrays = sq.look_arrays(off, on, look=2, design=sq.V5, direction="lower", floor_pct=1.0)
+    assert abs(float(arrays.diff)) < 0.002 and sq.CODE_NAMES[int(arrays.code)] != "adopted"
+    # a higher-is-better metric: the same runs mirrored give the same check
+    mirrored = sq.state_adjusted(-off, -on, look=2, rule=sq.V5.states, direction="higher")
+    assert mirrored.d.tolist() == pytest.approx((-check.d).tolist(), abs=1e-15)
+
+
+def test_v5_one_arm_in_two_states() -> None:
+    rule, n = sq.V5.states, 8
+    on = _noise(n, 4)  # every on run in one state
+    # off: 2 of 8 runs slow → all-minority for on has odds ((2+1)/10 / (7/10))^8 = 0.0011 < 0.01: on is fast
+    flags = np.array([0, 0, 1, 0, 0, 0, 1, 0])
+    few = 0.2 * flags + _noise(n, 3)
+    check = sq.state_adjusted(few, on, look=2, rule=rule, direction="lower")
+    assert (3 / 7) ** 8 < rule.assign_ratio
+    assert bool(check.off_split) and not bool(check.on_split) and not bool(check.either)
+    assert not bool(check.undecidable)
+    assert check.d.tolist() == pytest.approx((on - few + float(check.gap) * flags).tolist(), abs=1e-12)
+    # off: 4 of 8 slow → odds (5/10 / 5/10)^8 = 1: on may be in either state; the two readings differ by the gap
+    half = 0.2 * np.array([0, 1, 1, 0, 0, 1, 1, 0, 1, 0, 0, 1]) + _noise(12, 5)
+    on = _noise(12, 4)
+    check = sq.state_adjusted(half[:n], on[:n], look=2, rule=rule, direction="lower")
+    assert bool(check.either) and not bool(check.undecidable)
+    assert (check.alternative - check.d).tolist() == pytest.approx([float(check.gap)] * n, abs=1e-12) or \
+        (check.d - check.alternative).tolist() == pytest.approx([float(check.gap)] * n, abs=1e-12)
+    # one reading says on ≈ off's fast state (Δ ≈ 0), the other on ≈ 20 % faster: they disagree, so the look
+    # cannot decide, and at the last look that is inconclusive, never adopted
+    for look, rounds, held in ((2, 8, "continue"), (3, 12, "inconclusive")):
+        arrays = sq.look_arrays(half[:rounds], on[:rounds], look=look, design=sq.V5, direction="lower",
+                                floor_pct=1.0)
+        assert bool(arrays.held) and sq.CODE_NAMES[int(arrays.code)] == held
+        assert "the two readings of which one disagree" in sq.state_words(arrays.check, look, True, look == 3)
+
+
+def test_v5_look_1_goes_on_where_v4_adopts_two_states() -> None:
+    # the issue's pattern: three of four off runs in the slow state, every on run fast — an A/A gate whose pair
+    # differences are −20 %, −20 %, −20 %, 0: v4 adopts at look 1, v5 sees off's two states and goes on
+    off = 0.2 * np.array([1, 1, 1, 0]) + _noise(4, 6)
+    on = _noise(4, 7)
+    v4 = sq.look_arrays(off, on, look=1, design=sq.V4, direction="lower", floor_pct=1.0)
+    v5 = sq.look_arrays(off, on, look=1, design=sq.V5, direction="lower", floor_pct=1.0)
+    assert sq.CODE_NAMES[int(v4.code)] == "adopted" and -float(sq.statistic(v4.diff, v4.scale)) > sq.V4.critical[0]
+    assert sq.CODE_NAMES[int(v5.code)] == "continue" and bool(v5.held)
+    assert bool(v5.check.off_split) and int(v5.check.off.minority) == 1  # one fast run: the others are slow
+    words = sq.state_words(v5.check, 1, True, False)
+    assert words.startswith("runs fall into two speed states: 3 of 4 off runs (rounds 1, 2, 3)")
+    assert "look 1 cannot decide" in words
+    # one run per arm beyond a gap at a later look is an outlier, not a state: v4's capped scale takes it
+    clean_off, clean_on = _noise(8, 8, 0.005), -0.05 + _noise(8, 9, 0.005)
+    clean_on[3] += 0.5
+    check = sq.state_adjusted(clean_off, clean_on, look=2, rule=sq.V5.states, direction="lower")
+    assert not bool(check.on_split) and not bool(check.undecidable)
+    assert check.d.tolist() == pytest.approx((clean_on - clean_off).tolist(), abs=0)
 
 
 def test_paired_guard_bounds_match_scipy() -> None:
@@ -265,7 +365,7 @@ def test_sequential_adopts_at_look_1_and_analyze_reproduces_it(fake_gate_dir) ->
     assert finding["verdict"]["decision"] == "adopted"
     assert [look["look"] for look in finding["sequential"]["looks"]] == [1]
     assert finding["sequential"]["alpha"] == sq.ALPHA and finding["sequential"]["next"] == "stop"
-    assert finding["sequential"]["version"] == 4 and finding["sequential"]["critical"] == list(sq.CRITICAL)
+    assert finding["sequential"]["version"] == 5 and finding["sequential"]["critical"] == list(sq.CRITICAL)
     assert finding["sequential"]["runs_per_arm"] == [4, 8, 12] and finding["sequential"]["stop_band"] == [-2, 0]
     assert finding["sequential"]["statistics"][0] < -sq.CRITICAL[0]  # HL/S beyond c1 on the better side
     assert len(g.order()) == 8
@@ -281,8 +381,8 @@ def test_sequential_adopts_at_look_1_and_analyze_reproduces_it(fake_gate_dir) ->
     assert g.order() == [s.label for s in plan("off", "on", 4, "thue-morse", order_seed(sha))]
     predecision = tomllib.loads((series / "predecision.toml").read_text())
     assert "schedule" not in predecision and "sha256" in predecision["schedule_rule"]
-    assert any("Policy sequential (version 4)" in line for line in predecision["stated_rules"])
-    assert predecision["decision"]["sequential_version"] == 4
+    assert any("Policy sequential (version 5)" in line for line in predecision["stated_rules"])
+    assert predecision["decision"]["sequential_version"] == 5
     again = gate_invoke("analyze", str(series), "--json", cwd=g.root)
     assert again.stdout == g.findings()[0].read_text()
 
@@ -351,6 +451,48 @@ def test_a_v3_series_still_reanalyses_as_v3(fake_gate_dir) -> None:
     assert analyze_series(series).to_dict() == finding
     verified = gate_invoke("verify", str(series), str(g.findings()[0]), cwd=g.root)
     assert verified.returncode == 0, verified.stdout + verified.stderr
+
+
+# an A/A series of a GPU that moves between two clock states: each run 20 % slow or not, independently of its
+# arm; in rounds 1–3 off is slow and on fast, so look 1's pair differences read −18 %, −18 %, −18 %, 0
+OFF_STATES = [12.0, 12.02, 11.98, 10.0, 12.01, 10.01, 9.99, 12.0, 10.02, 11.99, 10.0, 12.02]
+ON_STATES = [10.0, 10.01, 9.99, 10.02, 12.0, 11.98, 10.01, 9.98, 12.02, 10.0, 11.99, 10.01]
+
+
+def _states_series(fake_gate_dir, version: int):  # type: ignore[no-untyped-def]
+    g = fake_gate_dir(off={"elapsed": times("off", OFF_STATES)}, on={"elapsed": times("on", ON_STATES)},
+                      rules=SEQ_RULES, gate={"seed": 1})
+    config = load_gate(g.gate).with_overrides(policy="sequential", seed=1)
+    runner = SeriesRunner(config, config.arms["off"], config.arms["on"], load_reader_for=LoadScript(calm=0.0))
+    runner.spec = dataclasses.replace(runner.spec, sequential_version=version)
+    runner.policy = policy_for("sequential", version)
+    return g, runner.start().finding.to_dict()
+
+
+def test_a_v5_series_in_two_speed_states_is_not_adopted_and_v4_would_adopt_it(fake_gate_dir) -> None:
+    g, finding = _states_series(fake_gate_dir, 5)
+    reasons = finding["verdict"]["reasons"]
+    assert finding["sequential"]["version"] == 5 and finding["verdict"]["decision"] != "adopted"
+    looks = finding["sequential"]["looks"]
+    assert looks[0]["decision"] == "continue" and len(looks) >= 2  # look 1 saw off's two states and went on
+    assert any(r.startswith("runs fall into two speed states: 3 of 4 off runs (rounds 1, 2, 3)") and
+               "look 1 cannot decide" in r for r in reasons)
+    assert any("each run's state is taken out" in r for r in reasons)  # look 2: both arms' states taken out
+    assert abs(looks[-1]["delta_pct"]) < 0.5  # what is left of an A/A series: about nothing
+    (series,) = g.series_dirs()
+    again = gate_invoke("analyze", str(series), "--json", cwd=g.root)
+    assert again.returncode == 0 and json.loads(again.stdout) == finding
+    verified = gate_invoke("verify", str(series), str(g.findings()[0]), cwd=g.root)
+    assert verified.returncode == 0, verified.stdout + verified.stderr
+
+
+def test_the_same_runs_under_v4_adopt_at_look_1(fake_gate_dir) -> None:
+    g, finding = _states_series(fake_gate_dir, 4)
+    assert finding["sequential"]["version"] == 4 and finding["verdict"]["decision"] == "adopted"
+    assert [look["look"] for look in finding["sequential"]["looks"]] == [1]
+    assert not any("speed states" in r for r in finding["verdict"]["reasons"])
+    (series,) = g.series_dirs()
+    assert analyze_series(series).to_dict() == finding  # a v4 series re-analyses with v4
 
 
 def test_v4_stops_early_at_look_1_end_to_end(fake_gate_dir) -> None:
@@ -521,7 +663,7 @@ def test_the_predecision_keys_the_design_version(gate_dir) -> None:
     assert "sequential_version" not in classic.to_dict()  # a classic predecision reads exactly as before
     assert DecisionSpec.from_dict(classic.to_dict()) == classic
     seq = DecisionSpec.from_gate(config.with_overrides(policy="sequential"), "off", "on")
-    assert seq.to_dict()["sequential_version"] == 4 and DecisionSpec.from_dict(seq.to_dict()) == seq
+    assert seq.to_dict()["sequential_version"] == 5 and DecisionSpec.from_dict(seq.to_dict()) == seq
     # a predecision/1 written by v3 has no sequential_version: its upgrade says which design it preregistered
     legacy = {"schema": "gatekit.predecision/1",
               "decision": {k: v for k, v in seq.to_dict().items() if k != "sequential_version"}}

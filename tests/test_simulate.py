@@ -187,27 +187,35 @@ def test_gate_simulate_counts_are_what_real_gates_decide_on_the_same_draws() -> 
     assert unlimited.adopted.pct == simulated.adopted.pct  # the limit never changes an adoption
 
 
-@pytest.mark.parametrize("version", [4, 3])
-def test_vectorised_sequential_equals_the_scalar_looks(version: int) -> None:
+@pytest.mark.parametrize("version,scenario", [
+    (5, Scenario(cv_off_pct=2.0, effect_pct=-2.0, outlier_rate=0.05, outlier_pct=10.0)),
+    (5, Scenario(cv_off_pct=0.5, effect_pct=-2.0, outlier_rate=0.3, outlier_pct=5.0)),  # two speed states
+    (4, Scenario(cv_off_pct=2.0, effect_pct=-2.0, outlier_rate=0.05, outlier_pct=10.0)),
+    (3, Scenario(cv_off_pct=2.0, effect_pct=-2.0, outlier_rate=0.05, outlier_pct=10.0))],
+    ids=["v5", "v5-two-states", "v4", "v3"])
+def test_vectorised_sequential_equals_the_scalar_looks(version: int, scenario: Scenario) -> None:
     design = sequential.DESIGNS[version]
     rng = np.random.default_rng(6)
-    off, on, _, _ = simulate_runs(Scenario(cv_off_pct=2.0, effect_pct=-2.0, outlier_rate=0.05, outlier_pct=10.0),
-                                  "thue-morse", design.runs[-1], 600, rng)
+    off, on, _, _ = simulate_runs(scenario, "thue-morse", design.runs[-1], 600, rng)
     codes, runs = policy_for("sequential", version).simulate(off, on, ThresholdSpec())
-    seen = set()
+    seen, held = set(), set()
     for row in range(600):
         pairs = list(zip(np.exp(off[row]).tolist(), np.exp(on[row]).tolist()))
         for number, n in enumerate(design.runs, start=1):  # the scalar looks, one at a time, as `gate run`
-            look, _, stopped = sequential._look(number, pairs[:n], {}, (), floor_pct=1.0, direction="lower",
-                                                design=design)
+            look, _, stopped, states = sequential._look(number, pairs[:n], {}, (), floor_pct=1.0,
+                                                        direction="lower", design=design)
+            if states:
+                held.add((number, "cannot decide" in states or "inconclusive" in states))
             if look.decision != "continue":
                 break
         assert CODE_NAMES[int(codes[row])] == look.decision and runs[row] == n
         seen.add((n, stopped))
-    # every path is exercised: decided at each look, and (v4) stopped early at look 1 and without a look 3
+    # every path is exercised: decided at each look, and (v4, v5) stopped early at look 1 and without a look 3
     assert {n for n, _ in seen} == set(design.runs)
-    if version == 4:
+    if version >= 4:
         assert (4, True) in seen and (8, True) in seen
+    if scenario.outlier_rate > 0.1:  # v5 under two states: looks held back, and states taken out that decide
+        assert (1, True) in held and (2, False) in held and (3, True) in held
 
 
 def test_exact_bootstrap_by_hand() -> None:

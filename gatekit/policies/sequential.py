@@ -63,6 +63,21 @@ DF_MODE = "none: calibrated critical value"
 
 
 @dataclass(frozen=True, slots=True)
+class StateRule:
+    """v5's check for runs that fall into two speed states (a GPU moving between clock states).
+
+    Each arm's log values are cut at their largest gap; the arm is split when that gap exceeds `split_k` (per
+    look) within-state SDs, and the split is clear (its states are taken out) beyond `clear_k`. A lone run
+    beyond the gap is an outlier, which the capped scale handles (at look 1 only a slow one: a lone fast run
+    there means the other runs sit in the slow state)."""
+
+    split_k: tuple[float, ...]
+    clear_k: tuple[float, ...]
+    assign_ratio: float  # one arm split: the other arm takes its majority state when all-minority is this unlikely
+    single_k: tuple[float, ...]  # ... and when the other arm's largest gap is below this many SDs (one state)
+
+
+@dataclass(frozen=True, slots=True)
 class Design:
     """One version of the sequential design: its looks and the constants calibrated for them."""
 
@@ -74,6 +89,7 @@ class Design:
     early_alpha: float  # the null probability looks 1 and 2 spend between them (equal shares)
     stop_band: tuple[float, float] | None = None  # look 1 stops (inconclusive) when low ≤ improvement HL/S < high
     extend_window: float | None = None  # a later look runs only when HL/S is within this of c on the better side
+    states: StateRule | None = None  # v5: the two-speed-state check before each look (None: no check)
 
     @property
     def looks(self) -> int:
@@ -83,13 +99,16 @@ class Design:
     def method(self) -> str:
         if self.stop_band is None:
             return METHOD
-        return METHOD + ", early stop at look 1, a third look only near the boundary"
+        words = METHOD + ", early stop at look 1, a third look only near the boundary"
+        return words + (", two speed states taken out or left undecided" if self.states is not None else "")
 
 
 V3 = Design(3, (4, 8), (6.1577, 3.5745), 0.97437, 2_000_000, CALIBRATION_ALPHA)
 V4 = Design(4, (4, 8, 12), (7.7583, 4.0920, 3.1126), 0.98090, 1_000_000, 0.03, stop_band=(-2.0, 0.0),
             extend_window=3.0)
-DESIGNS = {3: V3, 4: V4}
+V5 = Design(5, (4, 8, 12), (7.3801, 4.0984, 3.1185), 0.98088, 1_000_000, 0.03, stop_band=(-2.0, 0.0),
+            extend_window=3.0, states=StateRule((7.0, 4.0, 3.5), (7.0, 4.5, 4.0), 0.01, (0.0, 3.0, 2.5)))
+DESIGNS = {3: V3, 4: V4, 5: V5}
 DESCRIPTOR = describe("sequential")
 CURRENT = DESIGNS[DESCRIPTOR.version]  # type: ignore[index]
 assert CURRENT.runs == DESCRIPTOR.stages, "the descriptor's stages are the current design's looks"
@@ -133,6 +152,180 @@ def pair_arrays(off_log: np.ndarray, on_log: np.ndarray) -> tuple[np.ndarray, np
     """(estimate, scale) of the pair differences on − off, paired by column (round)."""
     d = np.asarray(on_log, float) - np.asarray(off_log, float)
     return hodges_lehmann(d), robust_scale(d)
+
+
+@dataclass(frozen=True, slots=True)
+class ArmStates:
+    """Each gate's arm cut at its largest gap, over the last axis of its cost values (log time; −log for a
+    higher-is-better metric): which runs lie above the cut (slow), the gap, the distance between the two
+    groups' means, their pooled sum of squares, and how many runs are slow."""
+
+    slow: np.ndarray
+    gap: np.ndarray
+    centre_gap: np.ndarray
+    within_ss: np.ndarray
+    slow_count: np.ndarray
+
+    @property
+    def minority(self) -> np.ndarray:
+        return np.minimum(self.slow_count, self.slow.shape[-1] - self.slow_count)
+
+
+def arm_states(cost: np.ndarray) -> ArmStates:
+    """Cut each row's values at their largest gap into a fast and a slow group (two groups always; whether
+    the cut means anything is `state_adjusted`'s question)."""
+    cost = np.asarray(cost, float)
+    ordered = np.sort(cost, axis=-1)
+    gaps = np.diff(ordered, axis=-1)
+    at = np.argmax(gaps, axis=-1)[..., None]
+    gap = np.take_along_axis(gaps, at, -1)[..., 0]
+    slow = cost > (np.take_along_axis(ordered, at, -1)[..., 0] + gap / 2)[..., None]
+    slow_count = slow.sum(axis=-1)
+    n = cost.shape[-1]
+    slow_mean = (cost * slow).sum(axis=-1) / np.maximum(slow_count, 1)
+    fast_mean = (cost * ~slow).sum(axis=-1) / np.maximum(n - slow_count, 1)
+    within = cost - np.where(slow, slow_mean[..., None], fast_mean[..., None])
+    return ArmStates(slow, gap, slow_mean - fast_mean, (within ** 2).sum(axis=-1), slow_count)
+
+
+@dataclass(frozen=True, slots=True)
+class StateCheck:
+    """What v5's state check saw at one look, per gate: the pair differences to decide on (the states taken
+    out where both arms' states are told), whether the look cannot decide (two states, one arm's unknown),
+    which arm shows two states, and the gap between the states (cost units)."""
+
+    d: np.ndarray
+    undecidable: np.ndarray
+    off_split: np.ndarray
+    on_split: np.ndarray
+    gap: np.ndarray
+    off: ArmStates
+    on: ArmStates
+    gap_error: np.ndarray  # the SE the estimated gap adds to the estimate (0 where nothing was taken out)
+    either: np.ndarray  # one arm's state unknown: the look decides only where `alternative` decides alike
+    alternative: np.ndarray  # the pair differences with that arm in the other state
+    alternative_error: np.ndarray
+
+
+def state_adjusted(off_log: np.ndarray, on_log: np.ndarray, *, look: int, rule: StateRule,
+                   direction: str) -> StateCheck:
+    """v5's check, vectorised over gates (columns paired by round).
+
+    Each arm is cut at its largest gap (`arm_states`); the within-state SD is pooled over both arms (each arm's
+    own where it is larger: a noisier arm is not two states). An arm shows two states when its gap exceeds
+    split_k SDs and more than one run lies on the far side (at look 1 also one fast run alone); they are
+    clear beyond clear_k SDs. Both arms in two clear states: each run's state is taken out with the mean of
+    the two arms' state gaps, and the pair differences of what is left decide (the gap's own error joins the
+    scale). One arm in two clear states and the other in one (its largest gap below single_k SDs, or one lone
+    run off it): the other arm's runs are in the split arm's majority state when all of them being in its
+    minority state is unlikely — ((k + 1)/(n + 2) / (1 − (k + 1)/(n + 2)))ⁿ below assign_ratio, k the
+    minority's count —, else in either state (`alternative` holds the pair differences for its minority
+    state; the look decides only where both give the same outcome). Anything else with two states cannot be
+    told at this look (continue, or inconclusive at the last). Look 1 never decides on two states: four runs
+    per arm cannot show which is which."""
+    sign = 1.0 if direction == "lower" else -1.0
+    off_log, on_log = np.asarray(off_log, float), np.asarray(on_log, float)
+    n = off_log.shape[-1]
+    off, on = arm_states(sign * off_log), arm_states(sign * on_log)
+    pooled = np.sqrt((off.within_ss + on.within_ss) / max(2 * n - 4, 1))
+    own = max(n - 2, 1)
+    sd_off, sd_on = np.maximum(pooled, np.sqrt(off.within_ss / own)), np.maximum(pooled, np.sqrt(on.within_ss / own))
+    k, clear_k, single_k = rule.split_k[look - 1], rule.clear_k[look - 1], rule.single_k[look - 1]
+
+    def shows_states(arm: ArmStates, sd: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        split = arm.gap > k * sd
+        lone = split & (arm.minority == 1) & (look > 1)
+        one_state = lone | (arm.gap < single_k * sd)
+        return split & ~lone, lone, arm.gap > clear_k * sd, one_state
+
+    off_states, off_lone, off_clear, off_single = shows_states(off, sd_off)
+    on_states, on_lone, on_clear, on_single = shows_states(on, sd_on)
+
+    def unlikely_minority(arm: ArmStates) -> np.ndarray:
+        share = (arm.minority + 1) / (n + 2)
+        return (share / (1 - share)) ** n < rule.assign_ratio
+
+    # one arm in two clear states, the other in one state: the other arm's runs all in one of the two
+    by_off = off_states & off_clear & ~on_states & on_single  # off shows the states, on takes one of them
+    by_on = on_states & on_clear & ~off_states & off_single
+    told = (by_off & unlikely_minority(off)) | (by_on & unlikely_minority(on))
+    either = (by_off | by_on) & ~told
+    slow_off = np.where(off_states[..., None], off.slow, False)
+    slow_on = np.where(on_states[..., None], on.slow, False)
+
+    def assigned(majority: bool) -> tuple[np.ndarray, np.ndarray]:
+        """The slow flags with the one-state arm in the split arm's majority (or minority) state, every run
+        of it (a lone run off it is an outlier of that state, left to the capped scale)."""
+        off_slow_major, on_slow_major = (off.slow_count * 2 > n), (on.slow_count * 2 > n)
+        on_state = off_slow_major if majority else ~off_slow_major
+        off_state = on_slow_major if majority else ~on_slow_major
+        on_flags = np.where(by_off[..., None], np.broadcast_to(on_state[..., None], on.slow.shape), slow_on)
+        off_flags = np.where(by_on[..., None], np.broadcast_to(off_state[..., None], off.slow.shape), slow_off)
+        return off_flags, on_flags
+
+    gap = np.where(off_states & on_states, (off.centre_gap + on.centre_gap) / 2,
+                   np.where(off_states, off.centre_gap, on.centre_gap))
+    adjusted_any = off_states | on_states
+    d_raw = on_log - off_log
+
+    def taken_out(flags: tuple[np.ndarray, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+        """(pair differences with the states taken out, the SE the estimated gap adds to their estimate):
+        every pair whose runs differ in state carries the gap's error in the same direction, so the estimate
+        shifts by mean(z_on − z_off) times it, SE sd·sqrt(1/slow + 1/fast)."""
+        slow_off_flags, slow_on_flags = flags
+        w = slow_on_flags.astype(float) - slow_off_flags.astype(float)
+        d = np.where(adjusted_any[..., None], d_raw - sign * gap[..., None] * w, d_raw)
+        slow_runs = slow_on_flags.sum(axis=-1) + slow_off_flags.sum(axis=-1)
+        gap_se = pooled * np.sqrt(1 / np.maximum(slow_runs, 1) + 1 / np.maximum(2 * n - slow_runs, 1))
+        return d, np.where(adjusted_any, np.abs(w.mean(axis=-1)) * gap_se, 0.0)
+
+    d, gap_error = taken_out(assigned(True))
+    alt_d, alt_error = taken_out(assigned(False))
+    both_clear = off_states & on_states & off_clear & on_clear
+    undecidable = adjusted_any & ~both_clear & ~by_off & ~by_on
+    if look == 1:
+        undecidable, either = adjusted_any, np.zeros_like(either)
+    return StateCheck(d, undecidable, off_states, on_states, np.where(adjusted_any, gap, 0.0), off, on, gap_error,
+                      either, alt_d, alt_error)
+
+
+@dataclass(frozen=True, slots=True)
+class LookArrays:
+    """One look of many gates: HL, S, the boundary's code, the code after the design's stop rules and v5's
+    state check, and what that check saw (None for v3 and v4)."""
+
+    diff: np.ndarray
+    scale: np.ndarray
+    boundary: np.ndarray
+    code: np.ndarray
+    check: StateCheck | None
+    held: np.ndarray  # the state check kept the look from deciding
+
+
+def look_arrays(off_log: np.ndarray, on_log: np.ndarray, *, look: int, design: Design, direction: str,
+                floor_pct: float) -> LookArrays:
+    """One look over the first n rounds given: the pair differences as they are (v3, v4) or after v5's state
+    check, the boundary (look_codes), the stop rules (stop_codes), then the check's veto."""
+    final = look == design.looks
+    c = design.critical[look - 1]
+
+    def decide_on(diff: np.ndarray, scale: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        boundary = look_codes(diff, scale, floor_pct=floor_pct, direction=direction, final=final, critical=c)
+        return boundary, stop_codes(boundary, gain_statistic(diff, scale, direction), look=look, design=design)
+
+    if design.states is None:
+        diff, scale = pair_arrays(off_log, on_log)
+        boundary, code = decide_on(diff, scale)
+        return LookArrays(diff, scale, boundary, code, None, np.zeros(np.shape(diff), bool))
+    check = state_adjusted(off_log, on_log, look=look, rule=design.states, direction=direction)
+    diff = hodges_lehmann(check.d)
+    scale = np.sqrt(robust_scale(check.d) ** 2 + check.gap_error ** 2)
+    boundary, code = decide_on(diff, scale)
+    alt_scale = np.sqrt(robust_scale(check.alternative) ** 2 + check.alternative_error ** 2)
+    _, alt_code = decide_on(hodges_lehmann(check.alternative), alt_scale)
+    held = check.undecidable | (check.either & (alt_code != code))
+    rest = INCONCLUSIVE if final else CONTINUE
+    return LookArrays(diff, scale, np.where(held, rest, boundary), np.where(held, rest, code), check, held)
 
 
 def statistic(diff: np.ndarray, scale: np.ndarray) -> np.ndarray:
@@ -195,14 +388,12 @@ def design_codes(off_log: np.ndarray, on_log: np.ndarray, *, floor_pct: float, d
                  design: Design = CURRENT) -> tuple[np.ndarray, np.ndarray]:
     """(outcome code, runs per arm) of many gates at once, columns paired by round: every look of the design
     with its stop rule, each gate ending at the first look that decides — what `decide` does for one gate."""
-    d = np.asarray(on_log, float) - np.asarray(off_log, float)
-    codes = np.full(d.shape[0], CONTINUE)
-    runs = np.zeros(d.shape[0], dtype=int)
+    off_log, on_log = np.asarray(off_log, float), np.asarray(on_log, float)
+    codes = np.full(off_log.shape[0], CONTINUE)
+    runs = np.zeros(off_log.shape[0], dtype=int)
     for look, n in enumerate(design.runs, start=1):
-        diff, scale = hodges_lehmann(d[:, :n]), robust_scale(d[:, :n])
-        code = look_codes(diff, scale, floor_pct=floor_pct, direction=direction, final=look == design.looks,
-                          critical=design.critical[look - 1])
-        code = stop_codes(code, gain_statistic(diff, scale, direction), look=look, design=design)
+        code = look_arrays(off_log[:, :n], on_log[:, :n], look=look, design=design, direction=direction,
+                           floor_pct=floor_pct).code
         open_ = codes == CONTINUE
         codes, runs = np.where(open_, code, codes), np.where(open_, n, runs)
     return codes, runs
@@ -339,18 +530,25 @@ class SequentialOutcome:
 
 def _look(number: int, pairs_primary: Sequence[tuple[float, float]],
           guard_pairs: Mapping[str, list[tuple[float, float]]], guard_specs: Sequence[GuardSpec], *,
-          floor_pct: float, direction: str, design: Design) -> tuple[Look, float, bool]:
-    """One look: the Look record, HL/S, and whether the design's stop rule (not the boundary) ended it."""
+          floor_pct: float, direction: str, design: Design) -> tuple[Look, float, bool, str]:
+    """One look: the Look record, HL/S, whether the design's stop rule (not the boundary) ended it, and what
+    v5's state check says ('' when it saw one speed state, or for v3/v4)."""
     off_logs = log_values([off for off, _ in pairs_primary])
     on_logs = log_values([on for _, on in pairs_primary])
-    if off_logs is None or on_logs is None or len(pairs_primary) < 2:
-        diff = scale = np.float64(math.nan)
-    else:
-        diff, scale = pair_arrays(off_logs, on_logs)
+    states = ""
     final = number == design.looks
     c = design.critical[number - 1]
-    boundary_code = int(look_codes(diff, scale, floor_pct=floor_pct, direction=direction, final=final, critical=c))
-    code = int(stop_codes(boundary_code, gain_statistic(diff, scale, direction), look=number, design=design))
+    if off_logs is None or on_logs is None or len(pairs_primary) < 2:
+        diff = scale = np.float64(math.nan)
+        boundary_code = int(look_codes(diff, scale, floor_pct=floor_pct, direction=direction, final=final,
+                                       critical=c))
+        code = int(stop_codes(boundary_code, gain_statistic(diff, scale, direction), look=number, design=design))
+    else:
+        arrays = look_arrays(off_logs, on_logs, look=number, design=design, direction=direction,
+                             floor_pct=floor_pct)
+        diff, scale, boundary_code, code = arrays.diff, arrays.scale, int(arrays.boundary), int(arrays.code)
+        if arrays.check is not None:
+            states = state_words(arrays.check, number, bool(arrays.held), final)
     lo, hi = diff - c * scale, diff + c * scale
     guards = {g.metric: paired_guard(g, guard_pairs.get(g.metric, []), design.guard_look_level)
               for g in guard_specs}
@@ -359,7 +557,36 @@ def _look(number: int, pairs_primary: Sequence[tuple[float, float]],
     n = len(pairs_primary)
     look = Look(number, n, n, pct(float(diff)), pct(float(lo)), pct(float(hi)), INTERVAL_LEVEL, None, None, None,
                 primary=primary, guards=guards, decision=decision)
-    return look, float(statistic(diff, scale)), code != boundary_code
+    return look, float(statistic(diff, scale)), code != boundary_code, states
+
+
+def state_words(check: StateCheck, look: int, undecidable: bool, final: bool) -> str:
+    """The reason line of v5's state check at one look of one gate ('' when neither arm shows two states)."""
+    if not (bool(check.off_split) or bool(check.on_split)):
+        return ""
+    n = check.off.slow.shape[-1]
+    arms = []
+    for name, arm, split in (("off", check.off, check.off_split), ("on", check.on, check.on_split)):
+        if bool(split):
+            rounds = ", ".join(str(i + 1) for i in np.flatnonzero(arm.slow))
+            arms.append(f"{int(arm.slow_count)} of {n} {name} runs (rounds {rounds}) "
+                        f"{100 * math.expm1(float(arm.centre_gap)):.1f} % slower than the rest")
+    seen = f"runs fall into two speed states: {' and '.join(arms)}"
+    taken = f"each run's state is taken out (gap {100 * math.expm1(float(check.gap)):.1f} %)"
+    if not undecidable:
+        if bool(check.either):
+            return (f"{seen}; the other arm's runs are all in one state, unknown which: {taken} both ways, and "
+                    "both readings give the same outcome")
+        return f"{seen}; {taken} and the pair differences of what is left decide"
+    if look == 1:
+        why = "four runs per arm cannot show which state each arm's runs are in"
+    elif bool(check.either):
+        why = "the other arm's runs are all in one state, and the two readings of which one disagree"
+    elif bool(check.off_split) != bool(check.on_split):
+        why = "the other arm's runs are neither clearly in one state nor clearly in two"
+    else:
+        why = "the states are too close to the noise to be taken out"
+    return f"{seen}; {why}, so look {look} " + ("is inconclusive — never adopted" if final else "cannot decide")
 
 
 def with_guards(code: int, guards: Mapping[str, PairedGuard], *, final: bool) -> str:
@@ -401,7 +628,7 @@ def guard_reason(guard: PairedGuard, bound_words: str) -> Reason:
 
 
 def _reasons(look: Look, t: float, floor_pct: float, primary: str, design: Design, direction: str,
-             stopped: bool) -> list[Reason]:
+             stopped: bool, held: bool = False) -> list[Reason]:
     c = design.critical[look.look - 1]
     head = (f"look {look.look} ({look.n_off} AB/BA pairs): {primary} Δ {look.delta_pct:+.4f} % (Hodges–Lehmann "
             f"of the pair differences of log values), interval HL ± {c:g}·S [{look.ci_low_pct:+.4f} %, "
@@ -427,7 +654,7 @@ def _reasons(look: Look, t: float, floor_pct: float, primary: str, design: Desig
                             f"side is not within {design.extend_window:g} of c = {c:g}, so more runs are unlikely to "
                             "decide"))
     elif look.primary == "continue" and look.look < design.looks and design.extend_window is not None \
-            and look.look > 1:
+            and look.look > 1 and not held:  # held: v5's state check, not the window, extends it
         lines.append(Reason(ReasonCode.NEXT_LOOK, f"HL/S {t_gain:+.3f} on the improvement side is within "
                             f"{design.extend_window:g} of c = {c:g}: look {look.look + 1} after "
                             f"{design.runs[look.look]} runs per arm"))
@@ -480,11 +707,16 @@ def decide(classified: pd.DataFrame, guard_values: Mapping[str, Mapping[str, flo
                 values = {arm: by_label.get(r.label) for arm, r in by_arm.items()}
                 if values.get(off_arm) is not None and values.get(on_arm) is not None:
                     pairs.setdefault(metric, []).append((values[off_arm], values[on_arm]))
-        look, t, stopped = _look(number, primary_pairs, pairs, guard_specs, floor_pct=floor_pct,
-                                 direction=direction, design=design)
+        look, t, stopped, states = _look(number, primary_pairs, pairs, guard_specs, floor_pct=floor_pct,
+                                         direction=direction, design=design)
         looks.append(look)
         ts.append(t)
-        reasons += _reasons(look, t, floor_pct, primary, design, direction, stopped)
+        look_reasons = _reasons(look, t, floor_pct, primary, design, direction, stopped,
+                                held=states.endswith("cannot decide"))
+        if states:  # the headline when it makes the look inconclusive
+            look_reasons.insert(0 if look.decision == "inconclusive" else len(look_reasons),
+                                Reason(ReasonCode.TWO_SPEED_STATES, states))
+        reasons += look_reasons
         if look.decision != "continue":
             warnings = ((f"stage {number + 1} ran although look {number} had decided; look {number} decides",)
                         if last_stage > number else ())
@@ -542,6 +774,7 @@ class SequentialPolicy(SimulationDefaults):
             f"Equivalent iff HL +/- c S lies inside +/-{floor:g} %. Rejected iff that interval "
             f"excludes an improvement of {floor:g} % (at any look). At the last look run anything else is "
             "inconclusive.",
+            *([self._states_rule(self.design.states)] if self.design.states is not None else []),
             f"Guards: paired non-inferiority on the rounds' (off, on) pairs: pass iff the one-sided "
             f"{100 * level:.3f} % t bound of mean(on - off) clears -max_drop (+max_drop for lower-is-better "
             f"guards); that per-look level holds a false pass to {100 * CALIBRATION_ALPHA:g} % over "
@@ -550,6 +783,23 @@ class SequentialPolicy(SimulationDefaults):
             "then becomes inconclusive — never a pass.",
             self._contamination_rule(rules_spec),
         ]
+
+    @staticmethod
+    def _states_rule(rule: StateRule) -> str:
+        split, clear, single = (", ".join(f"{k:g}" for k in ks) for ks in (rule.split_k, rule.clear_k, rule.single_k))
+        return ("Two speed states (version 5), before each look: each arm's log values are cut at their largest "
+                "gap; s = the within-group SD pooled over both arms (an arm's own where larger). An arm shows two "
+                f"states when its gap exceeds k s, k = {split} at looks 1, 2, 3, with more than one run beyond it "
+                "(at look 1 one run is enough); they are clear beyond "
+                f"{clear} s. Look 1 never decides on two states (it goes on). Both arms in two clear states: each "
+                "run's state is taken out (the mean of the two arms' state gaps) before the pair differences, and "
+                "the gap's error joins S. One arm in two clear states, the other in one (largest gap below "
+                f"{single} s at looks 2, 3, or one lone run off it): the other arm's runs are taken to be in the "
+                "majority state when all of them lying in the minority state has probability ((k+1)/(n+2) / "
+                f"(1 - (k+1)/(n+2)))^n below {rule.assign_ratio:g} (k runs in the minority of n), else the look "
+                "decides only where both readings give the same outcome. Any other two-state look cannot decide: "
+                "it goes on, and at the last look the outcome is inconclusive — runs fall into two speed states "
+                "— never adopted.")
 
     def _contamination_rule(self, rules_spec: RulesSpec) -> str:
         return (f"Contamination only from telemetry that does not look at the result: the load evidence of "
