@@ -367,6 +367,10 @@ def test_sequential_adopts_at_look_1_and_analyze_reproduces_it(fake_gate_dir) ->
     assert finding["sequential"]["alpha"] == sq.ALPHA and finding["sequential"]["next"] == "stop"
     assert finding["sequential"]["version"] == 5 and finding["sequential"]["critical"] == list(sq.CRITICAL)
     assert finding["sequential"]["runs_per_arm"] == [4, 8, 12] and finding["sequential"]["stop_band"] == [-2, 0]
+    assert finding["sequential"]["states"] == {"split_k": list(sq.V5.states.split_k),
+                                               "clear_k": list(sq.V5.states.clear_k),
+                                               "single_k": list(sq.V5.states.single_k),
+                                               "assign_ratio": sq.V5.states.assign_ratio}
     assert finding["sequential"]["statistics"][0] < -sq.CRITICAL[0]  # HL/S beyond c1 on the better side
     assert len(g.order()) == 8
     # the classic Δ and threshold are still reported beside it

@@ -1,6 +1,7 @@
-"""The sequential policy (v4): up to three looks (4, 8, then 12 rounds, Thue–Morse order) on the rounds' pair
+"""The sequential policy (v5): up to three looks (4, 8, then 12 rounds, Thue–Morse order) on the rounds' pair
 differences of log values, a Hodges–Lehmann estimate studentized by a robust scale, a boundary calibrated by
-simulation, an early stop at look 1, equivalence, a group-sequential paired guard, telemetry-only contamination.
+simulation, an early stop at look 1, equivalence, a group-sequential paired guard, telemetry-only contamination,
+and (v5) a check for runs that fall into two speed states before each look.
 
 Each round is an adjacent AB or BA pair, so its difference d = log on − log off carries a linear drift only as
 ±(drift per run), and the Thue–Morse order balances AB against BA in every block of four rounds: the drift
@@ -9,7 +10,16 @@ median of the Walsh averages) and a capped mean absolute deviation from the medi
 The statistic HL/S has no textbook distribution, so its critical values come from
 benchmarks/sequential_calibration.py (normal pair differences, the seed and draws below).
 
-v4 (what a new series preregisters): looks 1 and 2 spend 3 % between them (Pocock's equal spending); look 1
+v5 (what a new series preregisters) is v4 with the state check (`state_adjusted`): a GPU moving between
+clock states makes each run slow or not independently of its arm, and three of four pair differences in the
+same state look like a real effect with one slow run — which v4 adopted (10 % of A/A gates with half the runs
+20 % slow). Each arm is cut at its largest gap; where both arms show two clear states, each run's state is
+taken out before the pair differences; where one does, the other arm's runs are read in its majority state
+when the minority is unlikely, else both ways (a look decides only where both readings agree); anything else
+with two states, and any at look 1, cannot decide (continue; at the last look inconclusive, with the reason).
+Its critical values come from the same calibration, the check run on the normal null gates.
+
+v4: looks 1 and 2 spend 3 % between them (Pocock's equal spending); look 1
 stops early as inconclusive when the improvement statistic lies between −2 and 0 (the change is not ahead and
 a floor-sized improvement is unlikely to be shown: a regression that clear is named at look 2 instead, the
 price of the early stop); look 3 (12 rounds) runs only when look 2 is undecided with HL/S within 3 of c2 on the
@@ -523,6 +533,10 @@ class SequentialOutcome:
         if design.stop_band is not None:
             calibration["early_alpha"] = design.early_alpha
             extra |= {"stop_band": list(design.stop_band), "extend_window": design.extend_window}
+        if design.states is not None:  # v5: the two-speed-state check's constants
+            rule = design.states
+            extra["states"] = {"split_k": list(rule.split_k), "clear_k": list(rule.clear_k),
+                               "single_k": list(rule.single_k), "assign_ratio": rule.assign_ratio}
         extra["statistics"] = list(self.statistics)
         return SequentialInfo(ALPHA, DF_MODE, floor_pct, design.runs, design.guard_look_level, self.looks,
                               self.decision, "extend" if self.extend else "stop", extra_keys=extra)
