@@ -22,7 +22,7 @@ from gatekit.policies.comparison import bootstrap_codes
 from gatekit.policies.descriptors import policy_for
 from gatekit.prereg import DecisionSpec
 from gatekit.records import RunOutcome, RunRecord, WindowSummary
-from gatekit.simulate import OUTCOMES, SUITE, Scenario, ThresholdSpec, simulate, simulate_runs
+from gatekit.simulate import OUTCOMES, SUITE, Scenario, ThresholdSpec, meets, run_suite, simulate, simulate_runs
 from gatekit.verdict import CODE_NAMES, INCONCLUSIVE, classic_decision
 from tests.conftest import FIXTURES, gate_invoke
 
@@ -85,6 +85,46 @@ def test_sequential_power_at_least_95_percent(name: str) -> None:
     result = simulate("sequential", BY_NAME[name], draws=SMALL, seed=2)
     assert result.adopted.pct + 3 * result.adopted.se_pct >= 95.0
     assert result.rates["regression"].pct < 1.0
+
+
+TWO_STATE_CHECKS = ["A/A, CV 0.5 %, two states 50 % × +20 %", "A/A, CV 2 %, two states 50 % × +20 %",
+                    "A/A, CV 0.5 %, two states 30 % × +10 %"]
+
+
+@pytest.mark.parametrize("name", TWO_STATE_CHECKS)
+def test_v5_holds_both_errors_under_two_speed_states_where_v4_did_not(name: str) -> None:
+    result = simulate("sequential", BY_NAME[name], draws=SMALL, seed=1)
+    for outcome in ("adopted", "regression"):
+        assert result.rates[outcome].pct - 3 * result.rates[outcome].se_pct <= 5.0
+    assert meets(result) is (result.adopted.pct <= 5.0 and result.rates["regression"].pct <= 5.0)
+    if name.startswith("A/A, CV 0.5 %, two states 50 %"):  # the measurement: v4 adopts about 10 %
+        v4 = simulate("sequential", BY_NAME[name], draws=SMALL, seed=1, version=4)
+        assert v4.version == 4 and v4.label == "sequential v4" and v4.adopted.pct - 3 * v4.adopted.se_pct > 8.0
+        assert meets(v4) is False
+
+
+def test_v5_power_under_two_speed_states() -> None:
+    result = simulate("sequential", BY_NAME["−2 %, CV 0.5 %, two states 20 % × +5 %"], draws=SMALL, seed=2)
+    assert result.adopted.pct + 3 * result.adopted.se_pct >= 95.0 and result.rates["regression"].pct < 1.0
+
+
+def test_gate_simulate_runs_versions_side_by_side(tmp_path) -> None:
+    done = gate_invoke("simulate", "--policy", "sequential", "--sequential-version", "5", "--sequential-version",
+                       "4", "--outlier-rate", "0.5", "--outlier-pct", "20", "--draws", "4000", "--json",
+                       cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    v5, v4 = json.loads(done.stdout)["simulations"]
+    assert (v5["version"], v4["version"]) == (5, 4)
+    again = simulate("sequential", Scenario(outlier_rate=0.5, outlier_pct=20.0), draws=4000, version=4)
+    assert v4["rates_pct"]["adopted"]["value"] == again.adopted.pct  # the same seed, the same gates
+    table = gate_invoke("simulate", "--policy", "sequential", "--sequential-version", "3", "--draws", "2000",
+                        cwd=tmp_path)
+    assert "| sequential v3 | thue-morse |" in table.stdout
+    bad = gate_invoke("simulate", "--policy", "sequential", "--sequential-version", "9", cwd=tmp_path)
+    assert bad.returncode == 2
+    assert bad.stderr.strip() == "gate: error: --sequential-version: no design version 9 of the sequential policy"
+    suite = run_suite(("sequential",), draws=500, seed=0, versions={"sequential": (5, 4)})
+    assert [r.version for r in suite[:2]] == [5, 4] and len(suite) == 2 * len(SUITE)
 
 
 def test_guard_scenario_false_pass_and_its_monte_carlo_bound() -> None:
