@@ -22,7 +22,7 @@ from gatekit.policies.comparison import bootstrap_codes
 from gatekit.policies.descriptors import policy_for
 from gatekit.prereg import DecisionSpec
 from gatekit.records import RunOutcome, RunRecord, WindowSummary
-from gatekit.simulate import OUTCOMES, SUITE, Scenario, ThresholdSpec, meets, run_suite, simulate, simulate_runs
+from gatekit.simulate import OUTCOMES, SUITE, TARGETS, Scenario, ThresholdSpec, meets, run_suite, simulate, simulate_runs
 from gatekit.verdict import CODE_NAMES, INCONCLUSIVE, classic_decision
 from tests.conftest import FIXTURES, gate_invoke
 
@@ -124,7 +124,7 @@ def test_gate_simulate_runs_versions_side_by_side(tmp_path) -> None:
     assert bad.returncode == 2
     assert bad.stderr.strip() == "gate: error: --sequential-version: no design version 9 of the sequential policy"
     suite = run_suite(("sequential",), draws=500, seed=0, versions={"sequential": (5, 4)})
-    assert [r.version for r in suite[:2]] == [5, 4] and len(suite) == 2 * len(SUITE)
+    assert [r.version for r in suite[:2]] == [5, 4] and len(suite) == 2 * len(TARGETS)  # not the duet's rows
 
 
 def test_guard_scenario_false_pass_and_its_monte_carlo_bound() -> None:
