@@ -146,19 +146,7 @@ class Axes:
 
     # -- layout ----------------------------------------------------------------------------------------
     def _extent(self, axis: str) -> tuple[float, float]:
-        values: list[float] = []
-        for mark in self.marks:
-            d = mark.data
-            if axis == "x":
-                values += {"line": lambda: d["xs"], "points": lambda: [p[0] for p in d["xy"]],
-                           "vline": lambda: [d["x"]], "rect": lambda: [d["x0"], d["x1"]],
-                           "xerror": lambda: [d["x0"], d["x1"]], "text": lambda: [d["x"]]}.get(
-                               mark.kind, lambda: [])()
-            else:
-                values += {"line": lambda: d["ys"], "points": lambda: [p[1] for p in d["xy"]],
-                           "hline": lambda: [d["y"]], "hspan": lambda: [d["y0"], d["y1"]],
-                           "rect": lambda: [d["y0"], d["y1"]], "xerror": lambda: [d["y"]],
-                           "text": lambda: [d["y"]]}.get(mark.kind, lambda: [])()
+        values = [value for mark in self.marks for value in _data_values(mark, axis)]
         ticks = self.xticks if axis == "x" else self.yticks
         values += [position for position, _ in ticks or ()]
         finite = [float(v) for v in values if math.isfinite(v)]
@@ -339,6 +327,23 @@ def _dodge(labels: Sequence[Mark], px: Any, py: Any, top: float, bottom: float) 
                                 and b[1] < box(lines)[3] for b in placed)), 0)
         d["dy"] += free * (size + 1.0)
         placed.append(box(0))
+
+
+# the data coordinates each kind of mark spans, on the x and on the y axis (a line across the axes spans none)
+_X_KEYS = {"line": "xs", "vline": "x", "rect": ("x0", "x1"), "xerror": ("x0", "x1"), "text": "x"}
+_Y_KEYS = {"line": "ys", "hline": "y", "hspan": ("y0", "y1"), "rect": ("y0", "y1"), "xerror": "y", "text": "y"}
+
+
+def _data_values(mark: Mark, axis: str) -> list[float]:
+    """The data coordinates a mark spans on one axis, for the axis limits."""
+    d = mark.data
+    if mark.kind == "points":
+        return [point[0 if axis == "x" else 1] for point in d["xy"]]
+    keys = (_X_KEYS if axis == "x" else _Y_KEYS).get(mark.kind, ())
+    if isinstance(keys, str):
+        value = d[keys]
+        return list(value) if isinstance(value, list) else [value]
+    return [d[key] for key in keys]
 
 
 def _stroke(color: str, width: float, dash: str, alpha: float = 1.0) -> str:
