@@ -42,11 +42,13 @@ def without_order(g: GateDir) -> GateDir:
 def duet_gate(root: Path, n: int = 4, driver: str = "command", **arms: dict) -> GateDir:
     """A cpu duet of the fixture trainer; driver "fake" plays its runs in process (with `fake_machine`)."""
     where = str(root / "where.jsonl")
+    (root / "meet").mkdir(parents=True, exist_ok=True)
+    meet = str(root / "meet")
     return without_order(make_gate(root, gate={"mode": "duet", "n": n},
                                    duet={"slots": [f"cpu:{CORES[0]}", f"cpu:{CORES[1]}"]},
                                    rules={"evidence": "load1", "load_per_core_limit": 1000.0},
-                                   off={"where": where, "sleep_s": 0.3, **arms.get("off", {})},
-                                   on={"where": where, "sleep_s": 0.3, **arms.get("on", {})},
+                                   off={"where": where, "meet": meet, "sleep_s": 0.3, **arms.get("off", {})},
+                                   on={"where": where, "meet": meet, "sleep_s": 0.3, **arms.get("on", {})},
                                    driver={"name": driver}))
 
 
@@ -57,7 +59,7 @@ def starts(root: Path) -> dict[str, dict]:
         if "start" in entry:
             seen[entry["run"]] = entry
         else:
-            seen[entry["run"]]["end"] = entry["end"]
+            seen[entry["run"]] |= {"end": entry["end"], "met": entry.get("met")}
     return seen
 
 
@@ -179,7 +181,7 @@ def test_a_duet_runs_each_pair_together_on_swapped_pinned_slots(tmp_path: Path) 
         expected |= {f"off-r{k}": off_slot, f"on-r{k}": on_slot}
     for k in range(1, 5):
         off, on = seen[f"off-r{k}"], seen[f"on-r{k}"]
-        assert off["start"] < on["end"] and on["start"] < off["end"], (k, off, on)  # the two runs overlap
+        assert off["met"] and on["met"], (k, off, on)  # each saw the other alive: the two runs overlapped
         assert off["slot"] == expected[f"off-r{k}"] and on["slot"] == expected[f"on-r{k}"]
         for entry in (off, on):
             assert entry["cores"] == [int(entry["slot"].split(":")[1])] and entry["cuda"] is None
@@ -245,13 +247,15 @@ def test_a_pair_cut_off_by_ctrl_c_runs_again_whole_on_resume(tmp_path: Path) -> 
     (series,) = g.series_dirs()
     journaled = [json.loads(line) for line in (series / "journal.jsonl").read_text().splitlines()]
     assert [e["record"]["label"] for e in journaled if e["event"] == "run_end"] == ["off-r1", "on-r1"]
+    for mark in (tmp_path / "meet").iterdir():  # the cut pair's marks: its runs again must meet anew
+        mark.unlink()
     go.touch()
     done = subprocess.run([sys.executable, "-m", "gatekit.cli", "run", "--resume", str(series)], cwd=g.root,
                           env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert (series / "off-r2.cut-1").is_dir() and (series / "on-r2.cut-1").is_dir()  # both runs again
     off, on = starts(g.root)["off-r2"], starts(g.root)["on-r2"]
-    assert off["start"] < on["end"] and on["start"] < off["end"], (off, on)  # the pair ran together again
+    assert off["met"] and on["met"], (off, on)  # the pair ran together again
     assert sorted(r["label"] for r in g.finding()["runs"]) == sorted(
         f"{arm}-r{k}" for arm in ("off", "on") for k in range(1, 5))
 
