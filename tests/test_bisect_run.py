@@ -93,8 +93,9 @@ def make_repo(root: Path) -> Repo:
         "threshold": {"sigma_k": 2.0, "floor_pct": 1.0},
         "guards": [{"metric": "psnr_db", "direction": "higher", "max_drop": 0.05}],
         "rules": {"load_limit": 1000.0, "sample_interval_s": 0.02},
-        "driver": {"name": "command", "argv": ["{python}", "trainer.py", "--config", "{arm_config}"],
-                   "timeout_s": 60, "hash": ["trainer.py"], "busy_pattern": "trainer\\.py --config",
+        # the busy pattern is this test's own: other trainers on a shared machine are not its business
+        "driver": {"name": "command", "argv": ["{python}", "tiny_trainer.py", "--config", "{arm_config}"],
+                   "timeout_s": 60, "hash": ["tiny_trainer.py"], "busy_pattern": "tiny_trainer\\.py --config",
                    "env": {"TINY_COMMIT": "{commit}"}},
         "arms": {"base": {"config": "configs/base.toml"}, "more": {"config": "configs/more.toml"}},
     }
@@ -107,7 +108,7 @@ def make_repo(root: Path) -> Repo:
     shas = []
     for index in range(COMMITS + 1):
         slowdown = 1.10 if index >= CULPRIT else 1.0
-        (root / "trainer.py").write_text(TRAINER.format(slowdown=slowdown) + f"# commit {index}\n")
+        (root / "tiny_trainer.py").write_text(TRAINER.format(slowdown=slowdown) + f"# commit {index}\n")
         status = "skip" if index == SKIP_BUILD else "fail" if index == FAIL_BUILD else "ok"
         (root / "BUILD_STATUS").write_text(status + "\n")
         _git(root, "add", "-A")
@@ -210,13 +211,63 @@ def test_bisect_names_the_culprit_with_two_probes_at_once(repo: Repo, tmp_path: 
     assert Path(seen[repo.shas[probe.commit]]).name == f"{probe.commit:03d}-{repo.shas[probe.commit][:12]}"
 
 
-def test_bisect_through_a_local_ray(repo: Repo, tmp_path: Path) -> None:
-    pytest.importorskip("ray")
+@pytest.fixture
+def ray_session():  # type: ignore[no-untyped-def]
+    """A small local Ray, as the campaign's Ray tests start it (the engine uses the session it finds)."""
+    ray = pytest.importorskip("ray")
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, object_store_memory=80 * 1024 * 1024)
+    yield ray
+    ray.shutdown()
+
+
+def test_bisect_through_a_local_ray(repo: Repo, tmp_path: Path, ray_session) -> None:
     out = tmp_path / "bisect"
     result = run_bisect(repo.shas[0], repo.shas[-1], BisectOptions(build=repo.build, engine="ray", max_parallel=2,
                                                                    out=out), cwd=repo.root)
     assert result.outcome is Outcome.CULPRIT and result.culprit == CULPRIT
     _assert_found(out, repo)
+
+
+def test_endpoints_that_do_not_differ_stop_the_bisect(repo: Repo, tmp_path: Path) -> None:
+    """Two commits before the slowdown: the gate sees no change, n more pairs once, still none: no_change, exit 0,
+    no probe between them."""
+    out = tmp_path / "bisect"
+    done = subprocess.run([sys.executable, "-m", "gatekit.cli", "bisect", repo.shas[1], repo.shas[4], "--out",
+                           str(out), "--build", repo.build, "--fail-on", "culprit"], cwd=repo.root,
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    assert "outcome: no_change" in done.stdout
+    state = replay(out)
+    assert state.stop is not None and state.stop.outcome is Outcome.NO_CHANGE
+    assert [(e.commit, e.round) for e in state.finished] == [(3, 0), (3, 1)]  # BAD (index 3) twice, nothing else
+    verify_bisect(out)
+
+
+def test_a_build_that_fails_everywhere_is_invalid_and_nothing_runs(repo: Repo, tmp_path: Path) -> None:
+    out = tmp_path / "bisect"
+    done = subprocess.run([sys.executable, "-m", "gatekit.cli", "bisect", repo.shas[0], repo.shas[-1], "--out",
+                           str(out), "--build", f"{sys.executable} -c 'raise SystemExit(2)'"], cwd=repo.root,
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 3, done.stderr
+    assert "outcome: invalid" in done.stdout
+    state = replay(out)
+    assert state.runs() == 0 and state.stop is not None and state.stop.outcome is Outcome.INVALID
+    assert not list(out.glob("probes/*/runs/*"))
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--budget", "5"], "--budget: 5 runs cannot hold the endpoints"),
+    (["--arm", "nope"], "defines no arm 'nope'"),
+    (["--engine", "local", "--address", "auto"], "--address joins a Ray cluster"),
+])
+def test_usage_errors_exit_2_before_anything_is_written(repo: Repo, tmp_path: Path, args: list[str],
+                                                        message: str) -> None:
+    from tests.conftest import gate_invoke
+
+    out = tmp_path / "bisect"
+    done = gate_invoke("bisect", repo.shas[0], repo.shas[-1], "--out", str(out), *args, cwd=repo.root)
+    assert done.returncode == 2 and message in done.stderr
+    assert not out.exists()
 
 
 def test_a_killed_bisect_resumes_without_running_its_finished_probes_again(repo: Repo, tmp_path: Path) -> None:

@@ -45,7 +45,8 @@ from gatekit.errors import EXIT_FAIL_ON, EXIT_INVALID, ConfigError, GatekitError
 from gatekit.policies.descriptors import DUET_MODE
 from gatekit.series.runloop import now
 from gatekit.signals import interrupt_on_sigterm
-from gatekit.storage import Journal, SeriesLayout, atomic_write_bytes, atomic_write_text, pid_lock
+from gatekit.provenance import sha256_file
+from gatekit.storage import Journal, SeriesLayout, atomic_write_bytes, atomic_write_text, pid_lock, read_input
 
 GATE_COPY = "gate.toml"  # the gate file as the bisect read it
 REFERENCE_ARM = "reference"
@@ -320,7 +321,8 @@ class Bisect:
         return ends
 
     def _parallel(self) -> int:
-        return self.options.max_parallel or 1
+        """Probes at once on the local engine: as asked, else as the plan says (a resumed bisect)."""
+        return self.options.max_parallel or self.start.max_parallel
 
     def _what(self, spec: ProbeSpec) -> str:
         commit = self.commits[spec.commit]
@@ -530,8 +532,10 @@ def run_bisect(good: str | None, bad: str | None, options: BisectOptions, *, cwd
         if good is None or bad is None:
             raise ConfigError("gate bisect needs GOOD and BAD (or --resume DIR)")
         gate_path = options.gate_path.resolve()
+        gate_bytes = read_input(gate_path, "a gate file")  # read once: the copy, the plan's sha256 and the probes'
         config = load_gate(gate_path)
-        gate_bytes = gate_path.read_bytes()
+        if sha256_file(gate_path) != hashlib.sha256(gate_bytes).hexdigest():
+            raise ConfigError(f"{gate_path}: changed while it was read; run gate bisect again")
         arm = _check_options(options, config)
         commits = commit_range(repo, good, bad)
         if len(commits) < 2:
