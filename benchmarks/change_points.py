@@ -2,11 +2,12 @@
 
     python benchmarks/change_points.py [--series 5000] [--seed 20261130]
 
-Each scenario draws Gaussian series (σ = 1), finds change points exactly as `gate history` does
-(gatekit.history.change_point_indices: ruptures PELT candidates, each kept at permutation p ≤ α = 0.05),
-and counts how often the event of the row happens; "PELT alone" counts the same event for the candidates
-before the permutation tests (what `gate history` reported before them). The seed is fixed, so the table
-is reproducible; ± is one Monte-Carlo standard error, sqrt(p(1 − p)/series).
+Each scenario draws series of noise with marginal SD σ = 1 (Gaussian, or AR(1) noise x_t = ρ·x_{t−1} + e_t,
+a machine drifting over days), finds change points exactly as `gate history` does
+(gatekit.history.change_point_indices: outliers out, the AR(1)-robust shift test, ruptures PELT candidates
+each kept at permutation p ≤ α = 0.05), and counts how often the event of the row happens; "PELT alone"
+counts the same event for the candidates before any test (what `gate history` reported before the tests).
+The seed is fixed, so the table is reproducible; ± is one Monte-Carlo standard error, sqrt(p(1 − p)/series).
 """
 
 from __future__ import annotations
@@ -18,57 +19,104 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from gatekit.history import ALPHA, PERMUTATIONS, candidate_indices, change_point_indices
+from gatekit.history import (ALPHA, NULL_SERIES, PERMUTATIONS, RHO_MAX, ChangeSearch, ar1_series, candidate_indices,
+                             change_point_indices, null_statistics)
 
 SEED = 20261130
 RECENT = 5
+SPIKE = 10.0
+
+Draw = Callable[[np.random.Generator], tuple[np.ndarray, frozenset[int]]]  # the series and its spikes
+Event = Callable[[Sequence[int], ChangeSearch | None, int, frozenset[int]], bool]
 
 
-def _any(indices: Sequence[int], n: int) -> bool:
-    return bool(indices)
+def _any(changes: Sequence[int], search: ChangeSearch | None, n: int, spikes: frozenset[int]) -> bool:
+    return bool(changes)
 
 
-def _recent(indices: Sequence[int], n: int) -> bool:
+def _recent(changes: Sequence[int], search: ChangeSearch | None, n: int, spikes: frozenset[int]) -> bool:
     """What `--fail-on change --recent 5` fails on: a change point among the last 5 findings."""
-    return any(i >= n - RECENT for i in indices)
+    return any(i >= n - RECENT for i in changes)
 
 
-def _near_12(indices: Sequence[int], n: int) -> bool:
-    return any(abs(i - 12) <= 1 for i in indices)
+def _near(at: int) -> Event:
+    def found(changes: Sequence[int], search: ChangeSearch | None, n: int, spikes: frozenset[int]) -> bool:
+        return any(abs(i - at) <= 1 for i in changes)
+    return found
 
 
-def _flat(n: int) -> Callable[[np.random.Generator], np.ndarray]:
-    return lambda rng: rng.standard_normal(n)
+def _mislabelled(changes: Sequence[int], search: ChangeSearch | None, n: int, spikes: frozenset[int]) -> bool:
+    """An outlier label on a finding that is not a spike (PELT alone has no labels)."""
+    return search is not None and bool(set(search.outliers) - spikes)
 
 
-def _spike(n: int, where: int | None) -> Callable[[np.random.Generator], np.ndarray]:
-    def draw(rng: np.random.Generator) -> np.ndarray:
+def _unlabelled(changes: Sequence[int], search: ChangeSearch | None, n: int, spikes: frozenset[int]) -> bool:
+    """A spike the table does not mark as an outlier."""
+    return search is not None and not spikes <= set(search.outliers)
+
+
+def _noise(n: int, rho: float, rng: np.random.Generator) -> np.ndarray:
+    if rho == 0:
+        return rng.standard_normal(n)
+    return ar1_series(rho, 1, n, rng)[0] * math.sqrt(1 - rho * rho)  # marginal SD 1
+
+
+def _flat(n: int, rho: float = 0.0) -> Draw:
+    return lambda rng: (_noise(n, rho, rng), frozenset())
+
+
+def _spikes(n: int, where: int | None, width: int = 1) -> Draw:
+    """`width` adjacent 10σ spikes from `where` (None: anywhere they fit with a finding after them)."""
+    def draw(rng: np.random.Generator) -> tuple[np.ndarray, frozenset[int]]:
         x = rng.standard_normal(n)
-        x[int(rng.integers(n)) if where is None else where] += 10.0
-        return x
+        start = (int(rng.integers(n - width + 1 if width == 1 else n - width)) if where is None else where)
+        x[start:start + width] += SPIKE
+        return x, frozenset(range(start, start + width))
     return draw
 
 
-def _step(n: int, at: int, size: float) -> Callable[[np.random.Generator], np.ndarray]:
-    def draw(rng: np.random.Generator) -> np.ndarray:
-        x = rng.standard_normal(n)
+def _step(n: int, at: int, size: float, rho: float = 0.0) -> Draw:
+    def draw(rng: np.random.Generator) -> tuple[np.ndarray, frozenset[int]]:
+        x = _noise(n, rho, rng)
         x[at:] += size
-        return x
+        return x, frozenset()
     return draw
 
 
-SCENARIOS: tuple[tuple[str, str, Callable[[np.random.Generator], np.ndarray], Callable, str], ...] = (
+SCENARIOS: tuple[tuple[str, str, Draw, Event, str], ...] = (
     ("flat, 12 findings", "any change point", _flat(12), _any, "≤ 5 %"),
     ("flat, 20 findings", "any change point", _flat(20), _any, "≤ 5 %"),
     ("flat, 30 findings", "any change point", _flat(30), _any, "≤ 5 %"),
-    ("flat, 12 findings", "one in the last 5 (`--recent 5`)", _flat(12), _recent, "≤ 5 %"),
     ("flat, 20 findings", "one in the last 5 (`--recent 5`)", _flat(20), _recent, "≤ 5 %"),
-    ("flat, 30 findings", "one in the last 5 (`--recent 5`)", _flat(30), _recent, "≤ 5 %"),
-    ("one 10σ spike at index 10 of 20", "any change point", _spike(20, 10), _any, "none (≤ 5 %)"),
-    ("one 10σ spike at index 19 of 20 (the newest)", "any change point", _spike(20, 19), _any, "none (≤ 5 %)"),
-    ("one 10σ spike anywhere in 20", "any change point", _spike(20, None), _any, "none (≤ 5 %)"),
-    ("3σ step at index 12 of 20", "found at index 12 ± 1", _step(20, 12, 3.0), _near_12, "≥ 90 %"),
-    ("2σ step at index 12 of 20", "found at index 12 ± 1", _step(20, 12, 2.0), _near_12, "(shown)"),
+    ("flat, 20 findings, AR(1) ρ 0.3", "any change point", _flat(20, 0.3), _any, "≤ 5 %"),
+    ("flat, 20 findings, AR(1) ρ 0.6", "any change point", _flat(20, 0.6), _any, "≤ 5 %"),
+    ("flat, 12 findings, AR(1) ρ 0.6", "any change point", _flat(12, 0.6), _any, "≤ 5 %"),
+    ("flat, 30 findings, AR(1) ρ 0.6", "any change point", _flat(30, 0.6), _any, "≤ 5 %"),
+    ("flat, 60 findings, AR(1) ρ 0.6", "any change point", _flat(60, 0.6), _any, "≤ 5 %"),
+    ("flat, 20 findings, AR(1) ρ 0.8", "any change point", _flat(20, 0.8), _any, "(shown: beyond ρ 0.6)"),
+    ("flat, 20 findings, AR(1) ρ 0.6", "an outlier label", _flat(20, 0.6), _mislabelled, "(shown)"),
+    ("one 10σ spike at index 10 of 20", "any change point", _spikes(20, 10), _any, "none (≤ 5 %)"),
+    ("one 10σ spike at index 19 of 20 (the newest)", "any change point", _spikes(20, 19), _any, "none (≤ 5 %)"),
+    ("one 10σ spike anywhere in 20", "any change point", _spikes(20, None), _any, "none (≤ 5 %)"),
+    ("one 10σ spike anywhere in 20", "a label on another finding", _spikes(20, None), _mislabelled, "(shown)"),
+    ("two adjacent 10σ spikes at 9, 10 of 20", "any change point", _spikes(20, 9, 2), _any, "none (≤ 5 %)"),
+    ("two adjacent 10σ spikes anywhere in 20, a finding after them", "any change point", _spikes(20, None, 2),
+     _any, "none (≤ 5 %)"),
+    ("two adjacent 10σ spikes anywhere in 20, a finding after them", "a spike left unlabelled",
+     _spikes(20, None, 2), _unlabelled, "(shown)"),
+    ("two adjacent 10σ spikes anywhere in 20, a finding after them", "a label on another finding",
+     _spikes(20, None, 2), _mislabelled, "(shown)"),
+    ("3σ step at index 8 of 20", "found at index 8 ± 1", _step(20, 8, 3.0), _near(8), "≥ 90 %"),
+    ("3σ step at index 12 of 20", "found at index 12 ± 1", _step(20, 12, 3.0), _near(12), "≥ 90 %"),
+    ("3σ step at index 16 of 20 (4 findings after it)", "found at index 16 ± 1", _step(20, 16, 3.0), _near(16),
+     "≥ 90 %"),
+    ("3σ step at index 12 of 20", "a label on a finding", _step(20, 12, 3.0), _mislabelled, "(shown)"),
+    ("3σ step at index 12 of 30 (18 findings after it)", "found at index 12 ± 1", _step(30, 12, 3.0), _near(12),
+     "(shown)"),
+    ("2σ step at index 12 of 20", "found at index 12 ± 1", _step(20, 12, 2.0), _near(12), "(shown)"),
+    ("4σ step at index 16 of 20", "found at index 16 ± 1", _step(20, 16, 4.0), _near(16), "(shown)"),
+    ("3σ step at index 12 of 20, AR(1) ρ 0.3", "found at index 12 ± 1", _step(20, 12, 3.0, 0.3), _near(12),
+     "(shown)"),
 )
 
 
@@ -84,23 +132,67 @@ def table(series: int, seed: int) -> str:
         rng = np.random.default_rng([seed, number])
         kept = pelt = 0
         for _ in range(series):
-            values = [float(v) for v in draw(rng)]
-            found = [index for index, _ in change_point_indices(values)[0]]
-            kept += happened(found, len(values))
-            pelt += happened(candidate_indices(values)[0], len(values))
-        lines.append(f"| {name} | {event} | {target} | {rate(kept, series)} | {rate(pelt, series)} |")
+            x, spikes = draw(rng)
+            values = [float(v) for v in x]
+            search = change_point_indices(values)
+            kept += happened([index for index, _ in search.changes], search, len(values), spikes)
+            pelt += happened(candidate_indices(values)[0], None, len(values), spikes)
+        shown = rate(pelt, series) if happened not in (_mislabelled, _unlabelled) else "—"
+        lines.append(f"| {name} | {event} | {target} | {rate(kept, series)} | {shown} |")
     return "\n".join(lines)
+
+
+TRADE_OFF_RHOS = (0.0, 0.3, 0.45, 0.6)  # the shift test's null ρ: the noise its false-alarm rate is guaranteed for
+TRADE_OFF_ROWS: tuple[tuple[str, Draw, Event], ...] = (
+    ("flat, AR(1) ρ 0.3: any change point", _flat(20, 0.3), _any),
+    ("flat, AR(1) ρ 0.6: any change point", _flat(20, 0.6), _any),
+    ("3σ step at index 12: found at 12 ± 1", _step(20, 12, 3.0), _near(12)),
+    ("3σ step at index 16: found at 16 ± 1", _step(20, 16, 3.0), _near(16)),
+)
+
+
+def trade_off_table(series: int, seed: int) -> str:
+    """What the choice of the shift test's null ρ buys and costs (20 findings): false alarms under AR(1) noise
+    against the power for a 3σ step; gate history uses RHO_MAX."""
+    header = ["20 findings", *[f"null ρ {rho:g}: %" for rho in TRADE_OFF_RHOS]]
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join(" --- " for _ in header) + "|"]
+    for number, (name, draw, happened) in enumerate(TRADE_OFF_ROWS):
+        cells = []
+        for rho in TRADE_OFF_RHOS:
+            rng = np.random.default_rng([seed, 100 + number])  # the same series under every choice
+            hits = 0
+            for _ in range(series):
+                x, spikes = draw(rng)
+                values = [float(v) for v in x]
+                search = change_point_indices(values, null_rho=rho)
+                hits += happened([index for index, _ in search.changes], search, len(values), spikes)
+            cells.append(rate(hits, series))
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def quantile_table(series: int, seed: int, n: int = 20) -> str:
+    """The shift statistic's 95 % quantile on flat AR(1) series of each ρ: it rises with ρ, which is why the
+    test's null is the largest ρ it covers (RHO_MAX)."""
+    rhos = (0.0, 0.3, 0.45, 0.6, 0.75, 0.9)
+    cells = [f"{np.quantile(null_statistics(n, series, seed, rho), 0.95):.2f}" for rho in rhos]
+    return ("| AR(1) ρ of the flat series | " + " | ".join(f"{rho:g}" for rho in rhos) + " |\n"
+            + "|" + " --- |" * (len(rhos) + 1) + "\n"
+            + f"| 95 % quantile of the shift statistic, {n} findings | " + " | ".join(cells) + " |")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--series", type=int, default=5000, help="simulated series per row")
     parser.add_argument("--seed", type=int, default=SEED)
+    parser.add_argument("--trade-off", action="store_true", help="the null-ρ trade-off table instead")
+    parser.add_argument("--quantiles", action="store_true", help="the null quantiles by ρ instead")
     args = parser.parse_args()
     began = time.monotonic()
-    print(table(args.series, args.seed))
-    print(f"\n{args.series} series per row, seed {args.seed}, α = {ALPHA}, {PERMUTATIONS} permutations per test; "
-          f"{time.monotonic() - began:.0f} s")
+    print(quantile_table(args.series, args.seed) if args.quantiles
+          else trade_off_table(args.series, args.seed) if args.trade_off else table(args.series, args.seed))
+    print(f"\n{args.series} series per row, seed {args.seed}, α = {ALPHA}, shift test against {NULL_SERIES} AR(1) "
+          f"series of ρ {RHO_MAX:g}, {PERMUTATIONS} permutations per candidate test; {time.monotonic() - began:.0f} s")
 
 
 if __name__ == "__main__":

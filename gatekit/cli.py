@@ -839,11 +839,12 @@ def bisect_cmd(good: str | None, bad: str | None, gate_path: Path, arm: str | No
 @click.option("--recent", type=click.IntRange(min=1),
               help="With --fail-on change: only change points among the last N findings count.")
 @click.option("--alpha", type=float, default=0.05, show_default=True,
-              help="A change point is kept when its permutation p-value is at most this.")
+              help="Level of the shift test and of each change point's permutation test.")
 def history_cmd(findings_dir: Path, metric: str, arm_key: str, gate_id: str | None, plot_path: Path | None,
                 as_json: bool, fail_on: str | None, recent: int | None, alpha: float) -> None:
-    """A metric across findings over time, with change points (ruptures PELT, each kept by a permutation
-    test at --alpha; see docs)."""
+    """A metric across findings over time, with change points: a shift test that autocorrelated noise
+    (AR(1) ρ up to 0.6) does not fool, then ruptures PELT candidates, each kept by a permutation test at
+    --alpha (see docs/history.md)."""
     def work():  # type: ignore[no-untyped-def]
         from gatekit.findingset import load_folder
         from gatekit.history import build_history, history_json, history_plot, history_table, recent_changes

@@ -7,28 +7,44 @@ each change adds a mean and a location, so pen = 2·σ̂²·ln n in the l2 cost'
 estimated robustly from first differences, MAD(Δx)·1.4826/√2 (the differences of a piecewise-constant
 series are noise except at the few changes, and differencing doubles the variance). When more than half
 the differences are exactly zero the MAD is zero; σ̂ then falls back to the differences' sample SD/√2, and
-a series with no variation at all has no change points. Segments hold at least two findings.
+a series with no variation at all has no change points. Segments hold at least CHANGE_MIN_SEGMENT = 4
+findings.
 
-A candidate is kept only when it is significant. As E-Divisive (Matteson & James, JASA 2014) and Apache
-Otava do, each candidate is tested by permutation within the window its two neighbouring segments span. The
-test is on ranks, so a lone spike is only the largest value and never a shift in the mean by itself: the
-statistic is the largest l2 cost reduction of one split of the window's ranks, max_k k(m−k)/m·(r̄₂ − r̄₁)²
-(a max-type Wilcoxon rank-sum statistic, as in Pettitt, Applied Statistics 1979), so the search for the
-split is part of the null. Its p-value is how often a random reordering of the window reaches it,
-(1 + hits) / (1 + permutations) (Phipson & Smyth 2010), exact (every ordering) when a window has few
-enough. First the whole series must show a shift at α: a flat series then shows a change point at most α
-of the time, however many candidates PELT proposed. Then the weakest candidate is dropped while its p
-exceeds α / (candidates left) (Bonferroni), its neighbours merge and the rest are tested again (Otava's
-pruning of weak change points). The permutations use a fixed seed: the same series gives the same answer.
-A lone spike, a finding further than 3.5·√2·σ̂ from each neighbour on the same side, is left out of the
-search altogether (a segment of one finding is not a change), and the table marks it.
-With α = 0.05 a series needs 8 findings before a change can be significant at all: 7 values in perfect
-order still have p = 0.1, 8 have 2·4!·4!/8! = 0.029.
+First the whole series must show a shift, by a test that autocorrelated noise does not fool (a machine
+drifting over days makes neighbouring findings alike, and a permutation test, which takes them as
+exchangeable, then sees shifts in 17–43 % of flat series). The noise is modelled as AR(1), x_t = μ + u_t,
+u_t = ρ·u_{t−1} + e_t, and the statistic is the likelihood ratio of one step in the mean against none,
+each maximised over ρ ∈ RHO_GRID (0 … 0.75) and the step's place (at least CHANGE_MIN_SEGMENT findings on
+each side): 2·(max ℓ(ρ, k) − max ℓ(ρ)). ℓ is the restricted (REML) Gaussian log-likelihood of the
+Prais–Winsten transformed series (Prais & Winsten 1954; Harville, JASA 1977), computed on the standardised
+series (the restricted likelihoods of two designs are not on one scale: unstandardised, the ratio would
+move with the units). Its p-value is the share of NULL_SERIES seeded AR(1) series with ρ = RHO_MAX = 0.6
+and no step that reach it, (1 + hits) / (1 + NULL_SERIES): the statistic's null quantiles rise with ρ
+(measured in docs/statistics.md), so ρ = 0.6 is the least favourable noise it covers, and a flat series
+with any ρ ≤ 0.6 shows a change point at most α of the time, however many candidates PELT proposed.
+
+Then each candidate is tested by permutation within the window its two neighbouring segments span, as
+E-Divisive (Matteson & James, JASA 2014) and Apache Otava do. That test is on ranks, so a lone spike is only
+the largest value: the statistic is the largest l2 cost reduction of one split of the window's ranks,
+max_k k(m−k)/m·(r̄₂ − r̄₁)² (a max-type Wilcoxon rank-sum statistic, as in Pettitt, Applied Statistics
+1979), so the search for the split is part of the null. Its p-value is how often a random reordering of
+the window reaches it, (1 + hits) / (1 + permutations) (Phipson & Smyth 2010), exact (every ordering) when
+a window has few enough. The weakest candidate is dropped while its p exceeds α / (candidates left)
+(Bonferroni), its neighbours merge and the rest are tested again (Otava's pruning of weak change points).
+Where no candidate survives in a series that passed the shift test, its own best split is the change point,
+with the shift test's p. The permutations and the null series use fixed seeds: the same series gives the same
+answer.
+A lone spike (a finding further than 3.5·√2·σ̂ from each neighbour on the same side) and two adjacent
+spikes (two findings inside the series both that far from the findings before and after them, on the same
+side) are left out of the search altogether (an excursion that returns is not a change), and the table
+marks exactly those findings. A series needs 2·CHANGE_MIN_SEGMENT = 8 findings before a change can be
+found at all: a step is reported once 4 findings follow it.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import io
 import itertools
 import json
@@ -50,13 +66,21 @@ from gatekit.findingset import LoadedFinding, by_date
 from gatekit.report.common import fmt, is_number
 from gatekit.sanitize import show_controls
 
-MIN_SEGMENT = 2
+MIN_SEGMENT = 2  # the rank statistic's shortest side of a split
 MAD_TO_SIGMA = 1.4826  # 1/Φ⁻¹(3/4): MAD of Gaussian noise × this = σ
-ALPHA = 0.05  # `gate history --alpha`: a candidate is a change point when its permutation p ≤ ALPHA
+ALPHA = 0.05  # `gate history --alpha`: the shift test and each candidate's permutation test at this level
 PERMUTATIONS = 999  # random orderings per test; 999 resolves p to 0.001
 SEED = 0  # the permutations' seed: the same series always gives the same change points
 OUTLIER_Z = 3.5  # Iglewicz & Hoaglin (1993): a modified z-score above 3.5 marks an outlier
-METHOD = "ruptures PELT (l2 cost, BIC penalty 2·σ̂²·ln n), each candidate kept at permutation p ≤ α"
+CHANGE_MIN_SEGMENT = 4  # findings on each side of a change (segments of PELT and the shift test): reported after 4
+RHO_MAX = 0.6  # the most autocorrelated noise (AR(1) ρ) a flat series' false-alarm rate is guaranteed for
+RHO_GRID = tuple(round(0.05 * i, 2) for i in range(16))  # ρ the likelihoods are maximised over: 0 … 0.75
+# seeded AR(1) series of ρ = RHO_MAX behind the shift test's p-value: with 999 the critical value itself would
+# carry a Monte-Carlo error of about ±0.7 points of false-alarm rate, with 4 999 about ±0.3
+NULL_SERIES = 4999
+NULL_CHUNK = 1000  # null series simulated at once: bounds memory for long histories
+METHOD = ("AR(1)-robust likelihood-ratio test of one step (ρ ≤ 0.75, REML, least favourable null ρ = 0.6), "
+          "then ruptures PELT candidates (l2 cost, BIC penalty 2·σ̂²·ln n), each kept at permutation p ≤ α")
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,7 +119,8 @@ class History:
     gates: tuple[str, ...]
     alpha: float = ALPHA
     candidates: int = 0  # PELT's candidates before the permutation tests
-    outliers: tuple[int, ...] = ()  # indices of lone spikes, left out of the search
+    outliers: tuple[int, ...] = ()  # indices of lone spikes and adjacent pairs of them, left out of the search
+    shift_p: float = math.nan  # the shift test's p-value on the whole series (NaN: too few findings to test)
 
     def segment_means(self) -> list[float]:
         bounds = [0, *[c.index for c in self.change_points], len(self.points)]
@@ -108,7 +133,9 @@ class History:
     def to_dict(self) -> dict[str, Any]:
         return {
             "metric": self.metric, "described": self.described, "gates": list(self.gates),
-            "method": METHOD, "sigma": self.sigma, "penalty": self.penalty, "alpha": self.alpha,
+            "method": METHOD, "sigma": self.sigma, "penalty": self.penalty if self.penalty > 0 else None,
+            "alpha": self.alpha, "shift_p": None if math.isnan(self.shift_p) else self.shift_p,
+            "null_series": NULL_SERIES, "rho_max": RHO_MAX,
             "permutations": PERMUTATIONS, "seed": SEED, "candidates": self.candidates,
             "outliers": [self.points[i].finding_id for i in self.outliers],
             "points": [{"date": p.date, "finding": p.finding_id, "gate": p.gate_id, "value": p.value}
@@ -172,13 +199,126 @@ def candidate_indices(values: Sequence[float], sigma: float | None = None) -> tu
     """PELT's candidate change points (start indices of new segments), σ̂ and the penalty used."""
     n = len(values)
     sigma = noise_sigma(values) if sigma is None else sigma
-    if n < 2 * MIN_SEGMENT or sigma == 0:
+    if n < 2 * CHANGE_MIN_SEGMENT or sigma == 0:
         return [], sigma, 0.0
     penalty = 2.0 * sigma ** 2 * math.log(n)
     signal = np.asarray(values, dtype=float).reshape(-1, 1)
-    ends = ruptures.Pelt(model="l2", min_size=MIN_SEGMENT, jump=1).fit(signal).predict(pen=penalty)
+    ends = ruptures.Pelt(model="l2", min_size=CHANGE_MIN_SEGMENT, jump=1).fit(signal).predict(pen=penalty)
     return [int(e) for e in ends if e < n], sigma, penalty
 
+
+# -- the shift test: one step in the mean against AR(1) noise ------------------------------------------
+
+def prais_winsten(values: Sequence[float], rho: float) -> np.ndarray:
+    """The series whitened for AR(1) noise of correlation ρ: y₁ = √(1 − ρ²)·x₁, y_t = x_t − ρ·x_{t−1}
+    (Prais & Winsten 1954), so AR(1) noise becomes white noise of the innovations' variance."""
+    x = np.asarray(values, dtype=float)
+    return np.concatenate([[math.sqrt(1 - rho * rho) * x[0]], x[1:] - rho * x[:-1]])
+
+
+def restricted_loglik(values: Sequence[float], rho: float, step_at: int | None = None) -> float:
+    """REML log-likelihood of the series as one mean (`step_at` None) or a mean with a step from index
+    `step_at` on, plus AR(1) noise of correlation ρ: the regression of the whitened series on the whitened
+    regressors W (least squares: numpy.linalg.lstsq), ℓ = −((n−p)/2)·(ln(2π·RSS/(n−p)) + 1) + ½·ln(1 − ρ²)
+    − ½·ln det(WᵀW) (Harville, JASA 1977), p = 1 or 2 regressors."""
+    n = len(values)
+    regressors = [np.ones(n)] + ([] if step_at is None else [(np.arange(n) >= step_at).astype(float)])
+    w = np.column_stack([prais_winsten(r, rho) for r in regressors])
+    y = prais_winsten(values, rho)
+    coefficients, *_ = np.linalg.lstsq(w, y, rcond=None)
+    rss = float(np.sum((y - w @ coefficients) ** 2))
+    dof = n - w.shape[1]
+    return (-dof / 2 * (math.log(2 * math.pi * rss / dof) + 1) + 0.5 * math.log(1 - rho * rho)
+            - 0.5 * math.log(float(np.linalg.det(w.T @ w))))
+
+
+def shift_statistics(rows: np.ndarray, *, rho_grid: Sequence[float] = RHO_GRID,
+                     min_segment: int = CHANGE_MIN_SEGMENT) -> tuple[np.ndarray, np.ndarray]:
+    """Per row of `rows` ([series, n]): the likelihood ratio of one step against none, 2·(max over ρ and the
+    step's place k of restricted_loglik(ρ, k) − max over ρ of restricted_loglik(ρ)), and the k of the
+    maximum. Vectorised: the whitened regressors' inner products are closed forms, the data's come from
+    cumulative sums. Each row is standardised first (the ratio does not change, the arithmetic keeps its
+    digits for large values); a constant row has ratio 0, a perfect step an infinite one."""
+    x = np.asarray(rows, dtype=float)
+    count, n = x.shape
+    spread = x.std(axis=1, keepdims=True)
+    x = (x - x.mean(axis=1, keepdims=True)) / np.where(spread > 0, spread, 1.0)
+    ks = np.arange(min_segment, n - min_segment + 1)
+    best_none = np.full(count, -np.inf)
+    best_step = np.full(count, -np.inf)
+    best_k = np.full(count, ks[0] if ks.size else 0)
+    tiny = 1e-12 * n  # a residual sum below this is a perfect fit
+    for rho in rho_grid:
+        root = math.sqrt(1 - rho * rho)
+        y = np.concatenate([root * x[:, :1], x[:, 1:] - rho * x[:, :-1]], axis=1)
+        whitened_one = np.full(n, 1 - rho)
+        whitened_one[0] = root
+        yy = np.sum(y * y, axis=1)
+        y_one = y @ whitened_one
+        g_one = float(whitened_one @ whitened_one)
+        ends = 0.5 * math.log(1 - rho * rho)
+        rss_none = np.maximum(yy - y_one ** 2 / g_one, tiny)
+        loglik_none = -(n - 1) / 2 * (np.log(2 * math.pi * rss_none / (n - 1)) + 1) + ends - 0.5 * math.log(g_one)
+        best_none = np.maximum(best_none, loglik_none)
+        if not ks.size:
+            continue
+        # the whitened step from k: 0 before k, 1 at k, 1 − ρ after
+        tail = np.concatenate([np.cumsum(y[:, ::-1], axis=1)[:, ::-1], np.zeros((count, 1))], axis=1)
+        y_step = y[:, ks] + (1 - rho) * tail[:, ks + 1]
+        after = n - ks - 1
+        g_step = 1 + after * (1 - rho) ** 2
+        g_cross = (1 - rho) + after * (1 - rho) ** 2
+        det = g_one * g_step - g_cross ** 2
+        explained = (g_step * y_one[:, None] ** 2 - 2 * g_cross * y_one[:, None] * y_step
+                     + g_one * y_step ** 2) / det
+        rss_step = np.maximum(yy[:, None] - explained, tiny)
+        loglik_step = (-(n - 2) / 2 * (np.log(2 * math.pi * rss_step / (n - 2)) + 1) + ends
+                       - 0.5 * np.log(det))
+        at = np.argmax(loglik_step, axis=1)
+        top = loglik_step[np.arange(count), at]
+        better = top > best_step
+        best_step, best_k = np.where(better, top, best_step), np.where(better, ks[at], best_k)
+    if not ks.size:
+        return np.zeros(count), best_k
+    ratio = 2 * (best_step - best_none)
+    ratio = np.where(spread[:, 0] > 0, ratio, 0.0)
+    return np.maximum(ratio, 0.0), best_k
+
+
+def ar1_series(rho: float, count: int, n: int, rng: np.random.Generator) -> np.ndarray:
+    """[count, n] stationary AR(1) series of correlation ρ and unit innovations."""
+    shocks = rng.standard_normal((count, n))
+    series = np.empty((count, n))
+    series[:, 0] = shocks[:, 0] / math.sqrt(1 - rho * rho)
+    for t in range(1, n):
+        series[:, t] = rho * series[:, t - 1] + shocks[:, t]
+    return series
+
+
+@functools.lru_cache(maxsize=64)
+def null_statistics(n: int, null_series: int = NULL_SERIES, seed: int = SEED, rho: float = RHO_MAX) -> np.ndarray:
+    """The shift statistic of `null_series` seeded flat AR(1) series of correlation ρ and length n, sorted."""
+    rng = np.random.default_rng([seed, n])
+    chunks = [shift_statistics(ar1_series(rho, min(NULL_CHUNK, null_series - start), n, rng))[0]
+              for start in range(0, null_series, NULL_CHUNK)]
+    return np.sort(np.concatenate(chunks))
+
+
+def shift_test(values: Sequence[float], *, null_series: int = NULL_SERIES, seed: int = SEED,
+               null_rho: float = RHO_MAX) -> tuple[float, int | None]:
+    """p-value of one step in the mean of `values` against flat AR(1) noise with ρ ≤ `null_rho`, (1 + null
+    series at least as strong) / (1 + null series), and where the step fits best; (1, None) for a series
+    too short for CHANGE_MIN_SEGMENT findings on each side."""
+    n = len(values)
+    if n < 2 * CHANGE_MIN_SEGMENT:
+        return 1.0, None
+    observed, at = shift_statistics(np.asarray(values, dtype=float)[None, :])
+    null = null_statistics(n, null_series, seed, null_rho)
+    hits = null.size - int(np.searchsorted(null, observed[0] * (1 - 1e-9), side="left"))
+    return (1 + hits) / (1 + null.size), int(at[0])
+
+
+# -- the candidates ---------------------------------------------------------------------------------------
 
 def ranks(window: Sequence[float]) -> np.ndarray:
     """Ranks 1 … m of the values, ties sharing their mean rank: a spike becomes just the largest value."""
@@ -222,7 +362,8 @@ def permutation_p(window: Sequence[float], *, permutations: int = PERMUTATIONS,
 def significant_changes(values: Sequence[float], candidates: Sequence[int], *, alpha: float = ALPHA,
                         permutations: int = PERMUTATIONS, seed: int = SEED) -> list[tuple[int, float]]:
     """The candidates that survive backward elimination, each with its p-value: test every candidate within
-    its neighbouring segments, drop the weakest while its p > alpha, merge its neighbours, test again."""
+    its neighbouring segments, drop the weakest while its p > alpha / (candidates left), merge its
+    neighbours, test again."""
     kept = sorted(candidates)
     known: dict[tuple[int, int], float] = {}
 
@@ -232,10 +373,6 @@ def significant_changes(values: Sequence[float], candidates: Sequence[int], *, a
             known[start, end] = permutation_p(values[start:end], permutations=permutations, rng=rng)
         return known[start, end]
 
-    # the gate: without a significant shift in the whole series there is none to place, so a flat series
-    # shows a change point at most alpha of the time, however many candidates PELT proposed
-    if not kept or p_of(0, len(values)) > alpha:
-        return []
     while kept:
         bounds = [0, *kept, len(values)]
         ps = [p_of(bounds[i], bounds[i + 2]) for i in range(len(kept))]
@@ -249,35 +386,71 @@ def significant_changes(values: Sequence[float], candidates: Sequence[int], *, a
 def lone_outliers(values: Sequence[float], sigma: float) -> list[int]:
     """Findings that differ from each neighbour by more than OUTLIER_Z·√2·σ̂, on the same side of both: a
     spike of one finding (a segment of one is not a change). The difference of two findings has SD √2·σ, so
-    this is Iglewicz & Hoaglin's 3.5 limit on the differences; a step differs from one neighbour only."""
+    this is Iglewicz & Hoaglin's 3.5 limit on the differences; a step differs from one neighbour only. Two
+    adjacent findings inside the series that both differ so from the finding before them and the one after
+    them, on the same side, are a spike of two (an excursion that returns is not a change either)."""
     if sigma <= 0 or len(values) < 3:
         return []
     limit = OUTLIER_Z * math.sqrt(2) * sigma
     last = len(values) - 1
-    lone = []
+
+    def apart(value: float, others: Sequence[float]) -> int:
+        """+1 / −1 when `value` is beyond the limit above / below every one of `others`, else 0."""
+        gaps = [value - other for other in others]
+        return 1 if all(g > limit for g in gaps) else -1 if all(g < -limit for g in gaps) else 0
+
+    pairs = set()
+    for i in range(1, last - 1):  # a pair i, i + 1 with a finding before and after it
+        around = (values[i - 1], values[i + 2])
+        side = apart(values[i], around)
+        if side and apart(values[i + 1], around) == side:
+            pairs.update((i, i + 1))
+    lone = set(pairs)
     for i, value in enumerate(values):
-        gaps = [value - values[j] for j in (i - 1, i + 1) if 0 <= j <= last]
-        if not (all(g > limit for g in gaps) or all(g < -limit for g in gaps)):
+        if i in pairs or not apart(value, [values[j] for j in (i - 1, i + 1) if 0 <= j <= last]):
             continue
         # the first or last finding has one neighbour: it is the spike only when that neighbour agrees with
-        # the finding beyond it (otherwise the neighbour is the spike)
+        # the finding beyond it and neither is a spike itself (otherwise the neighbour is the spike)
         inner = {0: (1, 2), last: (last - 1, last - 2)}.get(i)
-        if inner is None or abs(values[inner[0]] - values[inner[1]]) <= limit:
-            lone.append(i)
-    return lone
+        if inner is None or (abs(values[inner[0]] - values[inner[1]]) <= limit and not pairs & set(inner)):
+            lone.add(i)
+    return sorted(lone)
+
+
+@dataclass(frozen=True, slots=True)
+class ChangeSearch:
+    """What change_point_indices found: the change points as (start index of the new segment, p), σ̂, the
+    PELT penalty (0: PELT did not run), the number of PELT candidates, the outliers left out of the search
+    (indices into the values) and the shift test's p-value (NaN: too few findings to test)."""
+
+    changes: tuple[tuple[int, float], ...]
+    sigma: float
+    penalty: float
+    candidates: int
+    outliers: tuple[int, ...]
+    shift_p: float = math.nan
 
 
 def change_point_indices(values: Sequence[float], *, alpha: float = ALPHA, permutations: int = PERMUTATIONS,
-                         seed: int = SEED) -> tuple[list[tuple[int, float]], float, float, int, list[int]]:
-    """Significant change points as (start index of the new segment, p), σ̂, the PELT penalty, the number
-    of PELT candidates tested, and the lone outliers left out of the search (indices into `values`)."""
+                         seed: int = SEED, null_rho: float = RHO_MAX) -> ChangeSearch:
+    """The change points of a series (see the module docstring): outliers out, the shift test on the rest,
+    then PELT's candidates pruned by their permutation tests; where none survives, the shift test's own best
+    split is the change, with the shift test's p. `null_rho`: the AR(1) ρ of the shift test's null
+    (benchmarks/change_points.py weighs other choices)."""
     sigma = noise_sigma(values)
     outliers = lone_outliers(values, sigma)
     kept = [i for i in range(len(values)) if i not in set(outliers)]
     rest = [values[i] for i in kept]
     candidates, _, penalty = candidate_indices(rest, sigma)
-    changes = significant_changes(rest, candidates, alpha=alpha, permutations=permutations, seed=seed)
-    return [(kept[i], p) for i, p in changes], sigma, penalty, len(candidates), outliers
+    if len(rest) < 2 * CHANGE_MIN_SEGMENT or len(set(rest)) == 1:
+        return ChangeSearch((), sigma, penalty, len(candidates), tuple(outliers))
+    shift_p, best_split = shift_test(rest, seed=seed, null_rho=null_rho)
+    changes: list[tuple[int, float]] = []
+    if shift_p <= alpha and best_split is not None:
+        changes = (significant_changes(rest, candidates, alpha=alpha, permutations=permutations, seed=seed)
+                   or [(best_split, shift_p)])
+    return ChangeSearch(tuple((kept[i], p) for i, p in changes), sigma, penalty, len(candidates), tuple(outliers),
+                        shift_p)
 
 
 def build_history(findings: Sequence[LoadedFinding], metric: str, *, arm_key: str = "on",
@@ -301,17 +474,17 @@ def build_history(findings: Sequence[LoadedFinding], metric: str, *, arm_key: st
                           "mean_on, a run metric such as train_elapsed_s, or a dotted path)")
     if not 0 < alpha < 1:
         raise ConfigError(f"--alpha: must be between 0 and 1, got {alpha}")
-    found, sigma, penalty, candidates, outliers = change_point_indices([p.value for p in points], alpha=alpha)
+    search = change_point_indices([p.value for p in points], alpha=alpha)
     changes = []
-    bounds = [0, *(index for index, _ in found), len(points)]
-    for i, (start, p) in enumerate(found):
+    bounds = [0, *(index for index, _ in search.changes), len(points)]
+    for i, (start, p) in enumerate(search.changes):
         before = [p.value for p in points[bounds[i]:start]]
         after = [p.value for p in points[start:bounds[i + 2]]]
         changes.append(ChangePoint(start, points[start].date, points[start].finding_id, stats.mean(before),
                                    stats.mean(after), p))
     gates = tuple(sorted({p.gate_id for p in points}))
-    return History(metric, describe(metric, arm_key, chosen[0].finding), tuple(points), tuple(changes), sigma,
-                   penalty, tuple(skipped), gates, alpha, candidates, tuple(outliers))
+    return History(metric, describe(metric, arm_key, chosen[0].finding), tuple(points), tuple(changes), search.sigma,
+                   search.penalty, tuple(skipped), gates, alpha, search.candidates, search.outliers, search.shift_p)
 
 
 def recent_changes(history: History, recent: int | None) -> list[ChangePoint]:
@@ -333,16 +506,26 @@ def history_table(history: History) -> str:
                 else f" of gates {show_controls(', '.join(history.gates))}"),
              "", f"{'date':<10}  {'finding':<{id_width}}  {'value':>12}  {'segment mean':>12}",
              f"{'-' * 10}  {'-' * id_width}  {'-' * 12}  {'-' * 12}"]
+    outliers = set(history.outliers)
     for index, (point, mean, finding_id) in enumerate(zip(history.points, means, ids)):
         mark = ("  <- change" if index in starts
-                else "  (lone outlier, not a change)" if index in history.outliers else "")
+                else "" if index not in outliers
+                else "  (one of two adjacent outliers, not a change)" if outliers & {index - 1, index + 1}
+                else "  (lone outlier, not a change)")
         lines.append(f"{show_controls(point.date):<10}  {finding_id:<{id_width}}  {fmt(point.value):>12}  {fmt(mean):>12}{mark}")
     lines.append("")
-    if len(history.points) < 2 * MIN_SEGMENT:
-        lines.append(f"change points: need at least {2 * MIN_SEGMENT} findings to look for one")
+    if math.isnan(history.shift_p):
+        tested = len(history.points) - len(history.outliers)
+        lines.append(f"change points: none looked for: {tested} finding(s) to test"
+                     + (f" (without {len(history.outliers)} outlier(s))" if history.outliers else "")
+                     + f", a change needs {CHANGE_MIN_SEGMENT} findings on each side"
+                     if tested < 2 * CHANGE_MIN_SEGMENT else "change points: none (the values do not vary)")
     else:
-        method = (f"PELT, l2 cost, BIC penalty {history.penalty:.4g}, σ̂ {history.sigma:.4g}; "
-                  f"{history.candidates} candidate(s), kept at permutation p ≤ {history.alpha:g}")
+        method = (f"shift test p {history.shift_p:.4f} against noise correlated up to AR(1) ρ {RHO_MAX:g}, "
+                  f"α {history.alpha:g}")
+        if history.penalty > 0:
+            method += (f"; PELT, l2 cost, BIC penalty {history.penalty:.4g}, σ̂ {history.sigma:.4g}: "
+                       f"{history.candidates} candidate(s), kept at permutation p ≤ α")
         if not history.change_points:
             lines.append(f"change points: none ({method})")
         else:
