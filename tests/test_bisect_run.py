@@ -270,20 +270,43 @@ def test_usage_errors_exit_2_before_anything_is_written(repo: Repo, tmp_path: Pa
     assert not out.exists()
 
 
+def _wait_for_probe_ends(process: subprocess.Popen, journal: Path, count: int) -> None:
+    deadline = time.monotonic() + 600
+    while time.monotonic() < deadline and process.poll() is None:
+        lines = journal.read_text().splitlines() if journal.is_file() else []
+        if sum('"probe_end"' in line for line in lines) >= count:
+            return
+        time.sleep(0.1)
+    raise AssertionError("the bisect ended before it could be stopped")
+
+
+def test_ctrl_c_stops_the_bisect_with_exit_130(repo: Repo, tmp_path: Path) -> None:
+    """SIGINT to the whole process group, as a terminal's Ctrl-C sends it: the running probe's gate journals its
+    interruption, the bisect exits 130 naming --resume, and its journal has no stop."""
+    out = tmp_path / "bisect"
+    process = subprocess.Popen([sys.executable, "-m", "gatekit.cli", "bisect", repo.shas[0], repo.shas[-1],
+                                "--build", repo.build, "--out", str(out)], cwd=repo.root, text=True,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+    try:
+        _wait_for_probe_ends(process, out / BISECT_JOURNAL, 2)
+        os.killpg(process.pid, signal.SIGINT)
+        _, stderr = process.communicate(timeout=300)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert process.returncode == 130, stderr
+    assert f"gate bisect --resume {out}" in stderr
+    state = replay(out)
+    assert state.stop is None and len(state.finished) >= 2
+
+
 def test_a_killed_bisect_resumes_without_running_its_finished_probes_again(repo: Repo, tmp_path: Path) -> None:
     out = tmp_path / "bisect"
     process = subprocess.Popen([sys.executable, "-m", "gatekit.cli", "bisect", repo.shas[0], repo.shas[-1],
                                 "--build", repo.build, "--out", str(out)], cwd=repo.root,
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     try:
-        deadline = time.monotonic() + 600
-        while time.monotonic() < deadline and process.poll() is None:
-            journal = out / BISECT_JOURNAL
-            lines = journal.read_text().splitlines() if journal.is_file() else []
-            if sum('"probe_end"' in line for line in lines) >= 3:
-                break
-            time.sleep(0.1)
-        assert process.poll() is None, "the bisect ended before it could be killed"
+        _wait_for_probe_ends(process, out / BISECT_JOURNAL, 3)
         process.send_signal(signal.SIGKILL)
         process.wait()
     finally:
