@@ -282,7 +282,8 @@ def _wait_for_probe_ends(process: subprocess.Popen, journal: Path, count: int) -
 
 def test_ctrl_c_stops_the_bisect_with_exit_130(repo: Repo, tmp_path: Path) -> None:
     """SIGINT to the whole process group, as a terminal's Ctrl-C sends it: the running probe's gate journals its
-    interruption, the bisect exits 130 naming --resume, and its journal has no stop."""
+    interruption, the bisect exits 130 naming --resume, its journal ends with a bisect_interrupted (no stop) and
+    verifies, and --resume after it finishes the bisect."""
     out = tmp_path / "bisect"
     process = subprocess.Popen([sys.executable, "-m", "gatekit.cli", "bisect", repo.shas[0], repo.shas[-1],
                                 "--build", repo.build, "--out", str(out)], cwd=repo.root, text=True,
@@ -298,6 +299,19 @@ def test_ctrl_c_stops_the_bisect_with_exit_130(repo: Repo, tmp_path: Path) -> No
     assert f"gate bisect --resume {out}" in stderr
     state = replay(out)
     assert state.stop is None and len(state.finished) >= 2
+    last = json.loads((out / BISECT_JOURNAL).read_text().splitlines()[-1])
+    assert last["event"] == "bisect_interrupted", last
+    (interrupted,) = state.interruptions
+    assert f"gate bisect --resume {out}" in interrupted.reason
+    assert interrupted.unfinished == len(state.unfinished)
+    verify_bisect(out, finding_required=False)
+
+    done = subprocess.run([sys.executable, "-m", "gatekit.cli", "bisect", "--resume", str(out)], cwd=repo.root,
+                          capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stderr
+    after = replay(out)
+    assert after.interruptions == state.interruptions and after.resumes and after.stop is not None
+    _assert_found(out, repo)
 
 
 def test_a_killed_bisect_resumes_without_running_its_finished_probes_again(repo: Repo, tmp_path: Path) -> None:

@@ -4,10 +4,11 @@ report share. Nothing here starts a process or writes a file.
 
 The bisect folder holds `bisect-plan.toml` (the preregistration, written once before the first run: the
 journal's genesis, as a campaign's copy of its file is), `bisect.jsonl` (the hash-chained journal:
-bisect_start, probe_start / probe_end per probe, bisect_resume, bisect_stop), one folder per probe (its runs
-and its gate's finding, named relative to the bisect folder so the folder can move) and the bisect finding
-(`bisect-finding.toml` and `.json`). Commits are numbered as in `posterior`: 0 (GOOD) … N (BAD); the
-endpoints are a probe like any other, commit N against reference 0 in round 0.
+bisect_start, probe_start / probe_end per probe, bisect_interrupted (Ctrl-C, SIGTERM), bisect_resume,
+bisect_stop), one folder per probe (its runs and its gate's finding, named relative to the bisect folder so
+the folder can move) and the bisect finding (`bisect-finding.toml` and `.json`). Commits are numbered as in
+`posterior`: 0 (GOOD) … N (BAD); the endpoints are a probe like any other, commit N against reference 0 in
+round 0.
 """
 
 from __future__ import annotations
@@ -108,6 +109,17 @@ class BisectResume(Event):
 
 
 @dataclass(frozen=True, slots=True)
+class BisectInterrupted(Event):
+    """The bisect was stopped by a signal (Ctrl-C, SIGTERM, SIGHUP) before it ended; `--resume` continues it
+    (a SIGKILL leaves no such event: its unfinished probes say the same)."""
+
+    KIND: ClassVar[str] = "bisect_interrupted"
+    reason: str
+    unfinished: int  # probes started and not ended: resume runs them again
+    at: str  # ISO 8601 wall time
+
+
+@dataclass(frozen=True, slots=True)
 class ProbeStart(Event):
     KIND: ClassVar[str] = "probe_start"
     commit: int
@@ -173,7 +185,8 @@ class BisectStop(Event):
     ended: str = field(default="", metadata={"omit": ""})
 
 
-EVENTS: dict[str, type[Event]] = {e.KIND: e for e in (BisectStart, BisectResume, ProbeStart, ProbeEnd, BisectStop)}
+EVENTS: dict[str, type[Event]] = {e.KIND: e for e in (BisectStart, BisectResume, BisectInterrupted, ProbeStart, ProbeEnd,
+                                                       BisectStop)}
 
 
 # -- the plan (preregistration) --------------------------------------------------------------------
@@ -222,6 +235,7 @@ class BisectState:
     unfinished: tuple[ProbeStart, ...]  # started, never ended (a killed bisect): resume runs them again
     stop: BisectStop | None
     resumes: tuple[BisectResume, ...] = ()
+    interruptions: tuple[BisectInterrupted, ...] = ()
     chain_head: str = ""  # sha256 of the journal's last line
     lines: Mapping[tuple[int, int, int], int] = field(default_factory=dict)  # probe key -> its probe_end's line
     folders: Mapping[tuple[int, int, int], str] = field(default_factory=dict)  # probe key -> its probe_start's folder
@@ -265,6 +279,7 @@ def replay(folder: Path) -> BisectState:
     finished: list[ProbeEnd] = []
     started: dict[tuple[int, int, int], ProbeStart] = {}
     resumes: list[BisectResume] = []
+    interruptions: list[BisectInterrupted] = []
     lines: dict[tuple[int, int, int], int] = {}
     folders: dict[tuple[int, int, int], str] = {}
     stop: BisectStop | None = None
@@ -298,6 +313,8 @@ def replay(folder: Path) -> BisectState:
                 lines[end.key] = number
             elif kind == BisectResume.KIND:
                 resumes.append(BisectResume.from_dict(event))
+            elif kind == BisectInterrupted.KIND:
+                interruptions.append(BisectInterrupted.from_dict(event))
             elif kind == BisectStop.KIND:
                 stop = BisectStop.from_dict(event)
         except SeriesError:
@@ -308,7 +325,7 @@ def replay(folder: Path) -> BisectState:
     if start is None:
         raise SeriesError(f"{path}: empty journal; the bisect never started")
     return BisectState(folder, start, tuple(finished), tuple(started.values()), stop, tuple(resumes),
-                       line_sha256(last), lines, folders)
+                       tuple(interruptions), line_sha256(last), lines, folders)
 
 
 def _check_indices(commit: int, reference: int, n: int) -> None:

@@ -32,8 +32,8 @@ import tomlkit
 
 from gatekit.bisect.commits import BuildResult, BuildStatus, Commit, add_worktree, build, commit_range, git, \
     remove_worktree
-from gatekit.bisect.records import (BISECT_FINDING, BISECT_JOURNAL, BISECT_PLAN, BisectResume, BisectStart,
-                                    BisectState, BisectStop, MeasuredPair, ProbeEnd, ProbeStart, ProbeStatus, plan_toml,
+from gatekit.bisect.records import (BISECT_FINDING, BISECT_JOURNAL, BISECT_PLAN, BisectInterrupted, BisectResume,
+                                    BisectStart, BisectState, BisectStop, MeasuredPair, ProbeEnd, ProbeStart, ProbeStatus, plan_toml,
                                     read_plan, replay)
 from gatekit.bisect.search import PROBE_PAIRS, Measured, Outcome, SearchPlan, SearchResult, search
 from gatekit.bisect.simulation import endpoints_differ
@@ -44,7 +44,7 @@ from gatekit.engines import ENGINES, GateOutcome, GateStatus, GateTask, Pinning,
 from gatekit.errors import EXIT_FAIL_ON, EXIT_INVALID, ConfigError, GatekitError, SeriesError, SeriesInterrupted
 from gatekit.policies.descriptors import DUET_MODE
 from gatekit.series.runloop import now
-from gatekit.signals import interrupt_on_sigterm
+from gatekit.signals import interrupt_on_sigterm, signals_deferred
 from gatekit.provenance import sha256_file
 from gatekit.storage import Journal, SeriesLayout, atomic_write_bytes, atomic_write_text, pid_lock, read_input
 
@@ -576,8 +576,13 @@ def run_bisect(good: str | None, bad: str | None, options: BisectOptions, *, cwd
         bisect = Bisect(folder, start, config, gate_bytes.decode("utf-8"), repo, options, journal, state, report)
         try:
             result = _run(bisect, state)
-        except KeyboardInterrupt:
-            raise SeriesInterrupted(f"interrupted; resume with: gate bisect --resume {folder}") from None
+        except (KeyboardInterrupt, SeriesInterrupted) as exc:
+            message = str(exc) if isinstance(exc, SeriesInterrupted) else \
+                f"interrupted; resume with: gate bisect --resume {folder}"
+            with signals_deferred():  # a second Ctrl-C must not tear the event in half
+                journal.record(BisectInterrupted(message, len(replay(folder).unfinished),
+                                                 now().isoformat(timespec="seconds")))
+            raise SeriesInterrupted(message) from None
         journal.record(BisectStop(result.outcome, result.culprit, result.probabilities, result.credible,
                                   result.runs, result.rounds, result.exit_code(), now().isoformat(timespec="seconds")))
         bisect.remove_worktrees()
