@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -83,6 +84,12 @@ def _git(root: Path, *args: str) -> str:
     return done.stdout.strip()
 
 
+def busy_pattern(root: Path) -> str:
+    """This test session's trainers only: the probes' configs lie under the session's temporary folder (the
+    repository's grandparent), so a second suite on the same machine cannot make a probe refuse to start."""
+    return rf"tiny_trainer\.py --config {re.escape(str(root.parent.parent))}"
+
+
 def make_repo(root: Path) -> Repo:
     """GOOD (commit 0) and COMMITS commits after it; commit CULPRIT makes the trainer 10 % slower."""
     root.mkdir()
@@ -95,7 +102,7 @@ def make_repo(root: Path) -> Repo:
         "rules": {"load_limit": 1000.0, "sample_interval_s": 0.02},
         # the busy pattern is this test's own: other trainers on a shared machine are not its business
         "driver": {"name": "command", "argv": ["{python}", "tiny_trainer.py", "--config", "{arm_config}"],
-                   "timeout_s": 60, "hash": ["tiny_trainer.py"], "busy_pattern": "tiny_trainer\\.py --config",
+                   "timeout_s": 60, "hash": ["tiny_trainer.py"], "busy_pattern": busy_pattern(root),
                    "env": {"TINY_COMMIT": "{commit}"}},
         "arms": {"base": {"config": "configs/base.toml"}, "more": {"config": "configs/more.toml"}},
     }
