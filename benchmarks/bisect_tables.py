@@ -2,7 +2,7 @@
 process per scenario, the same code and seed as the command (so each row is reproducible by the command
 printed beside it).
 
-    python benchmarks/bisect_tables.py [--draws 1000] [--jobs 6] [--json FILE]
+    python benchmarks/bisect_tables.py [--draws 1000] [--jobs 6] [--pairs-per-probe 1] [--rows 1] [--json FILE]
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ import platform
 import time
 from concurrent.futures import ProcessPoolExecutor
 
+from gatekit.bisect.search import PROBE_PAIRS
 from gatekit.bisect.simulation import BisectScenario, simulate_bisect, table
 
 SCENARIOS = (  # (effect %, CV %, max parallel)
@@ -21,11 +22,11 @@ SCENARIOS = (  # (effect %, CV %, max parallel)
 COMMITS = 128
 
 
-def _one(args: tuple[float, float, int, int]):  # type: ignore[no-untyped-def]
-    effect, cv, parallel, draws = args
+def _one(args: tuple[float, float, int, int, int]):  # type: ignore[no-untyped-def]
+    effect, cv, parallel, pairs, draws = args
     began = time.monotonic()
-    result = simulate_bisect(BisectScenario(commits=COMMITS, effect_pct=effect, cv_pct=cv, max_parallel=parallel),
-                             draws=draws, seed=0)
+    result = simulate_bisect(BisectScenario(commits=COMMITS, effect_pct=effect, cv_pct=cv, max_parallel=parallel,
+                                            pairs_per_probe=pairs), draws=draws, seed=0)
     return result, time.monotonic() - began
 
 
@@ -33,15 +34,18 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--draws", type=int, default=1000)
     parser.add_argument("--jobs", type=int, default=len(SCENARIOS))
+    parser.add_argument("--pairs-per-probe", type=int, default=PROBE_PAIRS)
+    parser.add_argument("--rows", type=int, default=len(SCENARIOS), help="the first ROWS scenarios only")
     parser.add_argument("--json")
     args = parser.parse_args()
+    scenarios = SCENARIOS[:args.rows]
     with ProcessPoolExecutor(args.jobs) as pool:
-        done = list(pool.map(_one, [(e, c, k, args.draws) for e, c, k in SCENARIOS]))
+        done = list(pool.map(_one, [(e, c, k, args.pairs_per_probe, args.draws) for e, c, k in scenarios]))
     print(table([result for result, _ in done]))
     print()
-    for (effect, cv, parallel), (_, seconds) in zip(SCENARIOS, done):
+    for (effect, cv, parallel), (_, seconds) in zip(scenarios, done):
         print(f"gate simulate --bisect --commits {COMMITS} --effect {effect:g} --cv {cv:g} --max-parallel {parallel} "
-              f"--draws {args.draws}   # {seconds:.0f} s")
+              f"--pairs-per-probe {args.pairs_per_probe} --draws {args.draws}   # {seconds:.0f} s")
     print(f"\nMachine: {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs; python "
           f"{platform.python_version()}")
     if args.json:

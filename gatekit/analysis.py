@@ -20,8 +20,8 @@ from gatekit.prereg import DecisionSpec
 from gatekit.records import RunRecord, is_time_metric, startup_overhead_s
 from gatekit.report.narrative import narrative
 from gatekit.schedule import WARMUP_ROUND, needs_seed, order_seed
-from gatekit.verdict import (TOO_FEW_USED, Decision, Reason, ReasonCode, Verdict, decide, evaluate_guard,
-                             next_step)
+from gatekit.verdict import (BISECT_PROBE, TOO_FEW_USED, Decision, Reason, ReasonCode, Verdict, decide,
+                             evaluate_guard, next_step)
 
 
 @dataclass(frozen=True, slots=True)
@@ -166,7 +166,9 @@ def assess(evidence: SeriesEvidence) -> Assessment:
 
     off = used.loc[used["arm"] == off_arm, "value"].tolist()
     on = used.loc[used["arm"] == on_arm, "value"].tolist()
-    if len(off) < 2 or len(on) < 2:
+    # a bisect probe's one run per arm is its bisect's measurement; with fewer, or any other cause, it is invalid
+    probe_only = spec.bisect_probe and len(off) == len(on) == 1
+    if (len(off) < 2 or len(on) < 2) and not probe_only:
         invalid.append(too_few_used_reason(table, len(off), len(on)))
     mean_off, mean_on = stats.mean(off), stats.mean(on)
     sigma_off_pct, sigma_on_pct = stats.relative_sd_pct(off), stats.relative_sd_pct(on)
@@ -212,10 +214,13 @@ def assess(evidence: SeriesEvidence) -> Assessment:
     decided = policy.decide(classic, table, records, off_arm=off_arm, on_arm=on_arm, primary=spec.primary,
                             direction=spec.direction, guards=spec.guards, floor_pct=spec.threshold.floor_pct,
                             warnings=warnings)
+    if probe_only and decided.verdict.decision is not Decision.INVALID:
+        decided = dataclasses.replace(decided, verdict=Verdict(
+            Decision.INCONCLUSIVE, (Reason(ReasonCode.BISECT_PROBE, BISECT_PROBE),), decided.verdict.warnings))
     cycles = cycle_check(table, records, spec, policy, decided, list(guard_rows.values()))
     decided = confirm_in_cycles(decided, cycles, spec)
     busy = bool((table["load_evidence"] & ~table["failed"]).any())
-    step = next_step(decided.verdict.decision, busy=busy)
+    step = None if probe_only else next_step(decided.verdict.decision, busy=busy)
     if step and step not in decided.verdict.reasons:
         decided = dataclasses.replace(decided, verdict=dataclasses.replace(
             decided.verdict, reasons=(*decided.verdict.reasons, step)))

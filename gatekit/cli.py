@@ -472,6 +472,9 @@ def _design_version_options(command: Any) -> Any:
               help="With --bisect: the posterior a commit must hold to be named the culprit.")
 @click.option("--budget", type=click.IntRange(8), default=400, show_default=True,
               help="With --bisect: runs at most, endpoints and references included.")
+@click.option("--pairs-per-probe", type=click.IntRange(1, 100),
+              help="With --bisect: pairs (a run of the probed commit beside one of GOOD) per probe, as gate bisect's "
+                   "option [default: gate bisect's, 1].")
 @click.option("--json", "as_json", is_flag=True, help="Print the results as JSON on stdout.")
 def simulate_cmd(policies: tuple[str, ...], cv_pct: float, cv_on_pct: float | None, effect_pct: float,
                  drift_pct: float, cold_pct: float, outlier_rate: float, outlier_pct: float, tails: float | None,
@@ -480,7 +483,7 @@ def simulate_cmd(policies: tuple[str, ...], cv_pct: float, cv_on_pct: float | No
                  order: str | None, n: int, warmup: int,
                  sigma_k: float, floor_pct: float, max_threshold_pct: float, draws: int, seed: int, suite: bool,
                  bisect: bool, commits: int,
-                 max_parallel: int, confidence: float, budget: int, as_json: bool,
+                 max_parallel: int, confidence: float, budget: int, pairs_per_probe: int | None, as_json: bool,
                  **design_versions: tuple[int, ...]) -> None:
     """Monte-Carlo of a decision policy: false adoption, power and runs per arm, with their MC errors.
 
@@ -497,7 +500,8 @@ def simulate_cmd(policies: tuple[str, ...], cv_pct: float, cv_on_pct: float | No
     gate simulate --bisect --commits 128 --effect 2 --cv 0.5 --draws 1000
     """
     if bisect:
-        _simulate_bisect(commits, effect_pct, cv_pct, max_parallel, confidence, budget, n, draws, seed, as_json)
+        _simulate_bisect(commits, effect_pct, cv_pct, max_parallel, confidence, budget, pairs_per_probe, n, draws,
+                         seed, as_json)
         return
     from gatekit.simulate import Scenario, run_suite, simulate, table
 
@@ -529,7 +533,9 @@ def simulate_cmd(policies: tuple[str, ...], cv_pct: float, cv_on_pct: float | No
 
 
 def _simulate_bisect(commits: int, effect_pct: float, cv_pct: float, max_parallel: int, confidence: float,
-                     budget: int, n: int, draws: int, seed: int, as_json: bool) -> None:
+                     budget: int, pairs_per_probe: int | None, n: int, draws: int, seed: int,
+                     as_json: bool) -> None:
+    from gatekit.bisect.search import PROBE_PAIRS
     from gatekit.bisect.simulation import DEFAULT_DRAWS, BisectScenario, simulate_bisect, table as bisect_table
 
     began = time.monotonic()
@@ -542,7 +548,8 @@ def _simulate_bisect(commits: int, effect_pct: float, cv_pct: float, max_paralle
         if draws < 1:
             raise ConfigError(f"--draws: must be at least 1, got {draws}")
         scenario = BisectScenario(commits=commits, effect_pct=effect_pct, cv_pct=cv_pct, max_parallel=max_parallel,
-                                  confidence=confidence, budget=budget, endpoint_pairs=n)
+                                  confidence=confidence, budget=budget, endpoint_pairs=n,
+                                  pairs_per_probe=pairs_per_probe or PROBE_PAIRS)
         return simulate_bisect(scenario, draws=draws, seed=seed)
 
     result = _call(work)
@@ -789,6 +796,9 @@ def campaign_cmd(campaign_file: Path, engine: str, address: str | None, max_para
               help="Trainer runs at most, endpoints and references included.")
 @click.option("--confidence", type=float, default=0.95, show_default=True,
               help="Stop when one commit holds this share of the posterior.")
+@click.option("--pairs-per-probe", type=click.IntRange(min=1),
+              help="Pairs per probe (a run of the commit beside one of GOOD), preregistered; the posterior reads "
+                   "them with every other pair [default: 1; --resume: the plan's].")
 @click.option("--resume", type=click.Path(path_type=Path, file_okay=False),
               help="Continue the bisect folder DIR: finished probes are kept, unfinished ones run again.")
 @click.option("--out", type=click.Path(path_type=Path, file_okay=False),
@@ -797,7 +807,8 @@ def campaign_cmd(campaign_file: Path, engine: str, address: str | None, max_para
 @click.option("--fail-on", type=click.Choice(["culprit"]), help="Exit 1 when a culprit is named (CI).")
 def bisect_cmd(good: str | None, bad: str | None, gate_path: Path, arm: str | None, build_command: str | None,
                engine: str, address: str | None, max_parallel: int | None, gpus: int | None, budget: int,
-               confidence: float, resume: Path | None, out: Path | None, as_json: bool, fail_on: str | None) -> None:
+               confidence: float, pairs_per_probe: int | None, resume: Path | None, out: Path | None, as_json: bool,
+               fail_on: str | None) -> None:
     """Find the commit between GOOD and BAD that changed the gate's primary metric (docs/bisect.md).
 
     Run in the repository. Each probed commit gets its own worktree and runs the arm interleaved with GOOD;
@@ -811,7 +822,7 @@ def bisect_cmd(good: str | None, bad: str | None, gate_path: Path, arm: str | No
             raise ConfigError("--resume DIR continues a bisect; drop GOOD and BAD")
         options = BisectOptions(gate_path=gate_path, arm=arm, build=build_command, engine=engine, address=address,
                                 max_parallel=max_parallel, budget=budget, confidence=confidence, resume=resume,
-                                out=out, gpus=gpus)
+                                out=out, gpus=gpus, pairs_per_probe=pairs_per_probe)
         return run_bisect(good, bad, options, report=_progress)
 
     result = _call(work)

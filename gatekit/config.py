@@ -75,7 +75,7 @@ FEWEST_RUNS = (f"must be at least {MIN_RUNS_PER_ARM}: one run per arm has no σ_
 
 
 def _runs_per_arm(value: int) -> str | None:
-    if value < MIN_RUNS_PER_ARM:
+    if value < 1:  # one run per arm only for a bisect probe (gate.bisect_probe, checked by load_gate)
         return f"{FEWEST_RUNS}, got {value}"
     return None if value <= MAX_RUNS_PER_ARM else f"must be at most {MAX_RUNS_PER_ARM}, got {value}"
 
@@ -248,6 +248,9 @@ class GateSpec(Record):
     mode: str = field(default=INTERLEAVED, metadata={"choices": MODES})
     # refuse to start unless the backend reports the GPU's clocks locked (gatekit never changes clocks itself)
     require_locked_clocks: bool = field(default=False, metadata={"omit": False})
+    # a probe's gate file, written by `gate bisect`: it may run one run per arm, and then leaves the decision to
+    # the bisect's posterior (which estimates the noise from every pair of the bisect)
+    bisect_probe: bool = field(default=False, metadata={"omit": False})
 
 
 @dataclass(frozen=True, slots=True)
@@ -408,6 +411,7 @@ def load_gate(path: Path | str) -> GateConfig:
         _check(gate.order == chosen.order or "order" not in explicit, path, "gate.order",
                f"policy = \"{gate.policy}\" runs in {chosen.order} order; remove it or set it to {chosen.order}")
         gate = replace(gate, n=chosen.first_stage, order=chosen.order)
+    _check(gate.n >= MIN_RUNS_PER_ARM or gate.bisect_probe, path, "gate.n", f"{FEWEST_RUNS}, got {gate.n}")
     gate = replace(gate, out=resolve_path(base, gate.out), runs=resolve_path(base, gate.runs))
 
     if "load_limit" not in data.get("rules", {}):

@@ -52,6 +52,8 @@ class DecisionSpec(Record):
     # The policy's design version, under its descriptor's version_key (the key is named for the one policy
     # that has versions today); None: the policy's current design, or a policy with one design.
     sequential_version: int | None = field(default=None, kw_only=True, metadata={"omit": None})
+    # a `gate bisect` probe (gate.bisect_probe): one run per arm is a measurement for the bisect, not a decision
+    bisect_probe: bool = field(default=False, kw_only=True, metadata={"omit": False})
 
     @property
     def design_version(self) -> int | None:
@@ -98,7 +100,7 @@ class DecisionSpec(Record):
                    expect_diff=g.expect_diff, threshold=config.threshold, guards=config.guards,
                    rules=resolve_history_sigma(config), policy=g.policy, warmup=g.warmup, mode=g.mode,
                    slots=tuple(s.text for s in config.duet.slots) if config.duet else (),
-                   sequential_version=describe(g.policy).version)
+                   sequential_version=describe(g.policy).version, bisect_probe=g.bisect_probe)
 
 
 def stated_rules(spec: DecisionSpec) -> list[str]:

@@ -127,6 +127,7 @@ class ReasonCode(enum.StrEnum):
     PAIRED_GUARD = "paired_guard"
     GUARD_BOUND_TOO_WIDE = "guard_bound_too_wide"
     CLASSIC_BESIDE = "classic_beside"  # the classic verdict, reported beside a policy that decides otherwise
+    BISECT_PROBE = "bisect_probe"  # one run per arm of a `gate bisect` probe: the bisect's posterior reads it
 
 
 class Reason(str):
@@ -164,6 +165,12 @@ QUIETER_MACHINE = ("run the gate again when the machine is quieter, or on anothe
                    "its load and CPU pressure now)")
 MORE_RUNS = ("`gate calibrate` measures this machine's noise and `gate plan` the runs per arm that noise needs; "
              "run again with that `--n`")
+
+
+# A `gate bisect` probe of one run per arm (gate.bisect_probe) has no σ of its own: it is a measurement the
+# bisect's posterior reads with every other pair of the bisect (which estimates the noise from all of them).
+BISECT_PROBE = ("one run per arm: a bisect probe, read by the bisect's posterior (which estimates the noise from "
+                "every pair of the bisect), not decided here")
 
 
 NEXT_STEP = "next step: "

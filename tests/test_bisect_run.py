@@ -216,6 +216,18 @@ def test_bisect_names_the_culprit_with_two_probes_at_once(repo: Repo, tmp_path: 
     seen = dict(path.read_text().split(" ", 1) for path in runs)
     assert set(seen) == {repo.shas[0], repo.shas[probe.commit]}
     assert Path(seen[repo.shas[probe.commit]]).name == f"{probe.commit:03d}-{repo.shas[probe.commit][:12]}"
+    # one pair a probe (the default, preregistered): its gate ran one run per arm and decided nothing, saying
+    # why; the finding verified above (_assert_found) and renders
+    assert state.start.pairs_per_probe == 1 and len(probe.pairs) == 1
+    finding = json.loads((out / probe.finding).read_text())
+    assert finding["verdict"]["decision"] == "inconclusive" and finding["verdict"]["reason_codes"] == ["bisect_probe"]
+    assert finding["stats"]["n_off"] == finding["stats"]["n_on"] == 1
+    assert "read by the bisect's posterior" in finding["verdict"]["reasons"][0]
+    page = tmp_path / "probe.md"
+    shown = subprocess.run([sys.executable, "-m", "gatekit.cli", "report", str(out / probe.finding), "--md",
+                            str(page)], capture_output=True, text=True, timeout=120)
+    assert shown.returncode == 0, shown.stderr
+    assert "inconclusive" in page.read_text() and not re.search(r"\bnan\b", page.read_text(), re.IGNORECASE)
 
 
 @pytest.fixture

@@ -164,6 +164,11 @@ def test_one_run_per_arm_is_refused_before_anything_runs(gate_dir) -> None:
     g.gate.write_text(g.gate.read_text().replace("n = 3", "n = 1"))
     with pytest.raises(ConfigError, match=r"gate.n: must be at least 2: one run per arm has no σ_off.*, got 1$"):
         load_gate(g.gate)
+    # a bisect probe's gate file (gate.bisect_probe, written by gate bisect) may say n = 1; --n 1 stays refused
+    g.gate.write_text(g.gate.read_text().replace("\nn = 1\n", "\nn = 1\nbisect_probe = true\n", 1))
+    assert load_gate(g.gate).gate.n == 1
+    with pytest.raises(ConfigError, match=r"--n: must be at least 2: one run per arm has no σ_off.*, got 1$"):
+        load_gate(g.gate).with_overrides(n=1)
 
 
 def test_load_limit_left_out_scales_with_the_core_count_and_a_stated_one_is_kept(gate_dir) -> None:

@@ -2,8 +2,10 @@
 search loop, the journal, resume — over the statistics of `posterior` and the loop of `search`.
 
 A probe is a gate series of its own: the gate file's arm at the probed commit (arm `probe`) interleaved with
-the same arm at the reference commit GOOD (arm `reference`), `PROBE_PAIRS` pairs, judged by the gate's own rules
-(contamination, retries, guards). Each arm runs in its commit's worktree (`ArmCheckout`): the gate file's
+the same arm at the reference commit GOOD (arm `reference`), the plan's pairs per probe (`--pairs-per-probe`,
+default one), run by the gate's own rules (contamination, retries, guards, the per-run checks). Its gate file says
+`bisect_probe = true`: one run per arm is allowed there, and such a probe's gate decides nothing (`inconclusive`,
+reason `bisect_probe`): the bisect's posterior reads its pair with every other pair of the bisect. Each arm runs in its commit's worktree (`ArmCheckout`): the gate file's
 relative paths resolve there. The probe's gate file is written by the bisect from the one it read (its copy
 in the bisect folder is what the plan's sha256 names), so a commit's own gate.toml never changes the rules.
 The engines (gatekit.engines) run the probes' `gate run` processes: local, up to --max-parallel at once, each
@@ -72,6 +74,7 @@ class BisectOptions:
     resume: Path | None = None
     out: Path | None = None
     gpus: int | None = None  # per probe; None: one where this host has GPUs, else none
+    pairs_per_probe: int | None = None  # None: PROBE_PAIRS (a resumed bisect: its plan's)
 
 
 @dataclass(frozen=True, slots=True)
@@ -172,6 +175,7 @@ def probe_gate_toml(gate_text: str, arm: str, commits: tuple[tuple[str, Path], t
         if key in head:
             del head[key]  # type: ignore[attr-defined]
     head["n"] = pairs
+    head["bisect_probe"] = True  # one run per arm allowed: the bisect's posterior decides, not this gate
     head["out"] = "findings"
     head["runs"] = "runs"
     table = document["arms"][arm].unwrap()  # type: ignore[index]
@@ -396,8 +400,8 @@ class Bisect:
         """The probes a killed bisect started and never ended, to run again first (their series resume)."""
         if state is None:
             return []
-        return [ProbeSpec(p.commit, p.reference, p.round, PROBE_PAIRS if p.round > 1 or p.commit != self.start.n
-                          else self.config.gate.n)
+        return [ProbeSpec(p.commit, p.reference, p.round, self.start.pairs_per_probe
+                          if p.round > 1 or p.commit != self.start.n else self.config.gate.n)
                 for p in state.unfinished if p.key not in self.ends]
 
     def search(self, rounds: int) -> SearchResult:
@@ -483,10 +487,13 @@ def _check_options(options: BisectOptions, config: GateConfig) -> str:
     if arm not in config.arms:
         raise ConfigError(f"--arm: the gate file {config.path} defines no arm '{arm}' (it defines: "
                           f"{', '.join(config.arms)})")
-    least = 2 * config.gate.n + 2 * PROBE_PAIRS
+    pairs = options.pairs_per_probe or PROBE_PAIRS
+    if pairs < 1:
+        raise ConfigError(f"--pairs-per-probe: must be at least 1, got {pairs}")
+    least = 2 * config.gate.n + 2 * pairs
     if options.budget < least:
         raise ConfigError(f"--budget: {options.budget} runs cannot hold the endpoints ({2 * config.gate.n} runs) and "
-                          f"one probe ({2 * PROBE_PAIRS}); give at least {least}")
+                          f"one probe ({2 * pairs}); give at least {least}")
     return arm
 
 
@@ -524,6 +531,9 @@ def run_bisect(good: str | None, bad: str | None, options: BisectOptions, *, cwd
                               "gate_sha256); restore it or start a new bisect")
         config = load_gate(folder / GATE_COPY)
         _check_engine(options)
+        if options.pairs_per_probe is not None and options.pairs_per_probe != start.pairs_per_probe:
+            raise ConfigError(f"--pairs-per-probe: a resumed bisect runs its plan's {start.pairs_per_probe} pair(s) "
+                              "per probe; drop it")
         if state.stop is not None:
             if not (folder / f"{BISECT_FINDING}.json").is_file():  # stopped before its finding was written
                 return _stopped_result(folder, state)
@@ -557,7 +567,7 @@ def run_bisect(good: str | None, bad: str | None, options: BisectOptions, *, cwd
             gate_sha256=hashlib.sha256(gate_bytes).hexdigest(), arm=arm, metric=config.gate.primary,
             higher_is_better=config.gate.direction == "higher", build=build_argv, confidence=options.confidence,
             budget=options.budget, max_parallel=options.max_parallel or 1, engine=options.engine,
-            pairs_per_probe=PROBE_PAIRS, started=started.isoformat(timespec="seconds"), host=socket.gethostname(),
+            pairs_per_probe=options.pairs_per_probe or PROBE_PAIRS, started=started.isoformat(timespec="seconds"), host=socket.gethostname(),
             repo=str(repo), address=options.address or "")
         folder.mkdir(parents=True, exist_ok=True)
     journal = Journal(folder / BISECT_JOURNAL, genesis=folder / BISECT_PLAN)

@@ -14,10 +14,10 @@ from gatekit.bisect.posterior import Pair, best_probes, binary_information, cred
     noise_estimate, posterior
 
 MIN_BITS = 1e-3  # a probe expected to tell less than this about the culprit is not worth its runs
-# Pairs per probe: a probe is a gate series of the arm at the probed commit against the arm at GOOD, and a gate
-# takes at least two runs per arm (one has no σ for its contamination rule), so `gate bisect` runs two pairs
-# where the model needs one. The simulation counts the same.
-PROBE_PAIRS = 2
+# Pairs per probe (`--pairs-per-probe`, preregistered): the posterior estimates the noise from every pair of the
+# bisect, so one pair a probe is what the model needs; a probe's gate series then has one run per arm and leaves
+# the decision to the posterior (gatekit.bisect.run). The simulation counts the same.
+PROBE_PAIRS = 1
 
 
 class Outcome(enum.Enum):
