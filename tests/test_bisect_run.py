@@ -276,6 +276,7 @@ def test_a_build_that_fails_everywhere_is_invalid_and_nothing_runs(repo: Repo, t
 
 @pytest.mark.parametrize("args, message", [
     (["--budget", "5"], "--budget: 5 runs cannot hold the endpoints"),
+    (["--budget", "9", "--pairs-per-probe", "2"], "and one probe (4); give at least 10"),
     (["--arm", "nope"], "defines no arm 'nope'"),
     (["--engine", "local", "--address", "auto"], "--address joins a Ray cluster"),
 ])
@@ -324,6 +325,9 @@ def test_ctrl_c_stops_the_bisect_with_exit_130(repo: Repo, tmp_path: Path) -> No
     assert f"gate bisect --resume {out}" in interrupted.reason
     assert interrupted.unfinished == len(state.unfinished)
     verify_bisect(out, finding_required=False)
+    other = subprocess.run([sys.executable, "-m", "gatekit.cli", "bisect", "--resume", str(out), "--pairs-per-probe",
+                            "2"], cwd=repo.root, capture_output=True, text=True, timeout=300)
+    assert other.returncode == 2 and "runs its plan's 1 pair(s) per probe" in other.stderr, other.stderr
 
     done = subprocess.run([sys.executable, "-m", "gatekit.cli", "bisect", "--resume", str(out)], cwd=repo.root,
                           capture_output=True, text=True, timeout=900)
