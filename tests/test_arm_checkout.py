@@ -7,6 +7,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import time
+import uuid
 from pathlib import Path
 
 import pytest
@@ -62,7 +63,7 @@ def test_the_command_driver_starts_each_arm_in_its_checkout(tmp_path: Path) -> N
 
 def test_the_busy_check_does_not_wait_for_the_same_bisects_probes(tmp_path: Path,
                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
-    marker = f"sibling-probe-{tmp_path.name}"
+    marker = f"sibling-probe-{uuid.uuid4().hex}"  # its own: a second suite on the machine has another
     sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", marker],
                                env={ENV_BISECT: str(tmp_path / "bisect")})
     try:

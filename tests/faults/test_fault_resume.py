@@ -8,6 +8,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import uuid
 from pathlib import Path
 from typing import Callable
 
@@ -119,7 +120,7 @@ def test_an_artifact_changed_while_interrupted_makes_the_resumed_series_invalid(
 
 
 def test_resume_checks_the_machine_again(tmp_path: Path) -> None:
-    marker = f"gatekit_busy_marker_{tmp_path.name}"
+    marker = f"gatekit_busy_marker_{uuid.uuid4().hex}"  # its own: a second suite on the machine has another
     g, series = _interrupted_series(tmp_path / "g", driver={"busy_pattern": marker})
     blocker = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)", marker])
     try:
