@@ -7,14 +7,13 @@ from __future__ import annotations
 
 import json
 import re
-import signal
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.conftest import gate_cli, gate_invoke
-from tests.faults.faultkit import OFF_TIMES, fault_gate, finish, kill_quietly, start_gate
+from tests.faults.faultkit import OFF_TIMES, fault_gate, interrupted_series
 
 
 def _rewrite_journal(series: Path, edit: Any) -> None:
@@ -49,15 +48,7 @@ def test_resume_of_an_edited_journal_exits_3_naming_the_line_and_signs_nothing(t
         pytest.importorskip("cryptography")
     g = fault_gate(tmp_path / "g", on={"elapsed": {k.replace("off", "on"): 3 * v for k, v in OFF_TIMES.items()},
                                        "hold": ["on-r3"]})
-    proc = start_gate("run", "off", "on", cwd=g.root)
-    try:
-        g.wait_holding("on-r3")
-        proc.send_signal(signal.SIGTERM)
-        code, _, err = finish(proc)
-        assert code == 130, err
-    finally:
-        kill_quietly(g.pid("on-r3"))
-    series = g.series()
+    series = interrupted_series(g, "on-r3")
     _slower_off_runs(series, 6.0)
     done = gate_invoke("verify", str(series), cwd=g.root)
     assert done.returncode == 3 and "line 4 (run_start): prev does not match line 3" in done.stderr, done.stderr
@@ -249,15 +240,7 @@ def test_a_resumed_copy_of_a_series_cannot_rewrite_the_original_finding(tmp_path
     import shutil
 
     g = fault_gate(tmp_path / "g", on={"hold": ["on-r2"]})
-    proc = start_gate("run", "off", "on", cwd=g.root)
-    try:
-        g.wait_holding("on-r2")
-        proc.send_signal(signal.SIGTERM)
-        code, _, err = finish(proc)
-        assert code == 130, err
-    finally:
-        kill_quietly(g.pid("on-r2"))
-    original = g.series()
+    original = interrupted_series(g, "on-r2")
     copy = original.parent / f"{original.name}-copy"
     shutil.copytree(original, copy)
     done = gate_cli("run", "--resume", str(original), cwd=g.root)

@@ -89,6 +89,20 @@ def fault_gate(root: Path, *, off: dict[str, Any] | None = None, on: dict[str, A
     return FaultGate(root)
 
 
+def interrupted_series(g: FaultGate, holding: str, sig: signal.Signals = signal.SIGTERM) -> Path:
+    """`gate run off on` stopped by `sig` while `holding` holds (exit 130), its held trainer gone: the series
+    folder, ready to resume."""
+    proc = start_gate("run", "off", "on", cwd=g.root)
+    try:
+        g.wait_holding(holding)
+        proc.send_signal(sig)
+        code, _, err = finish(proc)
+        assert code == 130, err
+    finally:
+        kill_quietly(g.pid(holding))
+    return g.series()
+
+
 def gate_env(**extra: str) -> dict[str, str]:
     return {**os.environ, "PYTHONUNBUFFERED": "1", **extra}
 

@@ -17,8 +17,8 @@ import pytest
 from gatekit.errors import SeriesError
 from gatekit.series.replay import read_state
 from tests.conftest import gate_invoke
-from tests.faults.faultkit import (FaultGate, alive, assert_journal_consistent, fault_gate, finish, kill_quietly,
-                                   start_gate)
+from tests.faults.faultkit import (FaultGate, alive, assert_journal_consistent, fault_gate, finish, interrupted_series,
+                                   kill_quietly, start_gate)
 
 
 def _sha(path: Path) -> str:
@@ -33,12 +33,7 @@ def _one_error(stderr: str) -> str:
 def _interrupted_series(root: Path, **sections: dict) -> tuple[FaultGate, Path]:
     """A series cut off by Ctrl-C during off-r2 (exit 130), ready to resume."""
     g = fault_gate(root, off={"hold": ["off-r2"]}, **sections)
-    proc = start_gate("run", "off", "on", cwd=g.root)
-    g.wait_holding("off-r2")
-    proc.send_signal(signal.SIGINT)
-    code, _, err = finish(proc)
-    assert code == 130, err
-    return g, g.series()
+    return g, interrupted_series(g, "off-r2", signal.SIGINT)
 
 
 def test_a_second_series_in_the_same_runs_folder_is_refused(tmp_path: Path) -> None:
