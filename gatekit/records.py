@@ -26,7 +26,7 @@ import types
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, ClassVar, Iterable, Mapping, Union
+from typing import Any, Callable, ClassVar, Iterable, Mapping, TypeVar, Union
 
 PROCESS_WALLCLOCK = "process_wallclock_s"  # measured by gatekit around every run, so it always exists
 MIN_PRIMARY = 1e-300  # the smallest positive primary metric taken as a measurement (Δ divides by it)
@@ -610,6 +610,22 @@ def upgrade(document: Mapping[str, Any], schema: str) -> dict[str, Any]:
         schema, step = UPGRADES[schema]
         upgraded = step(upgraded)
     return upgraded
+
+
+RecordT = TypeVar("RecordT", bound="Record")
+
+
+def from_schema_document(cls: type[RecordT], data: Mapping[str, Any], schema: str, source: str,
+                         error: Callable[[str], Exception]) -> RecordT:
+    """A record from a document of the format `schema` (a format with no upgrades): its schema key checked,
+    then left out; a wrong format or a malformed key raises `error` with a line naming `source`."""
+    problem = schema_problem(data.get(SCHEMA_KEY), schema)
+    if problem:
+        raise error(f"{source}: {problem}")
+    try:
+        return cls.from_dict({k: v for k, v in data.items() if k != SCHEMA_KEY})
+    except RecordError as exc:
+        raise error(f"{source}: {exc}") from None
 
 
 def schema_problem(schema: object, current: str) -> str | None:

@@ -22,7 +22,7 @@ from gatekit.bisect.records import BISECT_FINDING, BISECT_JOURNAL, BisectState, 
 from gatekit.bisect.search import Outcome
 from gatekit.errors import FindingError, RunFileError, SeriesError
 from gatekit.finding import plain
-from gatekit.records import BISECT_SCHEMA, SCHEMA_KEY, Record, RecordError, first_difference, schema_problem
+from gatekit.records import BISECT_SCHEMA, SCHEMA_KEY, Record, first_difference, from_schema_document
 from gatekit.runfiles import MAX_RESULT_BYTES, parse_document, read_run_file
 from gatekit.storage import write_output
 
@@ -101,13 +101,7 @@ class BisectFinding(Record):
 
     @classmethod
     def from_document(cls, data: Mapping[str, Any], *, source: str = "bisect finding") -> BisectFinding:
-        problem = schema_problem(data.get(SCHEMA_KEY), BISECT_SCHEMA)
-        if problem:
-            raise FindingError(f"{source}: {problem}")
-        try:
-            return cls.from_dict({k: v for k, v in data.items() if k != SCHEMA_KEY})
-        except RecordError as exc:
-            raise FindingError(f"{source}: {exc}") from None
+        return from_schema_document(cls, data, BISECT_SCHEMA, source, FindingError)
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), indent=2, ensure_ascii=False, allow_nan=False) + "\n"

@@ -27,7 +27,8 @@ from gatekit.bisect.posterior import Pair
 from gatekit.bisect.search import Outcome
 from gatekit.errors import ConfigError, SeriesError
 from gatekit.records import (BISECT_JOURNAL_SCHEMA, BISECT_PLAN_SCHEMA, BISECT_SCHEMA, SCHEMA_KEY,  # noqa: F401
-                             Event, Record, RecordError, schema_problem)  # (the formats, named in records' list)
+                             Event, Record, RecordError,  # (the formats, named in records' list)
+                             from_schema_document, schema_problem)
 from gatekit.storage import Journal, line_sha256, read_input
 
 BISECT_JOURNAL = "bisect.jsonl"
@@ -214,13 +215,7 @@ def read_plan(path: Path) -> BisectStart:
         raise SeriesError(str(exc)) from None
     except (UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
         raise SeriesError(f"{path}: not a readable bisect plan: {exc}") from None
-    problem = schema_problem(data.get(SCHEMA_KEY), BISECT_PLAN_SCHEMA)
-    if problem:
-        raise SeriesError(f"{path}: {problem}")
-    try:
-        return BisectStart.from_dict({k: v for k, v in data.items() if k != SCHEMA_KEY})
-    except RecordError as exc:
-        raise SeriesError(f"{path}: {exc}") from None
+    return from_schema_document(BisectStart, data, BISECT_PLAN_SCHEMA, str(path), SeriesError)
 
 
 # -- replay ----------------------------------------------------------------------------------------
