@@ -103,6 +103,8 @@ def _progress(line: str) -> None:
 
 gate_option = click.option("--gate", "gate_path", type=click.Path(path_type=Path), default=Path("gate.toml"),
                            show_default=True, help="The gate file.")
+ray_address_option = click.option("--address", help="Ray: join the cluster at this address (e.g. auto or HOST:6379); "
+                                                    "default: start a local Ray.")
 
 
 def _two_arms(config: GateConfig, off: str | None, on: str | None) -> tuple:
@@ -736,8 +738,7 @@ def site_cmd(findings_dir: Path, site_dir: Path, runs_roots: tuple[Path, ...], j
 @click.argument("campaign_file", type=click.Path(path_type=Path, dir_okay=False))
 @click.option("--engine", type=click.Choice(ENGINES), default="local", show_default=True,
               help=f"local: gates as processes on this host; ray: each gate a Ray task ({install_hint('ray')}).")
-@click.option("--address", help="Ray: join the cluster at this address (e.g. auto or HOST:6379); default: start a "
-                                "local Ray.")
+@ray_address_option
 @click.option("--max-parallel", type=click.IntRange(min=1),
               help="Local engine: gates at once, each on its own GPU(s) and an equal share of the CPU cores "
                    "[default: 1].")
@@ -785,8 +786,7 @@ def campaign_cmd(campaign_file: Path, engine: str, address: str | None, max_para
                    "sh -c '...' for shell syntax); exit 125 skips the commit, another failure skips it and says so.")
 @click.option("--engine", type=click.Choice(ENGINES), default="local", show_default=True,
               help=f"local: probes as gate processes on this host; ray: each probe a Ray task ({install_hint('ray')}).")
-@click.option("--address", help="Ray: join the cluster at this address (e.g. auto or HOST:6379); default: start a "
-                                "local Ray.")
+@ray_address_option
 @click.option("--max-parallel", type=click.IntRange(min=1),
               help="Probes per round; local engine: at once, each on its own GPU(s) and an equal share of the CPU "
                    "cores [default: 1].")
