@@ -7,6 +7,9 @@
 #                                                  # the three committed gates as a campaign, back to back
 #   bash benchmarks/gpu_session.sh two-gpus OUT    # duet vs interleaved on two GPUs, the campaign on both GPUs
 #   bash benchmarks/gpu_session.sh cache OUT       # start-up of a second series in the same runs folder
+#   bash benchmarks/gpu_session.sh duet OUT        # the numpy demo gate, two rounds: a cpu-slot duet at its
+#                                                  # default 12 pairs, interleaved 6 + 6 (equal wall time) and
+#                                                  # interleaved at its own n = 3 (OUT/round1, OUT/round2)
 #   bash benchmarks/gpu_session.sh clocks OUT      # NVML recordings (idle with a clock probe, busy during a
 #                                                  # run), an A/A of the graph MLP (n = 6), then the three
 #                                                  # committed gates as a campaign, all with the clock state
@@ -18,7 +21,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
-STEP=${1:?setup, one-gpu, two-gpus, cache or ray}
+STEP=${1:?setup, one-gpu, two-gpus, cache, duet, clocks or ray}
 OUT=$(realpath -m "${2:-gpu-out}")
 GATE=(${GATE:-$PY -m gatekit.cli})
 
@@ -35,6 +38,16 @@ campaign_file() {  # campaign_file NAME: configs/nightly.toml writing under OUT/
     sed -e "s|^out = .*|out = \"$OUT/$1/findings\"|" -e "s|^runs = .*|runs = \"$OUT/$1/runs\"|" \
         -e 's|^gate = "|gate = "'"$PWD"'/configs/|' configs/nightly.toml > "$OUT/$1.toml"
     echo "$OUT/$1.toml"
+}
+
+demo_duet_file() {  # the numpy demo gate as a duet on two halves of this host's cores, at the duet's own
+    # default number of pairs (the file states no n); its path on stdout
+    local half=$(( $(nproc) / 2 ))
+    sed -e 's|^id = .*|id = "demo-duet"|' -e 's|^order = .*|mode = "duet"|' -e '/^n = 3$/d' \
+        -e '/^seed = 0$/d' configs/demo/gate.toml > configs/demo/duet-generated.toml
+    printf '\n[duet]\nslots = ["cpu:0-%d", "cpu:%d-%d"]\n' $((half - 1)) "$half" $((2 * half - 1)) \
+        >> configs/demo/duet-generated.toml
+    echo configs/demo/duet-generated.toml
 }
 
 case "$STEP" in
@@ -79,15 +92,27 @@ one-gpu)
     timed graph-sequential "${GATE[@]}" run resident graph --gate configs/resident-graph.toml --policy sequential \
         "${common[@]}"
     # the numpy demo gate, interleaved on the whole host vs a duet on two halves of its cores, at equal wall
-    # time: 8 pairs (a pair costs about one run) against 4 + 4 interleaved runs
-    half=$(( $(nproc) / 2 ))
-    sed -e 's|^id = .*|id = "demo-duet"|' -e 's|^order = .*|mode = "duet"|' -e 's|^n = 3|n = 8|' \
-        -e 's|^seed = 0||' configs/demo/gate.toml > configs/demo/duet-generated.toml
-    printf '\n[duet]\nslots = ["cpu:0-%d", "cpu:%d-%d"]\n' $((half - 1)) "$half" $((2 * half - 1)) \
-        >> configs/demo/duet-generated.toml
-    timed demo-interleaved "${GATE[@]}" run off on --gate configs/demo/gate.toml --n 4 "${common[@]}"
-    timed demo-duet "${GATE[@]}" run off on --gate configs/demo/duet-generated.toml "${common[@]}"
+    # time as the duet policy counts it: its default 12 pairs (a pair costs its slower run) against 6 + 6 runs
+    timed demo-interleaved "${GATE[@]}" run off on --gate configs/demo/gate.toml --n 6 "${common[@]}"
+    timed demo-duet "${GATE[@]}" run off on --gate "$(demo_duet_file)" "${common[@]}"
     timed campaign-one-gpu "${GATE[@]}" campaign "$(campaign_file campaign-one-gpu)" --max-parallel 1
+    ;;
+duet)
+    # two rounds, the second in the reverse order, so a host that slows down during the session does not
+    # favour one design; interleaved at its own n = 3 last in each
+    duet_gate=$(demo_duet_file)
+    for round in 1 2; do
+        mkdir -p "$OUT/round$round"
+        common=(--out "$OUT/round$round/findings" --runs "$OUT/round$round/runs")
+        interleaved=("${GATE[@]}" run off on --gate configs/demo/gate.toml --n 6 "${common[@]}")
+        duet=("${GATE[@]}" run off on --gate "$duet_gate" "${common[@]}")
+        if [ "$round" = 1 ]; then
+            timed r1-interleaved-6 "${interleaved[@]}"; timed r1-duet-12 "${duet[@]}"
+        else
+            timed r2-duet-12 "${duet[@]}"; timed r2-interleaved-6 "${interleaved[@]}"
+        fi
+        timed "r$round-interleaved-3" "${GATE[@]}" run off on --gate configs/demo/gate.toml "${common[@]}"
+    done
     ;;
 cache)
     mkdir -p "$OUT"
@@ -117,7 +142,7 @@ ray)
     timed campaign-local "${GATE[@]}" campaign "$(campaign_file campaign-local)" --max-parallel "$gpus"
     ;;
 *)
-    echo "unknown step $STEP (setup, one-gpu, two-gpus, cache, ray)" >&2
+    echo "unknown step $STEP (setup, one-gpu, two-gpus, cache, duet, clocks, ray)" >&2
     exit 2
     ;;
 esac
