@@ -1,17 +1,21 @@
 """Findings as consumers read them: loaded from files or a folder, typed on the way in.
 
 Loading is checking: `Finding.from_document` checks every field by type and refuses a file that does not
-fit, naming the file and the key, so no renderer ever fails half-way on a malformed finding.
+fit, naming the file and the key, so no renderer ever fails half-way on a malformed finding; and a finding's
+TOML and JSON twins must say the same (`twin_difference`), else the file is refused naming both and the first
+differing key. Every reader of findings (report, campaign, history, site) loads them here, so an edited twin
+is never shown, summarised or plotted as if it were the finding: one forged pair refuses the whole command.
 """
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Sequence
 
 from gatekit.errors import FindingError
-from gatekit.finding import Finding, load_finding, twin_difference
+from gatekit.finding import Finding, load_finding, twin_difference, twin_path
 from gatekit.storage import SeriesLayout
 
 
@@ -23,12 +27,12 @@ class LoadedFinding:
     path: Path | None
 
 
-def load_checked(path: Path, *, twin: bool = False) -> LoadedFinding:
-    """Load one finding file (.json or .toml); loading checks it (see the module docstring). With `twin`,
-    its twin beside it must say the same (`twin_difference`), else a FindingError naming both: a report of
-    an edited TOML twin would show forged values under the JSON's verified content."""
+def load_checked(path: Path) -> LoadedFinding:
+    """Load one finding file (.json or .toml); loading checks it, and its twin beside it must say the same,
+    else a FindingError naming both (see the module docstring): a reader of the JSON would otherwise show
+    what an edited TOML twin does not say, and the reverse."""
     finding = load_finding(path)
-    difference = twin_difference(path, finding) if twin else None
+    difference = twin_difference(path, finding)
     if difference is not None:
         raise FindingError(f"{difference}; one of them was edited (gate verify SERIES_DIR {path} says which)")
     return LoadedFinding(finding, path)
@@ -52,7 +56,7 @@ def finding_files(folder: Path, *, nested: bool = False) -> list[Path]:
 
 
 def load_folder(folder: Path) -> list[LoadedFinding]:
-    """Every finding in a folder, checked; an empty folder is an error (nothing to show)."""
+    """Every finding in a folder, each checked against its twin; an empty folder is an error (nothing to show)."""
     files = finding_files(folder)
     if not files:
         raise FindingError(f"{folder}: no findings here (*.json or *.toml)")
@@ -61,7 +65,20 @@ def load_folder(folder: Path) -> list[LoadedFinding]:
 
 def load_many(paths: Iterable[Path]) -> list[LoadedFinding]:
     """The findings named on a command line (a report's, a campaign's), each checked against its twin."""
-    return [load_checked(path, twin=True) for path in paths]
+    return [load_checked(path) for path in paths]
+
+
+def pair_sha256(path: Path) -> str:
+    """sha256 of a finding file's bytes and of its twin's (where it has one): what a reader that skips a
+    finding it checked before keys on, so an edit of either file has the pair loaded and checked again."""
+    twin = twin_path(path)
+    digest = hashlib.sha256()
+    for part in (path, twin) if twin.is_file() else (path,):
+        try:
+            digest.update(hashlib.sha256(part.read_bytes()).digest())
+        except OSError as exc:
+            raise FindingError(f"{part}: cannot read: {exc.strerror or exc}") from None
+    return digest.hexdigest()
 
 
 def by_date(findings: Sequence[LoadedFinding]) -> list[LoadedFinding]:

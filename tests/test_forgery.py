@@ -231,6 +231,49 @@ def test_a_report_of_a_forged_toml_twin_refuses_it_naming_both_files(gate_dir) -
     assert "a forged title" not in (g.root / "honest.md").read_text()
 
 
+def _finding_pairs(folder: Path, days: int) -> list[tuple[Path, Path]]:
+    """Findings of one gate, a night each, as `gate run` writes them: a TOML and a JSON twin each."""
+    from gatekit.finding import write_finding
+    from tests.findings_kit import finding_of, variant
+
+    folder.mkdir(parents=True)
+    return [write_finding(finding_of(variant(f"nightly-2026-11-{day:02d}", f"2026-11-{day:02d}",
+                                             mean_on=10.0 + day)), folder) for day in range(1, days + 1)]
+
+
+@pytest.mark.parametrize("edited", ["toml", "json"])
+def test_history_and_site_refuse_one_forged_twin_among_honest_findings(tmp_path: Path, edited: str) -> None:
+    """`gate history` and `gate site` read a folder of findings and took an edited twin silently (the site
+    even kept the page of a JSON whose TOML twin was edited after it was built); one forged pair among honest
+    ones now refuses the whole command as `gate report` does: exit 2, one line naming both files and the
+    differing key, nothing printed or written."""
+    import tomlkit
+
+    folder, site = tmp_path / "findings", tmp_path / "site"
+    pairs = _finding_pairs(folder, 4)
+    history = ("history", str(folder), "--metric", "mean_on", "--json")
+    build = ("site", str(folder), "-o", str(site), "--jobs", "1")
+    done = gate_invoke(*history, cwd=tmp_path)
+    assert done.returncode == 0 and [p["value"] for p in json.loads(done.stdout)["points"]] == [11.0, 12.0, 13.0, 14.0]
+    assert gate_invoke(*build, cwd=tmp_path).returncode == 0
+    built = (site / "index.html").read_bytes()
+    toml_path, json_path = pairs[2]
+    if edited == "toml":
+        document = tomlkit.parse(toml_path.read_text())
+        document["stats"]["mean_on"] = 99.0
+        toml_path.write_text(tomlkit.dumps(document))
+    else:
+        document = json.loads(json_path.read_text())
+        document["stats"]["mean_on"] = 99.0
+        json_path.write_text(json.dumps(document, indent=2))
+    for args in (history, build):
+        done = gate_invoke(*args, cwd=tmp_path)
+        assert done.returncode == 2 and done.stdout == "", (args, done.stdout)
+        (line,) = done.stderr.strip().splitlines()  # the folder's JSON is the one read, the TOML its twin
+        assert line.startswith(f"gate: error: {json_path}: differs from its twin {toml_path.name}: stats.mean_on"), line
+    assert (site / "index.html").read_bytes() == built  # the old site stays whole
+
+
 # -- 7. a resumed copy overwrites a finding -------------------------------------------------------------
 
 def test_a_resumed_copy_of_a_series_cannot_rewrite_the_original_finding(tmp_path: Path) -> None:

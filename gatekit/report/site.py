@@ -21,8 +21,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from gatekit import __version__
-from gatekit.errors import FindingError, GatekitError, OutputError
-from gatekit.finding import Finding, load_finding
+from gatekit.errors import GatekitError, OutputError
+from gatekit.finding import Finding
+from gatekit.findingset import load_checked, pair_sha256
 from gatekit.report.common import is_number, safe_name, tag_text
 from gatekit.report.html import index_html, report_html
 from gatekit.report.rundata import FolderIndex, RunFiles, load_run_files, run_files_digest, run_folders
@@ -161,13 +162,14 @@ def write_files(root: Path, files: Mapping[str, bytes]) -> list[Path]:
 
 # -- the findings site, built incrementally ------------------------------------------------------------
 # A site of thousands of findings is rebuilt every night with one or two new ones. Each page's inputs (the
-# finding's bytes, the run files it reads, its folder and the links to the findings it names, the renderer's
-# own code) are hashed into a key kept in the site's manifest; a page whose key is unchanged is left where it
-# is, untouched, and a finding whose bytes are unchanged is not even parsed (its index row is kept too). The
+# bytes of the finding and of its twin, the run files it reads, its folder and the links to the findings it
+# names, the renderer's own code) are hashed into a key kept in the site's manifest; a page whose key is
+# unchanged is left where it is, untouched, and a finding whose bytes (and its twin's) are unchanged is not
+# even parsed (its index row is kept too); one that is parsed is checked against its twin (load_checked). The
 # pages that are drawn, the index and the manifest are written into a folder beside the site first, then
 # renamed into it file by file, the manifest last: a build that fails while drawing (a full disk) leaves the
-# old site whole, and one stopped while moving in leaves whole pages and a manifest that has them drawn
-# again. So a rebuild costs what changed plus reading the findings' and run files' bytes, not the site's size.
+# old site whole, and one stopped while moving in leaves whole pages and a manifest that has them drawn again.
+# So a rebuild costs what changed plus reading the findings' and run files' bytes, not the site's size.
 
 SITE_MANIFEST = ".gatekit-site.json"
 SITE_SCHEMA = "gatekit.site/1"
@@ -226,7 +228,7 @@ def render_page(task: PageTask) -> tuple[str, list[str]]:
     A module-level function of picklable arguments, so it runs in a worker process as well as here."""
     from gatekit.report.figures import report_figures
 
-    finding = load_finding(task.path)
+    finding = load_checked(task.path).finding
     run_files = load_run_files(finding, task.path, task.runs_roots, task.cwd)
     item = Prepared(finding, task.folder, report_figures(finding, run_files), run_files, task.path.name)
     files = page_files(item, task.links, with_index=True)
@@ -262,18 +264,16 @@ def build_site(paths: Sequence[Path], site_dir: Path, runs_roots: Sequence[Path]
                jobs: int = 1) -> SiteBuild:
     """The findings site of these finding files in `site_dir`: an index and a page per finding, drawing only
     the pages whose inputs changed since the last build (see above). Files in `site_dir` that no build
-    wrote are kept. OutputError when the site cannot be written; the old site is then untouched."""
+    wrote are kept. FindingError when a finding cannot be read or differs from its twin, OutputError when
+    the site cannot be written; the old site is then untouched."""
     renderer = renderer_fingerprint()
     manifest = _read_manifest(site_dir, renderer)
     roots = tuple(runs_roots)
     sources: dict[str, Any] = {}
     found = []
     for path in paths:
-        try:
-            sha = hashlib.sha256(path.read_bytes()).hexdigest()
-        except OSError as exc:
-            raise FindingError(f"{path}: cannot read: {exc.strerror or exc}") from None
-        summary = manifest["sources"].get(sha) or _summary(load_finding(path))
+        sha = pair_sha256(path)
+        summary = manifest["sources"].get(sha) or _summary(load_checked(path).finding)
         sources[sha] = summary
         found.append((path, sha, summary))
     folders = folder_names([summary["id"] for _, _, summary in found])
