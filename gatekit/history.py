@@ -12,16 +12,16 @@ findings.
 
 First the whole series must show a shift, by a test that autocorrelated noise does not fool (a machine
 drifting over days makes neighbouring findings alike, and a permutation test, which takes them as
-exchangeable, then sees shifts in 17–43 % of flat series). The noise is modelled as AR(1), x_t = μ + u_t,
-u_t = ρ·u_{t−1} + e_t, and the statistic is the likelihood ratio of one step in the mean against none,
-each maximised over ρ ∈ RHO_GRID (0 … 0.75) and the step's place (at least CHANGE_MIN_SEGMENT findings on
-each side): 2·(max ℓ(ρ, k) − max ℓ(ρ)). ℓ is the restricted (REML) Gaussian log-likelihood of the
-Prais–Winsten transformed series (Prais & Winsten 1954; Harville, JASA 1977), computed on the standardised
-series (the restricted likelihoods of two designs are not on one scale: unstandardised, the ratio would
-move with the units). Its p-value is the share of NULL_SERIES seeded AR(1) series with ρ = RHO_MAX = 0.6
-and no step that reach it, (1 + hits) / (1 + NULL_SERIES): the statistic's null quantiles rise with ρ
-(measured in docs/statistics.md), so ρ = 0.6 is the least favourable noise it covers, and a flat series
-with any ρ ≤ 0.6 shows a change point at most α of the time, however many candidates PELT proposed.
+exchangeable, then sees shifts in 17–43 % of flat series). The statistic is a likelihood ratio of the series'
+maximal invariant under location and scale (Wijsman 1967: the mean and σ integrate out, so no estimate of
+either enters): a step of ±STEP_SIGMA noise SDs in white noise, averaged over its places (at least
+CHANGE_MIN_SEGMENT findings on each side), against a flat mean plus AR(1) noise u_t = ρ·u_{t−1} + e_t, the
+best ρ ∈ PROFILE_RHOS (0 … RHO_MAX). Against one ρ the same ratio is the Neyman–Pearson test, the most
+powerful there is for a step at a random place; benchmarks/change_points.py --ceiling measures that bound,
+which no test reaches. Its p-value is taken against NULL_SERIES seeded flat AR(1) series at each ρ of 0,
+0.15, … RHO_MAX = 0.6, (1 + hits) / (1 + NULL_SERIES), and is the largest of them (which ρ is least
+favourable depends on the series' length), so a flat series with any ρ ≤ 0.6 shows a change point at most α
+of the time, however many candidates PELT proposed.
 
 Then each candidate is tested by permutation within the window its two neighbouring segments span, as
 E-Divisive (Matteson & James, JASA 2014) and Apache Otava do. That test is on ranks, so a lone spike is only
@@ -57,6 +57,7 @@ import numpy as np
 import ruptures
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
+from scipy.special import gammaln, logsumexp
 from scipy.stats import rankdata
 
 from gatekit import stats
@@ -74,12 +75,17 @@ SEED = 0  # the permutations' seed: the same series always gives the same change
 OUTLIER_Z = 3.5  # Iglewicz & Hoaglin (1993): a modified z-score above 3.5 marks an outlier
 CHANGE_MIN_SEGMENT = 4  # findings on each side of a change (segments of PELT and the shift test): reported after 4
 RHO_MAX = 0.6  # the most autocorrelated noise (AR(1) ρ) a flat series' false-alarm rate is guaranteed for
-RHO_GRID = tuple(round(0.05 * i, 2) for i in range(16))  # ρ the likelihoods are maximised over: 0 … 0.75
+PROFILE_RHOS = tuple(round(0.05 * i, 2) for i in range(13))  # ρ the flat likelihood is maximised over: 0 … 0.6
+NULL_RHO_STEP = 0.15  # the shift test's p is the largest over null series of ρ 0, 0.15, … RHO_MAX
+STEP_SIGMA = 3.0  # the step (in noise SDs) the shift test is most powerful for: the step it must find
+MOMENT_POINTS = 4097  # values of z in the table of ln J_ν(z) the step likelihoods interpolate
+MOMENT_NODES = 481  # trapezoid nodes per value
 # seeded AR(1) series of ρ = RHO_MAX behind the shift test's p-value: with 999 the critical value itself would
 # carry a Monte-Carlo error of about ±0.7 points of false-alarm rate, with 4 999 about ±0.3
 NULL_SERIES = 4999
 NULL_CHUNK = 1000  # null series simulated at once: bounds memory for long histories
-METHOD = ("AR(1)-robust likelihood-ratio test of one step (ρ ≤ 0.75, REML, least favourable null ρ = 0.6), "
+METHOD = ("AR(1)-robust likelihood-ratio test of one step (a 3σ step in white noise at any place against flat AR(1) "
+          "noise of ρ ≤ 0.6, location- and scale-invariant, p the largest over null ρ 0 … 0.6), "
           "then ruptures PELT candidates (l2 cost, BIC penalty 2·σ̂²·ln n), each kept at permutation p ≤ α")
 
 
@@ -135,7 +141,7 @@ class History:
             "metric": self.metric, "described": self.described, "gates": list(self.gates),
             "method": METHOD, "sigma": self.sigma, "penalty": self.penalty if self.penalty > 0 else None,
             "alpha": self.alpha, "shift_p": None if math.isnan(self.shift_p) else self.shift_p,
-            "null_series": NULL_SERIES, "rho_max": RHO_MAX,
+            "null_series": NULL_SERIES, "rho_max": RHO_MAX, "step_sigma": STEP_SIGMA,
             "permutations": PERMUTATIONS, "seed": SEED, "candidates": self.candidates,
             "outliers": [self.points[i].finding_id for i in self.outliers],
             "points": [{"date": p.date, "finding": p.finding_id, "gate": p.gate_id, "value": p.value}
@@ -216,73 +222,86 @@ def prais_winsten(values: Sequence[float], rho: float) -> np.ndarray:
     return np.concatenate([[math.sqrt(1 - rho * rho) * x[0]], x[1:] - rho * x[:-1]])
 
 
-def restricted_loglik(values: Sequence[float], rho: float, step_at: int | None = None) -> float:
-    """REML log-likelihood of the series as one mean (`step_at` None) or a mean with a step from index
-    `step_at` on, plus AR(1) noise of correlation ρ: the regression of the whitened series on the whitened
-    regressors W (least squares: numpy.linalg.lstsq), ℓ = −((n−p)/2)·(ln(2π·RSS/(n−p)) + 1) + ½·ln(1 − ρ²)
-    − ½·ln det(WᵀW) (Harville, JASA 1977), p = 1 or 2 regressors."""
-    n = len(values)
-    regressors = [np.ones(n)] + ([] if step_at is None else [(np.arange(n) >= step_at).astype(float)])
-    w = np.column_stack([prais_winsten(r, rho) for r in regressors])
-    y = prais_winsten(values, rho)
-    coefficients, *_ = np.linalg.lstsq(w, y, rcond=None)
-    rss = float(np.sum((y - w @ coefficients) ** 2))
-    dof = n - w.shape[1]
-    return (-dof / 2 * (math.log(2 * math.pi * rss / dof) + 1) + 0.5 * math.log(1 - rho * rho)
-            - 0.5 * math.log(float(np.linalg.det(w.T @ w))))
-
-
-def shift_statistics(rows: np.ndarray, *, rho_grid: Sequence[float] = RHO_GRID,
-                     min_segment: int = CHANGE_MIN_SEGMENT) -> tuple[np.ndarray, np.ndarray]:
-    """Per row of `rows` ([series, n]): the likelihood ratio of one step against none, 2·(max over ρ and the
-    step's place k of restricted_loglik(ρ, k) − max over ρ of restricted_loglik(ρ)), and the k of the
-    maximum. Vectorised: the whitened regressors' inner products are closed forms, the data's come from
-    cumulative sums. Each row is standardised first (the ratio does not change, the arithmetic keeps its
-    digits for large values); a constant row has ratio 0, a perfect step an infinite one."""
+def standardised(rows: np.ndarray) -> np.ndarray:
+    """Each row less its mean, over its SD (ddof 0): Σx = 0, Σx² = n; a constant row stays all zeros. The
+    invariant densities below do not change (they are functions of this), the arithmetic keeps its digits."""
     x = np.asarray(rows, dtype=float)
+    x = x - x.mean(axis=1, keepdims=True)
+    spread = np.sqrt((x * x).mean(axis=1, keepdims=True))
+    return x / np.where(spread > 0, spread, 1.0)
+
+
+@functools.lru_cache(maxsize=64)
+def log_moment_table(nu: int, z_max: float) -> tuple[np.ndarray, np.ndarray]:
+    """ln J_ν(z) = ln ∫₀^∞ u^ν·exp(−u²/2 + z·u) du on MOMENT_POINTS values of z in [−z_max, z_max].
+
+    J_ν(z) = Γ(ν + 1)·e^{z²/4}·D_{−ν−1}(−z) (a parabolic cylinder function), which over- and underflows for
+    the ν of long histories; the integral is taken in logs instead, by the trapezoid rule on MOMENT_NODES
+    nodes across ±12 Laplace widths of its peak u* = (z + √(z² + 4ν))/2 (width 1/√(1 + ν/u*²)), where the
+    log integrand is concave."""
+    z = np.linspace(-z_max, z_max, MOMENT_POINTS)
+    peak = (z + np.sqrt(z * z + 4 * nu)) / 2
+    width = 1 / np.sqrt(1 + nu / peak ** 2)
+    t = np.linspace(-12.0, 12.0, MOMENT_NODES)
+    u = peak[:, None] + width[:, None] * t[None, :]
+    inside = u > 0
+    u = np.where(inside, u, 1.0)
+    log_integrand = np.where(inside, nu * np.log(u) - u * u / 2 + z[:, None] * u, -np.inf)
+    return z, logsumexp(log_integrand, axis=1) + np.log(width * (t[1] - t[0]))
+
+
+def flat_loglik(x: np.ndarray, rho: float) -> np.ndarray:
+    """Per standardised row of x: the log density of its maximal invariant under location and scale (the
+    series up to a + b·x, Wijsman 1967) when it is a flat mean plus AR(1) noise of correlation ρ:
+    −((n−1)/2)·ln 2π − ½ ln det R − ½ ln 1ᵀR⁻¹1 + ln Γ((n−1)/2) + ((n−3)/2)·ln 2 − ((n−1)/2)·ln Q,
+    R the AR(1) correlation matrix and Q = xᵀR⁻¹x − (1ᵀR⁻¹x)²/1ᵀR⁻¹1, its generalised residual sum, from the
+    Prais–Winsten transform (R⁻¹ = WᵀW/(1 − ρ²)). For ρ = 0 this is the density of the standardised series of white noise."""
+    n = x.shape[1]
+    root = math.sqrt(1 - rho * rho)
+    y = np.concatenate([root * x[:, :1], x[:, 1:] - rho * x[:, :-1]], axis=1)
+    one = np.full(n, 1 - rho)
+    one[0] = root
+    g_one = float(one @ one)
+    q = np.maximum(np.sum(y * y, axis=1) - (y @ one) ** 2 / g_one, 1e-300) / (1 - rho * rho)
+    return (-(n - 1) / 2 * math.log(2 * math.pi * (1 - rho * rho)) - 0.5 * math.log(g_one / (1 - rho * rho))
+            + gammaln((n - 1) / 2) + (n - 3) / 2 * math.log(2) - (n - 1) / 2 * np.log(q))
+
+
+def step_logliks(x: np.ndarray, step_sigma: float = STEP_SIGMA,
+                 min_segment: int = CHANGE_MIN_SEGMENT) -> tuple[np.ndarray, np.ndarray]:
+    """Per standardised row of x and per place k (min_segment … n − min_segment): the log density of its
+    maximal invariant when it is white noise plus a step of ±step_sigma noise SDs from index k on, the two
+    signs averaged, and the places k. With σ and the mean integrated out by the invariance (the step is
+    m = δ·s_k, s_k = 1 from k on): −((n−1)/2)·ln 2π − ½ ln n − ((n−1)/2)·ln A − C/2 + ln J_{n−2}(B/√A),
+    A = Σx² = n, B = δ·Σ_{t≥k} x_t, C = δ²·k(n−k)/n (log_moment_table)."""
     count, n = x.shape
-    spread = x.std(axis=1, keepdims=True)
-    x = (x - x.mean(axis=1, keepdims=True)) / np.where(spread > 0, spread, 1.0)
     ks = np.arange(min_segment, n - min_segment + 1)
-    best_none = np.full(count, -np.inf)
-    best_step = np.full(count, -np.inf)
-    best_k = np.full(count, ks[0] if ks.size else 0)
-    tiny = 1e-12 * n  # a residual sum below this is a perfect fit
-    for rho in rho_grid:
-        root = math.sqrt(1 - rho * rho)
-        y = np.concatenate([root * x[:, :1], x[:, 1:] - rho * x[:, :-1]], axis=1)
-        whitened_one = np.full(n, 1 - rho)
-        whitened_one[0] = root
-        yy = np.sum(y * y, axis=1)
-        y_one = y @ whitened_one
-        g_one = float(whitened_one @ whitened_one)
-        ends = 0.5 * math.log(1 - rho * rho)
-        rss_none = np.maximum(yy - y_one ** 2 / g_one, tiny)
-        loglik_none = -(n - 1) / 2 * (np.log(2 * math.pi * rss_none / (n - 1)) + 1) + ends - 0.5 * math.log(g_one)
-        best_none = np.maximum(best_none, loglik_none)
-        if not ks.size:
-            continue
-        # the whitened step from k: 0 before k, 1 at k, 1 − ρ after
-        tail = np.concatenate([np.cumsum(y[:, ::-1], axis=1)[:, ::-1], np.zeros((count, 1))], axis=1)
-        y_step = y[:, ks] + (1 - rho) * tail[:, ks + 1]
-        after = n - ks - 1
-        g_step = 1 + after * (1 - rho) ** 2
-        g_cross = (1 - rho) + after * (1 - rho) ** 2
-        det = g_one * g_step - g_cross ** 2
-        explained = (g_step * y_one[:, None] ** 2 - 2 * g_cross * y_one[:, None] * y_step
-                     + g_one * y_step ** 2) / det
-        rss_step = np.maximum(yy[:, None] - explained, tiny)
-        loglik_step = (-(n - 2) / 2 * (np.log(2 * math.pi * rss_step / (n - 2)) + 1) + ends
-                       - 0.5 * np.log(det))
-        at = np.argmax(loglik_step, axis=1)
-        top = loglik_step[np.arange(count), at]
-        better = top > best_step
-        best_step, best_k = np.where(better, top, best_step), np.where(better, ks[at], best_k)
+    tails = np.cumsum(x[:, ::-1], axis=1)[:, ::-1][:, ks]  # Σ_{t≥k} x_t
+    z_max = step_sigma * math.sqrt(n) / 2  # |B|/√A ≤ δ·√(k(n−k)/n) ≤ δ·√n/2 (Cauchy–Schwarz)
+    grid, log_moment = log_moment_table(n - 2, round(z_max, 9) + 1e-9)
+    base = -(n - 1) / 2 * math.log(2 * math.pi * n) - 0.5 * math.log(n) - step_sigma ** 2 * ks * (n - ks) / n / 2
+    signs = [base + np.interp(sign * step_sigma * tails / math.sqrt(n), grid, log_moment) for sign in (1, -1)]
+    return np.logaddexp(*signs) - math.log(2), ks
+
+
+def shift_statistics(rows: np.ndarray, *, profile_rhos: Sequence[float] = PROFILE_RHOS,
+                     step_sigma: float = STEP_SIGMA,
+                     min_segment: int = CHANGE_MIN_SEGMENT) -> tuple[np.ndarray, np.ndarray]:
+    """Per row of `rows` ([series, n]): the log likelihood ratio of a step against none, ln of the mean over
+    the places k of the step density (step_logliks) over the largest flat AR(1) density of ρ ∈ profile_rhos
+    (flat_loglik), and the k of the step that fits best. With profile_rhos = (ρ₀,) this is the
+    Neyman–Pearson statistic against AR(1) noise of ρ₀, the most powerful test of its level there for a
+    step at a random place (benchmarks/change_points.py --ceiling). A constant row has ratio −∞."""
+    x = standardised(rows)
+    count, n = x.shape
+    ks = np.arange(min_segment, n - min_segment + 1)
     if not ks.size:
-        return np.zeros(count), best_k
-    ratio = 2 * (best_step - best_none)
-    ratio = np.where(spread[:, 0] > 0, ratio, 0.0)
-    return np.maximum(ratio, 0.0), best_k
+        return np.full(count, -np.inf), np.zeros(count, dtype=int)
+    per_place, ks = step_logliks(x, step_sigma, min_segment)
+    flat = np.max([flat_loglik(x, rho) for rho in profile_rhos], axis=0)
+    ratio = logsumexp(per_place, axis=1) - math.log(ks.size) - flat
+    constant = ~np.any(x != 0, axis=1)
+    return np.where(constant, -np.inf, ratio), ks[np.argmax(per_place, axis=1)]
 
 
 def ar1_series(rho: float, count: int, n: int, rng: np.random.Generator) -> np.ndarray:
@@ -296,26 +315,45 @@ def ar1_series(rho: float, count: int, n: int, rng: np.random.Generator) -> np.n
 
 
 @functools.lru_cache(maxsize=64)
-def null_statistics(n: int, null_series: int = NULL_SERIES, seed: int = SEED, rho: float = RHO_MAX) -> np.ndarray:
-    """The shift statistic of `null_series` seeded flat AR(1) series of correlation ρ and length n, sorted."""
-    rng = np.random.default_rng([seed, n])
-    chunks = [shift_statistics(ar1_series(rho, min(NULL_CHUNK, null_series - start), n, rng))[0]
+def null_statistics(n: int, null_series: int = NULL_SERIES, seed: int = SEED, rho: float = RHO_MAX,
+                    rho_max: float = RHO_MAX) -> np.ndarray:
+    """The shift statistic (flat ρ profiled up to rho_max) of `null_series` seeded flat AR(1) series of
+    correlation ρ and length n, sorted."""
+    rng = np.random.default_rng([seed, n, round(1000 * rho)])
+    profile = profile_rhos(rho_max)
+    chunks = [shift_statistics(ar1_series(rho, min(NULL_CHUNK, null_series - start), n, rng),
+                               profile_rhos=profile)[0]
               for start in range(0, null_series, NULL_CHUNK)]
     return np.sort(np.concatenate(chunks))
 
 
+def profile_rhos(rho_max: float = RHO_MAX) -> tuple[float, ...]:
+    """The ρ the flat likelihood is maximised over: PROFILE_RHOS up to rho_max."""
+    return tuple(rho for rho in PROFILE_RHOS if rho <= rho_max + 1e-12)
+
+
+def null_rhos(rho_max: float = RHO_MAX) -> tuple[float, ...]:
+    """The ρ the shift test's p-value is taken at: NULL_RHO_STEP apart from 0 to rho_max."""
+    steps = round(rho_max / NULL_RHO_STEP)
+    return tuple(round(rho_max * i / steps, 4) for i in range(steps + 1)) if steps else (0.0,)
+
+
 def shift_test(values: Sequence[float], *, null_series: int = NULL_SERIES, seed: int = SEED,
-               null_rho: float = RHO_MAX) -> tuple[float, int | None]:
-    """p-value of one step in the mean of `values` against flat AR(1) noise with ρ ≤ `null_rho`, (1 + null
-    series at least as strong) / (1 + null series), and where the step fits best; (1, None) for a series
-    too short for CHANGE_MIN_SEGMENT findings on each side."""
+               rho_max: float = RHO_MAX) -> tuple[float, int | None]:
+    """p-value of one step in the mean of `values` against flat AR(1) noise with ρ ≤ `rho_max`: at each ρ
+    of null_rhos, (1 + null series at least as strong) / (1 + null series), and the largest of them (which ρ
+    is least favourable depends on n); and where the step fits best. (1, None) for a series too short for
+    CHANGE_MIN_SEGMENT findings on each side."""
     n = len(values)
     if n < 2 * CHANGE_MIN_SEGMENT:
         return 1.0, None
-    observed, at = shift_statistics(np.asarray(values, dtype=float)[None, :])
-    null = null_statistics(n, null_series, seed, null_rho)
-    hits = null.size - int(np.searchsorted(null, observed[0] * (1 - 1e-9), side="left"))
-    return (1 + hits) / (1 + null.size), int(at[0])
+    observed, at = shift_statistics(np.asarray(values, dtype=float)[None, :], profile_rhos=profile_rhos(rho_max))
+    p = 0.0
+    for rho in null_rhos(rho_max):
+        null = null_statistics(n, null_series, seed, rho, rho_max)
+        hits = null.size - int(np.searchsorted(null, observed[0] - 1e-9 * max(1.0, abs(observed[0])), side="left"))
+        p = max(p, (1 + hits) / (1 + null.size))
+    return p, int(at[0])
 
 
 # -- the candidates ---------------------------------------------------------------------------------------
@@ -432,10 +470,10 @@ class ChangeSearch:
 
 
 def change_point_indices(values: Sequence[float], *, alpha: float = ALPHA, permutations: int = PERMUTATIONS,
-                         seed: int = SEED, null_rho: float = RHO_MAX) -> ChangeSearch:
+                         seed: int = SEED, rho_max: float = RHO_MAX) -> ChangeSearch:
     """The change points of a series (see the module docstring): outliers out, the shift test on the rest,
     then PELT's candidates pruned by their permutation tests; where none survives, the shift test's own best
-    split is the change, with the shift test's p. `null_rho`: the AR(1) ρ of the shift test's null
+    split is the change, with the shift test's p. `rho_max`: the largest AR(1) ρ of the shift test's null
     (benchmarks/change_points.py weighs other choices)."""
     sigma = noise_sigma(values)
     outliers = lone_outliers(values, sigma)
@@ -444,7 +482,7 @@ def change_point_indices(values: Sequence[float], *, alpha: float = ALPHA, permu
     candidates, _, penalty = candidate_indices(rest, sigma)
     if len(rest) < 2 * CHANGE_MIN_SEGMENT or len(set(rest)) == 1:
         return ChangeSearch((), sigma, penalty, len(candidates), tuple(outliers))
-    shift_p, best_split = shift_test(rest, seed=seed, null_rho=null_rho)
+    shift_p, best_split = shift_test(rest, seed=seed, rho_max=rho_max)
     changes: list[tuple[int, float]] = []
     if shift_p <= alpha and best_split is not None:
         changes = (significant_changes(rest, candidates, alpha=alpha, permutations=permutations, seed=seed)

@@ -12,9 +12,9 @@ import pytest
 from scipy import stats as sps
 from scipy.stats import rankdata
 
-from gatekit.history import (ChangeSearch, ar1_series, change_point_indices, lone_outliers, metric_value, noise_sigma,
-                             null_statistics, permutation_p, prais_winsten, restricted_loglik, shift_statistics,
-                             shift_test)
+from gatekit.history import (ChangeSearch, ar1_series, change_point_indices, flat_loglik, log_moment_table,
+                             lone_outliers, metric_value, noise_sigma, null_rhos, null_statistics, permutation_p,
+                             prais_winsten, shift_statistics, shift_test, standardised, step_logliks)
 from tests.conftest import gate_invoke
 from tests.findings_kit import finding_of, golden_data, variant, write_json
 
@@ -132,7 +132,8 @@ def test_history_cli_table_plot_and_fail_on_change(tmp_path: Path) -> None:
     assert "mean_on: stats.mean_on of each finding, 10 findings of gate golden" in done.stdout
     assert "golden-2026-11-06" in done.stdout.split("<- change")[0].splitlines()[-1]
     assert "from golden-2026-11-06 (2026-11-06): mean 10.0000 -> 11.0000 (+10.00 %, p 0.0" in done.stdout
-    assert "shift test p 0.0002 against noise correlated up to AR(1) ρ 0.6, α 0.05" in done.stdout
+    assert (f"shift test p {shift_test(STEP)[0]:.4f} against noise correlated up to AR(1) ρ 0.6, α 0.05"
+            in done.stdout)
     assert "kept at permutation p ≤ α" in done.stdout
     assert (tmp_path / "h.png").read_bytes().startswith(b"\x89PNG")
     done = gate_invoke("history", str(folder), "--metric", "mean_on", "--fail-on", "change", cwd=tmp_path)
@@ -214,29 +215,64 @@ def test_findings_of_one_day_get_x_labels_of_their_own() -> None:
 
 # -- the shift test ----------------------------------------------------------------------------------
 
-def _ar1_covariance(n: int, rho: float) -> np.ndarray:
-    """AR(1) noise of unit innovations: Cov(u_i, u_j) = ρ^|i−j| / (1 − ρ²)."""
-    lags = np.abs(np.subtract.outer(np.arange(n), np.arange(n)))
-    return rho ** lags / (1 - rho * rho)
+def _invariant_density(x: np.ndarray, mean: np.ndarray, covariance: np.ndarray) -> float:
+    """The density of x's maximal invariant under x → a·x + b (a > 0), by Wijsman's representation:
+    ∫₀^∞ ∫ φ(a·x + b·1; mean, covariance)·a^{n−2} db da, integrated by scipy."""
+    from scipy import integrate
+    n = x.size
+    density = sps.multivariate_normal(mean, covariance)
+    inner = lambda b, a: density.pdf(a * x + b) * a ** (n - 2)  # noqa: E731 - dblquad's integrand order
+    value, _ = integrate.dblquad(inner, 0, 6, -8, 8, epsabs=0, epsrel=1e-8)
+    return value
 
 
-@pytest.mark.parametrize(("rho", "step_at"), [(0.0, None), (0.45, None), (0.3, 7), (0.7, 4)])
-def test_restricted_loglik_is_the_gls_reml_of_scipy(rho: float, step_at: int | None) -> None:
-    # the Prais–Winsten regression against the explicit AR(1) covariance: GLS by hand, the density by scipy
-    values = [float(v) for v in np.random.default_rng(3).standard_normal(12) + np.arange(12) * 0.1]
-    n = len(values)
-    columns = [np.ones(n)] + ([] if step_at is None else [(np.arange(n) >= step_at).astype(float)])
-    design, y = np.column_stack(columns), np.array(values)
-    inverse = np.linalg.inv(_ar1_covariance(n, rho))
-    information = design.T @ inverse @ design
-    beta = np.linalg.solve(information, design.T @ inverse @ y)
-    residual = y - design @ beta
-    p = design.shape[1]
-    sigma2 = float(residual @ inverse @ residual) / (n - p)
-    full = sps.multivariate_normal.logpdf(y, design @ beta, sigma2 * _ar1_covariance(n, rho))
-    # REML = the ML density at σ̂² = RSS/(n − p), plus (p/2)·ln(2πσ̂²), minus ½·ln det(Xᵀ V⁻¹ X)
-    expected = full + p / 2 * math.log(2 * math.pi * sigma2) - 0.5 * math.log(np.linalg.det(information))
-    assert restricted_loglik(values, rho, step_at) == pytest.approx(expected, rel=1e-10)
+@pytest.mark.parametrize("rho", [0.0, 0.3, 0.6])
+def test_flat_loglik_is_the_invariant_density_of_ar1_noise(rho: float) -> None:
+    x = standardised(np.random.default_rng(3).standard_normal((1, 7)) + np.arange(7) * 0.3)
+    lags = np.abs(np.subtract.outer(np.arange(7), np.arange(7)))
+    expected = _invariant_density(x[0], np.zeros(7), rho ** lags)  # AR(1) correlations ρ^|i−j|
+    assert flat_loglik(x, rho)[0] == pytest.approx(math.log(expected), abs=1e-6)
+
+
+def test_step_logliks_are_the_invariant_densities_of_a_step_in_white_noise() -> None:
+    x = standardised(np.random.default_rng(4).standard_normal((1, 7)) + 2.0 * (np.arange(7) >= 4))
+    per_place, places = step_logliks(x, step_sigma=3.0, min_segment=3)
+    assert list(places) == [3, 4]
+    for k, got in zip(places, per_place[0]):
+        step = (np.arange(7) >= k).astype(float)
+        both = [_invariant_density(x[0], sign * 3.0 * step, np.eye(7)) for sign in (1, -1)]
+        assert got == pytest.approx(math.log(sum(both) / 2), abs=1e-5)
+
+
+@pytest.mark.parametrize("nu", [4, 18, 198])
+def test_log_moment_table_is_the_parabolic_cylinder_closed_form(nu: int) -> None:
+    from scipy import integrate, special
+    grid, log_moment = log_moment_table(nu, 6.0)
+    for z in (-6.0, -1.5, 0.0, 2.25, 6.0):
+        at = float(np.interp(z, grid, log_moment))
+        if nu < 100:  # J_ν(z) = Γ(ν + 1)·e^{z²/4}·D_{−ν−1}(−z)
+            closed = special.gamma(nu + 1) * math.exp(z * z / 4) * special.pbdv(-nu - 1, -z)[0]
+            assert at == pytest.approx(math.log(closed), abs=1e-7)
+        peak = (z + math.sqrt(z * z + 4 * nu)) / 2  # scaled by the peak so quad sees numbers near 1
+        top = nu * math.log(peak) - peak * peak / 2 + z * peak
+        value, _ = integrate.quad(lambda u: math.exp(nu * math.log(u) - u * u / 2 + z * u - top), 1e-12, 60 + peak,
+                                  points=[peak], epsabs=0, epsrel=1e-11, limit=200)
+        assert at == pytest.approx(top + math.log(value), abs=1e-7)
+
+
+def test_shift_statistic_is_invariant_and_places_the_step() -> None:
+    rng = np.random.default_rng(5)
+    rows = rng.standard_normal((3, 14))
+    rows[1, 9:] += 2.5  # a step at 9
+    ratios, places = shift_statistics(rows)
+    moved, moved_places = shift_statistics(1e9 + 1e3 * rows)  # nanosecond-sized values: the same ratio
+    assert moved == pytest.approx(ratios, rel=1e-9) and list(moved_places) == list(places)
+    assert places[1] == 9 and ratios[1] > ratios[0]
+    assert shift_statistics(np.full((1, 10), 3.0))[0][0] == -math.inf  # a constant series has no step
+    # against one ρ it is the Neyman–Pearson ratio: the mean step density over the flat one
+    per_place, _ = step_logliks(standardised(rows))
+    assert shift_statistics(rows, profile_rhos=(0.6,))[0] == pytest.approx(
+        np.log(np.mean(np.exp(per_place), axis=1)) - flat_loglik(standardised(rows), 0.6), rel=1e-9)
 
 
 def test_prais_winsten_returns_the_innovations() -> None:
@@ -252,30 +288,14 @@ def test_prais_winsten_returns_the_innovations() -> None:
     assert slope == pytest.approx(0.6, abs=0.02)
 
 
-def test_shift_statistic_is_the_likelihood_ratio_written_out() -> None:
-    rng = np.random.default_rng(5)
-    rows = rng.standard_normal((3, 14))
-    rows[1, 9:] += 2.5  # a step at 9
-    rows[2] = 1e9 + 1e3 * rows[2]  # nanosecond-sized values: the arithmetic keeps its digits
-    grid = (0.0, 0.3, 0.6)
-    ratios, places = shift_statistics(rows, rho_grid=grid)
-    for row, ratio, place in zip(rows, ratios, places):
-        standard = (row - row.mean()) / row.std()
-        none = max(restricted_loglik(standard, rho) for rho in grid)
-        steps = {(rho, k): restricted_loglik(standard, rho, k) for rho in grid for k in range(4, 11)}
-        (best_rho, best_k), best = max(steps.items(), key=lambda item: item[1])
-        assert ratio == pytest.approx(2 * (best - none), rel=1e-8) and place == best_k
-    assert places[1] == 9
-    assert shift_statistics(np.full((1, 10), 3.0))[0][0] == 0  # a constant series has no step
-
-
 def test_shift_p_counts_the_null_series_that_reach_it() -> None:
     step = [v + (3.0 if i >= 12 else 0.0) for i, v in enumerate(NOISE)]
     p, place = shift_test(step)
     observed = shift_statistics(np.array([step]))[0][0]
-    null = null_statistics(20)
-    assert null.size == 4999 and place == 12
-    assert p == (1 + int(np.sum(null >= observed))) / 5000
+    assert null_rhos() == (0.0, 0.15, 0.3, 0.45, 0.6) and place == 12
+    nulls = [null_statistics(20, rho=rho) for rho in null_rhos()]
+    assert all(null.size == 4999 for null in nulls)
+    assert p == max((1 + int(np.sum(null >= observed))) / 5000 for null in nulls)
     assert shift_test(NOISE[:7]) == (1.0, None)  # 7 findings: not 4 on each side
 
 
