@@ -481,6 +481,18 @@ def suite_pairs(policy: str) -> int:
     return describe(policy).default_n or 8
 
 
+def suite_cells(policies: Sequence[str], *, order: str | None = None,
+                versions: Mapping[str, Sequence[int]] | None = None) -> list[tuple[str, Scenario, int | None]]:
+    """Every (policy, scenario as that policy runs it, design version) `run_suite` simulates, in its order: one
+    list, so a caller that spreads the cells over processes runs exactly the suite's."""
+    return [(policy, replace(scenario, order=order, **({"n": suite_pairs(policy)} if runs_at_once(policy) else {})),
+             version)
+            for scenario in SUITE for policy in policies
+            for version in ((versions or {}).get(policy) or (None,))
+            if (scenario.guard_drop is None or policy_for(policy).simulates_guard)
+            and (not scenario.changes_slots and not scenario.shared_cv_pct or runs_at_once(policy))]
+
+
 def run_suite(policies: Sequence[str], *, draws: int, seed: int, order: str | None = None,
               thresholds: ThresholdSpec = ThresholdSpec(),
               max_threshold_pct: float = DEFAULT_MAX_THRESHOLD_PCT,
@@ -489,14 +501,9 @@ def run_suite(policies: Sequence[str], *, draws: int, seed: int, order: str | No
     scenarios only under a policy that simulates its guard (the sequential policy's paired guard), the rows
     whose slots change speed only under a duet. `versions` runs a policy once per design version named (side
     by side, e.g. {"sequential": (5, 4)})."""
-    return [simulate(policy, replace(scenario, order=order, **({"n": suite_pairs(policy)} if runs_at_once(policy)
-                                                               else {})),
-                     draws=draws, seed=seed, thresholds=thresholds, max_threshold_pct=max_threshold_pct,
-                     version=version)
-            for scenario in SUITE for policy in policies
-            for version in ((versions or {}).get(policy) or (None,))
-            if (scenario.guard_drop is None or policy_for(policy).simulates_guard)
-            and (not scenario.changes_slots and not scenario.shared_cv_pct or runs_at_once(policy))]
+    return [simulate(policy, scenario, draws=draws, seed=seed, thresholds=thresholds,
+                     max_threshold_pct=max_threshold_pct, version=version)
+            for policy, scenario, version in suite_cells(policies, order=order, versions=versions)]
 
 
 def table(results: Sequence[SimulationResult]) -> str:
