@@ -70,10 +70,12 @@ dist: $(TEST_STAMP)
 clean:
 	rm -rf $(VENV) $(DEMO_DIR) .pytest_cache test-artifacts dist build
 
-# The simulated tables of docs/statistics.md (a few minutes; fixed seed, so reproducible).
+# The simulated tables of docs/statistics.md, the duet section's included (fixed seeds, so reproducible; the same
+# figures with any number of jobs). One block: make statistics ONLY=duet-pairs.
+STATISTICS_JOBS ?= 2
 .PHONY: statistics
 statistics: setup
-	$(PY) benchmarks/statistics_tables.py --write docs/statistics.md
+	$(PY) benchmarks/statistics_tables.py --write docs/statistics.md --jobs $(STATISTICS_JOBS) $(ONLY:%=--only %)
 
 # The command-line reference, docs/cli.md, generated from click's command tree (tests/test_docs.py fails when
 # it is stale): run after changing a command, an option or its help.

@@ -12,11 +12,18 @@ benchmarks/duet_critical.py. Tables:
 - `pairs`: issue 18's duet targets against the number of pairs (the trade-off that chose the default).
 - `wall`: the median width of the two-sided 95 % CI of Δ of a duet of 2k pairs against an interleaved gate of
   k + k runs (equal wall time: a pair costs the slower of its two runs, about one run) on the suite's scenarios.
+- `two-states`: the suite's two-state rows (each run slow by m % with probability p) under both versions, false
+  adoption and false regression side by side (the `suite` table's own cells: the same draws).
+- `two-states-why`: why version 2 goes above the level at p 0.5: its studentized Δ̂ against the calibrated c,
+  split by whether the fit ended as least squares, the c that each mixture would need, and what a c calibrated
+  under the two-state mixtures too would cost in power (a proposal, not a design: version 2 is unchanged).
 
 Most rows run `gatekit.simulate.simulate` (the function behind `gate simulate --policy duet`, `duet-v1`); the
 rows with unequal slot noise and the CI widths draw their own runs and score them with the policy's own design.
 
-Run: .venv/bin/python benchmarks/duet_calibration.py [--draws N] [--seed S] [--table rates|pairs|wall ...]
+Run: .venv/bin/python benchmarks/duet_calibration.py [--draws N] [--seed S] [--table suite|rates|pairs|wall|…]
+`make statistics` (benchmarks/statistics_tables.py) writes each table into docs/statistics.md from the functions
+here (DOC_BLOCKS: the block, its table, its draws and seed), spread over its --jobs processes.
 """
 
 from __future__ import annotations
@@ -25,17 +32,22 @@ import argparse
 import math
 import time
 from dataclasses import dataclass, replace
+from typing import Any, Callable, Iterable
 
 import numpy as np
 
 from gatekit.diagnostics import ci_arrays, welch_arrays
-from gatekit.policies.duet import ALPHA, DESIGNS, TEST_ALPHA, DuetDesign
-from gatekit.simulate import (DUET_ROWS, TARGETS, Scenario, SimulationResult, meets, run_suite, simulate,
-                              simulate_runs, target_of)
-from gatekit.verdict import ADOPTED
+from gatekit.policies.duet import ALPHA, DESIGNS, HUBER_K, MAD_NORMAL, TEST_ALPHA, DuetDesign
+from gatekit.policies.sequential import gain_bounds, look_codes
+from gatekit.simulate import (DUET_ROWS, FALSE_EITHER, POWER_ANY_RUNS, TARGETS, Scenario, SimulationResult, meets,
+                              simulate, simulate_runs, suite_cells, suite_pairs, target_of)
+from gatekit.verdict import ADOPTED, REGRESSION
+
+# How a table's cells are computed: the builtin map (one process) or a process pool's map (statistics_tables
+# --jobs); every cell is its own seeded simulation, so the figures do not depend on which.
+Pool = Callable[[Callable[[Any], Any], Iterable[Any]], Iterable[Any]]
 
 SEED = 20261201
-DRAWS = 200_000
 VERSIONS = ("duet", "duet-v1")
 
 
@@ -45,6 +57,12 @@ class Row:
     n: int
     meaning: str  # false adoption | power
     rates: tuple[tuple[float, float], ...]  # (adopted %, its SE) per version, VERSIONS' order
+
+
+def _simulated(job: tuple[str, Scenario, int, int, int | None]) -> SimulationResult:
+    """One cell: `gate simulate --policy P` of one scenario (a process pool's unit of work)."""
+    policy, scenario, draws, seed, version = job
+    return simulate(policy, scenario, draws=draws, seed=seed, version=version)
 
 
 def _rate(hits: np.ndarray) -> tuple[float, float]:
@@ -64,7 +82,13 @@ def unequal_slots(design: DuetDesign, n: int, cv_slot0_pct: float, cv_slot1_pct:
     return design.codes(on - off, signs, floor_pct=1.0, direction="lower") == ADOPTED
 
 
-def rate_rows(draws: int, seed: int) -> list[Row]:
+def _unequal_rate(job: tuple[int, int, int, int]) -> tuple[float, float]:
+    """One cell of the unequal-slot rows: version, pairs, draws, seed → adopted % and its SE."""
+    version, n, draws, seed = job
+    return _rate(unequal_slots(DESIGNS[version], n, 2.0, 8.0, 0.0, draws, np.random.default_rng(seed)))
+
+
+def rate_rows(draws: int, seed: int, pool: Pool = map) -> list[Row]:
     host = {"shared_cv_pct": 10.0}
     cases: list[tuple[str, dict[str, float]]] = [
         ("A/A, CV 5 %, slot +1 %", {"cv_off_pct": 5.0, "slot_effect_pct": 1.0}),
@@ -80,45 +104,58 @@ def rate_rows(draws: int, seed: int) -> list[Row]:
         ("−2 %, CV 2 %, slot +1 %", {"cv_off_pct": 2.0, "effect_pct": -2.0, "slot_effect_pct": 1.0}),
         ("−5 %, CV 2 %, slot −1 %", {"cv_off_pct": 2.0, "effect_pct": -5.0, "slot_effect_pct": -1.0}),
     ]
+    sizes = (4, 8, 12)
+    jobs = [(v, Scenario(n=n, **host, **fields), draws, seed, None)  # type: ignore[arg-type]
+            for _, fields in cases for n in sizes for v in VERSIONS]
+    results = iter(list(pool(_simulated, jobs)))
     found = []
-    for name, fields in cases:
-        for n in (4, 8, 12):
-            results = [simulate(v, Scenario(n=n, **host, **fields), draws=draws, seed=seed)  # type: ignore[arg-type]
-                       for v in VERSIONS]
-            found.append(Row(name + ", shared 10 %", n, results[0].meaning,
-                             tuple((r.adopted.pct, r.adopted.se_pct) for r in results)))
-    for n in (4, 8, 12):
-        rates = tuple(_rate(unequal_slots(DESIGNS[2 if v == "duet" else 1], n, 2.0, 8.0, 0.0, draws,
-                                          np.random.default_rng(seed))) for v in VERSIONS)
-        found.append(Row("A/A, slot 0 CV 2 % / slot 1 CV 8 %", n, "false adoption", rates))
+    for name, _ in cases:
+        for n in sizes:
+            cell = [next(results) for _ in VERSIONS]
+            found.append(Row(name + ", shared 10 %", n, cell[0].meaning,
+                             tuple((r.adopted.pct, r.adopted.se_pct) for r in cell)))
+    unequal = iter(list(pool(_unequal_rate, [(2 if v == "duet" else 1, n, draws, seed)
+                                              for n in sizes for v in VERSIONS])))
+    for n in sizes:
+        found.append(Row("A/A, slot 0 CV 2 % / slot 1 CV 8 %", n, "false adoption",
+                         tuple(next(unequal) for _ in VERSIONS)))
     return found
 
 
 def rates_table(found: list[Row]) -> str:
+    """The rows of `rate_rows`, and the largest false adoption of version 2 among them."""
     lines = ["| scenario | pairs | duet v2 adopted % | duet v1 adopted % | means | target |",
              "| --- | --- | --- | --- | --- | --- |"]
     for r in found:
         target = f"≤ {100 * ALPHA:g} %" if r.meaning == "false adoption" else "(shown)"
         cells = " | ".join(f"{pct:.2f} ± {se:.2f}" for pct, se in r.rates)
         lines.append(f"| {r.scenario} | {r.n} | {cells} | {r.meaning} | {target} |")
+    worst = max((r for r in found if r.meaning == "false adoption"), key=lambda r: r.rates[0][0])
+    lines.append(f"\nlargest v2 false adoption: {worst.rates[0][0]:.2f} ± {worst.rates[0][1]:.2f} % "
+                 f"({worst.scenario}, n {worst.n})")
     return "\n".join(lines)
 
 
 PAIRS = (4, 6, 8, 10, 12, 16)
 
 
-def pairs_table(draws: int, seed: int) -> str:
+def pairs_table(draws: int, seed: int, pool: Pool = map) -> str:
     """Issue 18's duet targets at each number of pairs, version 2 and version 1."""
     power = next(s for s, _ in TARGETS if s.name == "−2 %, CV 0.5 %, outliers 5 % × +10 %")
     rows = [(s, t) for s, t in DUET_ROWS] + [(power, "power ≥ 95 %")]
+
+    def at(scenario: Scenario, n: int) -> Scenario:  # a late step stays within the pairs run
+        return replace(scenario, n=n, slot_step_from=scenario.slot_step_from if scenario.slot_step_from is None
+                       or abs(scenario.slot_step_from) <= n else -n)
+
+    jobs = [(v, at(scenario, n), draws, seed, None) for scenario, _ in rows for n in PAIRS for v in VERSIONS]
+    adopted = iter([r.adopted.pct for r in pool(_simulated, jobs)])
     header = ["scenario", "target", *[f"{n} pairs v2 / v1 %" for n in PAIRS]]
     lines = ["| " + " | ".join(header) + " |", "|" + "|".join(" --- " for _ in header) + "|"]
     for scenario, target in rows:
         cells = []
-        for n in PAIRS:
-            fixed = replace(scenario, n=n, slot_step_from=scenario.slot_step_from if scenario.slot_step_from is None
-                            or abs(scenario.slot_step_from) <= n else -n)
-            v2, v1 = (simulate(v, fixed, draws=draws, seed=seed).adopted.pct for v in VERSIONS)
+        for _ in PAIRS:
+            v2, v1 = next(adopted), next(adopted)
             ok = v2 <= 5.0 if "false" in target else v2 >= 95.0
             cells.append(f"{v2:.2f}{'' if ok else ' ✗'} / {v1:.2f}")
         lines.append(f"| {scenario.name} | {target} | " + " | ".join(cells) + " |")
@@ -148,20 +185,37 @@ def ci_widths(scenario: Scenario, k: int, draws: int, seed: int) -> tuple[float,
     return widths[0] * 100, widths[1] * 100, widths[2] * 100
 
 
-def wall_table(draws: int, seed: int) -> str:
+def _widths(job: tuple[Scenario, int, int, int]) -> tuple[float, float, float]:
+    return ci_widths(*job)
+
+
+def wall_table(draws: int, seed: int, pool: Pool = map) -> str:
     scenarios = [s for s, _ in TARGETS if s.guard_drop is None]
+    widths = iter(list(pool(_widths, [(scenario, k, draws, seed) for scenario in scenarios for k in WALL_K])))
     header = ["scenario", *[f"{2 * k} pairs vs {k} + {k}: v2 / v1 / interleaved" for k in WALL_K]]
     lines = ["| " + " | ".join(header) + " |", "|" + "|".join(" --- " for _ in header) + "|"]
     worst = {k: 0.0 for k in WALL_K}
     for scenario in scenarios:
         cells = []
         for k in WALL_K:
-            v2, v1, inter = ci_widths(scenario, k, draws, seed)
+            v2, v1, inter = next(widths)
             worst[k] = max(worst[k], v2 / inter)
             cells.append(f"{v2:.2f} / {v1:.2f} / {inter:.2f}")
         lines.append(f"| {scenario.name} | " + " | ".join(cells) + " |")
     lines.append("| **largest v2 / interleaved** | " + " | ".join(f"**{worst[k]:.2f}×**" for k in WALL_K) + " |")
     return "\n".join(lines)
+
+
+_SUITES: dict[tuple[int, int], list[SimulationResult]] = {}  # the suite and two-states tables share its cells
+
+
+def suite_results(draws: int, seed: int, pool: Pool = map) -> list[SimulationResult]:
+    """`gate simulate --suite --policy duet --policy duet-v1` (gatekit.simulate.run_suite's cells), once per
+    draws and seed."""
+    if (draws, seed) not in _SUITES:
+        jobs = [(policy, scenario, draws, seed, version) for policy, scenario, version in suite_cells(VERSIONS)]
+        _SUITES[(draws, seed)] = list(pool(_simulated, jobs))
+    return _SUITES[(draws, seed)]
 
 
 def suite_table(results: list[SimulationResult]) -> str:
@@ -179,32 +233,205 @@ def suite_table(results: list[SimulationResult]) -> str:
     return "\n".join(lines)
 
 
+TWO_STATE_ROWS = tuple(s for s, target in TARGETS if target == FALSE_EITHER)  # p × m at CV 0.5 % and 2 %
+TWO_STATE_POWER = next(s for s, target in TARGETS if target == POWER_ANY_RUNS)
+
+
+def two_state_table(results: list[SimulationResult]) -> str:
+    """The suite's two-state rows under both versions (the suite's own cells), false regression beside false
+    adoption: a duet of two runs at once sees both arms' states as independent, just as an interleaved gate."""
+    by = {(r.scenario.name, r.policy): r for r in results}
+    lines = ["| scenario | duet v2, 12 pairs: adopted % | v2 regression % | v2 inconclusive % | "
+             "duet v1, 8 pairs: adopted % | v1 regression % | means |", "| --- | --- | --- | --- | --- | --- | --- |"]
+    for scenario in (*TWO_STATE_ROWS, TWO_STATE_POWER):
+        v2, v1 = by[(scenario.name, "duet")], by[(scenario.name, "duet-v1")]
+        lines.append(f"| {scenario.name} | {v2.adopted.pct:.2f} ± {v2.adopted.se_pct:.2f} | "
+                     f"{v2.rates['regression'].pct:.2f} ± {v2.rates['regression'].se_pct:.2f} | "
+                     f"{v2.rates['inconclusive'].pct:.1f} | {v1.adopted.pct:.2f} ± {v1.adopted.se_pct:.2f} | "
+                     f"{v1.rates['regression'].pct:.2f} ± {v1.rates['regression'].se_pct:.2f} | {v2.meaning} |")
+    return "\n".join(lines)
+
+
+def pair_log_ratios(scenario: Scenario, draws: int, seed: int) -> np.ndarray:
+    """[draws, pairs] d = ln on − ln off of the gates `gate simulate --policy duet` draws for this scenario and
+    seed: the slots first where they differ, then the runs, as it draws them (in one chunk)."""
+    design = DESIGNS[2]
+    rng = np.random.default_rng(seed)
+    on_slot1 = design.on_slot1(scenario.n, draws, rng) if scenario.changes_slots else None
+    off, on, _, _ = simulate_runs(scenario, "duet", scenario.n, draws, rng, concurrent=True, on_slot1=on_slot1)
+    return on - off
+
+
+def version_2_fit(job: tuple[Scenario, int, int]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(Δ̂, SE, whether the fit ended as least squares) of version 2 on those gates. Least squares: every
+    residual within k·s, so no pair was down-weighted."""
+    d = pair_log_ratios(*job)
+    signs = DESIGNS[2].signs(np.arange(1, d.shape[-1] + 1))
+    delta, se, slot, _ = DESIGNS[2].fit_arrays(d, signs)
+    residual = np.abs(d - delta[:, None] - slot[:, None] * signs)
+    scale = np.median(residual, axis=-1) / MAD_NORMAL
+    return delta, se, np.all(residual <= HUBER_K * scale[:, None], axis=-1)
+
+
+# The rows the proposal's cost is read on: the duet's power targets, the suite's two-state power row, normal noise
+# of CV 2 % (its false adoption) and the rates table's −2 % at CV 2 % behind a slot effect and shared noise.
+PROPOSAL_ROWS = (*(s for s, _ in TARGETS if s.name in ("−2 %, CV 0.5 %, outliers 5 % × +10 %",
+                                                         "−5 %, CV 2 %, outliers 5 % × +10 %", "−5 %, CV 2 %",
+                                                         "A/A, CV 2 %")),
+                 TWO_STATE_POWER,
+                 Scenario(cv_off_pct=2.0, effect_pct=-2.0, shared_cv_pct=10.0, slot_effect_pct=1.0,
+                          name="−2 %, CV 2 %, slot +1 %, shared 10 %"))
+
+
+def two_state_why_table(draws: int, seed: int, pool: Pool = map) -> str:
+    """Version 2 on the two-state rows: the rate at which Δ̂/SE passes c (the test alone, no floor), that rate
+    among gates whose fit ended as least squares and among the rest, and the c each mixture needs (the
+    1 − 2·TEST_ALPHA quantile of |Δ̂/SE|, as benchmarks/duet_critical.py takes it under normal noise). Then the
+    proposal: c* = the largest of those, and what it does to both errors and to the power rows."""
+    n = suite_pairs("duet")
+    c = float(DESIGNS[2].critical(n, TEST_ALPHA))
+    rows = [replace(s, n=n) for s in (*TWO_STATE_ROWS, *PROPOSAL_ROWS)]
+    fits = list(pool(version_2_fit, [(s, draws, seed) for s in rows]))
+    needed = [float(np.quantile(np.abs(delta / se)[np.isfinite(delta / se)], 1 - 2 * TEST_ALPHA))
+              for delta, se, _ in fits[:len(TWO_STATE_ROWS)]]
+    c_star = max(needed)
+
+    def codes(delta: np.ndarray, se: np.ndarray, critical: float) -> np.ndarray:
+        return look_codes(delta, se, floor_pct=1.0, direction="lower", final=True, critical=critical)
+
+    def pct(hits: np.ndarray) -> str:
+        return f"{100 * float(np.mean(hits)):.2f}" if hits.size else "—"
+
+    lines = [f"| scenario (12 pairs) | v2 adopted % | v2 regression % | Δ̂/SE beyond c = {c:.3f}, better side % | "
+             "fit ended as least squares: share % | … its adopted % | the rest: adopted % | c needed | "
+             f"c* = {c_star:.3f}: adopted % | c*: regression % |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for scenario, (delta, se, ls), need in zip(rows, fits, needed):
+        now, then = codes(delta, se, c), codes(delta, se, c_star)
+        lines.append(f"| {scenario.name} | {pct(now == ADOPTED)} | {pct(now == REGRESSION)} | "
+                     f"{pct(-delta / se > c)} | {pct(ls)} | {pct(now[ls] == ADOPTED)} | {pct(now[~ls] == ADOPTED)} | "
+                     f"{need:.3f} | {pct(then == ADOPTED)} | {pct(then == REGRESSION)} |")
+    lines += ["", "| the proposal's cost (12 pairs) | means | v2 adopted % | c*: adopted % |", "| --- | --- | --- | --- |"]
+    for scenario, (delta, se, _) in zip(rows[len(TWO_STATE_ROWS):], fits[len(TWO_STATE_ROWS):]):
+        meaning = "power" if scenario.effect_pct < 0 else "false adoption"
+        lines.append(f"| {scenario.name} | {meaning} | {pct(codes(delta, se, c) == ADOPTED)} | "
+                     f"{pct(codes(delta, se, c_star) == ADOPTED)} |")
+    return "\n".join(lines)
+
+
+SIGN_FLIP_ROWS = ("A/A, CV 0.5 %, two states 50 % × +20 %", "A/A, CV 0.5 %, two states 50 % × +5 %",
+                  "A/A, CV 2 %", "−2 %, CV 0.5 %, outliers 5 % × +10 %", "−2 %, CV 2 %, slot +1 %, shared 10 %")
+
+
+def _sign_flip_cell(job: tuple[Scenario, int, int, int]) -> tuple[float, float, float, float]:
+    """Adopted and regression % of version 2 as it is, and of its Δ̂/SE read against B random relabellings of
+    the pairs instead of c: pair k's (d_k, σ_k) → (−d_k, −σ_k), its off and on runs swapped (so on sits on the
+    other slot). Under A/A with a pair's two runs exchangeable — normal or not, two states included — that
+    leaves each pair's law unchanged; the slot order does change (relabelled series are not in Thue–Morse
+    order), so the test is exact only for a slot order drawn pair by pair, and otherwise as close as the law
+    of Δ̂/SE is to not depending on the order. p = (1 + #{relabelled Δ̂/SE at least as good}) / (1 + B)
+    (Phipson & Smyth 2010)."""
+    scenario, draws, seed, flips = job
+    design = DESIGNS[2]
+    d = pair_log_ratios(scenario, draws, seed)
+    signs = design.signs(np.arange(1, scenario.n + 1))
+    delta, se, _, _ = design.fit_arrays(d, signs)
+    t_obs = delta / se
+    rng = np.random.default_rng([seed, 1])  # the relabellings, apart from the runs
+    better, worse = np.zeros(draws), np.zeros(draws)
+    for start in range(0, draws, 500):
+        part = slice(start, min(start + 500, draws))
+        relabel = np.where(rng.random((part.stop - part.start, flips, scenario.n)) < 0.5, -1.0, 1.0)
+        dl, sl, _, _ = design.fit_arrays(d[part, None, :] * relabel, signs * relabel)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            t = np.where(np.isfinite(dl / sl), dl / sl, 0.0)  # one slot order only: no statistic, counts as 0
+        better[part] = (1 + (t <= t_obs[part, None]).sum(-1)) / (1 + flips)
+        worse[part] = (1 + (t >= t_obs[part, None]).sum(-1)) / (1 + flips)
+    g_adopt, g_regress = gain_bounds(1.0, "lower")  # the rule's floor, as look_codes reads it (gain = −Δ̂)
+    codes = design.codes(d, signs, floor_pct=1.0, direction="lower")
+    return (100 * float(np.mean(codes == ADOPTED)), 100 * float(np.mean(codes == REGRESSION)),
+            100 * float(np.mean((better <= TEST_ALPHA) & (-delta >= g_adopt))),
+            100 * float(np.mean((worse <= TEST_ALPHA) & (-delta <= g_regress))))
+
+
+def sign_flip_table(draws: int, seed: int, pool: Pool = map, flips: int = 199) -> str:
+    """The second proposal (a randomisation test in place of the calibrated c), on a few rows: too slow for
+    `make statistics` (B Huber fits per gate), so printed only."""
+    n = suite_pairs("duet")
+    rows = [replace(s, n=n) for s in (*TWO_STATE_ROWS, *PROPOSAL_ROWS) if s.name in SIGN_FLIP_ROWS]
+    found = list(pool(_sign_flip_cell, [(s, draws, seed, flips) for s in rows]))
+    lines = [f"| scenario (12 pairs) | v2 adopted % | v2 regression % | {flips} relabellings: adopted % | "
+             "relabellings: regression % |", "| --- | --- | --- | --- | --- |"]
+    for scenario, (a, r, fa, fr) in zip(rows, found):
+        se = 100 * math.sqrt(fa / 100 * (1 - fa / 100) / draws)
+        lines.append(f"| {scenario.name} | {a:.2f} | {r:.2f} | {fa:.2f} ± {se:.2f} | {fr:.2f} |")
+    return "\n".join(lines)
+
+
+@dataclass(frozen=True, slots=True)
+class DocBlock:
+    """One table of docs/statistics.md's duet section: `make statistics` writes it between
+    `<!-- simulate:NAME:begin -->` and its end marker, with the draws and seed its figures were measured with."""
+
+    table: str  # --table here
+    draws: int
+    seed: int
+
+
+DOC_BLOCKS = {
+    "duet-suite": DocBlock("suite", 200_000, 0),  # the seed of `gate simulate --suite`, so the figures are its own
+    "duet-pairs": DocBlock("pairs", 100_000, SEED),
+    "duet-wall": DocBlock("wall", 20_000, SEED),
+    "duet-rates": DocBlock("rates", 200_000, SEED),
+    "duet-two-states": DocBlock("two-states", 200_000, 0),  # the suite's cells
+    "duet-two-states-why": DocBlock("two-states-why", 200_000, 0),  # the same gates as the suite's
+}
+TABLES = (*(block.table for block in DOC_BLOCKS.values()), "sign-flip")
+SIGN_FLIP = DocBlock("sign-flip", 10_000, 0)  # printed only: 199 Huber fits per gate
+
+
+def make_table(table: str, draws: int, seed: int, pool: Pool = map) -> str:
+    """One table, its cells over `pool`."""
+    if table == "suite":
+        return suite_table(suite_results(draws, seed, pool))
+    if table == "two-states":
+        return two_state_table(suite_results(draws, seed, pool))
+    if table == "two-states-why":
+        return two_state_why_table(draws, seed, pool)
+    if table == "rates":
+        return rates_table(rate_rows(draws, seed, pool))
+    if table == "pairs":
+        return pairs_table(draws, seed, pool)
+    if table == "sign-flip":
+        return sign_flip_table(draws, seed, pool)
+    return wall_table(draws, seed, pool)
+
+
+def footer(block: str, draws: int | None = None, seed: int | None = None) -> str:
+    """The line under a table: its draws and seed, and the commands that print it and write it."""
+    spec = DOC_BLOCKS[block]
+    draws, seed = spec.draws if draws is None else draws, spec.seed if seed is None else seed
+    return (f"{spec.table}: {draws} gates per cell, seed {seed}, test level {TEST_ALPHA:g} one-sided, floor 1 %; "
+            f"`.venv/bin/python benchmarks/duet_calibration.py --table {spec.table} --draws {draws} --seed {seed}` "
+            f"prints it, `make statistics` writes it (`benchmarks/statistics_tables.py --write docs/statistics.md "
+            f"--only {block}`)")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--draws", type=int, default=DRAWS)
-    parser.add_argument("--seed", type=int, default=SEED)
-    parser.add_argument("--table", choices=("suite", "rates", "pairs", "wall"), nargs="*",
-                        default=["suite", "rates", "pairs", "wall"])
-    parser.add_argument("--wall-draws", type=int, default=20_000, help="gates per cell of the CI width table")
+    parser.add_argument("--draws", type=int, help="gates per cell (default: the docs' own, DOC_BLOCKS)")
+    parser.add_argument("--seed", type=int, help="default: the docs' own (0 for suite and two-states, else "
+                                                 f"{SEED})")
+    parser.add_argument("--table", choices=TABLES, nargs="*", default=list(TABLES))
     args = parser.parse_args()
-    for name in args.table:
+    for table in args.table:
+        block = next((name for name, spec in DOC_BLOCKS.items() if spec.table == table), None)
+        spec = DOC_BLOCKS[block] if block else SIGN_FLIP
+        draws, seed = args.draws or spec.draws, spec.seed if args.seed is None else args.seed
         began = time.monotonic()
-        if name == "suite":  # the seed of `gate simulate --suite` (0), so the figures are its own
-            print(suite_table(run_suite(VERSIONS, draws=args.draws, seed=0)))
-        elif name == "rates":
-            found = rate_rows(args.draws, args.seed)
-            print(rates_table(found))
-            worst = max((r for r in found if r.meaning == "false adoption"), key=lambda r: r.rates[0][0])
-            print(f"\nlargest v2 false adoption: {worst.rates[0][0]:.2f} ± {worst.rates[0][1]:.2f} % ({worst.scenario}, "
-                  f"n {worst.n})")
-        elif name == "pairs":
-            print(pairs_table(args.draws, args.seed))
-        else:
-            print(wall_table(args.wall_draws, args.seed))
-        draws = args.wall_draws if name == "wall" else args.draws
-        seed = 0 if name == "suite" else args.seed
-        print(f"\n{name}: {draws} gates per cell, seed {seed}, test level {TEST_ALPHA:g} one-sided, floor 1 %; "
-              f"{time.monotonic() - began:.0f} s\n")
+        print(make_table(table, draws, seed))
+        said = footer(block, draws, seed) if block else f"{table}: {draws} gates per cell, seed {seed}"
+        print(f"\n{said}\n\n{table}: {time.monotonic() - began:.0f} s\n")
 
 
 if __name__ == "__main__":

@@ -1,13 +1,15 @@
 """Regenerate the simulated tables of docs/statistics.md (between its `<!-- simulate:… -->` markers).
 
-    python benchmarks/statistics_tables.py --write docs/statistics.md [--draws 200000] [--big-draws 1000000]
+    python benchmarks/statistics_tables.py --write docs/statistics.md [--draws 200000] [--big-draws 200000]
         [--jobs N] [--only BLOCK …]
 
 Every number comes from gatekit.simulate, the code behind `gate simulate`; the seed is fixed, so the
 tables are reproducible (and the same with any --jobs: each cell is its own simulation). The sequential
 policy is shown in the design a new series preregisters beside version 4 (`gate simulate
---sequential-version 5 --sequential-version 4`). Timings are measured here and depend on the machine
-(reported with it).
+--sequential-version 5 --sequential-version 4`). The duet section's blocks (`duet-…`) are the tables of
+benchmarks/duet_calibration.py, made by its functions with the draws and seed each states beside it
+(duet_calibration.DOC_BLOCKS; --draws does not change them). Timings are measured here and depend on the
+machine (reported with it).
 """
 
 from __future__ import annotations
@@ -18,9 +20,11 @@ from concurrent.futures import ProcessPoolExecutor
 import os
 import platform
 import re
+import sys
 import time
 from dataclasses import replace
 from pathlib import Path
+from typing import Any, Callable, Iterable
 
 import numpy as np
 
@@ -31,6 +35,9 @@ from gatekit.simulate import (SUITE, TARGETS, Rate, Scenario, SimulationResult, 
                               simulate, simulate_runs, suite_pairs)
 from gatekit.verdict import ADOPTED, CONTINUE, EQUIVALENT, INCONCLUSIVE, REGRESSION, REJECTED
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # a script beside this one, also when loaded by path
+import duet_calibration  # noqa: E402
+
 SEED = 20261130
 POLICIES = ("classic", "sequential", "welch", "bootstrap")
 V4 = 4  # the sequential design shown beside the current one
@@ -39,6 +46,15 @@ JOBS = 1  # processes for the cells (--jobs)
 
 def cell(rate: Rate) -> str:
     return f"{rate.pct:.2f} ± {rate.se_pct:.2f}"
+
+
+def pool_map(work: Callable[[Any], Any], jobs: Iterable[Any]) -> list[Any]:
+    """`work` over `jobs` in order, over JOBS processes (the duet tables' cells)."""
+    jobs = list(jobs)
+    if JOBS <= 1 or len(jobs) <= 1:
+        return [work(job) for job in jobs]
+    with ProcessPoolExecutor(min(JOBS, len(jobs))) as pool:
+        return list(pool.map(work, jobs))
 
 
 def _cell_result(job: tuple[str, Scenario, int, int | None]) -> SimulationResult:
@@ -204,6 +220,23 @@ def timing_table() -> str:
     return "\n".join(lines)
 
 
+def duet_block(name: str) -> str:
+    """A duet block: duet_calibration's table with its own draws and seed, and the line that says them."""
+    spec = duet_calibration.DOC_BLOCKS[name]
+    return duet_calibration.make_table(spec.table, spec.draws, spec.seed, pool_map) + "\n\n" + \
+        duet_calibration.footer(name)
+
+
+# Every block of docs/statistics.md (`<!-- simulate:NAME:begin -->` … `<!-- simulate:NAME:end -->`) and what
+# writes it, from the parsed arguments; tests/test_docs.py checks that the page and this agree.
+BLOCKS: dict[str, Callable[[argparse.Namespace], str]] = {
+    "suite": lambda args: suite_table(args.draws), "targets": lambda args: target_table(args.big_draws),
+    "classic": lambda args: classic_table(args.draws), "orders": lambda args: order_table(args.draws),
+    "df": lambda args: df_table(args.draws), "timing": lambda args: timing_table(),
+    **{name: (lambda args, name=name: duet_block(name)) for name in duet_calibration.DOC_BLOCKS},
+}
+
+
 def replace_block(text: str, name: str, body: str) -> str:
     pattern = re.compile(rf"(<!-- simulate:{name}:begin -->\n).*?(<!-- simulate:{name}:end -->)", re.S)
     if not pattern.search(text):
@@ -215,7 +248,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--write", type=Path, required=True)
     parser.add_argument("--draws", type=int, default=200_000)
-    parser.add_argument("--big-draws", type=int, default=1_000_000)
+    parser.add_argument("--big-draws", type=int, default=200_000, help="gates per cell of the targets table")
     parser.add_argument("--only", action="append", default=[],
                         help="regenerate only this block (repeatable; default: every block)")
     parser.add_argument("--jobs", type=int, default=1, help="processes for the cells (the numbers do not change)")
@@ -223,20 +256,19 @@ def main() -> None:
     global JOBS
     JOBS = args.jobs
     text = args.write.read_text()
-    blocks = {"suite": lambda: suite_table(args.draws), "targets": lambda: target_table(args.big_draws),
-              "classic": lambda: classic_table(args.draws), "orders": lambda: order_table(args.draws),
-              "df": lambda: df_table(args.draws), "timing": timing_table}
-    unknown = set(args.only) - set(blocks)
+    unknown = set(args.only) - set(BLOCKS)
     if unknown:
-        raise SystemExit(f"--only: no block {', '.join(sorted(unknown))} (blocks: {', '.join(blocks)})")
-    blocks = {name: make for name, make in blocks.items() if not args.only or name in args.only}
+        raise SystemExit(f"--only: no block {', '.join(sorted(unknown))} (blocks: {', '.join(BLOCKS)})")
+    blocks = {name: make for name, make in BLOCKS.items() if not args.only or name in args.only}
     for name in blocks:  # every marker first, before minutes of simulation
         replace_block(text, name, "")
+    began_all = time.perf_counter()
     for name, make in blocks.items():
         began = time.perf_counter()
-        text = replace_block(text, name, make())
-        print(f"{name}: done in {time.perf_counter() - began:.0f} s")
+        text = replace_block(text, name, make(args))
+        print(f"{name}: done in {time.perf_counter() - began:.0f} s", flush=True)
     args.write.write_text(text)
+    print(f"all {len(blocks)} block(s): {time.perf_counter() - began_all:.0f} s with --jobs {JOBS}")
 
 
 if __name__ == "__main__":

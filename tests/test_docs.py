@@ -104,15 +104,15 @@ def test_every_bundled_backend_and_its_options_are_documented(backend: str) -> N
         f"backend {backend} missing from docs/backends.md's table"
 
 
-def _cli_reference():  # type: ignore[no-untyped-def]
-    """benchmarks/cli_reference.py, the generator of docs/cli.md (a script, not a package: loaded by path)."""
-    spec = importlib.util.spec_from_file_location("cli_reference", ROOT / "benchmarks" / "cli_reference.py")
+def _script(name: str):  # type: ignore[no-untyped-def]
+    """benchmarks/NAME.py, a generator of a docs page (a script, not a package: loaded by path)."""
+    spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / f"{name}.py")
     module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
     spec.loader.exec_module(module)  # type: ignore[union-attr]
     return module
 
 
-CLI_REFERENCE = _cli_reference()
+CLI_REFERENCE = _script("cli_reference")
 COMMANDS = CLI_REFERENCE.commands(main, "gate")  # every command and subcommand, `gate import …` included
 
 
@@ -283,13 +283,33 @@ def test_statistics_doc_has_every_scenario_its_tables_and_sources() -> None:
     from gatekit.simulate import SUITE
     for scenario in SUITE:
         assert f"| {scenario.name} |" in STATISTICS, f"scenario {scenario.name!r} has no row in docs/statistics.md"
-    for name in ("suite", "targets", "orders", "df", "timing"):
+    for name in _script("statistics_tables").BLOCKS:
         block = re.search(rf"<!-- simulate:{name}:begin -->\n(.*?)<!-- simulate:{name}:end -->", STATISTICS, re.S)
         assert block and block.group(1).count("\n") >= 3, f"table {name} is empty: run `make statistics`"
     assert "| NO |" not in STATISTICS  # every target row says it is met
     for source in ("Kalibera & Jones", "ISMM 2013", "Criterion", "Pinpoint", "SAME", "UNKNOWN", "Daly",
                    "ICPE 2020", "Abedi & Brecht", "Samuelson"):
         assert source in STATISTICS, f"{source} not cited in docs/statistics.md"
+
+
+# Blocks of docs/statistics.md that no generator writes: printed by a script and pasted with its command beside.
+PASTED_BLOCKS = {"change-points"}  # benchmarks/change_points.py --series 2000
+
+
+def test_every_block_of_the_statistics_page_has_its_generator_and_every_generator_its_block() -> None:
+    generated = set(_script("statistics_tables").BLOCKS)
+    markers = re.findall(r"<!-- ([\w:-]+):(begin|end) -->", STATISTICS)
+    names = [name for name, part in markers if part == "begin"]
+    assert markers == [(name, part) for name in names for part in ("begin", "end")], \
+        "docs/statistics.md: a block's begin and end markers do not pair up"
+    assert len(set(names)) == len(names), "docs/statistics.md names a block twice"
+    on_page = {name.removeprefix("simulate:") for name in names if name.startswith("simulate:")}
+    assert on_page - generated == set(), f"no generator in benchmarks/statistics_tables.py for {on_page - generated}"
+    assert generated - on_page == set(), f"benchmarks/statistics_tables.py writes blocks the page lacks: " \
+                                         f"{generated - on_page}"
+    pasted = {name for name in names if not name.startswith("simulate:")}
+    assert pasted <= PASTED_BLOCKS, f"blocks of docs/statistics.md that `make statistics` does not write: " \
+                                    f"{pasted - PASTED_BLOCKS} (make them simulate: blocks with a generator)"
 
 
 def test_the_readme_is_a_short_read_that_links_every_docs_page() -> None:
