@@ -195,7 +195,7 @@ def ceiling_table(series: int, seed: int, n: int = 20, size: float = 3.0) -> str
     largest over null ρ 0 … RHO_MAX), on the same series: only the test itself, before PELT and the
     permutation tests, and not asking that the place be right."""
     rng = np.random.default_rng([seed, 200])
-    flat = ar1_series(RHO_MAX, series, n, rng) * math.sqrt(1 - RHO_MAX ** 2)
+    flat = ar1_series(RHO_MAX, max(series, NULL_SERIES), n, rng)  # its critical value as exact as the test's
     bound = np.quantile(shift_statistics(flat, profile_rhos=(RHO_MAX,))[0], 1 - ALPHA)
     lines = ["| 3σ step at index | Neyman–Pearson bound at ρ 0.6: % | the shift test: % |", "| --- | --- | --- |"]
     bounds, tests = [], []

@@ -18,8 +18,9 @@ either enters): a step of ±STEP_SIGMA noise SDs in white noise, averaged over i
 CHANGE_MIN_SEGMENT findings on each side), against a flat mean plus AR(1) noise u_t = ρ·u_{t−1} + e_t, the
 best ρ ∈ PROFILE_RHOS (0 … RHO_MAX). Against one ρ the same ratio is the Neyman–Pearson test, the most
 powerful there is for a step at a random place; benchmarks/change_points.py --ceiling measures that bound,
-which no test reaches. Its p-value is taken against NULL_SERIES seeded flat AR(1) series at each ρ of 0,
-0.15, … RHO_MAX = 0.6, (1 + hits) / (1 + NULL_SERIES), and is the largest of them (which ρ is least
+which no test reaches. Its p-value is taken against NULL_SERIES seeded flat AR(1) series (fewer for
+histories of over 200 findings, null_series_for) at each ρ of 0, 0.15, … RHO_MAX = 0.6, (1 + hits) /
+(1 + null series), and is the largest of them (which ρ is least
 favourable depends on the series' length), so a flat series with any ρ ≤ 0.6 shows a change point at most α
 of the time, however many candidates PELT proposed.
 
@@ -80,9 +81,11 @@ NULL_RHO_STEP = 0.15  # the shift test's p is the largest over null series of ρ
 STEP_SIGMA = 3.0  # the step (in noise SDs) the shift test is most powerful for: the step it must find
 MOMENT_POINTS = 4097  # values of z in the table of ln J_ν(z) the step likelihoods interpolate
 MOMENT_NODES = 481  # trapezoid nodes per value
-# seeded AR(1) series of ρ = RHO_MAX behind the shift test's p-value: with 999 the critical value itself would
-# carry a Monte-Carlo error of about ±0.7 points of false-alarm rate, with 4 999 about ±0.3
-NULL_SERIES = 4999
+# seeded flat AR(1) series per null ρ behind the shift test's p-value (null_series_for): the critical value
+# itself carries a Monte-Carlo error of about ±0.3 points of false-alarm rate with 4 999, ±0.15 with 19 999
+NULL_SERIES = 19_999
+NULL_SERIES_FLOOR = 4999  # the fewest, for long histories
+NULL_WORK = 4_000_000  # findings simulated per null ρ at most (above the floor): 19 999 series up to 200 findings
 NULL_CHUNK = 1000  # null series simulated at once: bounds memory for long histories
 METHOD = ("AR(1)-robust likelihood-ratio test of one step (a 3σ step in white noise at any place against flat AR(1) "
           "noise of ρ ≤ 0.6, location- and scale-invariant, p the largest over null ρ 0 … 0.6), "
@@ -141,7 +144,8 @@ class History:
             "metric": self.metric, "described": self.described, "gates": list(self.gates),
             "method": METHOD, "sigma": self.sigma, "penalty": self.penalty if self.penalty > 0 else None,
             "alpha": self.alpha, "shift_p": None if math.isnan(self.shift_p) else self.shift_p,
-            "null_series": NULL_SERIES, "rho_max": RHO_MAX, "step_sigma": STEP_SIGMA,
+            "null_series": null_series_for(len(self.points) - len(self.outliers)), "rho_max": RHO_MAX,
+            "step_sigma": STEP_SIGMA,
             "permutations": PERMUTATIONS, "seed": SEED, "candidates": self.candidates,
             "outliers": [self.points[i].finding_id for i in self.outliers],
             "points": [{"date": p.date, "finding": p.finding_id, "gate": p.gate_id, "value": p.value}
@@ -338,15 +342,22 @@ def null_rhos(rho_max: float = RHO_MAX) -> tuple[float, ...]:
     return tuple(round(rho_max * i / steps, 4) for i in range(steps + 1)) if steps else (0.0,)
 
 
-def shift_test(values: Sequence[float], *, null_series: int = NULL_SERIES, seed: int = SEED,
+def null_series_for(n: int) -> int:
+    """Null series per null ρ for a series of n findings: NULL_SERIES, fewer (not below NULL_SERIES_FLOOR)
+    where n·NULL_SERIES would pass NULL_WORK, so a long history is tested in seconds, not minutes."""
+    return max(NULL_SERIES_FLOOR, min(NULL_SERIES, NULL_WORK // max(n, 1)))
+
+
+def shift_test(values: Sequence[float], *, null_series: int | None = None, seed: int = SEED,
                rho_max: float = RHO_MAX) -> tuple[float, int | None]:
     """p-value of one step in the mean of `values` against flat AR(1) noise with ρ ≤ `rho_max`: at each ρ
     of null_rhos, (1 + null series at least as strong) / (1 + null series), and the largest of them (which ρ
     is least favourable depends on n); and where the step fits best. (1, None) for a series too short for
-    CHANGE_MIN_SEGMENT findings on each side."""
+    CHANGE_MIN_SEGMENT findings on each side. `null_series`: None for null_series_for(n)."""
     n = len(values)
     if n < 2 * CHANGE_MIN_SEGMENT:
         return 1.0, None
+    null_series = null_series_for(n) if null_series is None else null_series
     observed, at = shift_statistics(np.asarray(values, dtype=float)[None, :], profile_rhos=profile_rhos(rho_max))
     p = 0.0
     for rho in null_rhos(rho_max):

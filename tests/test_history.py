@@ -13,7 +13,7 @@ from scipy import stats as sps
 from scipy.stats import rankdata
 
 from gatekit.history import (ChangeSearch, ar1_series, change_point_indices, flat_loglik, log_moment_table,
-                             lone_outliers, metric_value, noise_sigma, null_rhos, null_statistics, permutation_p,
+                             lone_outliers, metric_value, noise_sigma, null_rhos, null_series_for, null_statistics, permutation_p,
                              prais_winsten, shift_statistics, shift_test, standardised, step_logliks)
 from tests.conftest import gate_invoke
 from tests.findings_kit import finding_of, golden_data, variant, write_json
@@ -173,7 +173,7 @@ def test_history_without_change_passes_and_json(tmp_path: Path) -> None:
     data = json.loads(done.stdout)
     assert data["change_points"] == [] and [p["value"] for p in data["points"]] == [10.0, 10.1, 9.9, 10.05, 9.95, 10.02]
     assert data["method"].startswith("AR(1)-robust likelihood-ratio test") and "ruptures PELT" in data["method"]
-    assert data["alpha"] == 0.05 and data["permutations"] == 999 and data["null_series"] == 4999
+    assert data["alpha"] == 0.05 and data["permutations"] == 999 and data["null_series"] == 19_999
     # 6 findings are too few to look for a change (4 on each side): nothing was tested, and nothing says 0
     assert data["shift_p"] is None and data["penalty"] is None and data["rho_max"] == 0.6
     table = gate_invoke("history", str(folder), "--metric", "mean_on", cwd=tmp_path).stdout
@@ -294,8 +294,9 @@ def test_shift_p_counts_the_null_series_that_reach_it() -> None:
     observed = shift_statistics(np.array([step]))[0][0]
     assert null_rhos() == (0.0, 0.15, 0.3, 0.45, 0.6) and place == 12
     nulls = [null_statistics(20, rho=rho) for rho in null_rhos()]
-    assert all(null.size == 4999 for null in nulls)
-    assert p == max((1 + int(np.sum(null >= observed))) / 5000 for null in nulls)
+    assert all(null.size == 19_999 for null in nulls)
+    assert p == max((1 + int(np.sum(null >= observed))) / 20_000 for null in nulls)
+    assert null_series_for(200) == 19_999 and null_series_for(2000) == 4999  # long histories: fewer
     assert shift_test(NOISE[:7]) == (1.0, None)  # 7 findings: not 4 on each side
 
 
