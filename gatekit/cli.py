@@ -452,7 +452,8 @@ def _design_version_options(command: Any) -> Any:
 @click.option("--slot-drift-pct", type=float, default=0.0, show_default=True,
               help="Duet: slot 1 slows by this much more with every pair, in % per pair.")
 @click.option("--order", type=click.Choice(ORDERS), help="Run order (default: the policy's own).")
-@click.option("--n", type=int, default=3, show_default=True, help="Runs per arm of fixed-n policies.")
+@click.option("--n", type=int, help="Runs per arm of fixed-n policies, pairs of a duet (default: 3; a duet's own "
+              "default, 12 pairs for version 2, 8 for version 1).")
 @click.option("--warmup", type=click.IntRange(0, 2), default=0, show_default=True, help="Discarded warm-up runs.")
 @click.option("--sigma-k", type=float, default=2.0, show_default=True, help="Classic threshold's σ multiple.")
 @click.option("--floor-pct", type=float, default=1.0, show_default=True, help="Threshold floor / sequential floor, %.")
@@ -482,7 +483,7 @@ def simulate_cmd(policies: tuple[str, ...], cv_pct: float, cv_on_pct: float | No
                  drift_pct: float, cold_pct: float, outlier_rate: float, outlier_pct: float, tails: float | None,
                  guard_drop: float | None, guard_sd: float, shared_cv_pct: float, slot_effect_pct: float,
                  slot_step_pct: float, slot_step_from: int | None, slot_drift_pct: float,
-                 order: str | None, n: int, warmup: int,
+                 order: str | None, n: int | None, warmup: int,
                  sigma_k: float, floor_pct: float, max_threshold_pct: float, draws: int, seed: int, suite: bool,
                  bisect: bool, commits: int,
                  max_parallel: int, confidence: float, budget: int, pairs_per_probe: int | None, as_json: bool,
@@ -502,10 +503,12 @@ def simulate_cmd(policies: tuple[str, ...], cv_pct: float, cv_on_pct: float | No
     gate simulate --bisect --commits 128 --effect 2 --cv 0.5 --draws 1000
     """
     if bisect:
-        _simulate_bisect(commits, effect_pct, cv_pct, max_parallel, confidence, budget, pairs_per_probe, n, draws,
+        _simulate_bisect(commits, effect_pct, cv_pct, max_parallel, confidence, budget, pairs_per_probe, n or 3, draws,
                          seed, as_json)
         return
-    from gatekit.simulate import Scenario, run_suite, simulate, table
+    from dataclasses import replace
+
+    from gatekit.simulate import Scenario, default_runs, run_suite, simulate, table
 
     thresholds = ThresholdSpec(sigma_k=sigma_k, floor_pct=floor_pct)
     versions = {name.removeprefix(VERSION_OPTION_PREFIX): chosen for name, chosen in design_versions.items()}
@@ -516,13 +519,15 @@ def simulate_cmd(policies: tuple[str, ...], cv_pct: float, cv_on_pct: float | No
             return run_suite(policies or suite_policies(), draws=draws, seed=seed, order=order,
                              thresholds=thresholds, max_threshold_pct=max_threshold_pct, versions=versions)
         scenario = Scenario(cv_off_pct=cv_pct, cv_on_pct=cv_on_pct, effect_pct=effect_pct,
-                            drift_pct_per_run=drift_pct, cold_first_pct=cold_pct, order=order, n=n, warmup=warmup,
+                            drift_pct_per_run=drift_pct, cold_first_pct=cold_pct, order=order, n=n or 3,
+                            warmup=warmup,
                             outlier_rate=outlier_rate, outlier_pct=outlier_pct, tails=tails, guard_drop=guard_drop,
                             guard_sd=guard_sd, shared_cv_pct=shared_cv_pct, slot_effect_pct=slot_effect_pct,
                             slot_step_pct=slot_step_pct, slot_step_from=slot_step_from,
                             slot_drift_pct=slot_drift_pct)
-        return [simulate(policy, scenario, draws=draws, seed=seed, thresholds=thresholds,
-                         max_threshold_pct=max_threshold_pct, version=version)
+        return [simulate(policy, scenario if n is not None else replace(scenario, n=default_runs(policy)),
+                         draws=draws, seed=seed, thresholds=thresholds, max_threshold_pct=max_threshold_pct,
+                         version=version)
                 for policy in policies or (DEFAULT_POLICY,) for version in versions.get(policy) or (None,)]
 
     results = _call(work)

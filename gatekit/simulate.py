@@ -481,6 +481,11 @@ def suite_pairs(policy: str) -> int:
     return describe(policy).default_n or 8
 
 
+def default_runs(policy: str) -> int:
+    """Runs per arm `gate simulate` gives a policy without --n: a duet's pairs (suite_pairs), else the gate's 3."""
+    return suite_pairs(policy) if runs_at_once(policy) else 3
+
+
 def suite_cells(policies: Sequence[str], *, order: str | None = None,
                 versions: Mapping[str, Sequence[int]] | None = None) -> list[tuple[str, Scenario, int | None]]:
     """Every (policy, scenario as that policy runs it, design version) `run_suite` simulates, in its order: one
