@@ -371,6 +371,8 @@ def verify_cmd(series_dir: Path, finding: Path | None, pubkey: Path | None) -> N
     report = _call(lambda: verify_series(series_dir, finding, pubkey=pubkey))
     for warning in report.warnings:
         _stderr(f"warning: {warning}")
+    for note in report.notes:
+        _stderr(f"note: {note}")
     checked = f"{report.records} run record(s)" + (f", {report.finding}" if report.finding else "") + (
         f", signature {report.signature}" if report.signature else "")
     head = report.chain_head or "none (a journal written before hash chains)"

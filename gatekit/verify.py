@@ -48,6 +48,7 @@ class VerifyReport:
     finding: Path | None = None
     signature: Path | None = None
     warnings: tuple[str, ...] = ()
+    notes: tuple[str, ...] = ()  # how a check was made where it was made a weaker way (an older finding's)
 
     @property
     def legacy(self) -> bool:
@@ -68,14 +69,15 @@ def verify_series(series_dir: Path, finding_path: Path | None = None, *,
         _verify_run_files(layout.run(label).evidence, journal_path, number, journaled[number].get("files"))
     warnings = (LEGACY_JOURNAL_WARNING,) if head is None else ()
     signature = None
+    notes: tuple[str, ...] = ()
     if finding_path is not None:
-        _verify_finding(series_dir, finding_path, head)
+        notes = _verify_finding(series_dir, finding_path, head)
         if pubkey is not None:
             signature = check_signature(finding_path, head, pubkey)
     elif pubkey is not None:
         raise ConfigError("--pubkey checks a finding's signature: name the finding too "
                           "(gate verify SERIES_DIR FINDING --pubkey FILE)")
-    return VerifyReport(series_dir, events, head, len(run_ends), finding_path, signature, warnings)
+    return VerifyReport(series_dir, events, head, len(run_ends), finding_path, signature, warnings, notes)
 
 
 def analyze_series(series_dir: Path, config: GateConfig | None = None) -> Finding:
@@ -224,8 +226,9 @@ def _verify_run_files(files: Mapping[str, Path], journal_path: Path, number: int
                                     f"(sha256 {sha256}, now {now[name]})")
 
 
-def _verify_finding(series_dir: Path, finding_path: Path, head: str | None) -> None:
-    """The finding's recomputed sections equal the journal's recomputation; its chain head is the journal's."""
+def _verify_finding(series_dir: Path, finding_path: Path, head: str | None) -> tuple[str, ...]:
+    """The finding's recomputed sections equal the journal's recomputation; its chain head is the journal's.
+    Returns the notes on how it was compared (an older finding's reasons, by their prose)."""
     from gatekit.finding import load_finding, twin_difference
     from gatekit.series.replay import analyze_unverified
     from gatekit.verdict import without_retired_warnings
@@ -249,7 +252,7 @@ def _verify_finding(series_dir: Path, finding_path: Path, head: str | None) -> N
                                            if w != LEGACY_JOURNAL_WARNING]
     if "verdict" in mine:  # a warning this version moved elsewhere (verdict.RETIRED_WARNINGS) is no difference
         mine["verdict"]["warnings"] = list(without_retired_warnings(mine["verdict"].get("warnings", ())))
-    _verify_reasons(finding_path, series_dir, mine, theirs)
+    notes = _verify_reasons(finding_path, series_dir, mine, theirs)
     if not any("startup_s" in run for run in mine.get("runs", [])):
         # written before run rows carried startup_s: derived from the compared wallclock and primary, so
         # leaving it out of the comparison loses nothing
@@ -265,24 +268,29 @@ def _verify_finding(series_dir: Path, finding_path: Path, head: str | None) -> N
         if difference is not None:
             raise VerificationError(f"{finding_path}: differs from the finding recomputed from {series_dir}: "
                                     f"{difference}")
+    return notes
 
 
-def _verify_reasons(finding_path: Path, series_dir: Path, mine: dict[str, Any], theirs: dict[str, Any]) -> None:
+def _verify_reasons(finding_path: Path, series_dir: Path, mine: dict[str, Any],
+                    theirs: dict[str, Any]) -> tuple[str, ...]:
     """The verdict's reasons: their codes equal the recomputation's, then each reason's prose is what its code
     renders to from the recomputed series (so an edited reason names its code). Both are then left out of the
-    section comparison. A finding written before reasons had codes is compared by its prose, as it was then."""
+    section comparison. A finding written before reasons had codes is compared by its prose, as it was then,
+    and the note returned says so: its reasons carry no code to check."""
     from gatekit.verdict import without_explanations
 
     written, recomputed = mine.get("verdict"), theirs.get("verdict")
     if not isinstance(written, dict) or not isinstance(recomputed, dict):
-        return  # a missing verdict is the section comparison's to name
+        return ()  # a missing verdict is the section comparison's to name
     if "reason_codes" not in written:
         recomputed.pop("reason_codes", None)
         written_reasons = tuple(written.get("reasons", ()))
         if without_explanations(written_reasons) == written_reasons:
             # written before verdicts named their cause and next step: the same decision in fewer words
             recomputed["reasons"] = list(without_explanations(recomputed.get("reasons", ())))
-        return
+        if not written_reasons:
+            return ()
+        return (f"{finding_path}: written before reason codes: its verdict reasons were compared by their prose",)
     where = f"{finding_path}: differs from the finding recomputed from {series_dir}"
     codes, reasons = written.pop("reason_codes"), written.get("reasons", [])
     their_codes, their_reasons = recomputed.pop("reason_codes", []), recomputed.get("reasons", [])
@@ -296,6 +304,7 @@ def _verify_reasons(finding_path: Path, series_dir: Path, mine: dict[str, Any], 
         if reason != rendered:
             raise VerificationError(f"{where}: verdict.reasons[{index}] ({code}) {show_value(reason)} is not what "
                                     f"{code} renders to from the series: {show_value(rendered)}")
+    return ()
 
 
 # -- signatures ------------------------------------------------------------------------------------------

@@ -172,7 +172,7 @@ def test_verify_compares_the_reasons_codes_then_their_prose_and_reads_a_finding_
     """The verdict stores a stable code beside each reason's prose; verify compared normalised prose only. An
     edited code fails naming verdict.reason_codes; prose edited under an intact code fails naming the reason,
     its code and what that code renders to from the series; a finding written before codes (none stored)
-    still verifies, by its prose."""
+    still verifies, by its prose, and verify says in one line that it compared prose."""
     from gatekit.verdict import ReasonCode
     from tests.test_integrity import _series
 
@@ -199,8 +199,13 @@ def test_verify_compares_the_reasons_codes_then_their_prose_and_reads_a_finding_
             "what beyond_threshold_worse renders to from the series") in done.stderr, done.stderr
     done = verify_with(lambda v: v["reason_codes"].pop())
     assert done.returncode == 3 and "verdict.reason_codes" in done.stderr, done.stderr
+    done = verify_with(lambda v: None)
+    assert done.returncode == 0 and "note:" not in done.stderr, done.stderr
     done = verify_with(lambda v: v.pop("reason_codes"))  # as a gatekit before reason codes wrote it
     assert done.returncode == 0, done.stderr
+    # it says so, in one line: such a finding's reasons were compared by their prose, with no code to check
+    assert done.stderr.splitlines() == [f"note: {finding}: written before reason codes: its verdict reasons "
+                                        "were compared by their prose"], done.stderr
     done = verify_with(lambda v: (v.pop("reason_codes"), v["reasons"].__setitem__(0, forged)))
     assert done.returncode == 3 and "verdict.reasons[0]" in done.stderr, done.stderr
 
