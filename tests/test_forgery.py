@@ -257,7 +257,7 @@ def test_history_and_site_refuse_one_forged_twin_among_honest_findings(tmp_path:
     folder, site = tmp_path / "findings", tmp_path / "site"
     pairs = _finding_pairs(folder, 4)
     history = ("history", str(folder), "--metric", "mean_on", "--json")
-    build = ("site", str(folder), "-o", str(site), "--jobs", "1")
+    build = ("site", str(folder), "-o", str(site), "--jobs", "2")  # the pairs are checked in worker processes
     done = gate_invoke(*history, cwd=tmp_path)
     assert done.returncode == 0 and [p["value"] for p in json.loads(done.stdout)["points"]] == [11.0, 12.0, 13.0, 14.0]
     assert gate_invoke(*build, cwd=tmp_path).returncode == 0

@@ -9,6 +9,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -16,11 +17,12 @@ from click.testing import CliRunner
 
 from gatekit.cli import main
 from gatekit.errors import OutputError
+from gatekit.finding import Finding, write_finding
 from gatekit.findingset import finding_files
 from gatekit.report import site as site_module
 from gatekit.report.site import SITE_MANIFEST, build_site
 from gatekit.storage import SeriesLayout
-from tests.findings_kit import variant, write_json
+from tests.findings_kit import finding_of, variant, write_json
 
 
 def _findings(folder: Path, count: int) -> list[Path]:
@@ -66,6 +68,36 @@ def test_a_page_is_drawn_again_when_a_finding_it_names_appears(tmp_path: Path) -
     build = build_site([first, second], site, cwd=tmp_path)
     assert sorted(build.rendered) == ["a", "b"]  # a's link to b now resolves
     assert 'href="../b/index.html"' in (site / "a" / "index.html").read_text()
+
+
+def test_each_finding_and_its_twin_are_read_once_by_a_build_that_draws_it(tmp_path: Path,
+                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """A cold build read each finding twice (for its index row, then for its page); now once, with its twin
+    for the check. A page drawn again whose finding is unchanged (a finding it names appeared) reads the pair
+    once where it is drawn; a build that draws nothing reads no finding."""
+    from gatekit import finding as finding_module
+    from gatekit import findingset
+
+    reads: Counter[str] = Counter()
+    real = finding_module.load_finding
+
+    def counted(path: Path) -> Finding:
+        reads[path.name] += 1
+        return real(path)
+    monkeypatch.setattr(finding_module, "load_finding", counted)  # the twin's reader
+    monkeypatch.setattr(findingset, "load_finding", counted)  # the finding's
+    findings, site = tmp_path / "findings", tmp_path / "site"
+    findings.mkdir()
+    paths = [write_finding(finding_of(variant(f"f{k}", f"2027-01-0{k + 1}", related=["later"])), findings)[1]
+             for k in range(3)]
+    assert sorted(build_site(paths, site, cwd=tmp_path).rendered) == ["f0", "f1", "f2"]
+    assert reads == Counter({f"f{k}.{suffix}": 1 for k in range(3) for suffix in ("json", "toml")})
+    reads.clear()
+    assert build_site(paths, site, cwd=tmp_path).rendered == () and reads == Counter()
+    later = write_finding(finding_of(variant("later", "2027-01-09")), findings)[1]
+    assert sorted(build_site([*paths, later], site, cwd=tmp_path).rendered) == ["f0", "f1", "f2", "later"]
+    assert reads == Counter({f"{stem}.{suffix}": 1 for stem in ("f0", "f1", "f2", "later")
+                             for suffix in ("json", "toml")})
 
 
 def test_a_page_is_drawn_again_when_its_run_files_change(tmp_path: Path) -> None:

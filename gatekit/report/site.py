@@ -14,11 +14,12 @@ import dataclasses
 import hashlib
 import json
 import os
+import pickle
 import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence, TypeVar
 
 from gatekit import __version__
 from gatekit.errors import GatekitError, OutputError
@@ -35,6 +36,8 @@ if TYPE_CHECKING:
     from gatekit.report.figures import FigureImage
 
 GENERATOR = f"gatekit {__version__}"
+Item = TypeVar("Item")
+Done = TypeVar("Done")
 
 
 @dataclass(frozen=True, slots=True)
@@ -165,11 +168,12 @@ def write_files(root: Path, files: Mapping[str, bytes]) -> list[Path]:
 # bytes of the finding and of its twin, the run files it reads, its folder and the links to the findings it
 # names, the renderer's own code) are hashed into a key kept in the site's manifest; a page whose key is
 # unchanged is left where it is, untouched, and a finding whose bytes (and its twin's) are unchanged is not
-# even parsed (its index row is kept too); one that is parsed is checked against its twin (load_checked). The
-# pages that are drawn, the index and the manifest are written into a folder beside the site first, then
-# renamed into it file by file, the manifest last: a build that fails while drawing (a full disk) leaves the
-# old site whole, and one stopped while moving in leaves whole pages and a manifest that has them drawn again.
-# So a rebuild costs what changed plus reading the findings' and run files' bytes, not the site's size.
+# even parsed (its index row is kept too); one that is parsed is parsed once, by a worker, and checked against
+# its twin (load_checked). The pages that are drawn, the index and the manifest are written into a folder
+# beside the site first, then renamed into it file by file, the manifest last: a build that fails while
+# drawing (a full disk) leaves the old site whole, and one stopped while moving in leaves whole pages and a
+# manifest that has them drawn again. So a rebuild costs what changed plus reading the findings' and run
+# files' bytes, not the site's size.
 
 SITE_MANIFEST = ".gatekit-site.json"
 SITE_SCHEMA = "gatekit.site/1"
@@ -189,6 +193,10 @@ class PageTask:
     """Everything one page needs, picklable, so a worker process can draw it."""
 
     path: Path
+    # the finding as this build loaded and checked it (load_source), pickled: the page is drawn without
+    # reading the file again, and a cold build of thousands holds some 10 kB a page, not each typed finding's
+    # 100 kB. None: a finding whose summary the manifest kept, loaded (and checked) where the page is drawn
+    finding: bytes | None
     folder: str
     links: Mapping[str, str]
     runs_roots: tuple[Path, ...]
@@ -223,12 +231,21 @@ def _summary(finding: Finding) -> dict[str, Any]:
     return {"id": finding.id, "run_folders": run_folders(finding), "entry": index_entry(finding)}
 
 
+def load_source(path: Path) -> tuple[dict[str, Any], bytes]:
+    """One finding file, loaded once and checked against its twin (`findingset.load_checked`): its summary
+    for the index and the manifest, and the finding pickled for its page. A module-level function of a path,
+    so it runs in a worker process as well as here."""
+    finding = load_checked(path).finding
+    return _summary(finding), pickle.dumps(finding)
+
+
 def render_page(task: PageTask) -> tuple[str, list[str]]:
     """Draw one finding's page and figures into `task.out/<folder>/`; returns the folder and file names.
     A module-level function of picklable arguments, so it runs in a worker process as well as here."""
     from gatekit.report.figures import report_figures
 
-    finding = load_checked(task.path).finding
+    # bytes this build pickled (never a file's), or the file read and checked here
+    finding = pickle.loads(task.finding if task.finding is not None else load_source(task.path)[1])
     run_files = load_run_files(finding, task.path, task.runs_roots, task.cwd)
     item = Prepared(finding, task.folder, report_figures(finding, run_files), run_files, task.path.name)
     files = page_files(item, task.links, with_index=True)
@@ -239,16 +256,22 @@ def render_page(task: PageTask) -> tuple[str, list[str]]:
     return task.folder, sorted(files)
 
 
-def _render_all(tasks: Sequence[PageTask], jobs: int) -> dict[str, list[str]]:
-    if jobs <= 1 or len(tasks) <= 1:
-        return dict(render_page(task) for task in tasks)
+def _in_workers(work: Callable[[Item], Done], items: Sequence[Item], jobs: int) -> list[Done]:
+    """`work` of each item, in order: in up to `jobs` worker processes, or here for one job or one item. The
+    first item whose work raises (a finding that differs from its twin) raises here, as it would in order."""
+    if jobs <= 1 or len(items) <= 1:
+        return [work(item) for item in items]
     from concurrent.futures import ProcessPoolExecutor
 
-    import gatekit.report.figures  # noqa: F401  (imported once here: forked workers start with it)
-    import gatekit.report.page  # noqa: F401
+    with ProcessPoolExecutor(max_workers=min(jobs, len(items))) as pool:
+        return list(pool.map(work, items, chunksize=max(1, min(16, len(items) // (4 * jobs)))))
 
-    with ProcessPoolExecutor(max_workers=min(jobs, len(tasks))) as pool:
-        return dict(pool.map(render_page, tasks, chunksize=max(1, min(16, len(tasks) // (4 * jobs)))))
+
+def _render_all(tasks: Sequence[PageTask], jobs: int) -> dict[str, list[str]]:
+    if jobs > 1 and len(tasks) > 1:
+        import gatekit.report.figures  # noqa: F401  (imported once here: forked workers start with it)
+        import gatekit.report.page  # noqa: F401
+    return dict(_in_workers(render_page, tasks, jobs))
 
 
 def default_jobs() -> int:
@@ -271,9 +294,12 @@ def build_site(paths: Sequence[Path], site_dir: Path, runs_roots: Sequence[Path]
     roots = tuple(runs_roots)
     sources: dict[str, Any] = {}
     found = []
-    for path in paths:
-        sha = pair_sha256(path)
-        summary = manifest["sources"].get(sha) or _summary(load_checked(path).finding)
+    shas = [pair_sha256(path) for path in paths]
+    unread = [path for path, sha in zip(paths, shas) if sha not in manifest["sources"]]
+    # each finding not summarised before is loaded once, in the workers, for its index row and its page
+    loaded = dict(zip(unread, _in_workers(load_source, unread, jobs)))
+    for path, sha in zip(paths, shas):
+        summary = loaded[path][0] if path in loaded else manifest["sources"][sha]
         sources[sha] = summary
         found.append((path, sha, summary))
     folders = folder_names([summary["id"] for _, _, summary in found])
@@ -293,7 +319,8 @@ def build_site(paths: Sequence[Path], site_dir: Path, runs_roots: Sequence[Path]
             kept.append(folder)
         else:
             pages[folder] = {"key": key, "files": []}
-            tasks.append(PageTask(path, folder, links, roots, cwd, Path()))
+            pickled = loaded.pop(path)[1] if path in loaded else None
+            tasks.append(PageTask(path, pickled, folder, links, roots, cwd, Path()))
     index_links = {summary["id"]: f"{folder}/index.html" for (_, _, summary), folder in zip(found, folders)}
     entries = [linked_entry(summary["entry"], folder, {r: index_links[r] for r in summary["entry"]["related_ids"]
                                                        if r in index_links})
