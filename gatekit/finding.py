@@ -17,8 +17,8 @@ import tomlkit
 from gatekit.config import GuardSpec, RulesSpec
 from gatekit.errors import FindingError
 from gatekit.policies.descriptors import DEFAULT_POLICY
-from gatekit.records import (FINDING_SCHEMA, SCHEMA_KEY, Record, RecordError, WindowSummary, first_difference,
-                             kind_of, metric_value, schema_problem, upgrade)
+from gatekit.records import (FINDING_SCHEMA, SCHEMA_KEY, Record, RecordError, WindowSummary, canonical_json,
+                             first_difference, kind_of, metric_value, schema_problem, upgrade)
 from gatekit.storage import write_output
 from gatekit.verdict import Decision, GuardResult, Verdict
 
@@ -434,8 +434,8 @@ def _check_plain(document: Any, source: str) -> None:
                                "lists and tables only (write dates as strings)")
 
 
-def load_finding(path: Path) -> Finding:
-    """Read a finding from .toml or .json; an unknown schema says what to do."""
+def read_finding_document(path: Path) -> dict[str, Any]:
+    """A finding file's document, parsed (.toml or .json) but not yet typed; FindingError naming the file."""
     try:
         raw = path.read_bytes()
     except OSError as exc:
@@ -447,7 +447,12 @@ def load_finding(path: Path) -> Finding:
         raise FindingError(f"{path}: not a readable finding: {exc}") from None
     if not isinstance(data, dict):
         raise FindingError(f"{path}: not a readable finding: top level is not a table")
-    return Finding.from_document(data, source=str(path))
+    return data
+
+
+def load_finding(path: Path) -> Finding:
+    """Read a finding from .toml or .json; an unknown schema says what to do."""
+    return Finding.from_document(read_finding_document(path), source=str(path))
 
 
 def twin_path(path: Path) -> Path:
@@ -462,8 +467,18 @@ def twin_difference(path: Path, finding: Finding) -> str | None:
     twin = twin_path(path)
     if not twin.is_file():
         return None
-    difference = first_difference(finding.to_dict(), load_finding(twin).to_dict())
+    mine, document = finding.to_dict(), read_finding_document(twin)
+    if _same_data(mine, document):
+        return None  # the twin holds this very document, type for type: typing it too would show nothing more
+    difference = first_difference(mine, Finding.from_document(document, source=str(twin)).to_dict())
     return None if difference is None else f"{path}: differs from its twin {twin.name}: {difference}"
+
+
+def _same_data(mine: Mapping[str, Any], document: Mapping[str, Any]) -> bool:
+    try:
+        return canonical_json(document) == canonical_json(mine)
+    except (TypeError, ValueError):  # what JSON cannot hold (a TOML date, a nan): the typed comparison names it
+        return False
 
 
 def write_finding(finding: Finding, out_dir: Path) -> tuple[Path, Path]:

@@ -485,6 +485,12 @@ def startup_overhead_s(metrics: Mapping[str, float], process_wallclock_s: float,
 
 # -- Comparing documents ------------------------------------------------------------------------
 
+def canonical_json(document: Any) -> str:
+    """A plain document's one canonical form: compact JSON, keys sorted. Equal texts are the same data, type for
+    type (1 is not 1.0 nor true). TypeError or ValueError for what JSON cannot hold (a TOML date, a nan)."""
+    return json.dumps(document, sort_keys=True, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+
+
 def first_difference(left: Any, right: Any, key: str = "") -> str | None:
     """The first place two plain documents differ, as `dotted.key left != right`; None when equal as data."""
     stack = [(key, left, right)]

@@ -20,8 +20,8 @@ from gatekit.distribution import install_hint
 from gatekit.errors import ConfigError, GatekitError, RunFileError, SeriesError, VerificationError
 from gatekit.provenance import hash_files, sha256_file
 from gatekit.records import (JOURNAL_OF_PREDECISION, JOURNAL_SCHEMA, MISSING, SCHEMA_KEY, SIGNATURE_OF_JSON_BYTES,
-                             SIGNATURE_SCHEMA, UNCHAINED_JOURNAL, first_difference, journal_schema,
-                             schema_problem, show_value)
+                             SIGNATURE_SCHEMA, UNCHAINED_JOURNAL, canonical_json, first_difference,
+                             journal_schema, schema_problem, show_value)
 from gatekit.runfiles import MAX_RESULT_BYTES, read_run_file
 from gatekit.storage import (EMPTY_SHA256, LEGACY_JOURNAL_WARNING, Journal, SeriesLayout, atomic_write_text,
                              line_sha256)
@@ -321,9 +321,7 @@ def _signed_message(schema: str, finding_sha256: str, chain_head: str | None) ->
 def content_sha256(finding: Finding) -> str:
     """sha256 of the finding's one canonical form (its document as compact JSON, keys sorted): the same for
     its TOML and JSON twins, whatever their layout, so a signature covers what either says."""
-    canonical = json.dumps(finding.to_dict(), sort_keys=True, ensure_ascii=False, separators=(",", ":"),
-                           allow_nan=False)
-    return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
+    return hashlib.sha256(canonical_json(finding.to_dict()).encode("utf-8")).hexdigest()
 
 
 def _content_sha256_of(path: Path) -> str:

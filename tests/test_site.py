@@ -11,13 +11,14 @@ import json
 import os
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import pytest
 from click.testing import CliRunner
 
 from gatekit.cli import main
 from gatekit.errors import OutputError
-from gatekit.finding import Finding, write_finding
+from gatekit.finding import write_finding
 from gatekit.findingset import finding_files
 from gatekit.report import site as site_module
 from gatekit.report.site import SITE_MANIFEST, build_site
@@ -76,16 +77,14 @@ def test_each_finding_and_its_twin_are_read_once_by_a_build_that_draws_it(tmp_pa
     for the check. A page drawn again whose finding is unchanged (a finding it names appeared) reads the pair
     once where it is drawn; a build that draws nothing reads no finding."""
     from gatekit import finding as finding_module
-    from gatekit import findingset
 
     reads: Counter[str] = Counter()
-    real = finding_module.load_finding
+    real = finding_module.read_finding_document
 
-    def counted(path: Path) -> Finding:
+    def counted(path: Path) -> dict[str, Any]:
         reads[path.name] += 1
         return real(path)
-    monkeypatch.setattr(finding_module, "load_finding", counted)  # the twin's reader
-    monkeypatch.setattr(findingset, "load_finding", counted)  # the finding's
+    monkeypatch.setattr(finding_module, "read_finding_document", counted)  # what reads a finding file or its twin
     findings, site = tmp_path / "findings", tmp_path / "site"
     findings.mkdir()
     paths = [write_finding(finding_of(variant(f"f{k}", f"2027-01-0{k + 1}", related=["later"])), findings)[1]
