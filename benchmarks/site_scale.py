@@ -140,12 +140,12 @@ def render(count: int, cold: dict[str, float], warm: dict[str, float], one_new: 
         row("after one new finding", one_new, TARGET_ONE_NEW_S),
     ]
     if small is not None:
-        lines.append(row(f"cold, {small['count']:.0f} findings (memory does not grow with N)", small, None))
-    lines += ["", "Only findings whose inputs changed (the finding's bytes, its run files, the links to the "
-              "findings it names) are rendered again; the rest of the site stays as the last build left it "
-              "(`.gatekit-site.json` records each page's input hash). The pages drawn are "
-              "written beside the site and renamed into it, the manifest last, so a failed build leaves the old "
-              "site whole.", ""]
+        lines.append(row(f"cold, {small['count']:.0f} findings (memory grows little with N: the gate process "
+                         "holds each finding it loaded, pickled, until its page is drawn)", small, None))
+    lines += ["", "Only findings whose inputs changed (the bytes of the finding and its twin, its run files, the "
+              "links to the findings it names) are rendered again; the rest of the site stays as the last build "
+              "left it (`.gatekit-site.json` records each page's input hash). The pages drawn are written beside "
+              "the site and renamed into it, the manifest last, so a failed build leaves the old site whole.", ""]
     return "\n".join(lines)
 
 
