@@ -1,6 +1,7 @@
 """False alarms and power of `gate history`'s change points, by simulation (docs/statistics.md, "Change points").
 
     python benchmarks/change_points.py [--series 5000] [--seed 20261130]
+        [--trade-off | --quantiles | --sizes | --ceiling]
 
 Each scenario draws series of noise with marginal SD σ = 1 (Gaussian, or AR(1) noise x_t = ρ·x_{t−1} + e_t,
 a machine drifting over days), finds change points exactly as `gate history` does
@@ -19,8 +20,10 @@ from typing import Callable, Sequence
 
 import numpy as np
 
+from gatekit.history import SEED as SHIFT_SEED
 from gatekit.history import (ALPHA, CHANGE_MIN_SEGMENT, NULL_SERIES, PERMUTATIONS, RHO_MAX, ChangeSearch, ar1_series,
-                             candidate_indices, change_point_indices, null_statistics, shift_statistics, shift_test)
+                             candidate_indices, change_point_indices, null_rhos, null_series_for, null_statistics,
+                             shift_statistics, shift_test)
 
 SEED = 20261130
 RECENT = 5
@@ -142,7 +145,7 @@ def table(series: int, seed: int) -> str:
     return "\n".join(lines)
 
 
-TRADE_OFF_RHOS = (0.0, 0.3, 0.45, 0.6)  # the shift test's largest null ρ: the noise its false-alarm rate is guaranteed for
+TRADE_OFF_RHOS = (0.0, 0.3, 0.45, 0.6)  # the shift test's largest null ρ: the noise its false alarms are held for
 TRADE_OFF_ROWS: tuple[tuple[str, Draw, Event], ...] = (
     ("flat, AR(1) ρ 0.3: any change point", _flat(20, 0.3), _any),
     ("flat, AR(1) ρ 0.6: any change point", _flat(20, 0.6), _any),
@@ -184,6 +187,25 @@ def quantile_table(series: int, seed: int, lengths: Sequence[int] = (8, 12, 20, 
     return "\n".join(lines)
 
 
+SIZE_ROWS = ((12, 0.6), (20, 0.3), (20, 0.45), (20, 0.6), (30, 0.6), (60, 0.3), (60, 0.6))
+
+
+def size_table(series: int, seed: int) -> str:
+    """The shift test's own false-alarm rate on flat AR(1) series, many at once (the test alone, vectorised:
+    the same p as shift_test, which the rows of `table` run one series at a time)."""
+    lines = ["| findings | AR(1) ρ | shift test p ≤ α: % |", "| --- | --- | --- |"]
+    for number, (n, rho) in enumerate(SIZE_ROWS):
+        rng = np.random.default_rng([seed, 300 + number])
+        observed = shift_statistics(ar1_series(rho, series, n, rng))[0]
+        p = np.zeros(series)
+        for null_rho in null_rhos():
+            null = null_statistics(n, null_series_for(n), SHIFT_SEED, null_rho)
+            hits = null.size - np.searchsorted(null, observed - 1e-9 * np.maximum(1.0, np.abs(observed)), side="left")
+            p = np.maximum(p, (1 + hits) / (1 + null.size))
+        lines.append(f"| {n} | {rho:g} | {rate(int(np.sum(p <= ALPHA)), series)} |")
+    return "\n".join(lines)
+
+
 CEILING_PLACES = tuple(range(CHANGE_MIN_SEGMENT, 20 - CHANGE_MIN_SEGMENT + 1))
 
 
@@ -218,12 +240,15 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=SEED)
     parser.add_argument("--trade-off", action="store_true", help="the null-ρ trade-off table instead")
     parser.add_argument("--quantiles", action="store_true", help="the null quantiles by ρ and length instead")
+    parser.add_argument("--sizes", action="store_true", help="the shift test's false-alarm rates alone instead")
     parser.add_argument("--ceiling", action="store_true",
-                        help="the most powerful test's power at ρ 0.6 (a bound for every test) beside the shift test's")
+                        help="the most powerful test's power at ρ 0.6 (a bound for every test) beside the shift "
+                        "test's")
     args = parser.parse_args()
     began = time.monotonic()
     print(quantile_table(args.series, args.seed) if args.quantiles
           else ceiling_table(args.series, args.seed) if args.ceiling
+          else size_table(args.series, args.seed) if args.sizes
           else trade_off_table(args.series, args.seed) if args.trade_off else table(args.series, args.seed))
     print(f"\n{args.series} series per row, seed {args.seed}, α = {ALPHA}, shift test against {NULL_SERIES} AR(1) "
           f"series at each null ρ 0 … {RHO_MAX:g}, {PERMUTATIONS} permutations per candidate test; "
