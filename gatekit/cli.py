@@ -730,10 +730,13 @@ def site_cmd(findings_dir: Path, site_dir: Path, runs_roots: tuple[Path, ...], j
     """Render every finding of FINDINGS_DIR and its subfolders, and an index (date, title, verdict, Δ, guard
     Δ, tags). Only pages whose finding, run files or links changed since the last build are drawn again."""
     def work() -> Path:
-        from gatekit.findingset import finding_files
+        from gatekit.findingset import finding_files, sort_files
         from gatekit.report.site import build_site, default_jobs
 
-        files = finding_files(findings_dir, nested=True)
+        sorted_files = sort_files(finding_files(findings_dir, nested=True))
+        if sorted_files.note():
+            _stderr(sorted_files.note())  # type: ignore[arg-type]
+        files = sorted_files.findings
         if not files:
             raise GatekitError(f"{findings_dir}: no findings here or in its subfolders (*.json or *.toml)")
         return build_site(files, site_dir, runs_roots, cwd=Path.cwd(), jobs=jobs or default_jobs()).index
@@ -867,7 +870,7 @@ def history_cmd(findings_dir: Path, metric: str, arm_key: str, gate_id: str | No
         from gatekit.findingset import load_folder
         from gatekit.history import build_history, history_json, history_plot, history_table, recent_changes
 
-        history = build_history(load_folder(findings_dir), metric, arm_key=arm_key, gate_id=gate_id, alpha=alpha)
+        history = build_history(load_folder(findings_dir, _stderr), metric, arm_key=arm_key, gate_id=gate_id, alpha=alpha)
         if plot_path is not None:
             from gatekit.storage import atomic_write_bytes
             try:

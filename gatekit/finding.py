@@ -15,10 +15,11 @@ from typing import Any, Mapping
 import tomlkit
 
 from gatekit.config import GuardSpec, RulesSpec
-from gatekit.errors import FindingError
+from gatekit.errors import FindingError, RunFileError
 from gatekit.policies.descriptors import DEFAULT_POLICY
 from gatekit.records import (FINDING_SCHEMA, SCHEMA_KEY, Record, RecordError, WindowSummary, canonical_json,
                              first_difference, kind_of, metric_value, schema_problem, upgrade)
+from gatekit.runfiles import read_run_file
 from gatekit.storage import write_output
 from gatekit.verdict import Decision, GuardResult, Verdict
 
@@ -434,12 +435,20 @@ def _check_plain(document: Any, source: str) -> None:
                                "lists and tables only (write dates as strings)")
 
 
+# The largest committed finding is some 33 kB (a gate of 8 runs with traces); 16 MiB leaves a wide margin
+MAX_FINDING_BYTES = 16 << 20
+
+
 def read_finding_document(path: Path) -> dict[str, Any]:
     """A finding file's document, parsed (.toml or .json) but not yet typed; FindingError naming the file."""
-    try:
-        raw = path.read_bytes()
+    try:  # within bounds, like a run file: an edited file could be a FIFO, a device or a huge file
+        raw = read_run_file(path, MAX_FINDING_BYTES)
+    except RunFileError as exc:
+        raise FindingError(str(exc)) from None
     except OSError as exc:
         raise FindingError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    if raw is None:
+        raise FindingError(f"{path}: cannot read: No such file or directory")
     try:
         text = raw.decode("utf-8")
         data = json.loads(text) if path.suffix == ".json" else tomllib.loads(text)

@@ -12,10 +12,11 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Sequence
+from typing import Callable, Iterable, Sequence
 
 from gatekit.errors import FindingError
-from gatekit.finding import Finding, load_finding, twin_difference, twin_path
+from gatekit.finding import Finding, load_finding, read_finding_document, twin_difference, twin_path
+from gatekit.records import SCHEMA_KEY
 from gatekit.storage import SeriesLayout
 
 
@@ -55,12 +56,63 @@ def finding_files(folder: Path, *, nested: bool = False) -> list[Path]:
     return found
 
 
-def load_folder(folder: Path) -> list[LoadedFinding]:
-    """Every finding in a folder, each checked against its twin; an empty folder is an error (nothing to show)."""
-    files = finding_files(folder)
-    if not files:
+@dataclass(frozen=True, slots=True)
+class SortedFiles:
+    """A folder's files as readers of findings take them: the findings, and those left out by kind."""
+
+    findings: list[Path]
+    left_out: dict[str, list[Path]]
+
+    def note(self) -> str | None:
+        """One line saying what was left out (None when nothing was): not an error, a folder may hold both."""
+        if not self.left_out:
+            return None
+        def named(paths: list[Path]) -> str:
+            names = sorted({p.name for p in paths})
+            return ", ".join(names[:3]) + (", …" if len(names) > 3 else "")
+        parts = [f"{len(paths)} {kind} ({named(paths)})" for kind, paths in sorted(self.left_out.items())]
+        return f"note: left out, not gate findings: {'; '.join(parts)}"
+
+
+def not_a_finding(path: Path) -> str | None:
+    """What kind of document `path` holds when it is plainly not a gate finding (another gatekit schema, e.g.
+    "gatekit.bisect/1", or no schema key at all: a gate config, a GPU probe's JSON); None when it is to be
+    loaded as a finding: one that names the finding schema, and every file that cannot be read, so that a
+    broken or forged finding is an error naming the file, never skipped."""
+    try:
+        document = read_finding_document(path)
+    except FindingError:
+        return None
+    schema = document.get(SCHEMA_KEY)
+    if schema is None:
+        return "without a schema key"
+    if isinstance(schema, str) and schema.startswith("gatekit.") and not schema.startswith("gatekit.finding/"):
+        return schema
+    return None
+
+
+def sort_files(files: Iterable[Path]) -> SortedFiles:
+    """`files` split into findings and documents of other kinds (`not_a_finding`)."""
+    findings: list[Path] = []
+    left_out: dict[str, list[Path]] = {}
+    for path in files:
+        kind = not_a_finding(path)
+        if kind is None:
+            findings.append(path)
+        else:
+            left_out.setdefault(kind, []).append(path)
+    return SortedFiles(findings, left_out)
+
+
+def load_folder(folder: Path, note: Callable[[str], None] = lambda line: None) -> list[LoadedFinding]:
+    """Every finding in a folder, each checked against its twin; documents that are not gate findings are left
+    out (`sort_files`), told to `note` in one line; a folder without findings is an error (nothing to show)."""
+    files = sort_files(finding_files(folder))
+    if files.note():
+        note(files.note())  # type: ignore[arg-type]
+    if not files.findings:
         raise FindingError(f"{folder}: no findings here (*.json or *.toml)")
-    return [load_checked(path) for path in files]
+    return [load_checked(path) for path in files.findings]
 
 
 def load_many(paths: Iterable[Path]) -> list[LoadedFinding]:
