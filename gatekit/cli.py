@@ -734,8 +734,9 @@ def site_cmd(findings_dir: Path, site_dir: Path, runs_roots: tuple[Path, ...], j
         from gatekit.report.site import build_site, default_jobs
 
         sorted_files = sort_files(finding_files(findings_dir, nested=True))
-        if sorted_files.note():
-            _stderr(sorted_files.note())  # type: ignore[arg-type]
+        left_out = sorted_files.note()
+        if left_out is not None:
+            _stderr(left_out)
         files = sorted_files.findings
         if not files:
             raise GatekitError(f"{findings_dir}: no findings here or in its subfolders (*.json or *.toml)")

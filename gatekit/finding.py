@@ -439,9 +439,10 @@ def _check_plain(document: Any, source: str) -> None:
 MAX_FINDING_BYTES = 16 << 20
 
 
-def read_finding_document(path: Path) -> dict[str, Any]:
-    """A finding file's document, parsed (.toml or .json) but not yet typed; FindingError naming the file."""
-    try:  # within bounds, like a run file: an edited file could be a FIFO, a device or a huge file
+def read_finding_bytes(path: Path) -> bytes:
+    """A finding file's bytes, within bounds like a run file's (an edited file could be a FIFO, a device or a
+    huge file); FindingError naming the file."""
+    try:
         raw = read_run_file(path, MAX_FINDING_BYTES)
     except RunFileError as exc:
         raise FindingError(str(exc)) from None
@@ -449,6 +450,12 @@ def read_finding_document(path: Path) -> dict[str, Any]:
         raise FindingError(f"{path}: cannot read: {exc.strerror or exc}") from None
     if raw is None:
         raise FindingError(f"{path}: cannot read: No such file or directory")
+    return raw
+
+
+def read_finding_document(path: Path) -> dict[str, Any]:
+    """A finding file's document, parsed (.toml or .json) but not yet typed; FindingError naming the file."""
+    raw = read_finding_bytes(path)
     try:
         text = raw.decode("utf-8")
         data = json.loads(text) if path.suffix == ".json" else tomllib.loads(text)

@@ -12,10 +12,11 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterable, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from gatekit.errors import FindingError
-from gatekit.finding import Finding, load_finding, read_finding_document, twin_difference, twin_path
+from gatekit.finding import (Finding, load_finding, read_finding_bytes, read_finding_document, twin_difference,
+                             twin_path)
 from gatekit.records import SCHEMA_KEY
 from gatekit.storage import SeriesLayout
 
@@ -28,11 +29,12 @@ class LoadedFinding:
     path: Path | None
 
 
-def load_checked(path: Path) -> LoadedFinding:
+def load_checked(path: Path, document: dict[str, Any] | None = None) -> LoadedFinding:
     """Load one finding file (.json or .toml); loading checks it, and its twin beside it must say the same,
     else a FindingError naming both (see the module docstring): a reader of the JSON would otherwise show
-    what an edited TOML twin does not say, and the reverse."""
-    finding = load_finding(path)
+    what an edited TOML twin does not say, and the reverse. `document`: the file's document where the caller
+    has read it already (`sort_files`), so it is not read twice."""
+    finding = load_finding(path) if document is None else Finding.from_document(document, source=str(path))
     difference = twin_difference(path, finding)
     if difference is not None:
         raise FindingError(f"{difference}; one of them was edited (gate verify SERIES_DIR {path} says which)")
@@ -62,6 +64,7 @@ class SortedFiles:
 
     findings: list[Path]
     left_out: dict[str, list[Path]]
+    documents: dict[Path, dict[str, Any]]  # with keep_documents: the findings' documents, as read once
 
     def note(self) -> str | None:
         """One line saying what was left out (None when nothing was): not an error, a folder may hold both."""
@@ -74,15 +77,11 @@ class SortedFiles:
         return f"note: left out, not gate findings: {'; '.join(parts)}"
 
 
-def not_a_finding(path: Path) -> str | None:
-    """What kind of document `path` holds when it is plainly not a gate finding (another gatekit schema, e.g.
+def document_kind(document: Mapping[str, Any]) -> str | None:
+    """What kind of document this is when it is plainly not a gate finding (another gatekit schema, e.g.
     "gatekit.bisect/1", or no schema key at all: a gate config, a GPU probe's JSON); None when it is to be
-    loaded as a finding: one that names the finding schema, and every file that cannot be read, so that a
-    broken or forged finding is an error naming the file, never skipped."""
-    try:
-        document = read_finding_document(path)
-    except FindingError:
-        return None
+    loaded as a finding: one that names the finding schema or a schema not gatekit's, so that a broken or
+    forged finding is an error naming the file, never skipped."""
     schema = document.get(SCHEMA_KEY)
     if schema is None:
         return "without a schema key"
@@ -91,28 +90,39 @@ def not_a_finding(path: Path) -> str | None:
     return None
 
 
-def sort_files(files: Iterable[Path]) -> SortedFiles:
-    """`files` split into findings and documents of other kinds (`not_a_finding`)."""
+def sort_files(files: Iterable[Path], *, keep_documents: bool = False) -> SortedFiles:
+    """`files` split into findings and documents of other kinds (`document_kind`), each file read once; one
+    that cannot be read is a finding (loading it names the file and the problem). `keep_documents`: keep the
+    findings' documents, for a caller that loads them all next (a site of thousands loads few, in workers)."""
     findings: list[Path] = []
     left_out: dict[str, list[Path]] = {}
+    documents: dict[Path, dict[str, Any]] = {}
     for path in files:
-        kind = not_a_finding(path)
+        try:
+            document = read_finding_document(path)
+        except FindingError:
+            findings.append(path)
+            continue
+        kind = document_kind(document)
         if kind is None:
             findings.append(path)
+            if keep_documents:
+                documents[path] = document
         else:
             left_out.setdefault(kind, []).append(path)
-    return SortedFiles(findings, left_out)
+    return SortedFiles(findings, left_out, documents)
 
 
 def load_folder(folder: Path, note: Callable[[str], None] = lambda line: None) -> list[LoadedFinding]:
     """Every finding in a folder, each checked against its twin; documents that are not gate findings are left
     out (`sort_files`), told to `note` in one line; a folder without findings is an error (nothing to show)."""
-    files = sort_files(finding_files(folder))
-    if files.note():
-        note(files.note())  # type: ignore[arg-type]
+    files = sort_files(finding_files(folder), keep_documents=True)
+    line = files.note()
+    if line is not None:
+        note(line)
     if not files.findings:
         raise FindingError(f"{folder}: no findings here (*.json or *.toml)")
-    return [load_checked(path) for path in files.findings]
+    return [load_checked(path, files.documents.get(path)) for path in files.findings]
 
 
 def load_many(paths: Iterable[Path]) -> list[LoadedFinding]:
@@ -126,10 +136,7 @@ def pair_sha256(path: Path) -> str:
     twin = twin_path(path)
     digest = hashlib.sha256()
     for part in (path, twin) if twin.is_file() else (path,):
-        try:
-            digest.update(hashlib.sha256(part.read_bytes()).digest())
-        except OSError as exc:
-            raise FindingError(f"{part}: cannot read: {exc.strerror or exc}") from None
+        digest.update(hashlib.sha256(read_finding_bytes(part)).digest())
     return digest.hexdigest()
 
 
