@@ -219,11 +219,12 @@ def candidate_indices(values: Sequence[float], sigma: float | None = None) -> tu
 
 # -- the shift test: one step in the mean against AR(1) noise ------------------------------------------
 
-def prais_winsten(values: Sequence[float], rho: float) -> np.ndarray:
-    """The series whitened for AR(1) noise of correlation ρ: y₁ = √(1 − ρ²)·x₁, y_t = x_t − ρ·x_{t−1}
-    (Prais & Winsten 1954), so AR(1) noise becomes white noise of the innovations' variance."""
+def prais_winsten(values: Sequence[float] | np.ndarray, rho: float) -> np.ndarray:
+    """The series (or each row of an array of series) whitened for AR(1) noise of correlation ρ:
+    y₁ = √(1 − ρ²)·x₁, y_t = x_t − ρ·x_{t−1} (Prais & Winsten 1954), so AR(1) noise becomes white noise of
+    the innovations' variance."""
     x = np.asarray(values, dtype=float)
-    return np.concatenate([[math.sqrt(1 - rho * rho) * x[0]], x[1:] - rho * x[:-1]])
+    return np.concatenate([math.sqrt(1 - rho * rho) * x[..., :1], x[..., 1:] - rho * x[..., :-1]], axis=-1)
 
 
 def standardised(rows: np.ndarray) -> np.ndarray:
@@ -261,10 +262,8 @@ def flat_loglik(x: np.ndarray, rho: float) -> np.ndarray:
     R the AR(1) correlation matrix and Q = xᵀR⁻¹x − (1ᵀR⁻¹x)²/1ᵀR⁻¹1, its generalised residual sum, from the
     Prais–Winsten transform (R⁻¹ = WᵀW/(1 − ρ²)). For ρ = 0 this is the density of the standardised series of white noise."""
     n = x.shape[1]
-    root = math.sqrt(1 - rho * rho)
-    y = np.concatenate([root * x[:, :1], x[:, 1:] - rho * x[:, :-1]], axis=1)
-    one = np.full(n, 1 - rho)
-    one[0] = root
+    y = prais_winsten(x, rho)
+    one = prais_winsten(np.ones(n), rho)
     g_one = float(one @ one)
     q = np.maximum(np.sum(y * y, axis=1) - (y @ one) ** 2 / g_one, 1e-300) / (1 - rho * rho)
     return (-(n - 1) / 2 * math.log(2 * math.pi * (1 - rho * rho)) - 0.5 * math.log(g_one / (1 - rho * rho))
