@@ -491,8 +491,24 @@ def canonical_json(document: Any) -> str:
     return json.dumps(document, sort_keys=True, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
 
 
-def first_difference(left: Any, right: Any, key: str = "") -> str | None:
-    """The first place two plain documents differ, as `dotted.key left != right`; None when equal as data."""
+# A recomputation on another machine (another numpy, scipy or BLAS, another CPU's vector width) reproduces a
+# float to its last few bits, not bit for bit: sums and logarithms are taken in another order. Floats recomputed
+# from evidence agree to this relative tolerance (and this absolute one near zero, where a difference of two
+# close values carries only absolute error); decisions, counts, strings and hashes stay exact. An edit of one
+# part in a million is a million times outside it. docs/reliability.md ("Verification across machines").
+RECOMPUTED_REL_TOL = 1e-9
+RECOMPUTED_ABS_TOL = 1e-12
+
+
+def floats_agree(left: float, right: float) -> bool:
+    """Two recomputations of one float agree: within `RECOMPUTED_REL_TOL` (or `RECOMPUTED_ABS_TOL` near zero)."""
+    return math.isclose(left, right, rel_tol=RECOMPUTED_REL_TOL, abs_tol=RECOMPUTED_ABS_TOL)
+
+
+def first_difference(left: Any, right: Any, key: str = "", *, recomputed: bool = False) -> str | None:
+    """The first place two plain documents differ, as `dotted.key left != right`; None when equal as data.
+    `recomputed`: the right side was computed again from the same evidence, maybe on another machine, so floats
+    need only agree (`floats_agree`); everything else must be equal."""
     stack = [(key, left, right)]
     while stack:
         where, a, b = stack.pop()
@@ -502,6 +518,9 @@ def first_difference(left: Any, right: Any, key: str = "") -> str | None:
                       for k in reversed(keys)]
         elif isinstance(a, list) and isinstance(b, list) and len(a) == len(b):
             stack += [(f"{where}[{i}]", x, y) for i, (x, y) in reversed(list(enumerate(zip(a, b))))]
+        elif recomputed and type(a) is float and type(b) is float:
+            if not floats_agree(a, b):
+                return f"{where or '(top level)'} {show_value(a)} != {show_value(b)}"
         elif a != b or (type(a) is bool) != (type(b) is bool):
             return f"{where or '(top level)'} {show_value(a)} != {show_value(b)}"
     return None

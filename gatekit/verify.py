@@ -264,7 +264,8 @@ def _verify_finding(series_dir: Path, finding_path: Path, head: str | None) -> t
     for section in dict.fromkeys([*mine, *theirs]):
         if section in NARRATIVE_SECTIONS:
             continue
-        difference = first_difference(mine.get(section, MISSING), theirs.get(section, MISSING), section)
+        difference = first_difference(mine.get(section, MISSING), theirs.get(section, MISSING), section,
+                                      recomputed=True)
         if difference is not None:
             raise VerificationError(f"{finding_path}: differs from the finding recomputed from {series_dir}: "
                                     f"{difference}")

@@ -244,6 +244,39 @@ def test_a_finding_that_differs_from_its_recomputation_fails_verify(tmp_path: Pa
         in done.stderr, done.stderr
 
 
+@pytest.mark.parametrize("relative_change, verifies", [(4e-15, True), (1e-6, False)])
+def test_verify_takes_another_machines_last_bits_and_refuses_an_edit_of_a_part_in_a_million(
+        tmp_path: Path, relative_change: float, verifies: bool) -> None:
+    # another numpy sums in another order: the recomputed float differs in its last bits (the committed H200
+    # clock finding's gm Δ 0.27697991918825005 against 0.27697991918825077 here); an edit of 1e-6 is an edit
+    series, finding_path = _series(tmp_path)
+    document = json.loads(finding_path.read_text())
+    written = document["stats"]["gm_delta_pct"]
+    document["stats"]["gm_delta_pct"] = written * (1 + relative_change)
+    assert document["stats"]["gm_delta_pct"] != written
+    finding_path.write_text(json.dumps(document, indent=2))
+    finding_path.with_suffix(".toml").unlink()  # (else its twin already differs)
+    done = gate_invoke("verify", str(series), str(finding_path), cwd=tmp_path)
+    if verifies:
+        assert done.returncode == 0, done.stderr
+    else:
+        assert done.returncode == 3 and "stats.gm_delta_pct" in done.stderr, done.stderr
+
+
+def test_recomputed_floats_agree_within_the_stated_tolerance_and_nothing_else_does() -> None:
+    from gatekit.records import RECOMPUTED_ABS_TOL, RECOMPUTED_REL_TOL, first_difference
+    assert first_difference({"x": 0.27697991918825005}, {"x": 0.27697991918825077}, recomputed=True) is None
+    assert first_difference({"x": 0.27697991918825005}, {"x": 0.27697991918825077}) is not None  # exact elsewhere
+    assert first_difference({"x": 100.0}, {"x": 100.0 * (1 + 2 * RECOMPUTED_REL_TOL)}, recomputed=True) == \
+        f"x 100.0 != {json.dumps(100.0 * (1 + 2 * RECOMPUTED_REL_TOL))}"
+    assert first_difference([0.0], [RECOMPUTED_ABS_TOL / 2], recomputed=True) is None  # near zero: absolute
+    assert first_difference([0.0], [RECOMPUTED_ABS_TOL * 2], recomputed=True) is not None
+    # decisions, counts, strings and booleans stay exact
+    assert first_difference({"n": 3}, {"n": 4}, recomputed=True) == "n 3 != 4"
+    assert first_difference({"d": "adopted"}, {"d": "rejected"}, recomputed=True) is not None
+    assert first_difference({"p": True}, {"p": 1}, recomputed=True) is not None
+
+
 def test_a_legacy_journal_still_analyzes_with_a_warning(tmp_path: Path) -> None:
     series = tmp_path / "series"
     shutil.copytree(V1_SERIES, series)

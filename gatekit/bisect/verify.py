@@ -154,7 +154,7 @@ def _verify_finding(state: BisectState, required: bool) -> Path | None:
             written = read_bisect_finding(path).to_dict()
         except GatekitError as exc:
             raise VerificationError(str(exc)) from None
-        difference = first_difference(written, expected)
+        difference = first_difference(written, expected, recomputed=True)
         if difference is not None:
             raise VerificationError(f"{path}: differs from the finding rebuilt from {state.folder / BISECT_JOURNAL}: "
                                     f"{difference}")
