@@ -56,19 +56,28 @@ bench-site: $(CORE_STAMP)
 	$(PY) benchmarks/site_scale.py --write docs/benchmarks.md
 
 # A wheel and an sdist in dist/ for `pip install` or `pipx install` in another project (docs/install.md "Install into
-# your own project"), built with the venv's own setuptools; then the wheel is checked (every module, the script,
-# the entry points, the extras) and installed into a throwaway venv, where `gate --help` and `gate drivers` run.
-dist: $(TEST_STAMP)
+# your own project"), built in a venv of its own that holds the core, the build tool and pytest only (no torch, no
+# ray: the test extras are not needed to build a pure-Python wheel); then the wheel is checked (every module, the
+# script, the entry points, the extras) and installed into a throwaway venv, where `gate --help` and `gate drivers` run.
+DIST_VENV ?= .venv-dist
+DIST_PY := $(DIST_VENV)/bin/python
+DIST_STAMP := $(DIST_VENV)/.dist-stamp
+$(DIST_STAMP): pyproject.toml
+	test -x $(DIST_PY) || $(PYTHON) -m venv $(DIST_VENV)
+	$(DIST_PY) -m pip install --quiet --disable-pip-version-check -e . 'build>=1.0' 'setuptools>=70.1' 'pytest>=7.4'
+	touch $(DIST_STAMP)
+
+dist: $(DIST_STAMP)
 	rm -rf dist build *.egg-info
-	$(PY) -m build --no-isolation --outdir dist .
+	$(DIST_PY) -m build --no-isolation --outdir dist .
 	rm -rf build *.egg-info
-	GATEKIT_WHEEL="$$(ls dist/*.whl)" $(PY) -m pytest -q -p no:cacheprovider tests/test_wheel.py
+	GATEKIT_WHEEL="$$(ls dist/*.whl)" $(DIST_PY) -m pytest -q -p no:cacheprovider tests/test_wheel.py
 	smoke="$$(mktemp -d)" && $(PYTHON) -m venv "$$smoke" && \
 		"$$smoke/bin/pip" install --quiet --disable-pip-version-check dist/*.whl && \
 		(cd "$$smoke" && bin/gate --help >/dev/null && bin/gate drivers) && rm -rf "$$smoke"
 
 clean:
-	rm -rf $(VENV) $(DEMO_DIR) .pytest_cache test-artifacts dist build
+	rm -rf $(VENV) $(DIST_VENV) $(DEMO_DIR) .pytest_cache test-artifacts dist build
 
 # The simulated tables of docs/statistics.md, the duet section's included (fixed seeds, so reproducible; the same
 # figures with any number of jobs). One block: make statistics ONLY=duet-pairs.
