@@ -9,8 +9,6 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
-import pandas as pd
-
 from gatekit import diagnostics, rules, stats
 from gatekit.finding import (Arms, CycleCheck, Finding, GateInfo, GuardRow, Meta, Predecision, Provenance,
                              RulesInfo, RunRow, Stats, ThresholdRule)
@@ -18,6 +16,7 @@ from gatekit.policies.base import Decided, Evidence, Policy
 from gatekit.policies.descriptors import describe, policy_for
 from gatekit.prereg import DecisionSpec
 from gatekit.records import RunRecord, is_time_metric, startup_overhead_s
+from gatekit.runtable import RunTable, records_table
 from gatekit.report.narrative import narrative
 from gatekit.schedule import WARMUP_ROUND, needs_seed, order_seed
 from gatekit.verdict import (BISECT_PROBE, TOO_FEW_USED, Decision, Reason, ReasonCode, Verdict, decide,
@@ -48,26 +47,8 @@ class SeriesEvidence:
         return self.provenance.get("host", {}).get("cpu_count")
 
 
-def records_table(records: Sequence[RunRecord], primary: str) -> pd.DataFrame:
-    """The run table rules work on; a run without its primary metric counts as failed. Warm-up runs
-    (round 0) are not in it: they are discarded by preregistration."""
-    rows = []
-    for record in records:
-        if record.pair == WARMUP_ROUND:
-            continue
-        value = record.value_of(primary)
-        error = record.failure(primary)
-        rows.append({"order": record.order, "arm": record.arm, "label": record.label, "pair": record.pair,
-                     "value": value, "failed": bool(error), "error": error, "samples": record.window.samples,
-                     "load1_mean": record.window.load1_mean, "load1_max": record.window.load1_max,
-                     "backend_evidence": "; ".join(record.window.evidence),
-                     "on_ac": record.window.on_ac, "retry_of": record.retry_of, "slot": record.slot,
-                     **rules.window_columns(record.window)})
-    return rules.run_table(rows)
-
-
 def classify(records: Sequence[RunRecord], spec: DecisionSpec, replaced: Mapping[int, rules.Replacement],
-             cores: int | None) -> pd.DataFrame:
+             cores: int | None) -> RunTable:
     """The run table classified by the spec's policy: used or not, and why."""
     policy = policy_for(spec.policy, spec.design_version)
     return policy.classify(records_table(records, spec.primary), spec.rules, replaced, cores)
@@ -116,7 +97,7 @@ def config_check(records: Sequence[RunRecord], off_arm: str, on_arm: str,
 class Assessment:
     """The decision and everything computed on the way to it — a finding without its narrative."""
 
-    table: pd.DataFrame
+    table: RunTable
     decided: Decided
     stats: Stats
     guards: Mapping[str, GuardRow]
@@ -128,8 +109,8 @@ class Assessment:
         return self.decided.verdict
 
 
-def _used_values(used: pd.DataFrame, by_label: Mapping[str, RunRecord], arm: str, metric: str) -> list[float]:
-    values = [by_label[label].value_of(metric) for label in used.loc[used["arm"] == arm, "label"]]
+def _used_values(used: RunTable, by_label: Mapping[str, RunRecord], arm: str, metric: str) -> list[float]:
+    values = [by_label[label].value_of(metric) for label in used.arm(arm).labels()]
     return [v for v in values if v is not None]
 
 
@@ -140,12 +121,12 @@ def assess(evidence: SeriesEvidence) -> Assessment:
     off_arm, on_arm = spec.off_arm, spec.on_arm
     by_label = {r.label: r for r in records}
     table = classify(records, spec, evidence.replaced, evidence.cores)
-    used = table[table["used"]]
+    used = table.used
 
     invalid = list(evidence.invalid_reasons)
     warnings = list(evidence.warnings)
     imported_from = evidence.provenance.get("imported_from")
-    for row in table[policy.unresolved(table)].itertuples():
+    for row in policy.unresolved(table):
         if isinstance(imported_from, Mapping):  # another tool's runs: not paired, and none can be run again
             invalid.append(Reason(ReasonCode.IMPORTED_RUN_FAILED, f"{row.label} {row.reason}; imported from "
                                   f"{imported_from.get('format') or 'another tool'}, it cannot be retried, so no "
@@ -154,18 +135,17 @@ def assess(evidence: SeriesEvidence) -> Assessment:
             invalid.append(Reason(ReasonCode.RUN_NOT_REPLACED, f"{row.label} {row.reason} and its pair has no retry "
                                                                "left"))
     if spec.rules.require_window_samples:
-        for row in table[table["missing_window"] & ~table["replaced"]].itertuples():
+        for row in table.filter(lambda row: row.missing_window and not row.replaced):
             invalid.append(Reason(ReasonCode.NO_WINDOW_SAMPLES,
                                   f"{row.label} has no in-window load samples; it cannot be audited"))
-    used_labels = set(used["label"])
+    used_labels = set(used.labels())
     config_invalid, config_warnings = config_check(
         [r for r in records if r.label in used_labels], off_arm, on_arm, spec.expect_diff)
     invalid += config_invalid
     warnings += config_warnings
     warnings += rules.evidence_warnings(table, spec.rules)
 
-    off = used.loc[used["arm"] == off_arm, "value"].tolist()
-    on = used.loc[used["arm"] == on_arm, "value"].tolist()
+    off, on = used.arm(off_arm).values(), used.arm(on_arm).values()
     # a bisect probe's one run per arm is its bisect's measurement; with fewer, or any other cause, it is invalid
     probe_only = spec.bisect_probe and len(off) == len(on) == 1
     if (len(off) < 2 or len(on) < 2) and not probe_only:
@@ -175,8 +155,8 @@ def assess(evidence: SeriesEvidence) -> Assessment:
     delta = stats.delta_pct(mean_off, mean_on) if off and on else math.nan
     threshold = stats.threshold_pct(sigma_off_pct, spec.threshold.sigma_k, spec.threshold.floor_pct)
     pairs = []
-    for _, rows in used.groupby("pair"):
-        values = dict(zip(rows["arm"], rows["value"]))
+    for rows in used.by_pair().values():
+        values = {row.arm: row.value for row in rows}
         if off_arm in values and on_arm in values:
             pairs.append((values[off_arm], values[on_arm]))
     better = stats.pairs_better(pairs, spec.direction)
@@ -200,7 +180,7 @@ def assess(evidence: SeriesEvidence) -> Assessment:
         used, off_arm, on_arm, sigma_k=spec.threshold.sigma_k, floor_pct=spec.threshold.floor_pct,
         direction=spec.direction, load_stat=spec.rules.load_stat, max_threshold_pct=spec.rules.max_threshold_pct)
     diag = diagnostics.diagnose(
-        off, on, used.loc[used["arm"] == off_arm, "order"].tolist(), used.loc[used["arm"] == on_arm, "order"].tolist(),
+        off, on, [row.order for row in used.arm(off_arm)], [row.order for row in used.arm(on_arm)],
         direction=spec.direction, pairs_better=better, pairs=len(pairs))
     warnings += policy.warnings(Evidence(
         order=spec.order, direction=spec.direction, n_off=len(off), max_z=max_z, sigma_k=spec.rules.sigma_k,
@@ -219,7 +199,7 @@ def assess(evidence: SeriesEvidence) -> Assessment:
             Decision.INCONCLUSIVE, (Reason(ReasonCode.BISECT_PROBE, BISECT_PROBE),), decided.verdict.warnings))
     cycles = cycle_check(table, records, spec, policy, decided, list(guard_rows.values()))
     decided = confirm_in_cycles(decided, cycles, spec)
-    busy = bool((table["load_evidence"] & ~table["failed"]).any())
+    busy = any(row.load_evidence and not row.failed for row in table)
     step = None if probe_only else next_step(decided.verdict.decision, busy=busy)
     if step and step not in decided.verdict.reasons:
         decided = dataclasses.replace(decided, verdict=dataclasses.replace(
@@ -234,21 +214,20 @@ TWO_STATES_RATIO = 0.5  # σ in cycles at most this share of σ in time: the clo
 TWO_STATES_MIN_SIGMA_PCT = 1.0  # below this σ in time there is no spread worth explaining
 
 
-def cycle_check(table: pd.DataFrame, records: Sequence[RunRecord], spec: DecisionSpec, policy: Policy,
+def cycle_check(table: RunTable, records: Sequence[RunRecord], spec: DecisionSpec, policy: Policy,
                 decided: Decided, guards: Sequence[GuardRow]) -> CycleCheck | None:
     """Δ in cycles (each used run's time × its mean SM clock), decided by the same policy on the same runs;
     None unless the primary is a time and some run recorded its clock (a CPU gate has no clock state)."""
-    if not is_time_metric(spec.primary) or table["sm_clock_mean_mhz"].isna().all():
+    if not is_time_metric(spec.primary) or all(math.isnan(row.sm_clock_mean_mhz) for row in table):
         return None
-    used = table[table["used"]]
-    clocked = used["sm_clock_mean_mhz"].notna()
-    check = CycleCheck(runs_with_clock=int(clocked.sum()), used_runs=len(used))
-    if not clocked.all() or decided.extend:
+    used = table.used
+    clocked = sum(1 for row in used if not math.isnan(row.sm_clock_mean_mhz))
+    check = CycleCheck(runs_with_clock=clocked, used_runs=len(used))
+    if clocked < len(used) or decided.extend:
         return check
-    cycle_table = table.assign(value=table["value"] * table["sm_clock_mean_mhz"])
-    cycle_used = cycle_table[cycle_table["used"]]
-    off = cycle_used.loc[cycle_used["arm"] == spec.off_arm, "value"].tolist()
-    on = cycle_used.loc[cycle_used["arm"] == spec.on_arm, "value"].tolist()
+    cycle_table = table.map(lambda row: dataclasses.replace(row, value=row.value * row.sm_clock_mean_mhz))
+    cycle_used = cycle_table.used
+    off, on = cycle_used.arm(spec.off_arm).values(), cycle_used.arm(spec.on_arm).values()
     if len(off) < 2 or len(on) < 2:
         return check
     sigma_off, sigma_on = stats.relative_sd_pct(off), stats.relative_sd_pct(on)
@@ -260,9 +239,9 @@ def cycle_check(table: pd.DataFrame, records: Sequence[RunRecord], spec: Decisio
     in_cycles = policy.decide(classic, cycle_table, records, off_arm=spec.off_arm, on_arm=spec.on_arm,
                               primary=spec.primary, direction=spec.direction, guards=spec.guards,
                               floor_pct=spec.threshold.floor_pct, warnings=[]).verdict.decision
-    clock = used.groupby("arm")["sm_clock_mean_mhz"].mean()
-    time_off = used.loc[used["arm"] == spec.off_arm, "value"].tolist()
-    time_on = used.loc[used["arm"] == spec.on_arm, "value"].tolist()
+    clock = {arm: stats.compensated_mean([row.sm_clock_mean_mhz for row in rows])
+             for arm, rows in used.by_arm().items()}
+    time_off, time_on = used.arm(spec.off_arm).values(), used.arm(spec.on_arm).values()
     time_sigma = max(stats.relative_sd_pct(time_off), stats.relative_sd_pct(time_on))
     cycle_sigma = max(sigma_off, sigma_on)
     two_states = (f"per-run clock states explain the spread of {spec.primary}: σ off / on "
@@ -301,12 +280,12 @@ def confirm_in_cycles(decided: Decided, cycles: CycleCheck | None, spec: Decisio
         verdict, decision=Decision.INCONCLUSIVE, reasons=(reason, *verdict.reasons)))
 
 
-def too_few_used_reason(table: pd.DataFrame, n_off: int, n_on: int) -> Reason:
+def too_few_used_reason(table: RunTable, n_off: int, n_on: int) -> Reason:
     """Why an arm has fewer than two used runs, with the cause: the machine was busy (runs flagged by load or
     telemetry evidence, and no replacement left), the trainer failed, or both — counted over every run."""
     total = len(table)
     flagged, kinds = rules.flagged_summary(table)
-    failed = int(table["failed"].sum())
+    failed = sum(1 for row in table if row.failed)
     causes = []
     if flagged:
         causes.append(("the machine was busy: " if 2 * flagged >= total else "")
@@ -369,13 +348,13 @@ def _meta(evidence: SeriesEvidence, decision: Decision) -> Meta:
         config_paths=evidence.config_paths, related_runs=evidence.related_runs, related_findings=())
 
 
-def _run_rows(table: pd.DataFrame, records: Sequence[RunRecord], primary: str) -> tuple[RunRow, ...]:
+def _run_rows(table: RunTable, records: Sequence[RunRecord], primary: str) -> tuple[RunRow, ...]:
     by_label = {r.label: r for r in records}
     rows = []
-    for row in table.sort_values("order").itertuples():
+    for row in table.in_order():
         record = by_label[row.label]
-        rows.append(_run_row(record, primary, load_evidence=bool(row.load_evidence), z=float(row.z),
-                             contaminated=bool(row.contaminated), used=bool(row.used), reason=row.reason))
+        rows.append(_run_row(record, primary, load_evidence=row.load_evidence, z=row.z,
+                             contaminated=row.contaminated, used=row.used, reason=row.reason))
     warmups = [r for r in records if r.pair == WARMUP_ROUND]
     for record in warmups:
         reason = "warm-up run, discarded by preregistration" + (f" (failed: {record.outcome.error})"

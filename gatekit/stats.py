@@ -14,6 +14,25 @@ def mean(values: Sequence[float]) -> float:
     return math.fsum(values) / len(values) if values else math.nan
 
 
+def compensated_mean(values: Sequence[float]) -> float:
+    """Arithmetic mean by Kahan-compensated summation in the given order (NaN values skipped, NaN for none):
+    the algorithm of pandas' groupby mean, which the cycle check's mean clocks were first computed with, so
+    findings keep their bits. An infinite value makes the compensation NaN; it is reset to 0 (pandas GH#50367)."""
+    total = compensation = 0.0
+    count = 0
+    for value in values:
+        if math.isnan(value):
+            continue
+        count += 1
+        y = value - compensation
+        t = total + y
+        compensation = t - total - y
+        if math.isnan(compensation):
+            compensation = 0.0
+        total = t
+    return total / count if count else math.nan
+
+
 def sample_sd(values: Sequence[float]) -> float:
     """Sample standard deviation (Bessel, ddof=1); NaN below two values."""
     if len(values) < 2:

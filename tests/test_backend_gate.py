@@ -22,6 +22,7 @@ from gatekit.config import RulesSpec, load_gate
 from gatekit.driver import ChosenBackend
 from gatekit.errors import PreflightError, SeriesError
 from gatekit.report.terminal import summary
+from gatekit.runtable import RunTable
 from gatekit.series.runner import SeriesRunner
 from gatekit.storage import SeriesLayout
 from gatekit.verify import analyze_series
@@ -35,35 +36,41 @@ ON_TIMES = {"on-r1": 9.0, "on-r2": 9.1, "on-r3": 8.9, "on-r4": 9.0}
 
 # -- rule (i) with backend evidence, pure ------------------------------------------------------------
 
-def _table(evidence: dict[str, str]) -> Any:
+def _plain_rows(evidence: dict[str, str], **load1_max: float) -> list[dict[str, Any]]:
+    """Six runs as plain rows keyed by column; `off_r2=9.0` sets off-r2's load1 max."""
     values = {"off-r1": 10.0, "off-r2": 12.0, "off-r3": 10.02, "on-r1": 9.0, "on-r2": 9.1, "on-r3": 8.9}
     rows = []
     for order, label in enumerate(["off-r1", "on-r1", "off-r2", "on-r2", "off-r3", "on-r3"], 1):
         rows.append({"order": order, "arm": label[:-3], "label": label, "pair": int(label[-1]),
                      "value": values[label], "failed": False, "error": "", "samples": 5, "load1_mean": 1.0,
-                     "load1_max": 1.0, "backend_evidence": evidence.get(label, "")})
-    return rules.run_table(rows)
+                     "load1_max": load1_max.get(label.replace("-", "_"), 1.0),
+                     "backend_evidence": evidence.get(label, "")})
+    return rows
+
+
+def _table(evidence: dict[str, str]) -> RunTable:
+    return rules.run_table(_plain_rows(evidence))
 
 
 def test_backend_evidence_counts_as_rule_i_and_still_needs_deviation() -> None:
     spec = RulesSpec(sigma_ref="leave_one_out", load_limit=6.0)
     found = "other GPU process pid 4242 (python3) using 0.82 GiB (in 3 of 5 samples)"
     quiet = rules.classify(_table({}), spec, {})
-    assert not quiet["load_evidence"].any() and not quiet["contaminated"].any()
+    assert not any(row.load_evidence or row.contaminated for row in quiet)
     # the same evidence on a deviant run contaminates it; on a run within its arm it does not
-    flagged = rules.classify(_table({"off-r2": found, "on-r1": found}), spec, {}).set_index("label")
-    assert flagged.loc["off-r2", "load_evidence"] and flagged.loc["off-r2", "contaminated"]
-    assert flagged.loc["on-r1", "load_evidence"] and not flagged.loc["on-r1", "contaminated"]
-    assert flagged.loc["off-r2", "reason"].startswith(f"contaminated: {found} and ")
-    assert flagged.loc["on-r2", "reason"] == "pair partner failed or contaminated"
+    flagged = {row.label: row for row in rules.classify(_table({"off-r2": found, "on-r1": found}), spec, {})}
+    assert flagged["off-r2"].load_evidence and flagged["off-r2"].contaminated
+    assert flagged["on-r1"].load_evidence and not flagged["on-r1"].contaminated
+    assert flagged["off-r2"].reason.startswith(f"contaminated: {found} and ")
+    assert flagged["on-r2"].reason == "pair partner failed or contaminated"
 
 
-def test_a_table_without_backend_column_classifies_as_before() -> None:
+def test_a_table_without_backend_evidence_classifies_as_before() -> None:
     spec = RulesSpec(sigma_ref="leave_one_out", load_limit=6.0)
-    table = _table({}).drop(columns=["backend_evidence"])
-    table.loc[table["label"] == "off-r2", "load1_max"] = 9.0
-    classified = rules.classify(table, spec, {}).set_index("label")
-    assert classified.loc["off-r2", "reason"].startswith("contaminated: load1 max 9.00 and ")
+    table = rules.run_table([{key: value for key, value in row.items() if key != "backend_evidence"}
+                             for row in _plain_rows({}, off_r2=9.0)])
+    classified = {row.label: row for row in rules.classify(table, spec, {})}
+    assert classified["off-r2"].reason.startswith("contaminated: load1 max 9.00 and ")
 
 
 # -- the gate file ---------------------------------------------------------------------------------

@@ -8,7 +8,6 @@ import math
 import tomllib
 
 import numpy as np
-import pandas as pd
 import pytest
 from scipy import stats as sps
 
@@ -16,6 +15,7 @@ from gatekit import stats
 from gatekit.calibrate import analyze_calibration, run_calibration, change_point, plan_runs, warmup_length
 from gatekit.config import load_gate
 from gatekit.rules import deviation_z, history_deviation_sigma_pct
+from gatekit.runtable import RunTable
 from gatekit.diagnostics import n_for_effect
 from gatekit.series.runner import SeriesRunner
 from tests.conftest import gate_invoke, write_toml
@@ -80,8 +80,9 @@ def test_history_z_exceeds_3_in_0_27_pct_of_clean_runs() -> None:
     assert abs(np.mean(z > 3) - expected) < 4 * math.sqrt(expected / z.size)  # 4 MC standard errors
     assert np.mean(z ** 2) == pytest.approx(1.0, abs=0.03)  # |z|² of a standard normal has mean 1
     # the rule's own entry point scores an arm the same way
-    table = pd.DataFrame({"arm": ["off"] * 3 + ["on"] * 3, "value": [*arms[0], *arms[1]]})
-    scored = deviation_z(table, pd.Series(True, index=table.index), "history", 1.0)
+    table = RunTable.of([{"order": k, "arm": arm, "label": f"{arm}-r{k}", "pair": k, "value": value}
+                         for k, (arm, value) in enumerate(zip(["off"] * 3 + ["on"] * 3, [*arms[0], *arms[1]]), 1)])
+    scored = deviation_z(table, np.ones(len(table), dtype=bool), "history", 1.0)
     assert list(scored[:3]) == pytest.approx(stats.history_z_scores(list(arms[0]), widened), rel=1e-12)
     assert history_deviation_sigma_pct(1.0, 3) == pytest.approx(math.sqrt(1.5))
 

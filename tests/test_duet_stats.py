@@ -11,7 +11,6 @@ import tomllib
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
 import pytest
 from click.testing import CliRunner
 from scipy import stats as sps
@@ -23,6 +22,7 @@ from gatekit.config import GuardSpec, RulesSpec, ThresholdSpec
 from gatekit.finding import DuetInfo
 from gatekit.policies.descriptors import policy_for
 from gatekit.records import RunOutcome, RunRecord, WindowSummary
+from gatekit.runtable import RunTable
 from gatekit.simulate import Scenario, simulate
 from gatekit.verdict import CODE_NAMES, Decision, Verdict
 from tests.conftest import gate_invoke, make_gate, write_toml
@@ -258,11 +258,11 @@ def test_a_replacement_pair_takes_its_sign_from_its_slots_else_from_the_round_it
             (5, "off", "cuda:0", True, 2), (5, "on", "cuda:1", True, 2)], start=1):
         rows.append({"order": order, "pair": pair, "arm": arm, "label": f"{arm}-r{pair}", "value": 1.0,
                      "used": used, "slot": slot, "retry_of": retry_of})
-    table = pd.DataFrame(rows)
+    table = RunTable.of(rows)
     pairs, slots = duet.pairs_of(table, "off", "on")
     assert slots == ("cuda:0", "cuda:1")
     assert [(p.round, p.sigma) for p in pairs] == [(1, 1.0), (3, 1.0), (4, -1.0), (5, 1.0)]  # as it ran
-    unrecorded = table.assign(slot=None)
+    unrecorded = RunTable.of([{**row, "slot": None} for row in rows])
     assert [(p.round, p.sigma) for p in duet.pairs_of(unrecorded, "off", "on")[0]] == [
         (1, 1.0), (3, 1.0), (4, -1.0), (5, -1.0)]  # round 2's parity: on on slot 0
 

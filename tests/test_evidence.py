@@ -16,7 +16,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-import pandas as pd
 import pytest
 
 from gatekit.config import RulesSpec, ThresholdSpec, load_gate
@@ -27,6 +26,7 @@ from gatekit.records import LoadSample, RunOutcome, WindowSummary
 from gatekit.report.figures import pressure_figure
 from gatekit.report.rundata import load_run_files, parse_pressure_trace
 from gatekit.rules import classify, evidence_warnings, per_core_load1, run_table, window_evidence
+from gatekit.runtable import RunTable
 from gatekit.sampler import SAMPLE_FIELDS, WindowSampler, parse_pressure, read_pressure, samples_csv
 from gatekit.series.runner import SeriesRunner
 from tests.conftest import write_toml
@@ -91,7 +91,7 @@ def test_the_real_sampler_records_pressure_where_the_os_has_it() -> None:
         assert 0.0 <= window.psi_cpu_pct <= 100.0  # type: ignore[operator]
 
 
-def _table(rows: list[dict[str, Any]]) -> pd.DataFrame:
+def _table(rows: list[dict[str, Any]]) -> RunTable:
     base = {"arm": "off", "pair": 1, "value": 1.0, "failed": False, "error": "", "samples": 3, "load1_mean": 1.0,
             "backend_evidence": "", "on_ac": None, "retry_of": None}
     return run_table([{**base, "order": i + 1, "label": f"r{i + 1}", **row} for i, row in enumerate(rows)])
@@ -103,8 +103,8 @@ def test_rules_evidence_chooses_the_telemetry_and_falls_back_to_load1_with_a_war
                     {"load1_max": 1.0, "psi_io_pct": 21.0, "steal_pct": 12.0},  # I/O stall and steal
                     {"load1_max": 9.0},                                         # recorded no PSI, no steal
                     {"load1_max": 1.0, "psi_cpu_pct": 19.9, "steal_pct": 9.9}])
-    load1 = pd.Series([v > 6.0 for v in table["load1_max"]], index=table.index)
-    words = table["load1_max"].map(lambda v: f"load1 max {v:.2f}")
+    load1 = table.flags(lambda row: row.load1_max > 6.0)
+    words = tuple(f"load1 max {row.load1_max:.2f}" for row in table)
 
     def flags(evidence: str) -> list[bool]:
         return window_evidence(table, RulesSpec(evidence=evidence), load1, words).flagged.tolist()
@@ -114,7 +114,7 @@ def test_rules_evidence_chooses_the_telemetry_and_falls_back_to_load1_with_a_war
     assert flags("steal") == [False, False, True, True, False]
     assert flags("any") == [True, True, True, True, False]
     psi = window_evidence(table, RulesSpec(evidence="psi"), load1, words)
-    assert psi.detail.tolist() == ["", "cpu pressure stall 35.0 % of the window > 20 %",
+    assert list(psi.detail) == ["", "cpu pressure stall 35.0 % of the window > 20 %",
                                    "io pressure stall 21.0 % of the window > 20 %", "load1 max 9.00", ""]
     assert psi.fell_back.tolist() == [False, False, False, True, False]
     assert RulesSpec(psi_limit_pct=40.0, evidence="psi").psi_limit_pct == 40.0
@@ -132,11 +132,11 @@ def test_classic_rule_i_uses_rules_evidence_and_its_words() -> None:
     table = _table([{"value": v, "load1_max": 1.0, "psi_cpu_pct": 50.0 if i == 5 else 0.5, "pair": i + 1}
                     for i, v in enumerate(values)])
     as_before = classify(table, RulesSpec(sigma_ref="leave_one_out"), {})
-    assert not as_before["load_evidence"].any() and not as_before["contaminated"].any()
+    assert not any(row.load_evidence or row.contaminated for row in as_before)
     with_psi = classify(table, RulesSpec(sigma_ref="leave_one_out", evidence="psi"), {})
-    assert with_psi["load_evidence"].tolist() == [False] * 5 + [True]
-    assert with_psi["contaminated"].tolist() == [False] * 5 + [True]
-    assert with_psi["reason"].iloc[5].startswith("contaminated: cpu pressure stall 50.0 % of the window > 20 % and ")
+    assert [row.load_evidence for row in with_psi] == [False] * 5 + [True]
+    assert [row.contaminated for row in with_psi] == [False] * 5 + [True]
+    assert with_psi.rows[5].reason.startswith("contaminated: cpu pressure stall 50.0 % of the window > 20 % and ")
 
 
 def _gate_file(tmp_path: Path, **rules: Any) -> Path:
@@ -261,9 +261,9 @@ def test_per_core_load1_is_the_sequential_rule_under_rules_evidence_load1() -> N
     loaded, words = per_core_load1(table, RulesSpec(), cores=2)
     # by hand: 1.0, 1.6 and 1.5 per core against the limit 1.5: only the second is above it
     assert loaded.tolist() == [False, True, False]
-    assert words.tolist() == ["", "load1 max per core 1.60 > 1.5", ""]
+    assert list(words) == ["", "load1 max per core 1.60 > 1.5", ""]
     assert not per_core_load1(table, RulesSpec(), cores=None)[0].any()
     window = window_evidence(table, RulesSpec(), loaded, words)
     flagged, detail = telemetry_flags(table, RulesSpec(), 2)
     assert window.flagged.tolist() == flagged.tolist()
-    assert [f"flagged: {d}" if d else "" for d in window.detail] == detail.tolist()
+    assert [f"flagged: {d}" if d else "" for d in window.detail] == list(detail)

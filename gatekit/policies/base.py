@@ -16,13 +16,13 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Mapping, Protocol, Sequence
 
 import numpy as np
-import pandas as pd
 
 from gatekit import diagnostics, rules
 from gatekit.config import RulesSpec, ThresholdSpec
 from gatekit.finding import DuetInfo, Finding, Section, SensitivityRow, SequentialInfo
 from gatekit.policies.descriptors import gate_policies, policy_for
 from gatekit.records import RunRecord
+from gatekit.runtable import RunTable
 from gatekit.verdict import Reason, ReasonCode, Verdict
 
 if TYPE_CHECKING:
@@ -73,11 +73,11 @@ class Decided:
     duet: DuetInfo | None = None
 
 
-def guard_values(classified: pd.DataFrame, records: Sequence[RunRecord],
+def guard_values(classified: RunTable, records: Sequence[RunRecord],
                  guards: Sequence[Any]) -> dict[str, dict[str, float]]:
     """Each guard metric's value in each classified run that has it (the paired policies' guard input)."""
     by_label = {r.label: r for r in records}
-    return {g.metric: {label: value for label in classified["label"]
+    return {g.metric: {label: value for label in classified.labels()
                        if (value := by_label[label].value_of(g.metric)) is not None} for g in guards}
 
 
@@ -144,16 +144,17 @@ class Policy(SimulatedPolicy, Protocol):
         """The policy's own rules in words, for the predecision file."""
         ...
 
-    def classify(self, runs: pd.DataFrame, rules_spec: RulesSpec, replaced: Mapping[int, rules.Replacement],
-                 cores: int | None) -> pd.DataFrame:
-        """The run table with `replaced, missing_window, load_evidence, z, contaminated, reason, used`."""
+    def classify(self, runs: RunTable, rules_spec: RulesSpec, replaced: Mapping[int, rules.Replacement],
+                 cores: int | None) -> RunTable:
+        """A new run table whose rows carry `replaced, missing_window, load_evidence, z, contaminated, reason,
+        used`."""
         ...
 
-    def retries(self, classified: pd.DataFrame, rules_spec: RulesSpec, off_arm: str, on_arm: str) -> list[Retry]:
+    def retries(self, classified: RunTable, rules_spec: RulesSpec, off_arm: str, on_arm: str) -> list[Retry]:
         """Pairs that must be re-run (before the max_retries budget is applied)."""
         ...
 
-    def unresolved(self, classified: pd.DataFrame) -> pd.Series:
+    def unresolved(self, classified: RunTable) -> RunTable:
         """Runs whose problem, left without a retry, makes the series invalid."""
         ...
 
@@ -161,7 +162,7 @@ class Policy(SimulatedPolicy, Protocol):
         """Warnings about this policy's evidence."""
         ...
 
-    def decide(self, classic: Verdict, classified: pd.DataFrame, records: Sequence[RunRecord], *, off_arm: str,
+    def decide(self, classic: Verdict, classified: RunTable, records: Sequence[RunRecord], *, off_arm: str,
                on_arm: str, primary: str, direction: str, guards: Sequence[Any], floor_pct: float,
                warnings: Sequence[str]) -> Decided:
         """The decision, given the classic verdict the shared analysis computed."""

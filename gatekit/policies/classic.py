@@ -11,13 +11,13 @@ from __future__ import annotations
 from typing import Any, Mapping, Sequence
 
 import numpy as np
-import pandas as pd
 
 from gatekit import diagnostics, rules
 from gatekit.config import RulesSpec, ThresholdSpec
 from gatekit.finding import Finding
 from gatekit.policies.base import Decided, Evidence, PolicyWords, Retry, SimulationDefaults
 from gatekit.records import RunRecord
+from gatekit.runtable import RunTable
 from gatekit.verdict import Verdict, classic_codes
 
 
@@ -37,15 +37,15 @@ class ClassicPolicy(SimulationDefaults):
     def stated_rules(self, primary: str, rules_spec: RulesSpec, threshold: ThresholdSpec) -> list[str]:
         return []  # the classic rules are the predecision's common rules
 
-    def classify(self, runs: pd.DataFrame, rules_spec: RulesSpec, replaced: Mapping[int, rules.Replacement],
-                 cores: int | None) -> pd.DataFrame:
+    def classify(self, runs: RunTable, rules_spec: RulesSpec, replaced: Mapping[int, rules.Replacement],
+                 cores: int | None) -> RunTable:
         return rules.classify(runs, rules_spec, replaced)
 
-    def retries(self, classified: pd.DataFrame, rules_spec: RulesSpec, off_arm: str, on_arm: str) -> list[Retry]:
+    def retries(self, classified: RunTable, rules_spec: RulesSpec, off_arm: str, on_arm: str) -> list[Retry]:
         return [Retry(round_, flagged) for round_, flagged in rules.rounds_needing_retry(classified, rules_spec).items()]
 
-    def unresolved(self, classified: pd.DataFrame) -> pd.Series:
-        return ~classified["replaced"] & (classified["failed"] | classified["contaminated"])
+    def unresolved(self, classified: RunTable) -> RunTable:
+        return classified.filter(lambda row: row.problem)
 
     def warnings(self, evidence: Evidence) -> list[str]:
         # That rule (ii) cannot fire at this n is a property of the rules, not of this evidence: the predecision
@@ -60,7 +60,7 @@ class ClassicPolicy(SimulationDefaults):
             delta_pct=evidence.delta_pct, threshold_pct=evidence.threshold_pct)
         return found + list(evidence.guard_warnings)
 
-    def decide(self, classic: Verdict, classified: pd.DataFrame, records: Sequence[RunRecord], *, off_arm: str,
+    def decide(self, classic: Verdict, classified: RunTable, records: Sequence[RunRecord], *, off_arm: str,
                on_arm: str, primary: str, direction: str, guards: Sequence[Any], floor_pct: float,
                warnings: Sequence[str]) -> Decided:
         return Decided(classic)

@@ -39,7 +39,6 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 import numpy as np
-import pandas as pd
 from scipy import optimize
 from scipy import stats as sps
 
@@ -54,6 +53,7 @@ from gatekit.policies.base import (Decided, Evidence, PolicyWords, Retry, Simula
 from gatekit.policies.descriptors import describe
 from gatekit.policies.sequential import guard_reason, look_codes, paired_guard, unreplaced_flags, with_guards
 from gatekit.records import RunRecord
+from gatekit.runtable import RunTable
 from gatekit.report.common import MISSING, fmt, fmt_signed, generated_section, level_text
 from gatekit.schedule import order_seed, thue_morse
 from gatekit.slots import SlotError, parse_slot
@@ -356,30 +356,24 @@ CURRENT = DESIGNS[2]
 
 # -- the pairs of a series ------------------------------------------------------------------------------
 
-def _present(value: object) -> bool:
-    return value is not None and not bool(pd.isna(value))
-
-
-def slot_order(classified: pd.DataFrame, off_arm: str, design: DuetDesign | None = None) -> tuple[str, str] | None:
+def slot_order(classified: RunTable, off_arm: str, design: DuetDesign | None = None) -> tuple[str, str] | None:
     """(slot 0, slot 1) as the runs recorded them; None when no run recorded a slot. Version 1: slot 0 is where
     off ran in the first odd pair (the swap rule puts it there), else where on ran in the first even pair.
     Version 2, whose pair 1 may put off on either slot (the drawn mirror): the lower-numbered slot
     (`slot_number`: cuda:0 before cuda:1, cpu:0-3 before cpu:4-7), so a finding names them as a gate file does."""
     design = design or DESIGNS[1]
-    if "slot" not in classified:
+    rows = classified.filter(lambda row: row.slot is not None)
+    if not rows:
         return None
-    rows = classified[classified["slot"].map(_present)]
-    if rows.empty:
-        return None
-    names = list(dict.fromkeys(str(s) for s in rows.sort_values("order")["slot"]))
+    names = list(dict.fromkeys(str(row.slot) for row in rows.in_order()))
     if design.mirrored:
         ordered = sorted(names, key=slot_number)
         return (ordered[0], ordered[-1])  # one name twice when every run shared one slot
-    first = rows.sort_values(["pair", "order"]).iloc[0]
-    parity_one = int(first["pair"]) % 2 == 1
-    is_off = first["arm"] == off_arm
+    first = min(rows, key=lambda row: (row.pair, row.order))
+    parity_one = first.pair % 2 == 1
+    is_off = first.arm == off_arm
     # odd pairs put off on slot 0, even pairs put on there
-    first_slot = str(first["slot"])
+    first_slot = str(first.slot)
     other = next((s for s in names if s != first_slot), first_slot)  # itself when every run shared one slot
     return (first_slot, other) if parity_one == is_off else (other, first_slot)
 
@@ -405,28 +399,26 @@ class DuetPair:
     on_label: str
 
 
-def pairs_of(classified: pd.DataFrame, off_arm: str, on_arm: str, design: DuetDesign | None = None
+def pairs_of(classified: RunTable, off_arm: str, on_arm: str, design: DuetDesign | None = None
              ) -> tuple[list[DuetPair], tuple[str, str] | None]:
     """The used pairs with σ_k: from the `slot` column where the runs recorded one (on on slot 1: +1, on on
     slot 0: −1, both on one slot: 0), else from the design's sign of the pair's original round (version 1:
     its parity; a replacement re-runs its round in the same slots)."""
     design = design or DESIGNS[1]
     order = slot_order(classified, off_arm, design)
-    retry_of = {int(r.pair): int(r.retry_of) for r in classified.itertuples()
-                if _present(getattr(r, "retry_of", None))}
+    retry_of = classified.retry_of()
     pairs: list[DuetPair] = []
-    for round_, rows in classified[classified["used"]].groupby("pair"):
-        by_arm = {r.arm: r for r in rows.itertuples()}
+    for round_, rows in classified.used.by_pair().items():
+        by_arm = {r.arm: r for r in rows}
         if off_arm not in by_arm or on_arm not in by_arm:
             continue
         off_row, on_row = by_arm[off_arm], by_arm[on_arm]
-        off_slot, on_slot = getattr(off_row, "slot", None), getattr(on_row, "slot", None)
-        if order is not None and _present(off_slot) and _present(on_slot):
-            sigma = 0.0 if off_slot == on_slot else (1.0 if str(on_slot) == order[1] else -1.0)
+        off_slot, on_slot = off_row.slot, on_row.slot
+        if order is not None and off_slot is not None and on_slot is not None:
+            sigma = 0.0 if off_slot == on_slot else (1.0 if on_slot == order[1] else -1.0)
         else:
-            sigma = float(design.signs([rules.lineage_root(int(round_), retry_of)])[0])
-        pairs.append(DuetPair(int(round_), float(off_row.value), float(on_row.value), sigma,
-                              str(off_row.label), str(on_row.label)))
+            sigma = float(design.signs([rules.lineage_root(round_, retry_of)])[0])
+        pairs.append(DuetPair(round_, off_row.value, on_row.value, sigma, off_row.label, on_row.label))
     return pairs, order
 
 
@@ -465,7 +457,7 @@ def _info(estimate: DuetEstimate | None, *, floor_pct: float, primary: str, deci
         guards=dict(guards), primary=primary, decision=decision)
 
 
-def decide(classified: pd.DataFrame, guard_values: Mapping[str, Mapping[str, float]], *, off_arm: str,
+def decide(classified: RunTable, guard_values: Mapping[str, Mapping[str, float]], *, off_arm: str,
            on_arm: str, guard_specs: Sequence[GuardSpec], floor_pct: float, direction: str,
            primary: str, design: DuetDesign | None = None) -> DuetOutcome:
     """The duet decision on the used pairs by a design (version 1 unless given). `guard_values` maps guard
@@ -607,22 +599,22 @@ class DuetPolicy(SimulationDefaults):
             f"{rules_spec.max_retries} re-run(s) for a pair makes the outcome inconclusive.",
         ]
 
-    def classify(self, runs: pd.DataFrame, rules_spec: RulesSpec, replaced: Mapping[int, rules.Replacement],
-                 cores: int | None) -> pd.DataFrame:
+    def classify(self, runs: RunTable, rules_spec: RulesSpec, replaced: Mapping[int, rules.Replacement],
+                 cores: int | None) -> RunTable:
         return sequential.classify(runs, rules_spec, replaced, cores)
 
-    def retries(self, classified: pd.DataFrame, rules_spec: RulesSpec, off_arm: str, on_arm: str) -> list[Retry]:
+    def retries(self, classified: RunTable, rules_spec: RulesSpec, off_arm: str, on_arm: str) -> list[Retry]:
         # both runs of the pair again, together: neither goes first
         needed = sequential.rounds_needing_replacement(classified)
         return [Retry(round_, flagged) for round_, flagged in needed.items()]
 
-    def unresolved(self, classified: pd.DataFrame) -> pd.Series:
-        return ~classified["replaced"] & classified["failed"]
+    def unresolved(self, classified: RunTable) -> RunTable:
+        return classified.filter(lambda row: not row.replaced and row.failed)
 
     def warnings(self, evidence: Evidence) -> list[str]:
         return sequential.SEQUENTIAL.warnings(evidence)
 
-    def decide(self, classic: Verdict, classified: pd.DataFrame, records: Sequence[RunRecord], *, off_arm: str,
+    def decide(self, classic: Verdict, classified: RunTable, records: Sequence[RunRecord], *, off_arm: str,
                on_arm: str, primary: str, direction: str, guards: Sequence[Any], floor_pct: float,
                warnings: Sequence[str]) -> Decided:
         """The duet estimate decides; the classic verdict is reported beside it as one reason."""

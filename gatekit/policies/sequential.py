@@ -45,7 +45,6 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 import numpy as np
-import pandas as pd
 from scipy import stats as sps
 
 from gatekit import rules, stats
@@ -56,6 +55,7 @@ from gatekit.policies.base import (Decided, Evidence, PolicyWords, Retry, Simula
                                    guard_values)
 from gatekit.policies.descriptors import describe, stages_words
 from gatekit.records import RunRecord
+from gatekit.runtable import RunTable, TableRow
 from gatekit.report.common import MISSING, fmt, fmt_signed, generated_section, level_text
 from gatekit.verdict import (ADOPTED, CODE_NAMES, CONTINUE, EQUIVALENT, INCONCLUSIVE, REGRESSION, REJECTED,
                              Decision, Reason, ReasonCode, Verdict, too_noisy_reason)
@@ -441,72 +441,68 @@ def guard_pass_arrays(diffs: np.ndarray, drop_limit: float, level: float = GUARD
 
 # -- contamination from telemetry alone ------------------------------------------------------------
 
-def telemetry_flags(table: pd.DataFrame, rule_set: RulesSpec, cores: int | None) -> tuple[pd.Series, pd.Series]:
+def telemetry_flags(table: RunTable, rule_set: RulesSpec, cores: int | None) -> tuple[np.ndarray, tuple[str, ...]]:
     """(flagged, detail) per run, from the run window only — never from the run's result: the load evidence
     `rules.evidence` preregisters (load1 per core above `load_per_core_limit`, pressure stall, steal), the
     machine on battery, or the backend's evidence for the window (another process on the GPU, a thermal or
     power-brake slowdown, …)."""
     loaded, load_words = rules.per_core_load1(table, rule_set, cores)
     window = rules.window_evidence(table, rule_set, loaded, load_words)
-    if "on_ac" in table:  # True / False / None (no battery); pandas may hold numpy booleans
-        on_battery = table["on_ac"].map(lambda v: v is not None and not pd.isna(v) and not bool(v))
-    else:
-        on_battery = pd.Series(False, index=table.index)
+    on_battery = table.flags(lambda row: row.on_battery)
     backend = rules.backend_evidence(table)
     details = []
-    for index in table.index:
+    for position, row in enumerate(table):
         parts = []
-        if backend[index]:
-            parts.append(str(table.at[index, "backend_evidence"]))
-        if window.flagged[index]:
-            parts.append(str(window.detail[index]))
-        if on_battery[index]:
+        if backend[position]:
+            parts.append(row.backend_evidence)
+        if window.flagged[position]:
+            parts.append(window.detail[position])
+        if on_battery[position]:
             parts.append("on battery")
         details.append("flagged: " + " and ".join(parts) if parts else "")
-    return (window.flagged | on_battery | backend).astype(bool), pd.Series(details, index=table.index)
+    return window.flagged | on_battery | backend, tuple(details)
 
 
-def classify(table: pd.DataFrame, rule_set: RulesSpec, replaced: Mapping[int, rules.Replacement],
-             cores: int | None) -> pd.DataFrame:
-    """The sequential policy's run classification, in the columns rules.classify gives (so the finding's
+def classify(table: RunTable, rule_set: RulesSpec, replaced: Mapping[int, rules.Replacement],
+             cores: int | None) -> RunTable:
+    """The sequential policy's run classification, in the fields rules.classify gives (so the finding's
     run table reads the same): a flagged or failed run takes its pair out; `z` is informational only."""
-    out = table.copy()
-    out["replaced"] = out["pair"].isin(list(replaced))
-    out["missing_window"] = (out["samples"] == 0) & rule_set.require_window_samples
-    in_play = ~out["replaced"] & ~out["failed"]
-    flagged, detail = telemetry_flags(out, rule_set, cores)
-    out["load_evidence"] = flagged
-    out["z"] = rules.deviation_z(out, in_play, "arm")
-    out["deviant"] = False
-    out["contaminated"] = in_play & flagged
-    for index, row in out[out["replaced"]].iterrows():
-        info = replaced[row["pair"]].flagged.get(row["label"])
+    is_replaced = table.flags(lambda row: row.pair in replaced)
+    in_play = ~is_replaced & ~table.flags(lambda row: row.failed)
+    flagged, detail = telemetry_flags(table, rule_set, cores)
+    z = rules.deviation_z(table, in_play, "arm")
+    rows = []
+    for position, row in enumerate(table):
+        contaminated = bool(in_play[position] and flagged[position])
+        info = replaced[row.pair].flagged.get(row.label) if row.pair in replaced else None
         if info:
-            out.loc[index, "contaminated"] = bool(info.get("contaminated", False))
+            contaminated = bool(info.get("contaminated", False))
+        rows.append(replace(row, replaced=bool(is_replaced[position]),
+                            missing_window=row.samples == 0 and rule_set.require_window_samples,
+                            load_evidence=bool(flagged[position]), window_detail=detail[position],
+                            z=float(z[position]), contaminated=contaminated))
 
-    def problem(index: Any, row: pd.Series) -> str:
-        return f"failed: {row['error']}" if row["failed"] else str(detail[index])
+    def problem(row: TableRow) -> str:
+        return f"failed: {row.error}" if row.failed else row.window_detail
 
-    return rules.settle_pairs(out, replaced, problem, "failed or flagged")
+    return rules.settle_pairs(RunTable(tuple(rows)), replaced, problem, "failed or flagged")
 
 
-def rounds_needing_replacement(classified: pd.DataFrame) -> dict[int, dict[str, Mapping[str, object]]]:
+def rounds_needing_replacement(classified: RunTable) -> dict[int, dict[str, Mapping[str, object]]]:
     """Rounds whose pair must be re-run (a failed or flagged run), with what flagged each run."""
-    problems = classified[~classified["replaced"] & (classified["failed"] | classified["contaminated"])]
     needed: dict[int, dict[str, Mapping[str, object]]] = {}
-    for row in problems.itertuples():
+    for row in classified.filter(lambda row: row.problem):
         detail = f"failed: {row.error}" if row.failed else row.reason
-        needed.setdefault(int(row.pair), {})[row.label] = {
-            "contaminated": bool(row.contaminated), "z": float(row.z), "detail": detail}
+        needed.setdefault(row.pair, {})[row.label] = {"contaminated": row.contaminated, "z": row.z, "detail": detail}
     return needed
 
 
-def mirror_first(classified: pd.DataFrame, round_: int, off_arm: str, on_arm: str) -> str:
+def mirror_first(classified: RunTable, round_: int, off_arm: str, on_arm: str) -> str:
     """The arm that runs first in the replacement of `round_`: the one that ran second in it."""
-    rows = classified[classified["pair"] == round_].sort_values("order")
-    if rows.empty:
+    rows = classified.filter(lambda row: row.pair == round_).in_order()
+    if not rows:
         return off_arm
-    return on_arm if rows.iloc[0]["arm"] == off_arm else off_arm
+    return on_arm if rows.rows[0].arm == off_arm else off_arm
 
 
 # -- the decision ------------------------------------------------------------------------------------
@@ -617,13 +613,13 @@ def with_guards(code: int, guards: Mapping[str, PairedGuard], *, final: bool) ->
     return CODE_NAMES[code]
 
 
-def unreplaced_flags(classified: pd.DataFrame) -> Reason | str:
+def unreplaced_flags(classified: RunTable) -> Reason | str:
     """Why a paired policy cannot decide ('' when it can): runs flagged by telemetry whose pair has no
     replacement left."""
-    unresolved = classified[~classified["replaced"] & classified["contaminated"]]
-    if unresolved.empty:
+    unresolved = classified.filter(lambda row: not row.replaced and row.contaminated)
+    if not unresolved:
         return ""
-    return Reason(ReasonCode.FLAGGED_NOT_REPLACED, f"{', '.join(unresolved['label'])} flagged by telemetry and the "
+    return Reason(ReasonCode.FLAGGED_NOT_REPLACED, f"{', '.join(unresolved.labels())} flagged by telemetry and the "
                   "pair has no replacement left; a second replacement makes the gate inconclusive")
 
 
@@ -686,18 +682,18 @@ def _reasons(look: Look, t: float, floor_pct: float, primary: str, design: Desig
     return lines
 
 
-def stage_of_rounds(classified: pd.DataFrame, design: Design = CURRENT) -> pd.Series:
-    """The stage of each round: 1 for the preregistered rounds 1–4, 2 for the next four original rounds, 3 for
-    the four after them (v4), each replacement in the stage of the round it replaces. Original rounds count by
-    rank, not number: a replacement takes the next free round number, so a later stage may start past 5 or 9."""
-    retry_of = {int(r.pair): int(r.retry_of) for r in classified.itertuples()
-                if r.retry_of is not None and not (isinstance(r.retry_of, float) and math.isnan(r.retry_of))}
-    roots = classified["pair"].map(lambda p: rules.lineage_root(int(p), retry_of))
+def stage_of_rounds(classified: RunTable, design: Design = CURRENT) -> tuple[int, ...]:
+    """The stage of each run's round, aligned with the rows: 1 for the preregistered rounds 1–4, 2 for the next
+    four original rounds, 3 for the four after them (v4), each replacement in the stage of the round it
+    replaces. Original rounds count by rank, not number: a replacement takes the next free round number, so a
+    later stage may start past 5 or 9."""
+    retry_of = classified.retry_of()
+    roots = [rules.lineage_root(row.pair, retry_of) for row in classified]
     rank = {root: index for index, root in enumerate(sorted(set(roots)))}
-    return roots.map(lambda root: min(1 + sum(1 for n in design.runs if rank[root] >= n), design.looks))
+    return tuple(min(1 + sum(1 for n in design.runs if rank[root] >= n), design.looks) for root in roots)
 
 
-def decide(classified: pd.DataFrame, guard_values: Mapping[str, Mapping[str, float]], *, off_arm: str,
+def decide(classified: RunTable, guard_values: Mapping[str, Mapping[str, float]], *, off_arm: str,
            on_arm: str, guard_specs: Sequence[GuardSpec], floor_pct: float, direction: str,
            primary: str, design: Design = CURRENT) -> SequentialOutcome:
     """Run the looks on the used runs. `guard_values` maps guard metric → {run label: value}."""
@@ -708,15 +704,15 @@ def decide(classified: pd.DataFrame, guard_values: Mapping[str, Mapping[str, flo
     reasons: list[str] = []
     looks: list[Look] = []
     ts: list[float] = []
-    last_stage = int(stage.max()) if len(stage) else 1
+    last_stage = max(stage, default=1)
     for number in range(1, design.looks + 1):
-        rows = classified[classified["used"] & (stage <= number)]
+        rows = classified.where([row.used and run_stage <= number for row, run_stage in zip(classified, stage)])
         primary_pairs: list[tuple[float, float]] = []
         pairs: dict[str, list[tuple[float, float]]] = {}
-        for _, round_rows in rows.groupby("pair"):
-            by_arm = {r.arm: r for r in round_rows.itertuples()}
+        for round_rows in rows.by_pair().values():
+            by_arm = {r.arm: r for r in round_rows}
             if off_arm in by_arm and on_arm in by_arm:
-                primary_pairs.append((float(by_arm[off_arm].value), float(by_arm[on_arm].value)))
+                primary_pairs.append((by_arm[off_arm].value, by_arm[on_arm].value))
             for metric, by_label in guard_values.items():
                 values = {arm: by_label.get(r.label) for arm, r in by_arm.items()}
                 if values.get(off_arm) is not None and values.get(on_arm) is not None:
@@ -855,25 +851,25 @@ class SequentialPolicy(SimulationDefaults):
             f"needing more than {rules_spec.max_retries} re-run(s) for a pair makes the outcome inconclusive.",
         ]
 
-    def classify(self, runs: pd.DataFrame, rules_spec: RulesSpec, replaced: Mapping[int, rules.Replacement],
-                 cores: int | None) -> pd.DataFrame:
+    def classify(self, runs: RunTable, rules_spec: RulesSpec, replaced: Mapping[int, rules.Replacement],
+                 cores: int | None) -> RunTable:
         return classify(runs, rules_spec, replaced, cores)
 
-    def retries(self, classified: pd.DataFrame, rules_spec: RulesSpec, off_arm: str, on_arm: str) -> list[Retry]:
+    def retries(self, classified: RunTable, rules_spec: RulesSpec, off_arm: str, on_arm: str) -> list[Retry]:
         # in the mirror slot: the arm that ran second goes first
         return [Retry(round_, flagged, mirror_first(classified, round_, off_arm, on_arm), " in the mirror order")
                 for round_, flagged in rounds_needing_replacement(classified).items()]
 
-    def unresolved(self, classified: pd.DataFrame) -> pd.Series:
+    def unresolved(self, classified: RunTable) -> RunTable:
         # a run flagged twice makes the outcome inconclusive (the decision says so); a failure stays invalid
-        return ~classified["replaced"] & classified["failed"]
+        return classified.filter(lambda row: not row.replaced and row.failed)
 
     def warnings(self, evidence: Evidence) -> list[str]:
         if not evidence.cores:
             return ["the host's CPU count is unknown, so load per core cannot flag runs"]
         return []
 
-    def decide(self, classic: Verdict, classified: pd.DataFrame, records: Sequence[RunRecord], *, off_arm: str,
+    def decide(self, classic: Verdict, classified: RunTable, records: Sequence[RunRecord], *, off_arm: str,
                on_arm: str, primary: str, direction: str, guards: Sequence[Any], floor_pct: float,
                warnings: Sequence[str]) -> Decided:
         """The sequential looks decide; the classic verdict is reported beside it as one reason."""

@@ -231,7 +231,7 @@ class SeriesRunner:
                         f"invalid; fix the trainer (run its command by hand) and start again; {left} scheduled "
                         "run(s) not run")
         classified = classify(list(state.records.values()), self.spec, replacements(state.retries), state.cores)
-        unresolved = set(classified.loc[self.policy.unresolved(classified), "label"])
+        unresolved = set(self.policy.unresolved(classified).labels())
         if record.label not in unresolved or any(r.replaces == record.pair for r in self._plan_retries(state)):
             return ""
         return (f"stopped after {record.label}: its failure ({failure_text(record, primary, series_dir)}) cannot "
