@@ -10,8 +10,8 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
 from gatekit import diagnostics, rules, stats
-from gatekit.finding import (Arms, CycleCheck, Finding, GateInfo, GuardRow, Meta, Predecision, Provenance,
-                             RulesInfo, RunRow, Stats, ThresholdRule)
+from gatekit.finding import (Arms, CommitsInfo, ConfigChange, CycleCheck, Finding, GateInfo, GuardRow, Meta,
+                             Predecision, Provenance, RulesInfo, RunRow, Stats, ThresholdRule)
 from gatekit.policies.base import Decided, Evidence, Policy
 from gatekit.policies.descriptors import describe, policy_for
 from gatekit.prereg import DecisionSpec
@@ -54,9 +54,12 @@ def classify(records: Sequence[RunRecord], spec: DecisionSpec, replaced: Mapping
     return policy.classify(records_table(records, spec.primary), spec.rules, replaced, cores)
 
 
-def config_check(records: Sequence[RunRecord], off_arm: str, on_arm: str,
-                 expect_diff: Sequence[str]) -> tuple[list[str], list[str]]:
-    """Invalid reasons and warnings from the trainers' echoed effective configs."""
+def config_check(records: Sequence[RunRecord], off_arm: str, on_arm: str, expect_diff: Sequence[str], *,
+                 between_commits: bool = False) -> tuple[list[str], list[str], tuple[ConfigChange, ...]]:
+    """Invalid reasons, warnings and the config differences between the arms, from the trainers' echoed effective
+    configs. Each arm's config must be the same in all its runs. Between the arms, only the declared keys may
+    differ — unless the arms are one arm at two commits (`between_commits`: gate compare, a bisect probe), where
+    what differs is what the commits changed: recorded (key, base = off value, head = on value), never an error."""
     by_arm: dict[str, list[Mapping[str, Any]]] = {off_arm: [], on_arm: []}
     for record in records:
         if not record.failed and record.arm in by_arm:
@@ -69,8 +72,8 @@ def config_check(records: Sequence[RunRecord], off_arm: str, on_arm: str,
         elif silent:
             note = f"the trainer echoed no effective config for arm {silent[0]}, so the arms' difference is unchecked"
         else:
-            return [], []
-        return [], [note + f" (expect_diff = {list(expect_diff)})"] if expect_diff else [note]
+            return [], [], ()
+        return [], [note + f" (expect_diff = {list(expect_diff)})"] if expect_diff else [note], ()
     invalid = []
     for arm, configs in by_arm.items():
         # a key differs between runs iff some run's value differs from the first run's (linear in runs)
@@ -81,16 +84,19 @@ def config_check(records: Sequence[RunRecord], off_arm: str, on_arm: str,
             invalid.append(Reason(ReasonCode.CONFIG_DIFFERS_IN_ARM,
                                   f"effective config differs between runs of arm {arm}: {', '.join(keys)}"))
     off_config, on_config = by_arm[off_arm][0], by_arm[on_arm][0]
-    differing = {k for k in set(off_config) | set(on_config) if off_config.get(k) != on_config.get(k)}
-    unexpected = sorted(differing - set(expect_diff), key=str)
-    absent = sorted(set(expect_diff) - differing, key=str)
+    differing = sorted({k for k in set(off_config) | set(on_config) if off_config.get(k) != on_config.get(k)},
+                       key=str)
+    if between_commits:
+        return invalid, [], tuple(ConfigChange(str(k), off_config.get(k), on_config.get(k)) for k in differing)
+    unexpected = sorted(set(differing) - set(expect_diff), key=str)
+    absent = sorted(set(expect_diff) - set(differing), key=str)
     if unexpected:
         invalid.append(Reason(ReasonCode.CONFIG_UNDECLARED_DIFFERENCE, f"arms differ in undeclared effective-config "
                               f"key(s): {', '.join(unexpected)} (expect_diff = {list(expect_diff)})"))
     if absent:
         invalid.append(Reason(ReasonCode.CONFIG_FLAG_NOT_DIFFERING, f"declared flag(s) do not differ in the "
                               f"effective config: {', '.join(absent)} (a silent fallback?)"))
-    return invalid, []
+    return invalid, [], ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,6 +109,7 @@ class Assessment:
     guards: Mapping[str, GuardRow]
     sensitivity: tuple[Any, ...]
     max_z: float | None
+    config_diff: tuple[ConfigChange, ...] = ()  # the arms' effective configs, where they are two commits
 
     @property
     def verdict(self) -> Verdict:
@@ -139,8 +146,9 @@ def assess(evidence: SeriesEvidence) -> Assessment:
             invalid.append(Reason(ReasonCode.NO_WINDOW_SAMPLES,
                                   f"{row.label} has no in-window load samples; it cannot be audited"))
     used_labels = set(used.labels())
-    config_invalid, config_warnings = config_check(
-        [r for r in records if r.label in used_labels], off_arm, on_arm, spec.expect_diff)
+    config_invalid, config_warnings, config_diff = config_check(
+        [r for r in records if r.label in used_labels], off_arm, on_arm, spec.expect_diff,
+        between_commits=spec.commits is not None)
     invalid += config_invalid
     warnings += config_warnings
     warnings += rules.evidence_warnings(table, spec.rules)
@@ -207,7 +215,7 @@ def assess(evidence: SeriesEvidence) -> Assessment:
     figures = Stats(n_off=len(off), n_on=len(on), mean_off=mean_off, mean_on=mean_on, sigma_off_pct=sigma_off_pct,
                     sigma_on_pct=sigma_on_pct, delta_pct=delta, threshold_pct=threshold,
                     pairs_consistent=f"{better}/{len(pairs)}", cycles=cycles, **diag.to_dict())
-    return Assessment(table, decided, figures, guard_rows, tuple(sensitivity), max_z)
+    return Assessment(table, decided, figures, guard_rows, tuple(sensitivity), max_z, config_diff)
 
 
 TWO_STATES_RATIO = 0.5  # σ in cycles at most this share of σ in time: the clock states explain the spread
@@ -302,7 +310,7 @@ def analyze(evidence: SeriesEvidence) -> Finding:
     spec = evidence.spec
     assessment = assess(evidence)
     finding = Finding(
-        meta=_meta(evidence, assessment.verdict.decision),
+        meta=_meta(evidence, assessment.verdict.decision, assessment.config_diff),
         gate=GateInfo(
             id=spec.gate_id, arms=Arms(spec.off_arm, spec.on_arm), n=spec.n,
             order=describe(spec.policy).recorded_order(spec.order),
@@ -336,8 +344,11 @@ def _seed_info(spec: DecisionSpec, predecision_sha256: str) -> dict[str, Any]:
     return {}
 
 
-def _meta(evidence: SeriesEvidence, decision: Decision) -> Meta:
+def _meta(evidence: SeriesEvidence, decision: Decision, config_diff: tuple[ConfigChange, ...]) -> Meta:
     spec = evidence.spec
+    commits = spec.commits
+    compared = None if commits is None else CommitsInfo(commits.base, commits.head, commits.requested_base,
+                                                        commits.merge_base, config_diff)
     git_start = evidence.provenance.get("git", {}).get("start", {})
     return Meta(
         # without a title, the gate id: reports already say "on vs off" beside the title
@@ -345,7 +356,7 @@ def _meta(evidence: SeriesEvidence, decision: Decision) -> Meta:
         date=evidence.date, status="invalid" if decision is Decision.INVALID else "final", category="gate",
         polarity=decision.polarity, tags=(spec.gate_id, f"gate-{decision.value}", *spec.expect_diff),
         commit=git_start.get("rev"), branch=git_start.get("branch"), series_id=evidence.series_id,
-        config_paths=evidence.config_paths, related_runs=evidence.related_runs, related_findings=())
+        config_paths=evidence.config_paths, related_runs=evidence.related_runs, related_findings=(), commits=compared)
 
 
 def _run_rows(table: RunTable, records: Sequence[RunRecord], primary: str) -> tuple[RunRow, ...]:

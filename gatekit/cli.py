@@ -12,7 +12,8 @@ from typing import TYPE_CHECKING, Any, Callable, TypeVar
 import click
 
 from gatekit import __version__
-from gatekit.config import DEFAULT_MAX_THRESHOLD_PCT, EXPORT_FORMATS, ORDERS, GateConfig, ThresholdSpec, load_gate
+from gatekit.config import (DEFAULT_MAX_THRESHOLD_PCT, EXPORT_FORMATS, FAIL_ON, ORDERS, GateConfig, ThresholdSpec,
+                            load_gate)
 from gatekit.distribution import install_hint
 from gatekit.driver import (BACKEND_GROUP, DRIVER_GROUP, installed_backends, installed_drivers, load_backend,
                             make_backend, make_driver)
@@ -33,8 +34,6 @@ if TYPE_CHECKING:
     from gatekit.exports import CiOutputs
     from gatekit.finding import Finding
 
-FAIL_ON = {"regression": ("regression", "guard_failed"),
-           "not-adopted": ("rejected", "regression", "guard_failed", "equivalent", "inconclusive")}
 
 T = TypeVar("T")
 
@@ -109,6 +108,10 @@ ray_address_option = click.option("--address", help="Ray: join the cluster at th
 
 def _two_arms(config: GateConfig, off: str | None, on: str | None) -> tuple:
     names = list(config.arms)
+    if len(names) < 2 and not (off and on):
+        raise ConfigError(f"{config.path}: arms: defines one arm ({names[0]}), and this command compares two: "
+                          "add a second arm, name both as OFF ON, or compare the arm at two commits with "
+                          "gate compare BASE [HEAD]")
     return config.arm(off or names[0]), config.arm(on or names[1])
 
 
@@ -120,7 +123,9 @@ def ci_output_options(command: Callable) -> Callable:
                         exports: tuple[tuple[str, Path], ...], bmf_measure: str, **kwargs):
         from gatekit.exports import CiOutputs
 
-        ci = CiOutputs(summary_md=summary_md, junit=junit, exports=tuple(exports), bmf_measure=bmf_measure)
+        # the command's --fail-on decides what its JUnit report counts as a failure, too
+        ci = CiOutputs(summary_md=summary_md, junit=junit, exports=tuple(exports), bmf_measure=bmf_measure,
+                       fail_on=kwargs.get("fail_on"))
         return command(*args, ci=ci, **kwargs)
 
     for option in reversed((  # listed in --help in this order
@@ -190,6 +195,17 @@ def check(off: str | None, on: str | None, gate_path: Path) -> None:
         raise SystemExit(2)
 
 
+fail_on_option = click.option(
+    "--fail-on", type=click.Choice(sorted(FAIL_ON)),
+    help="Exit 1 on this outcome: regression (regression or guard_failed), unproven (anything that does not rule "
+         "out a slowdown beyond the gate's tolerance: regression, guard_failed, inconclusive; invalid exits 3) or "
+         "not-adopted (docs/ci.md).")
+sign_key_option = click.option(
+    "--sign-key", type=click.Path(path_type=Path, dir_okay=False),
+    help="Ed25519 private key (PEM): sign the finding and the journal's chain head into <id>.sig "
+         f"(needs: {install_hint('sign')}).")
+
+
 @main.command()
 @click.argument("off", required=False)
 @click.argument("on", required=False)
@@ -206,13 +222,10 @@ def check(off: str | None, on: str | None, gate_path: Path) -> None:
 @click.option("--runs", "runs_dir", type=click.Path(path_type=Path),
               help="Folder for series directories (overrides gate.runs).")
 @click.option("--json", "as_json", is_flag=True, help="Print the finding as JSON on stdout.")
-@click.option("--fail-on", type=click.Choice(sorted(FAIL_ON)),
-              help="Exit 1 on this outcome: regression (regression or guard_failed) or not-adopted.")
+@fail_on_option
 @click.option("--resume", type=click.Path(path_type=Path, file_okay=False),
               help="Continue an interrupted series directory.")
-@click.option("--sign-key", type=click.Path(path_type=Path, dir_okay=False),
-              help="Ed25519 private key (PEM): sign the finding and the journal's chain head into <id>.sig "
-              f"(needs: {install_hint('sign')}).")
+@sign_key_option
 @ci_output_options
 def run(off: str | None, on: str | None, gate_path: Path, n: int | None, order: str | None, seed: int | None,
         policy: str | None, warmup: int | None, out: Path | None, runs_dir: Path | None, as_json: bool,
@@ -223,11 +236,7 @@ def run(off: str | None, on: str | None, gate_path: Path, n: int | None, order: 
     path to an arm .toml file. Name both or neither (default: the gate file's first two arms, OFF then
     ON, as `gate check`).
     """
-    key = None
-    if sign_key is not None:  # a missing package or a bad key is a usage error before anything runs
-        from gatekit.verify import load_signing_key
-
-        key = _call(lambda: load_signing_key(sign_key))
+    key = _signing_key(sign_key)
 
     def work():  # type: ignore[no-untyped-def]
         from gatekit.series.replay import open_series
@@ -251,7 +260,20 @@ def run(off: str | None, on: str | None, gate_path: Path, n: int | None, order: 
         off_arm, on_arm = _two_arms(config, off, on)
         return SeriesRunner(config, off_arm, on_arm, report=_progress).start()
 
-    result = _call(work)
+    _series_done(_call(work), key, as_json, ci, fail_on)
+
+
+def _signing_key(sign_key: Path | None) -> Any:
+    """The --sign-key, loaded before anything runs: a missing package or a bad key is a usage error."""
+    if sign_key is None:
+        return None
+    from gatekit.verify import load_signing_key
+
+    return _call(lambda: load_signing_key(sign_key))
+
+
+def _series_done(result: Any, key: Any, as_json: bool, ci: CiOutputs, fail_on: str | None) -> None:
+    """A series that ended (gate run, gate compare): signed when asked, printed, its CI outputs, its exit code."""
     paths = tuple(str(p) for p in result.finding_paths)
     if key is not None:
         from gatekit.verify import sign_finding, verify_series
@@ -278,6 +300,12 @@ def _emit(finding: Finding, as_json: bool, paths: tuple[str, ...] = ()) -> None:
 
 
 def _exit_for(finding: Finding, fail_on: str | None) -> None:
+    """3 for an invalid finding (whatever --fail-on says), 1 when --fail-on names its decision (one line on
+    stderr saying why under unproven), else returns."""
+    if fail_on == "unproven" and finding.decision.value in FAIL_ON[fail_on]:
+        from gatekit.exports import unproven_why
+
+        _stderr(f"gate: --fail-on unproven: {unproven_why(finding)}")
     if finding.decision.value == "invalid":
         raise SystemExit(EXIT_INVALID)
     if fail_on and finding.decision.value in FAIL_ON[fail_on]:
@@ -291,7 +319,7 @@ def _exit_for(finding: Finding, fail_on: str | None) -> None:
 @click.option("--off", "off_name", help="The off arm's name in a CSV (default: the gate file's first arm).")
 @click.option("--on", "on_name", help="The on arm's name in a CSV (default: the gate file's second arm).")
 @click.option("--json", "as_json", is_flag=True, help="Print the finding as JSON on stdout.")
-@click.option("--fail-on", type=click.Choice(sorted(FAIL_ON)), help="Exit 1 on this outcome.")
+@fail_on_option
 @ci_output_options
 def analyze_cmd(source: Path, gate_path: Path | None, off_name: str | None, on_name: str | None, as_json: bool,
                 fail_on: str | None, ci: CiOutputs) -> None:
@@ -755,7 +783,8 @@ def site_cmd(findings_dir: Path, site_dir: Path, runs_roots: tuple[Path, ...], j
                    "[default: 1].")
 @click.option("--resume", type=click.Path(path_type=Path, file_okay=False),
               help="Continue the campaign folder DIR: finished gates are skipped, interrupted ones resumed.")
-@click.option("--fail-on", type=click.Choice(sorted(FAIL_ON)), help="Exit 1 when any gate has this outcome.")
+@click.option("--fail-on", type=click.Choice(sorted(FAIL_ON)),
+              help="Exit 1 when any gate has this outcome: regression, unproven or not-adopted (as gate run).")
 @ci_output_options
 def campaign_cmd(campaign_file: Path, engine: str, address: str | None, max_parallel: int | None,
                  resume: Path | None, fail_on: str | None, ci: CiOutputs) -> None:
@@ -843,6 +872,54 @@ def bisect_cmd(good: str | None, bad: str | None, gate_path: Path, arm: str | No
         for line in result.describe():
             _echo(line)
     raise SystemExit(result.exit_code(("culprit",) if fail_on else ()))
+
+
+@main.command("compare")
+@click.argument("base", required=False)
+@click.argument("head", required=False)
+@click.option("--gate", "gate_path", type=click.Path(path_type=Path),
+              help="The gate file [default: gate.toml of HEAD's tree, at the working directory's place in it].")
+@click.option("--arm", help="The arm to run at both commits [default: the gate file's first arm].")
+@click.option("--build", "build_command",
+              help="Run in each side's worktree before its runs (split into words, no shell: sh -c '...' for shell "
+                   "syntax); exit 125 or a failure: nothing to compare (exit 3).")
+@click.option("--no-merge-base", "no_merge_base", is_flag=True,
+              help="Compare BASE itself, not git merge-base BASE HEAD.")
+@click.option("--n", type=int, help="Runs per side (overrides gate.n).")
+@click.option("--policy", type=PolicyChoice(gate_policies),
+              help=f"Decision policy (overrides gate.policy): {RUN_POLICY_WORDS}.")
+@click.option("--out", type=click.Path(path_type=Path, file_okay=False),
+              help="The compare folder [default: compare-ID-TIME in the gate file's runs folder].")
+@click.option("--resume", type=click.Path(path_type=Path, file_okay=False),
+              help="Continue the interrupted compare folder DIR.")
+@click.option("--json", "as_json", is_flag=True, help="Print the finding as JSON on stdout.")
+@fail_on_option
+@sign_key_option
+@ci_output_options
+def compare_cmd(base: str | None, head: str | None, gate_path: Path | None, arm: str | None,
+                build_command: str | None, no_merge_base: bool, n: int | None, policy: str | None, out: Path | None,
+                resume: Path | None, as_json: bool, fail_on: str | None, sign_key: Path | None,
+                ci: CiOutputs) -> None:
+    """Compare the gate's arm at BASE against HEAD (default: HEAD), interleaved: the pull-request gate.
+
+    Run in the repository. BASE is replaced by `git merge-base BASE HEAD` (--no-merge-base: BASE itself); each
+    side runs in its own worktree after its --build, under the gate's rules and policy. The finding is a gate
+    finding (off: base, on: head) that names both commits and the effective-config keys that differ between
+    them (docs/compare.md). Exit codes as gate run.
+    """
+    key = _signing_key(sign_key)
+
+    def work():  # type: ignore[no-untyped-def]
+        from gatekit.compare import CompareOptions, run_compare
+
+        if resume is not None and (base or head or n or policy or out or gate_path or no_merge_base):
+            raise ConfigError("--resume continues a comparison exactly as registered; drop BASE, HEAD, --gate, --n, "
+                              "--policy, --out and --no-merge-base")
+        options = CompareOptions(gate_path=gate_path, arm=arm, build=build_command, merge_base=not no_merge_base,
+                                 n=n, policy=policy, out=out, resume=resume)
+        return run_compare(base, head, options, report=_progress)
+
+    _series_done(_call(work).series, key, as_json, ci, fail_on)
 
 
 @main.command("history")

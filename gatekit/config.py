@@ -15,6 +15,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Mapping
 
+from gatekit.bisect.commits import Commit
 from gatekit.errors import ConfigError
 from gatekit.policies.descriptors import (DEFAULT_POLICY, DUET_MODE, INTERLEAVED, describe, gate_policies,
                                           policies_of_mode)
@@ -30,6 +31,11 @@ SEEDED_ORDERS = ("random", "thue-morse")  # orders that draw from the seed
 # Names the command line offers, here so `gate --help` need not import the modules that implement them
 # (the policies' names are gatekit.policies.descriptors').
 EXPORT_FORMATS = ("gab-json", "bmf")  # --export FORMAT: gatekit.exports.EXPORTERS
+# --fail-on NAME: the decisions (verdict.Decision values) that exit 1 — an invalid finding exits 3 whatever is asked.
+# unproven: anything that does not rule out a slowdown beyond the gate's tolerance (docs/ci.md says which to use).
+FAIL_ON = {"regression": ("regression", "guard_failed"),
+           "not-adopted": ("rejected", "regression", "guard_failed", "equivalent", "inconclusive"),
+           "unproven": ("regression", "guard_failed", "inconclusive", "invalid")}
 DIRECTIONS = ("lower", "higher")
 LOAD_STATS = ("max", "mean")
 SIGMA_REFS = ("arm", "leave_one_out", "history")
@@ -262,6 +268,18 @@ class DuetSpec(Record):
 
 
 @dataclass(frozen=True, slots=True)
+class CommitsSpec(Record):
+    """The [commits] table `gate compare` and `gate bisect` write: the gate's two arms are one arm at two commits,
+    off at `base` and on at `head`. Their effective configs may differ then (a commit may change a default):
+    what differs is recorded in the finding, never an error; each arm's must still be the same in all its runs."""
+
+    base: Commit
+    head: Commit
+    requested_base: str = field(default="", metadata={"omit": ""})  # BASE as given, when its merge-base replaced it
+    merge_base: bool = field(default=False, metadata={"omit": False})  # base is `git merge-base BASE HEAD`
+
+
+@dataclass(frozen=True, slots=True)
 class GateConfig(Record):
     """A whole gate file, paths resolved relative to the file (`path`)."""
 
@@ -273,6 +291,7 @@ class GateConfig(Record):
     arms: Mapping[str, ArmSpec] = field(kw_only=True)
     backend: BackendSpec = field(default_factory=BackendSpec)
     duet: DuetSpec | None = None  # gate.mode = "duet" only
+    commits: CommitsSpec | None = None  # written by gate compare and gate bisect: the arms are two commits
     path: Path = field(default=Path(), kw_only=True, metadata={"internal": True})
     # rules.evidence is in the file; otherwise it follows the policy (--policy too)
     evidence_stated: bool = field(default=False, kw_only=True, metadata={"internal": True})
@@ -439,7 +458,8 @@ def load_gate(path: Path | str) -> GateConfig:
         _check(isinstance(value, dict), path, f"backend.{key}",
                "unknown key (backend options go in a [backend.<name>] table, e.g. [backend.cuda])")
 
-    _check(len(arms) >= 2, path, "arms", "needs at least two arms (e.g. [arms.off] and [arms.on])")
+    # one arm is a gate of `gate compare` and `gate bisect` (the arm at two commits); `gate run` names two
+    _check(len(arms) >= 1, path, "arms", "needs at least one arm (e.g. [arms.off]; `gate run` compares two)")
     if driver.name == "command":
         _check_shell_args(path, driver.options.get("argv"), arms)
 

@@ -47,6 +47,13 @@ class SeriesInterrupted(GatekitError):
     exit_code = 130
 
 
+class BuildError(GatekitError):
+    """A side of `gate compare` could not be built (its --build exited 125 or failed): nothing can be compared,
+    as an invalid series; names the commit and the build's log."""
+
+    exit_code = 3
+
+
 class OutputError(GatekitError):
     """Runs happened, then a file (journal event, finding, DONE) could not be written; every finished run is
     journaled and the series resumes with `gate run --resume DIR`."""

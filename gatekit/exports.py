@@ -37,8 +37,9 @@ from typing import Any, Callable, Mapping, Sequence
 
 from gatekit.errors import ConfigError, GatekitError, OutputError
 from gatekit.finding import Finding, Stats
-from gatekit.report.common import (decision_words, delta_ci, fmt, fmt_signed, guard_metrics, is_number,
-                                   one_line_why, runs_per_arm, unit_of)
+from gatekit.config import FAIL_ON
+from gatekit.report.common import (commits_lines, decision_words, delta_ci, fmt, fmt_signed, guard_metrics,
+                                   is_number, one_line_why, runs_per_arm, unit_of)
 from gatekit.report.markdown import literal
 from gatekit.stats import mean, sample_sd
 from gatekit.storage import write_output
@@ -77,6 +78,9 @@ def _summary_one(finding: Finding) -> list[str]:
              f"{literal(finding.meta.title)} — {literal(on)} vs {literal(off)}, {literal(gate.order)}, "
              f"{literal(runs_per_arm(finding))}", "",
              f"> {literal(one_line_why(verdict))}", ""]
+    compared = commits_lines(finding)
+    if compared:
+        lines += [" · ".join(literal(line) for line in compared), ""]
     facts = [f"Δ {literal(primary)} **{fmt_signed(s.delta_pct)} %**",
              f"threshold ±{fmt(s.threshold_pct)} % ({literal(gate.direction)} is better)",
              f"pairs {literal(s.pairs_consistent)}"]
@@ -152,12 +156,43 @@ def _counts(findings: Sequence[Finding]) -> dict[str, int]:
 
 # -- junit ------------------------------------------------------------------------------------------
 
-def junit_xml(findings: Sequence[Finding]) -> str:
+def fails(finding: Finding, fail_on: str | None) -> bool:
+    """Whether a finding fails in CI: a failing decision (Decision.failing), or one `--fail-on` names."""
+    return finding.decision.failing or (fail_on is not None and finding.decision.value in FAIL_ON[fail_on])
+
+
+def tolerance_pct(finding: Finding) -> float | None:
+    """The slowdown the gate tolerates: rules.max_threshold_pct (a series whose threshold exceeds it cannot
+    decide), else — a series preregistered without that rule — its threshold."""
+    limit = finding.rules.spec.max_threshold_pct
+    return limit if limit > 0 else finding.stats.threshold_pct if is_number(finding.stats.threshold_pct) else None
+
+
+def unproven_why(finding: Finding) -> str:
+    """Why `--fail-on unproven` fails a finding: which of regression, guard_failed, inconclusive or invalid it is,
+    in one line (a regression or a failed guard: its first reason; otherwise what could not be ruled out, why,
+    and the next step)."""
+    decision, s = finding.decision, finding.stats
+    if decision in (Decision.REGRESSION, Decision.GUARD_FAILED):
+        return f"{decision.value}: {one_line_why(finding.verdict)}"
+    tolerance = tolerance_pct(finding)
+    head = ("could not rule out a slowdown" + (f" of more than {tolerance:g} %" if tolerance is not None else ""))
+    step = next((r for r in finding.verdict.reasons if str(r).startswith("next step")), None)
+    if decision is Decision.INCONCLUSIVE:
+        why = (f"the runs were too noisy (σ_off {fmt(s.sigma_off_pct, 2)} %, threshold ±{fmt(s.threshold_pct, 2)} %"
+               f"; {one_line_why(finding.verdict)})")
+    else:
+        why = f"the series is {decision.value}: {one_line_why(finding.verdict)}"
+    return f"{decision.value}: {head}: {why}" + (f"; {step}" if step else "")
+
+
+def junit_xml(findings: Sequence[Finding], *, fail_on: str | None = None) -> str:
     """One testsuite, one testcase per gate: <failure> when the decision is failing (Decision.failing:
-    regression, guard_failed or invalid), <skipped> when it could not tell (Decision.untold: inconclusive).
-    The message is the verdict's first reason alone: report tools print `type: message` themselves."""
-    failures = sum(1 for f in findings if f.decision.failing)
-    skipped = sum(1 for f in findings if f.decision.untold)
+    regression, guard_failed or invalid) or `--fail-on` names it, <skipped> when it could not tell
+    (Decision.untold: inconclusive) and nothing fails it. The message is the verdict's first reason alone
+    (report tools print `type: message` themselves); under `--fail-on unproven`, `unproven_why`."""
+    failures = sum(1 for f in findings if fails(f, fail_on))
+    skipped = sum(1 for f in findings if f.decision.untold and not fails(f, fail_on))
     total_time = 0.0
     suites = ET.Element("testsuites", name="gatekit", tests=str(len(findings)), failures=str(failures), errors="0")
     suite = ET.SubElement(suites, "testsuite", name="gatekit", tests=str(len(findings)), failures=str(failures),
@@ -168,9 +203,10 @@ def junit_xml(findings: Sequence[Finding]) -> str:
         total_time += seconds
         case = ET.SubElement(suite, "testcase", classname=_xml_text(f"gatekit.{f.id}"),
                              name=_xml_text(f"{gate.id}: {f.on_arm} vs {f.off_arm} ({f.id})"), time=f"{seconds:.3f}")
-        if decision.failing or decision.untold:
-            outcome = ET.SubElement(case, "failure" if decision.failing else "skipped", type=_xml_text(decision.value),
-                                    message=_xml_text(one_line_why(verdict)))
+        if fails(f, fail_on) or decision.untold:
+            why = unproven_why(f) if fail_on == "unproven" and fails(f, fail_on) else one_line_why(verdict)
+            outcome = ET.SubElement(case, "failure" if fails(f, fail_on) else "skipped", type=_xml_text(decision.value),
+                                    message=_xml_text(why))
             outcome.text = _xml_text("\n".join([*verdict.reasons, *[f"warning: {w}" for w in verdict.warnings]]))
         ci = f"; {_ci_text(f)}" if _ci_text(f) else ""
         out = ET.SubElement(case, "system-out")
@@ -375,6 +411,7 @@ class CiOutputs:
     junit: Path | None = None
     exports: tuple[tuple[str, Path], ...] = ()
     bmf_measure: str = "custom"
+    fail_on: str | None = None  # the command's --fail-on: what JUnit counts as a failure besides failing decisions
 
     @property
     def requested(self) -> bool:
@@ -389,7 +426,7 @@ class CiOutputs:
         """(file, serializer, what it is) for every output asked for, in the order they are written."""
         exporters = {**EXPORTERS, "bmf": partial(EXPORTERS["bmf"], measure=self.bmf_measure)}
         outputs = [(self.summary_md, partial(summary_markdown, full_report=full_report), "summary"),
-                   (self.junit, junit_xml, "JUnit report")]
+                   (self.junit, partial(junit_xml, fail_on=self.fail_on), "JUnit report")]
         outputs += [(path, exporters[name], f"{name} export") for name, path in self.exports]
         return [(path, serialize, what) for path, serialize, what in outputs if path is not None]
 

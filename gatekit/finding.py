@@ -14,6 +14,7 @@ from typing import Any, Mapping
 
 import tomlkit
 
+from gatekit.bisect.commits import Commit
 from gatekit.config import GuardSpec, RulesSpec
 from gatekit.errors import FindingError, RunFileError
 from gatekit.policies.descriptors import DEFAULT_POLICY
@@ -25,6 +26,33 @@ from gatekit.verdict import Decision, GuardResult, Verdict
 
 SECTIONS = ("meta", "gate", "predecision", "provenance", "rules", "runs", "stats", "guards", "sensitivity",
             "verdict", "sections")
+
+
+@dataclass(frozen=True, slots=True)
+class ConfigChange(Record):
+    """One effective-config key that differs between the two commits of a comparison (absent: not echoed there)."""
+
+    key: str
+    base: Any = field(default=None, metadata={"omit": None})
+    head: Any = field(default=None, metadata={"omit": None})
+
+    def describe(self) -> str:
+        def shown(value: Any) -> str:
+            return "(absent)" if value is None else json.dumps(value, ensure_ascii=False, default=str)[:60]
+
+        return f"{self.key} {shown(self.base)} → {shown(self.head)}"
+
+
+@dataclass(frozen=True, slots=True)
+class CommitsInfo(Record):
+    """The two commits a `gate compare` (or a bisect probe) measured — off at base, on at head — and what of the
+    effective config differs between them."""
+
+    base: Commit
+    head: Commit
+    requested_base: str = field(default="", metadata={"omit": ""})  # BASE as given, when its merge-base replaced it
+    merge_base: bool = False  # base is `git merge-base BASE HEAD`
+    config_diff: tuple[ConfigChange, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,6 +71,7 @@ class Meta(Record):
     config_paths: tuple[str, ...] = ()
     related_runs: tuple[str, ...] = ()
     related_findings: tuple[str, ...] = ()
+    commits: CommitsInfo | None = field(default=None, metadata={"omit": None})  # gate compare: base and head
     extra_keys: Mapping[str, Any] = field(default_factory=dict)
 
 

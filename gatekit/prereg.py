@@ -14,7 +14,7 @@ from typing import Any, Mapping
 import tomlkit
 
 from gatekit import __version__, rules, stats
-from gatekit.config import SEEDED_ORDERS, GateConfig, GuardSpec, RulesSpec, ThresholdSpec, resolve_history_sigma
+from gatekit.config import SEEDED_ORDERS, CommitsSpec, GateConfig, GuardSpec, RulesSpec, ThresholdSpec, resolve_history_sigma
 from gatekit.errors import SeriesError
 from gatekit.policies.descriptors import DEFAULT_POLICY, INTERLEAVED, describe, gate_policies, policy_for
 from gatekit.provenance import sha256_bytes, sha256_file
@@ -54,6 +54,8 @@ class DecisionSpec(Record):
     sequential_version: int | None = field(default=None, kw_only=True, metadata={"omit": None})
     # a `gate bisect` probe (gate.bisect_probe): one run per arm is a measurement for the bisect, not a decision
     bisect_probe: bool = field(default=False, kw_only=True, metadata={"omit": False})
+    # the arms are one arm at two commits (gate compare, gate bisect): config differences between them are recorded
+    commits: CommitsSpec | None = field(default=None, kw_only=True, metadata={"omit": None})
 
     @property
     def design_version(self) -> int | None:
@@ -100,7 +102,8 @@ class DecisionSpec(Record):
                    expect_diff=g.expect_diff, threshold=config.threshold, guards=config.guards,
                    rules=resolve_history_sigma(config), policy=g.policy, warmup=g.warmup, mode=g.mode,
                    slots=tuple(s.text for s in config.duet.slots) if config.duet else (),
-                   sequential_version=describe(g.policy).version, bisect_probe=g.bisect_probe)
+                   sequential_version=describe(g.policy).version, bisect_probe=g.bisect_probe,
+                   commits=config.commits)
 
 
 def stated_rules(spec: DecisionSpec) -> list[str]:

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 
+from gatekit.bisect.commits import Commit
 from gatekit.bisect.records import BISECT_JOURNAL, ProbeStatus, replay
 from gatekit.bisect.run import BisectOptions, measured_pairs, probe_gate_toml, run_bisect
 from gatekit.bisect.search import Outcome
@@ -156,7 +157,9 @@ def test_probe_gate_file_runs_the_arm_at_two_commits(tmp_path: Path) -> None:
                       "driver": {"argv": ["./trainer", "{commit}", "{worktree}"], "hash": ["trainer"], "cwd": "bin"},
                       "arms": {"a": {"config": "configs/a.toml", "args": ["--fast"]}, "b": {}}})
     good, probe = tmp_path / "wt" / "good", tmp_path / "wt" / "probe"
-    text = probe_gate_toml(gate.read_text(), "a", (("1" * 40, good), ("2" * 40, probe)), "bench", 2)
+    text = probe_gate_toml(gate.read_text(), "a", ((Commit("1" * 40, "good", "2026-12-01T10:00:00+00:00"), good),
+                                                   (Commit("2" * 40, "probed", "2026-12-02T10:00:00+00:00"), probe)),
+                           "bench", 2)
     written = tmp_path / "probe" / "gate.toml"
     written.parent.mkdir()
     written.write_text(text)
@@ -168,6 +171,7 @@ def test_probe_gate_file_runs_the_arm_at_two_commits(tmp_path: Path) -> None:
     assert config.arms["probe"].args == ("--fast",) and config.arms["probe"].checkout.commit == "2" * 40
     assert config.driver.hash == (good / "bench" / "trainer", probe / "bench" / "trainer")
     assert config.gate.runs == written.parent / "runs"
+    assert config.commits is not None and (config.commits.base.sha, config.commits.head.subject) == ("1" * 40, "probed")
 
     from gatekit.preflight import arm_input
     from gatekit_drivers.command import CommandDriver

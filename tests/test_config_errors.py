@@ -183,3 +183,23 @@ def test_load_limit_left_out_scales_with_the_core_count_and_a_stated_one_is_kept
     gate["rules"]["load_limit"] = 6.0
     write_toml(g.gate, gate)
     assert load_gate(g.gate).rules.load_limit == 6.0
+
+
+def test_a_gate_file_of_one_arm_loads_and_gate_run_says_it_compares_two(fake_gate_dir) -> None:
+    """One arm is a gate of `gate compare` and `gate bisect` (the arm at two commits); `gate run` and `gate check`
+    need two and say so in one line, before anything runs."""
+    g = fake_gate_dir()
+    document = tomllib.loads(g.gate.read_text())
+    del document["arms"]["on"]
+    write_toml(g.gate, document)
+    assert list(load_gate(g.gate).arms) == ["off"]
+    for command in ("run", "check"):
+        done = gate_invoke(command, cwd=g.root)
+        assert done.returncode == 2, done.stderr
+        line = one_error_line(done.stderr)
+        assert f"{g.gate}: arms: defines one arm (off)" in line and "gate compare BASE [HEAD]" in line
+    assert not (g.root / "order.log").exists()  # no trainer started
+    del document["arms"]["off"]
+    write_toml(g.gate, document)
+    with pytest.raises(ConfigError, match=r"arms: needs at least one arm"):
+        load_gate(g.gate)

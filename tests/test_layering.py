@@ -128,7 +128,8 @@ def test_the_foundation_imports_nothing_above_it(module: str) -> None:
 
 
 def test_nothing_imports_the_cli() -> None:
-    sources = [p for p in ALL_SOURCES if _module_name(p) != "gatekit.cli"]
+    # `python -m gatekit` (gatekit/__main__.py) is the edge too: it runs the cli's click group
+    sources = [p for p in ALL_SOURCES if _module_name(p) not in ("gatekit.cli", "gatekit.__main__")]
     broken = _broken(lambda i: i.module != "gatekit.cli" and not i.module.startswith("gatekit.cli."), sources)
     assert not broken, "the CLI is the edge; nothing imports it:\n" + "\n".join(broken)
 

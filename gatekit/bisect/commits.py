@@ -50,6 +50,15 @@ def git(repo: Path, *args: str) -> str:
     return done.stdout.strip()
 
 
+def repository(cwd: Path | None, command: str) -> Path:
+    """The git repository of the working directory, where `command` (gate bisect, gate compare) runs, as git's."""
+    where = (cwd or Path.cwd()).resolve()
+    try:
+        return Path(git(where, "rev-parse", "--show-toplevel"))
+    except GatekitError:
+        raise ConfigError(f"{where}: not inside a git repository; run {command} in the repository") from None
+
+
 def resolve(repo: Path, revision: str) -> str:
     """A revision's full commit sha; a usage error when it names no commit."""
     try:

@@ -9,9 +9,9 @@ from __future__ import annotations
 import json
 import math
 import statistics
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 import tomlkit
 from scipy import stats as scipy_stats
@@ -21,7 +21,7 @@ from gatekit.bisect.commits import Commit
 from gatekit.bisect.records import BISECT_FINDING, BISECT_JOURNAL, BisectState, ProbeEnd, ProbeStatus
 from gatekit.bisect.search import Outcome
 from gatekit.errors import FindingError, RunFileError, SeriesError
-from gatekit.finding import plain
+from gatekit.finding import ConfigChange, plain
 from gatekit.records import BISECT_SCHEMA, SCHEMA_KEY, Record, first_difference, from_schema_document
 from gatekit.runfiles import MAX_RESULT_BYTES, parse_document, read_run_file
 from gatekit.storage import write_output
@@ -46,6 +46,8 @@ class ProbeSummary(Record):
     folder: str  # relative to the bisect folder
     finding: str | None  # the probe gate's finding, relative to the bisect folder
     decision: str = ""
+    # effective-config keys that differ from GOOD's at this commit (key, GOOD's value, this commit's)
+    config_diff: tuple[ConfigChange, ...] = field(default=(), metadata={"omit": ()})
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,6 +97,9 @@ class BisectFinding(Record):
     started: str
     ended: str
     exit_code: int
+    # what the named commit changed in the arm's effective config: its differences from GOOD's that the nearest
+    # measured commit before it did not have (a culprit that changes a default names the key)
+    culprit_config_diff: tuple[ConfigChange, ...] = field(default=(), metadata={"omit": ()})
 
     def to_dict(self) -> dict[str, Any]:
         return plain({SCHEMA_KEY: BISECT_SCHEMA, **Record.to_dict(self)})
@@ -126,7 +131,18 @@ def _summary(end: ProbeEnd, commits: tuple[Commit, ...], folder: str) -> ProbeSu
     return ProbeSummary(commits[end.commit], end.commit, end.reference, end.round, end.status, end.reason,
                         tuple(p.probe_value for p in end.pairs), tuple(p.reference_value for p in end.pairs),
                         statistics.median(diffs) if diffs else None, end.executions, folder, end.finding,
-                        end.decision)
+                        end.decision, end.config_diff)
+
+
+def changed_at(ends: Sequence[ProbeEnd], commit: int) -> tuple[ConfigChange, ...]:
+    """The effective-config changes `commit` brought: its differences from GOOD's, less those the nearest
+    measured commit before it had already (GOOD itself has none); () when it was not measured."""
+    measured = {e.commit: e.config_diff for e in ends if e.status is ProbeStatus.MEASURED}
+    if commit not in measured:
+        return ()
+    before = max((k for k in measured if k < commit), default=None)
+    already = set(measured[before]) if before is not None else set()
+    return tuple(change for change in measured[commit] if change not in already)
 
 
 def build_finding(state: BisectState) -> BisectFinding:
@@ -161,7 +177,8 @@ def build_finding(state: BisectState) -> BisectFinding:
         probabilities=() if probabilities is None else tuple(
             CulpritProbability(k, commits[k].sha, float(p)) for k, p in enumerate(probabilities, 1)),
         runs=state.runs(), rounds=state.rounds(), confidence=start.confidence, budget=start.budget,
-        journal_sha256=state.chain_head, started=start.started, ended=stop.ended, exit_code=stop.exit_code)
+        journal_sha256=state.chain_head, started=start.started, ended=stop.ended, exit_code=stop.exit_code,
+        culprit_config_diff=() if culprit_index is None else changed_at(state.finished, culprit_index))
 
 
 def finding_paths(folder: Path) -> tuple[Path, Path]:

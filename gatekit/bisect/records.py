@@ -26,6 +26,7 @@ from gatekit.bisect.commits import BuildResult, Commit
 from gatekit.bisect.posterior import Pair
 from gatekit.bisect.search import Outcome
 from gatekit.errors import ConfigError, SeriesError
+from gatekit.finding import ConfigChange
 from gatekit.records import (BISECT_JOURNAL_SCHEMA, BISECT_PLAN_SCHEMA, BISECT_SCHEMA, SCHEMA_KEY,  # noqa: F401
                              Event, Record, RecordError,  # (the formats, named in records' list)
                              from_schema_document, schema_problem)
@@ -153,6 +154,8 @@ class ProbeEnd(Event):
     # trainer executions of the probe, failed ones included; None: two per pair
     runs: int | None = field(default=None, metadata={"omit": None})
     ended: str = field(default="", metadata={"omit": ""})
+    # the probe gate's effective-config differences, reference (GOOD) → probe: what the commits changed
+    config_diff: tuple[ConfigChange, ...] = field(default=(), metadata={"omit": ()})
 
     def __post_init__(self) -> None:
         if self.status is ProbeStatus.MEASURED and not self.pairs:

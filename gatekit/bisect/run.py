@@ -32,18 +32,19 @@ from typing import Callable, Iterator, Sequence
 
 import tomlkit
 
-from gatekit.bisect.commits import BuildResult, BuildStatus, Commit, add_worktree, build, commit_range, git, \
-    remove_worktree
+from gatekit.bisect.commits import BuildResult, BuildStatus, Commit, add_worktree, build, commit_range, \
+    remove_worktree, repository
 from gatekit.bisect.records import (BISECT_FINDING, BISECT_JOURNAL, BISECT_PLAN, BisectInterrupted, BisectResume,
                                     BisectStart, BisectState, BisectStop, MeasuredPair, ProbeEnd, ProbeStart, ProbeStatus, plan_toml,
                                     read_plan, replay)
 from gatekit.bisect.search import PROBE_PAIRS, Measured, Outcome, SearchPlan, SearchResult, search
 from gatekit.bisect.simulation import endpoints_differ
-from gatekit.config import GateConfig, load_gate
+from gatekit.config import CommitsSpec, GateConfig, load_gate
 from gatekit.contract import ENV_BISECT
 from gatekit.engines import ENGINES, GateOutcome, GateStatus, GateTask, Pinning, core_sets, outcome_of, run_local, \
     run_ray, series_dirs, visible_gpus
 from gatekit.errors import EXIT_FAIL_ON, EXIT_INVALID, ConfigError, GatekitError, SeriesError, SeriesInterrupted
+from gatekit.finding import ConfigChange
 from gatekit.policies.descriptors import DUET_MODE
 from gatekit.series.runloop import now
 from gatekit.signals import interrupt_on_sigterm, signals_deferred
@@ -89,6 +90,7 @@ class BisectResult:
     rounds: int
     reason: str = ""  # why the endpoints stopped it (no_change, invalid)
     finding_paths: tuple[Path, ...] = ()
+    culprit_config_diff: tuple[ConfigChange, ...] = ()  # what the named commit changed in the effective config
 
     def exit_code(self, fail_on: Sequence[str] = ()) -> int:
         """0 (culprit, credible set, no change), 3 invalid, 1 when --fail-on culprit and one is named."""
@@ -109,6 +111,9 @@ class BisectResult:
             commit = self.commits[self.culprit]
             lines.append(f"{'culprit' if self.outcome is Outcome.CULPRIT else 'most likely'}: {commit.sha[:12]} "
                          f"{commit.subject} (posterior {self.probabilities[self.culprit - 1]:.3f})")
+            if self.culprit_config_diff:
+                lines.append("its effective config changed: " + "; ".join(c.describe()
+                                                                           for c in self.culprit_config_diff))
             if self.outcome is not Outcome.CULPRIT:
                 lines.append("credible set: " + ", ".join(
                     f"{self.commits[k].sha[:12]} ({self.probabilities[k - 1]:.3f})" for k in self.credible))
@@ -163,29 +168,46 @@ def endpoints_changed(ends: Sequence[ProbeEnd], config: GateConfig) -> bool:
                             sigma_k=config.threshold.sigma_k, floor_pct=config.threshold.floor_pct)
 
 
-def probe_gate_toml(gate_text: str, arm: str, commits: tuple[tuple[str, Path], tuple[str, Path]], subdir: str,
-                    pairs: int) -> str:
-    """The probe's gate file, from the gate file as read: its `arm` twice, as `reference` (GOOD's worktree) and
-    `probe`, each in its checkout (the gate file's relative paths resolve in `subdir` of it); `pairs` runs per
-    arm under the classic policy; no declared difference (the two arms are one arm at two commits); runs and
-    finding in the probe's folder."""
+def arm_at_commits_toml(gate_text: str, arm: str, sides: Sequence[tuple[str, Commit, Path]], subdir: str, *,
+                        requested_base: str = "", merge_base: bool = False) -> tomlkit.TOMLDocument:
+    """A gate file of one arm at two commits (gate bisect's probes, gate compare), from the gate file as read: its
+    `arm` twice, named by `sides` (name, commit, worktree: off first), each in its checkout (the gate file's
+    relative paths resolve in `subdir` of it); no declared difference, and a [commits] table, so the config
+    differences between the commits are recorded rather than refused. The document, for the caller to finish."""
     document = tomlkit.parse(gate_text)
     head = document["gate"]
-    for key in ("policy", "expect_diff"):
-        if key in head:
-            del head[key]  # type: ignore[attr-defined]
-    head["n"] = pairs
-    head["bisect_probe"] = True  # one run per arm allowed: the bisect's posterior decides, not this gate
-    head["out"] = "findings"
-    head["runs"] = "runs"
-    table = document["arms"][arm].unwrap()  # type: ignore[index]
+    if "expect_diff" in head:
+        del head["expect_diff"]  # type: ignore[attr-defined]
+    arms_table = document.get("arms", {})
+    if arm not in arms_table:
+        raise ConfigError(f"arms: the gate file defines no arm '{arm}' (it defines: {', '.join(arms_table)})")
+    table = arms_table[arm].unwrap()  # type: ignore[union-attr]
     arms = tomlkit.table()
-    for name, (sha, worktree) in zip((REFERENCE_ARM, PROBE_ARM), commits):
-        checkout = {"commit": sha, "worktree": str(worktree)}
+    for name, commit, worktree in sides:
+        checkout = {"commit": commit.sha, "worktree": str(worktree)}
         if subdir not in ("", "."):
             checkout["base"] = subdir
         arms[name] = {**{k: v for k, v in table.items() if k != "checkout"}, "checkout": checkout}
     document["arms"] = arms
+    (_, base, _), (_, tip, _) = sides
+    document["commits"] = CommitsSpec(base, tip, requested_base, merge_base).to_dict()
+    return document
+
+
+def probe_gate_toml(gate_text: str, arm: str, commits: tuple[tuple[Commit, Path], tuple[Commit, Path]], subdir: str,
+                    pairs: int) -> str:
+    """The probe's gate file (`arm_at_commits_toml`): the arm as `reference` (GOOD's worktree) and `probe`;
+    `pairs` runs per arm under the classic policy; runs and finding in the probe's folder."""
+    (good, good_tree), (probed, probed_tree) = commits
+    document = arm_at_commits_toml(gate_text, arm, ((REFERENCE_ARM, good, good_tree),
+                                                       (PROBE_ARM, probed, probed_tree)), subdir)
+    head = document["gate"]
+    if "policy" in head:
+        del head["policy"]  # type: ignore[attr-defined]
+    head["n"] = pairs
+    head["bisect_probe"] = True  # one run per arm allowed: the bisect's posterior decides, not this gate
+    head["out"] = "findings"
+    head["runs"] = "runs"
     return tomlkit.dumps(document)
 
 
@@ -283,8 +305,8 @@ class Bisect:
             if not gate_file.is_file():  # a resumed probe keeps the file its series was started with
                 atomic_write_text(gate_file, probe_gate_toml(
                     self.gate_text, self.start.arm,
-                    ((self.commits[spec.reference].sha, self.worktree(spec.reference)),
-                     (self.commits[spec.commit].sha, self.worktree(spec.commit))), self.subdir, spec.pairs))
+                    ((self.commits[spec.reference], self.worktree(spec.reference)),
+                     (self.commits[spec.commit], self.worktree(spec.commit))), self.subdir, spec.pairs))
             key = probe_dir.name
             task = GateTask(key=key, gate_path=gate_file, off=REFERENCE_ARM, on=PROBE_ARM, runs_dir=probe_dir / "runs",
                             out_dir=probe_dir / "findings", log_path=probe_dir / "gate.log", campaign_dir=probe_dir,
@@ -349,17 +371,20 @@ class Bisect:
             reason = "; ".join(finding.verdict.reasons) or "no pair of a used reference and probe run"
             return self._end(spec, ProbeStatus.INVALID, (), f"its gate is {decision}: {reason}", build_now,
                              relative, sha256, decision, len(finding.runs), series)
+        config_diff = finding.meta.commits.config_diff if finding.meta.commits is not None else ()
         return self._end(spec, ProbeStatus.MEASURED, pairs, "", build_now, relative, sha256, decision,
-                         len(finding.runs), series)
+                         len(finding.runs), series, config_diff)
 
     def _relative(self, path: Path) -> str:
         return Path(os.path.relpath(path.absolute(), self.folder)).as_posix()
 
     def _end(self, spec: ProbeSpec, status: ProbeStatus, pairs: tuple[MeasuredPair, ...], reason: str,
              build_now: BuildResult | None, finding: str | None = None, sha256: str | None = None,
-             decision: str = "", runs: int | None = 0, series: str | None = None) -> ProbeEnd:
+             decision: str = "", runs: int | None = 0, series: str | None = None,
+             config_diff: tuple[ConfigChange, ...] = ()) -> ProbeEnd:
         end = ProbeEnd(spec.commit, spec.reference, spec.round, status, pairs, reason, build_now, finding, sha256,
-                       series=series, decision=decision, runs=runs, ended=now().isoformat(timespec="seconds"))
+                       series=series, decision=decision, runs=runs, ended=now().isoformat(timespec="seconds"),
+                       config_diff=config_diff)
         end = self.journal.record(end)
         self.ends[end.key] = end
         self.runs += end.executions
@@ -454,16 +479,6 @@ def finished_series(runs_dir: Path) -> Path | None:
     return done[-1] if done else None
 
 
-def repository(cwd: Path | None = None) -> Path:
-    """The git repository the bisect runs in: the one of the working directory, as `git bisect`."""
-    where = (cwd or Path.cwd()).resolve()
-    try:
-        return Path(git(where, "rev-parse", "--show-toplevel"))
-    except GatekitError:
-        raise ConfigError(f"{where}: not inside a git repository; run gate bisect in the repository to bisect") \
-            from None
-
-
 def _check_engine(options: BisectOptions) -> None:
     if options.engine not in ENGINES:
         raise ConfigError(f"--engine: must be one of {', '.join(ENGINES)}, got {options.engine!r}")
@@ -509,7 +524,7 @@ def run_bisect(good: str | None, bad: str | None, options: BisectOptions, *, cwd
                report: Report = lambda line: None) -> BisectResult:
     """Run (or, with options.resume, continue) a bisect of GOOD..BAD in the repository of `cwd`; the
     journal, then the bisect finding. SeriesInterrupted (130) when stopped: the folder resumes."""
-    repo = repository(cwd)
+    repo = repository(cwd, "gate bisect")
     here = (cwd or Path.cwd()).resolve()  # relative paths of the options are the working directory's
     options = replace(options, gate_path=here / options.gate_path,
                       out=None if options.out is None else here / options.out,
@@ -596,7 +611,16 @@ def run_bisect(good: str | None, bad: str | None, options: BisectOptions, *, cwd
         journal.record(BisectStop(result.outcome, result.culprit, result.probabilities, result.credible,
                                   result.runs, result.rounds, result.exit_code(), now().isoformat(timespec="seconds")))
         bisect.remove_worktrees()
-    return replace(result, finding_paths=write_finding(folder))
+    return _with_finding(result, folder)
+
+
+def _with_finding(result: BisectResult, folder: Path) -> BisectResult:
+    """The result with its bisect finding written, and what the finding says the named commit changed."""
+    from gatekit.bisect.finding import build_finding, write_bisect_finding
+
+    finding = build_finding(replay(folder))
+    return replace(result, finding_paths=tuple(write_bisect_finding(folder, finding)),
+                   culprit_config_diff=finding.culprit_config_diff)
 
 
 def _run(bisect: Bisect, state: BisectState | None) -> BisectResult:
@@ -630,12 +654,6 @@ def _stopped_result(folder: Path, state: BisectState) -> BisectResult:
     """A bisect that stopped before its finding was written: the result its bisect_stop journaled, and the finding."""
     stop = state.stop
     assert stop is not None
-    return BisectResult(folder, stop.outcome, state.start.commits, stop.culprit, stop.probabilities, stop.credible,
-                        stop.runs, stop.rounds, finding_paths=write_finding(folder))
+    return _with_finding(BisectResult(folder, stop.outcome, state.start.commits, stop.culprit, stop.probabilities,
+                                      stop.credible, stop.runs, stop.rounds), folder)
 
-
-def write_finding(folder: Path) -> tuple[Path, ...]:
-    """The bisect finding from the journal (gatekit.bisect.finding)."""
-    from gatekit.bisect.finding import build_finding, write_bisect_finding
-
-    return tuple(write_bisect_finding(folder, build_finding(replay(folder))))

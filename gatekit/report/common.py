@@ -115,6 +115,22 @@ def tag_text(tag: str) -> str:
     return tag
 
 
+def commits_lines(finding: Finding) -> list[str]:
+    """What a finding of `gate compare` adds to a summary: the two commits (base: the merge-base, when it
+    replaced BASE) and the effective-config keys that differ between them; nothing for another finding."""
+    commits = finding.meta.commits
+    if commits is None:
+        return []
+    base, head = commits.base, commits.head
+    merged = f" (the merge-base of {commits.requested_base} and head)" if commits.merge_base else ""
+    lines = [f"base {base.sha[:12]} {base.subject}{merged}", f"head {head.sha[:12]} {head.subject}"]
+    if commits.config_diff:
+        lines.append("effective config changed between them: " + "; ".join(c.describe() for c in commits.config_diff))
+    else:
+        lines.append("effective config: the same at both commits")
+    return lines
+
+
 def one_line_why(verdict: Verdict) -> str:
     """The decision's first reason: the line a reader needs before anything else."""
     return str(verdict.reasons[0]) if verdict.reasons else "no reason recorded"

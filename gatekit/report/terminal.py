@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from gatekit.finding import Finding
 from gatekit.policies.base import words_of
-from gatekit.report.common import fmt, fmt_signed, runs_per_arm
+from gatekit.report.common import commits_lines, fmt, fmt_signed, runs_per_arm
 from gatekit.report.common import level_text as _level
 from gatekit.sanitize import show_controls
 
@@ -42,6 +42,8 @@ def summary(finding: Finding, paths: tuple[str, ...] = ()) -> str:
     arrangement = t(words.arrangement or gate.order)  # a duet has no order: its pairs ran together on two slots
     lines = [f"gate {t(gate.id)}: {t(finding.on_arm)} vs {t(finding.off_arm)} "
              f"({arrangement}, {size}, {t(primary)}, {t(gate.direction)} is better)", ""]
+    compared = commits_lines(finding)
+    lines += [t(line) for line in compared] + ([""] if compared else [])
     lines += render_table(header, rows, right)
     lines += [f"evidence {t(run.label)}: {t(line)}" for run in finding.runs for line in run.window.evidence]
     lines += ["",
