@@ -437,3 +437,67 @@ def test_a_forged_toml_twin_fails_verify_with_and_without_the_key(gate_dir, tmp_
     from gatekit.errors import VerificationError
     with pytest.raises(VerificationError, match="the signature does not match"):
         check_signature(toml_path, json.loads(json_path.with_suffix(".sig").read_text())["chain_head"], public)
+
+
+# -- 7. a key stated twice (issue 27) -------------------------------------------------------------------
+
+def _first_key_reader(text: str) -> Any:
+    """JSON read as many other parsers read it: the first of a key stated twice wins."""
+    return json.loads(text, object_pairs_hook=lambda pairs: {k: v for k, v in reversed(pairs)})
+
+
+def test_a_signed_finding_with_a_first_duplicate_decision_fails_verify_naming_file_and_key(tmp_path: Path) -> None:
+    """A signed regression; `"decision": "adopted"` put first in its JSON verdict. Python keeps the last key, so
+    the content, its twin and its signature all matched and `gate verify --pubkey` passed, while a first-key
+    reader saw the finding adopted. Any key stated twice is refused by every reader of gatekit's documents."""
+    pytest.importorskip("cryptography")
+    from gatekit.verify import load_signing_key, sign_finding
+    from tests.test_integrity import _series
+
+    series, finding = _series(tmp_path / "g")
+    private, public = _keys(tmp_path)
+    document = json.loads(finding.read_text())
+    sign_finding(finding, document["predecision"]["chain_head"], load_signing_key(private))
+    assert gate_invoke("verify", str(series), str(finding), "--pubkey", str(public), cwd=tmp_path).returncode == 0
+    text = finding.read_text()
+    forged = text.replace('"verdict": {', '"verdict": {"decision": "adopted", ', 1)
+    assert forged != text
+    finding.write_text(forged)
+    assert _first_key_reader(forged)["verdict"]["decision"] == "adopted"
+    assert json.loads(forged)["verdict"]["decision"] == "regression"
+    for key in ([], ["--pubkey", str(public)]):
+        done = gate_invoke("verify", str(series), str(finding), *key, cwd=tmp_path)
+        assert done.returncode == 3, done.stdout
+        (line,) = done.stderr.strip().splitlines()
+        assert line.startswith(f"{finding}: ") and "verdict.decision: is stated twice" in line, line
+    for command in (("report", str(finding)), ("history", str(finding.parent)), ("site", str(finding.parent),
+                                                                                   "--out", str(tmp_path / "site"))):
+        done = gate_invoke(*command, cwd=tmp_path)
+        assert done.returncode == 2, (command, done.stdout)
+        assert f"{finding}: " in done.stderr and "verdict.decision: is stated twice" in done.stderr, done.stderr
+
+
+def test_a_journal_line_or_record_with_a_key_stated_twice_fails_verify_naming_the_line_and_key(
+        tmp_path: Path) -> None:
+    """The off-r1 run_end line (and then its record.json) given a first `train_elapsed_s` of 1 s: a first-key
+    reader would read a 10x faster run from the same bytes that hash-chain and verify."""
+    from tests.test_integrity import _line_of, _series
+
+    series, _ = _series(tmp_path)
+    journal = series / "journal.jsonl"
+    number = _line_of(series, "run_end", "off-r1")
+    lines = journal.read_text().splitlines(keepends=True)
+    lines[number - 1] = lines[number - 1].replace('"metrics": {', '"metrics": {"train_elapsed_s": 1.0, ', 1)
+    journal.write_text("".join(lines))
+    done = gate_invoke("verify", str(series), cwd=tmp_path)
+    assert done.returncode == 3, done.stdout
+    assert f"{journal}: line {number}: record.outcome.metrics.train_elapsed_s: is stated twice" in done.stderr, \
+        done.stderr
+    lines[number - 1] = lines[number - 1].replace('"metrics": {"train_elapsed_s": 1.0, ', '"metrics": {', 1)
+    journal.write_text("".join(lines))
+    record = series / "off-r1" / "record.json"
+    record.write_text(record.read_text().replace('"metrics": {', '"metrics": {"train_elapsed_s": 1.0, ', 1))
+    done = gate_invoke("verify", str(series), cwd=tmp_path)
+    assert done.returncode == 3, done.stdout
+    assert f"{record}: " in done.stderr and "outcome.metrics.train_elapsed_s: is stated twice" in done.stderr, \
+        done.stderr
