@@ -319,6 +319,51 @@ def _campaign(tmp_path: Path) -> tuple[Path, Path]:
     return path, folder
 
 
+def _rechain(journal: Path, events: list[dict[str, Any]]) -> None:
+    """Write `events` as a journal whose every `prev` is the sha256 of the line before it (as a forger would)."""
+    from gatekit.storage import line_sha256
+
+    previous = None
+    lines = []
+    for event in events:
+        event["prev"] = event["prev"] if previous is None else line_sha256(previous)
+        previous = json.dumps(event, sort_keys=True).encode()
+        lines.append(previous.decode() + "\n")
+    journal.write_text("".join(lines))
+
+
+def test_another_gates_honest_series_cannot_stand_for_a_gate_in_a_campaign(tmp_path: Path) -> None:
+    """beta's (adopted) series copied into alpha's runs folder and alpha's gate_end pointed at it and at beta's
+    finding, the journal re-chained: every check passed (the series lies in alpha's folder and verifies with its
+    finding), so `gate verify` said 2 finished gates and a resume '2 adopted' with no JUnit failure. A gate_end
+    is now bound to its gate: its series ran that gate's file and arms, its finding names that gate's id."""
+    import shutil
+
+    from gatekit.campaign import CAMPAIGN_JOURNAL
+
+    path, folder = _campaign(tmp_path)
+    journal = folder / CAMPAIGN_JOURNAL
+    events = [json.loads(line) for line in journal.read_text().splitlines()]
+    ends = {e["outcome"]["key"]: (n, e) for n, e in enumerate(events, 1) if e["event"] == "gate_end"}
+    number, alpha = ends["01-alpha-off-on"]
+    beta = ends["02-beta-off-on"][1]["outcome"]
+    copied = folder / "01-alpha-off-on" / Path(beta["series_dir"]).name
+    shutil.copytree(folder / beta["series_dir"], copied)
+    alpha["outcome"].update(decision="adopted", finding=beta["finding"],
+                            series_dir=str(copied.relative_to(folder)))
+    _rechain(journal, events)
+    for command in (("verify", str(folder)),
+                    ("campaign", str(path), "--resume", str(folder), "--fail-on", "regression",
+                     "--junit", "junit.xml")):
+        done = gate_invoke(*command, cwd=tmp_path)
+        assert done.returncode == 3, done.stdout + done.stderr
+        (line,) = done.stderr.strip().splitlines()
+        assert line.startswith(f"gate: error: {journal}: line {number} (gate_end): gate 01-alpha-off-on: its series "
+                               f"{copied} ran {tmp_path / 'beta' / 'gate.toml'} off vs on, not this gate's "
+                               f"{tmp_path / 'alpha' / 'gate.toml'} off vs on"), line
+    assert not (tmp_path / "junit.xml").exists()
+
+
 def test_an_edited_campaign_journal_fails_verify_and_resume(tmp_path: Path) -> None:
     """alpha's gate_end edited to adopted, pointing at beta's finding: resume --fail-on regression exited 0
     with '2 adopted'. Now gate verify DIR and the resume exit 3 naming the campaign journal's line."""
@@ -342,14 +387,7 @@ def test_an_edited_campaign_journal_fails_verify_and_resume(tmp_path: Path) -> N
     assert not (tmp_path / "junit.xml").exists()
     # re-chained from that line on, the edit is still caught: the gate_end names a finding that is not
     # the one its gate's series recomputes
-    from gatekit.storage import line_sha256
-    previous = None
-    lines = []
-    for n, event in enumerate(events, 1):
-        event["prev"] = event["prev"] if previous is None else line_sha256(previous)
-        previous = json.dumps(event, sort_keys=True).encode()
-        lines.append(previous.decode() + "\n")
-    journal.write_text("".join(lines))
+    _rechain(journal, events)
     done = gate_invoke("verify", str(folder), cwd=tmp_path)
     assert done.returncode == 3 and f"{journal}: line {number} (gate_end)" in done.stderr, done.stderr
 
