@@ -507,9 +507,9 @@ def test_a_signed_finding_with_a_first_duplicate_decision_fails_verify_naming_fi
         done = gate_invoke("verify", str(series), str(finding), *key, cwd=tmp_path)
         assert done.returncode == 3, done.stdout
         (line,) = done.stderr.strip().splitlines()
-        assert line.startswith(f"{finding}: ") and "verdict.decision: is stated twice" in line, line
-    for command in (("report", str(finding)), ("history", str(finding.parent)), ("site", str(finding.parent),
-                                                                                   "--out", str(tmp_path / "site"))):
+        assert line.startswith(f"gate: error: {finding}: ") and "verdict.decision: is stated twice" in line, line
+    for command in (("report", str(finding), "--md", str(tmp_path / "r.md")), ("history", str(finding.parent), "--metric", "train_elapsed_s"),
+                    ("site", str(finding.parent), "--out", str(tmp_path / "site"))):
         done = gate_invoke(*command, cwd=tmp_path)
         assert done.returncode == 2, (command, done.stdout)
         assert f"{finding}: " in done.stderr and "verdict.decision: is stated twice" in done.stderr, done.stderr
