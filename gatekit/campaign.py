@@ -33,8 +33,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, ClassVar, Iterable, Iterator, Mapping, Sequence
 
 from gatekit.config import load_gate, load_toml, name_problem, resolve_path
-from gatekit.engines import (ENGINES, GateOutcome, GateStatus, GateTask, Pinning, core_sets, run_local, run_ray,
-                             visible_gpus)
+from gatekit.engines import (ENGINES, GateOutcome, GateStatus, GateTask, Pinning, core_sets, finished_series,
+                             outcome_of, run_local, run_ray, visible_gpus)
 from gatekit.errors import (EXIT_FAIL_ON, EXIT_INVALID, ConfigError, GatekitError, SeriesError, SeriesInterrupted,
                             VerificationError)
 from gatekit.records import Event, Record, RecordError
@@ -70,7 +70,12 @@ class GateEntry:
     @property
     def key(self) -> str:
         """The gate's name in the campaign (journal, folders): position, gate id and arms."""
-        return _UNSAFE.sub("-", f"{self.index + 1:02d}-{self.gate_id}-{self.off}-{self.on}")[:120]
+        return gate_key(self.index, self.gate_id, self.off, self.on)
+
+
+def gate_key(index: int, gate_id: str, off: str, on: str) -> str:
+    """The name in the campaign of the gate at `index` (0-based) of [[gates]]: position, gate id and arms."""
+    return _UNSAFE.sub("-", f"{index + 1:02d}-{gate_id}-{off}-{on}")[:120]
 
 
 @dataclass(frozen=True, slots=True)
@@ -351,11 +356,11 @@ class CampaignVerifyReport:
 
 def verify_campaign(folder: Path) -> CampaignVerifyReport:
     """The campaign journal's chain (anchored on the campaign file as started, whose sha256 its
-    campaign_start names), then every finished gate: its series lies in the gate's runs folder and
-    verifies, with the finding its gate_end names, and that finding's decision is the one journaled.
-    VerificationError (exit 3) naming the journal's line at the first disagreement."""
-    from gatekit.finding import load_finding
-    from gatekit.verify import verify_chain, verify_series
+    campaign_start names), then every finished gate: its series lies in the gate's runs folder, was run from
+    that gate's file and arms (`check_gate_series`) and verifies, with the finding its gate_end names, and that
+    finding's decision is the one journaled. VerificationError (exit 3) naming the journal's line at the first
+    disagreement."""
+    from gatekit.verify import verify_chain
 
     journal = folder / CAMPAIGN_JOURNAL
     if not journal.is_file():
@@ -370,21 +375,44 @@ def verify_campaign(folder: Path) -> CampaignVerifyReport:
     for key, (number, outcome) in outcomes.items():
         if outcome.status is not GateStatus.FINISHED:
             continue
-        where = f"{journal}: line {number} (gate_end)"
-        series, finding = outcome.series_dir, outcome.finding_path
-        if series is None or finding is None or series.parent != folder / key:
-            raise VerificationError(f"{where}: gate {key} finished, but names no series of its own runs folder "
-                                    f"{folder / key} and finding ({series}, {finding})")
-        try:
-            verify_series(series, finding)
-            decision = load_finding(finding).decision.value
-        except GatekitError as exc:
-            raise VerificationError(f"{where}: gate {key}: {exc}") from None
-        if decision != outcome.decision:
-            raise VerificationError(f"{where}: gate {key}: decision {outcome.decision!r} != {decision!r} in "
-                                    f"{finding}")
+        check_gate_series(folder, start, outcome, f"{journal}: line {number} (gate_end)")
         checked += 1
     return CampaignVerifyReport(folder, len(events), head, checked)
+
+
+def check_gate_series(folder: Path, start: CampaignStart, outcome: GateOutcome, where: str) -> None:
+    """A finished gate's series and finding are that gate's: the series lies in the gate's runs folder, its
+    series_start names the gate file and arms campaign_start lists for the gate, its finding (bound to it by
+    the chain head) names the gate's id, both verify, and the decision is the one the outcome says. Another
+    gate's honest series copied in cannot stand for it. VerificationError naming `where` and the gate."""
+    from gatekit.finding import load_finding
+    from gatekit.series.events import SeriesStart
+    from gatekit.storage import SeriesLayout
+    from gatekit.verify import verify_series
+
+    key, series, finding = outcome.key, outcome.series_dir, outcome.finding_path
+    gates = {gate.key: (index, gate) for index, gate in enumerate(start.gates)}
+    if key not in gates:
+        raise VerificationError(f"{where}: gate {key} is none of the campaign's gates ({', '.join(gates)})")
+    if series is None or finding is None or series.parent != folder / key:
+        raise VerificationError(f"{where}: gate {key} finished, but names no series of its own runs folder "
+                                f"{folder / key} and finding ({series}, {finding})")
+    index, gate = gates[key]
+    try:
+        verify_series(series, finding)
+        series_start = SeriesStart.from_dict(next(Journal(SeriesLayout(series).journal).events()))
+        written = load_finding(finding)
+    except (GatekitError, ValueError) as exc:  # a RecordError (a ValueError) names the key
+        raise VerificationError(f"{where}: gate {key}: {exc}") from None
+    ran = (series_start.gate_path, series_start.off_arm, series_start.on_arm)
+    if ran != (gate.gate, gate.off, gate.on):
+        raise VerificationError(f"{where}: gate {key}: its series {series} ran {ran[0]} {ran[1]} vs {ran[2]}, "
+                                f"not this gate's {gate.gate} {gate.off} vs {gate.on}")
+    if gate_key(index, written.gate.id, gate.off, gate.on) != key:
+        raise VerificationError(f"{where}: gate {key}: its finding {finding} is of gate id {written.gate.id!r}")
+    if written.decision.value != outcome.decision:
+        raise VerificationError(f"{where}: gate {key}: decision {outcome.decision!r} != "
+                                f"{written.decision.value!r} in {finding}")
 
 
 # -- running ----------------------------------------------------------------------------------------
@@ -412,6 +440,7 @@ def run_campaign(campaign: Campaign, options: CampaignOptions, *, report: Report
                 raise _problem(campaign.path, f"gates[{gate.index}].resources.gpus", f"needs {gate.gpus} GPU(s), "
                                f"this host gives {len(gpus)} ({','.join(gpus) or 'none'}; CUDA_VISIBLE_DEVICES, "
                                "else nvidia-smi)")
+    recovered: list[GateOutcome] = []  # gates whose series finished, their end never journaled
     if options.resume is not None:
         folder = options.resume.resolve()
         verify_campaign(folder)  # an edited journal or gate finding is exit 3 naming it, before anything runs
@@ -420,12 +449,17 @@ def run_campaign(campaign: Campaign, options: CampaignOptions, *, report: Report
             raise ConfigError(f"{campaign.path}: changed since the campaign in {folder} started (sha256 "
                               f"{start.campaign_sha256} -> {campaign.sha256}); restore it or start a new "
                               "campaign")
+        for gate in campaign.gates:
+            last = done.get(gate.key)
+            if last is None or last.status is not GateStatus.FINISHED:
+                outcome = _finished_unjournaled(folder, start, _task(campaign, folder, gate), last)
+                recovered += [outcome] if outcome is not None else []
     else:
         folder, done = new_campaign_folder(campaign), {}
         atomic_write_bytes(folder / CAMPAIGN_COPY, campaign.path.read_bytes())
     journal = Journal(folder / CAMPAIGN_JOURNAL, genesis=folder / CAMPAIGN_COPY)
     finished = {k for k, o in done.items() if o.status is GateStatus.FINISHED}
-    todo = [g for g in campaign.gates if g.key not in finished]
+    todo = [g for g in campaign.gates if g.key not in finished and g.key not in {o.key for o in recovered}]
     by_key = {g.key: g for g in campaign.gates}
     outcomes: dict[str, GateOutcome] = dict(done)
     total = len(campaign.gates)
@@ -462,6 +496,10 @@ def run_campaign(campaign: Campaign, options: CampaignOptions, *, report: Report
                                           tuple(sorted(finished))))
         journal.record(EngineChosen(options.engine, options.address or "",
                                     (options.max_parallel or 1) if options.engine == "local" else None))
+        for outcome in recovered:
+            report(f"campaign {campaign.id}: gate {outcome.key}: its series {outcome.series_dir} finished before "
+                   "the campaign could journal it; journaled from it, not run again")
+            ended(outcome)
         if tasks:
             if options.engine == "ray":
                 run_ray(tasks, address=options.address, started=started, finished=ended)
@@ -474,6 +512,21 @@ def run_campaign(campaign: Campaign, options: CampaignOptions, *, report: Report
     result = CampaignResult(campaign, folder, ordered)
     # the site draws every finding's figures (seconds each): redrawn only when a gate ran
     return write_campaign_outputs(result, site=bool(tasks) or not (folder / SITE_DIR / "index.html").is_file())
+
+
+def _finished_unjournaled(folder: Path, start: CampaignStart, task: GateTask,
+                          last: GateOutcome | None) -> GateOutcome | None:
+    """The outcome of a gate whose series finished (DONE) but whose end the campaign never journaled (killed in
+    between), read from that series and checked as `gate verify` checks a finished gate's (`check_gate_series`),
+    so that resume journals it instead of running the gate again; None when there is no such series."""
+    series = finished_series(task.runs_dir)
+    if series is None or (last is not None and last.series_dir == series):
+        return None  # none, or the one the gate's last end already names (a failed attempt runs again)
+    outcome = outcome_of(task, None, Pinning(), resumed=series, before=frozenset())
+    if outcome.status is not GateStatus.FINISHED:
+        return None
+    check_gate_series(folder, start, outcome, f"{series}: finished, not journaled in {folder / CAMPAIGN_JOURNAL}")
+    return outcome
 
 
 @contextmanager

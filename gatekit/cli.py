@@ -768,7 +768,10 @@ def site_cmd(findings_dir: Path, site_dir: Path, runs_roots: tuple[Path, ...], j
         files = sorted_files.findings
         if not files:
             raise GatekitError(f"{findings_dir}: no findings here or in its subfolders (*.json or *.toml)")
-        return build_site(files, site_dir, runs_roots, cwd=Path.cwd(), jobs=jobs or default_jobs()).index
+        build = build_site(files, site_dir, runs_roots, cwd=Path.cwd(), jobs=jobs or default_jobs())
+        for note in build.notes:
+            _stderr(f"note: {note}")
+        return build.index
 
     _echo(f"site: {_call(work)}")
 

@@ -173,6 +173,13 @@ def resumable_series(runs_dir: Path) -> Path | None:
     return open_ones[-1] if open_ones else None
 
 
+def finished_series(runs_dir: Path) -> Path | None:
+    """The gate's newest finished series (DONE written): one whose gate ended before the campaign or bisect
+    running it could journal its end, read back on resume instead of running the gate again."""
+    done = [p for p in series_dirs(runs_dir) if SeriesLayout(p).done.is_file()]
+    return done[-1] if done else None
+
+
 def gate_env(gpus: Sequence[str], extra: Mapping[str, str] | None = None) -> dict[str, str]:
     """The gate process's environment: ours and the task's own, with exactly its GPUs visible ("" hides every
     GPU). GPU indices are nvidia-smi's, which count in PCI bus order; CUDA counts fastest first unless told."""
@@ -232,10 +239,11 @@ def _wait_for_owner(lock: Path, timeout_s: float = STOP_GRACE_S) -> None:
             return
 
 
-def outcome_of(task: GateTask, exit_code: int, pinning: Pinning, *, resumed: Path | None,
+def outcome_of(task: GateTask, exit_code: int | None, pinning: Pinning, *, resumed: Path | None,
                before: frozenset[Path]) -> GateOutcome:
     """Read how an attempt ended: the series it wrote (the one it resumed, or the new folder), whether that
-    series is DONE (its first line the decision, its second the finding's TOML path), and the exit code."""
+    series is DONE (its first line the decision, its second the finding's TOML path), and the exit code
+    (None: no process reported one, e.g. a finished series found on resume)."""
     new = [p for p in series_dirs(task.runs_dir) if p not in before]
     series = resumed or (new[-1] if new else None)
     done = SeriesLayout(series).done if series else None
@@ -248,7 +256,8 @@ def outcome_of(task: GateTask, exit_code: int, pinning: Pinning, *, resumed: Pat
             return GateOutcome(task.key, GateStatus.FINISHED, exit_code, series, Path(lines[1]).with_suffix(".json"),
                                lines[0], "", pinning)
     # killed by a signal (negative), interrupted, or a file that could not be written: the series resumes
-    interrupted = exit_code < 0 or exit_code in (SeriesInterrupted.exit_code, OutputError.exit_code)
+    interrupted = exit_code is not None and (exit_code < 0 or exit_code in (SeriesInterrupted.exit_code,
+                                                                            OutputError.exit_code))
     status = GateStatus.INTERRUPTED if interrupted else GateStatus.FAILED
     return GateOutcome(task.key, status, exit_code, series, None, "", last_error(task.log_path), pinning)
 

@@ -19,7 +19,7 @@ from gatekit.config import GuardSpec, RulesSpec
 from gatekit.errors import FindingError, RunFileError
 from gatekit.policies.descriptors import DEFAULT_POLICY
 from gatekit.records import (FINDING_SCHEMA, SCHEMA_KEY, Record, RecordError, WindowSummary, canonical_json,
-                             first_difference, kind_of, metric_value, schema_problem, upgrade)
+                             first_difference, kind_of, loads_json, metric_value, schema_problem, upgrade)
 from gatekit.runfiles import read_run_file
 from gatekit.storage import write_output
 from gatekit.verdict import Decision, GuardResult, Verdict
@@ -487,7 +487,7 @@ def read_finding_document(path: Path) -> dict[str, Any]:
     raw = read_finding_bytes(path)
     try:
         text = raw.decode("utf-8")
-        data = json.loads(text) if path.suffix == ".json" else tomllib.loads(text)
+        data = loads_json(text) if path.suffix == ".json" else tomllib.loads(text)
     except (UnicodeDecodeError, json.JSONDecodeError, tomllib.TOMLDecodeError, RecursionError, ValueError) as exc:
         raise FindingError(f"{path}: not a readable finding: {exc}") from None
     if not isinstance(data, dict):

@@ -16,7 +16,7 @@ from gatekit.config import ArmSpec, GateConfig, calibration_path, load_toml
 from gatekit.driver import ArmInput, ChosenBackend, Driver
 from gatekit.errors import ConfigError, GatekitError
 from gatekit.provenance import not_a_file
-from gatekit.records import CheckResult
+from gatekit.records import CheckResult, DuplicateKeyError, loads_json
 from gatekit.sampler import LoadReader, read_system_load
 from gatekit.slots import unequal_cpu_slots, unequal_gpus
 
@@ -42,11 +42,13 @@ def check_arm_config(arm: ArmSpec) -> CheckResult:
         if arm.config.suffix == ".toml":
             load_toml(arm.config)
         elif arm.config.suffix == ".json":
-            json.loads(arm.config.read_text(encoding="utf-8"))
+            loads_json(arm.config.read_text(encoding="utf-8"))
     except ConfigError as exc:
         return CheckResult(name, False, str(exc))
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         return CheckResult(name, False, f"{arm.config}: malformed JSON: {exc}")
+    except DuplicateKeyError as exc:
+        return CheckResult(name, False, f"{arm.config}: {exc}")
     return CheckResult(name, True, str(arm.config))
 
 

@@ -16,6 +16,7 @@ from typing import Any, Mapping, Sequence
 
 from gatekit.distribution import installed_version
 from gatekit.records import Record
+from gatekit.storage import file_kind
 
 # Distributions whose versions provenance records; gatekit itself is recorded under "gatekit" (its import name)
 # from its own distribution, whatever else of that name is installed.
@@ -59,11 +60,7 @@ def not_a_file(path: Path) -> str | None:
         return "not found"
     except OSError as exc:
         return f"cannot be read ({exc.strerror or exc})"
-    if stat.S_ISREG(mode):
-        return None
-    kinds = ((stat.S_ISDIR, "a directory"), (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
-             (stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"))
-    return next((word for test, word in kinds if test(mode)), "not a regular file")
+    return None if stat.S_ISREG(mode) else file_kind(mode)
 
 
 def hash_artifacts(paths: Sequence[Path]) -> dict[str, str]:

@@ -483,6 +483,62 @@ def startup_overhead_s(metrics: Mapping[str, float], process_wallclock_s: float,
     return process_wallclock_s - value
 
 
+# -- Reading JSON ----------------------------------------------------------------------------------
+
+class DuplicateKeyError(ValueError):
+    """A JSON object states a key twice: `key` is its dotted path (`verdict.decision`)."""
+
+    def __init__(self, key: str) -> None:
+        super().__init__(f"{key}: is stated twice in one object (a reader keeping the first and one keeping the "
+                         "last would see two different documents)")
+        self.key = key
+
+
+class _Repeated(dict):  # type: ignore[type-arg]
+    """An object that stated `repeated` twice, kept (the last value wins) until its place is known."""
+
+    repeated = ""
+
+
+def loads_json(text: str | bytes) -> Any:
+    """`json.loads` of a document gatekit reads (a finding, a journal line, a record, a signature, a manifest),
+    refusing a key stated twice in one object: Python keeps the last, other readers the first, so a forged
+    first key would show one verdict while the verified one is another. DuplicateKeyError names the key."""
+    repeated: list[_Repeated] = []
+
+    def pairs_to_object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+        document = dict(pairs)
+        if len(document) == len(pairs):
+            return document
+        marked, seen = _Repeated(document), set()
+        for key, _ in pairs:
+            if key in seen:
+                marked.repeated = key
+                break
+            seen.add(key)
+        repeated.append(marked)
+        return marked
+
+    data = json.loads(text, object_pairs_hook=pairs_to_object)
+    if repeated:
+        raise DuplicateKeyError(_repeated_key(data))
+    return data
+
+
+def _repeated_key(data: Any) -> str:
+    """The dotted path of the first key stated twice, in document order."""
+    stack: list[tuple[str, Any]] = [("", data)]
+    while stack:
+        where, value = stack.pop()
+        if isinstance(value, _Repeated):
+            return _join(where, value.repeated, quoted=True)
+        if isinstance(value, dict):
+            stack += [(_join(where, key, quoted=True), child) for key, child in reversed(list(value.items()))]
+        elif isinstance(value, list):
+            stack += [(f"{where}[{i}]", child) for i, child in reversed(list(enumerate(value)))]
+    raise AssertionError("a repeated key was seen")  # loads_json calls this only when one was
+
+
 # -- Comparing documents ------------------------------------------------------------------------
 
 def canonical_json(document: Any) -> str:

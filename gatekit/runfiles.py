@@ -24,6 +24,8 @@ from pathlib import Path
 from typing import Any
 
 from gatekit.errors import RunFileError
+from gatekit.records import DuplicateKeyError, loads_json
+from gatekit.storage import file_kind, size_text
 
 MAX_RESULT_BYTES = 64 << 20  # a result file is a few KB; anything this large is not one
 MAX_NESTING = 64  # deeper documents are refused before a parser can recurse that far
@@ -56,16 +58,16 @@ def read_run_file(path: Path, limit: int, *, tail: bool = False) -> bytes | None
     info = os.fstat(fd)
     if not stat.S_ISREG(info.st_mode):
         os.close(fd)
-        raise RunFileError(f"{path}: is not a regular file ({_kind(info.st_mode)})")
+        raise RunFileError(f"{path}: is not a regular file ({file_kind(info.st_mode)})")
     with os.fdopen(fd, "rb") as handle:
         if info.st_size > limit and not tail:
-            raise RunFileError(f"{path}: is larger than {_size(limit)}")
+            raise RunFileError(f"{path}: is larger than {size_text(limit)}")
         if tail and info.st_size > limit:
             handle.seek(info.st_size - limit)
         data = handle.read(limit + 1)
     if len(data) > limit:
         if not tail:
-            raise RunFileError(f"{path}: is larger than {_size(limit)}")
+            raise RunFileError(f"{path}: is larger than {size_text(limit)}")
         data = data[-limit:]
     return data
 
@@ -78,18 +80,6 @@ def _inside_target(path: Path) -> Path:
     if folder != target.parent and folder not in target.parents:
         raise RunFileError(f"{path}: is a symbolic link to {target}, outside its run folder {folder}")
     return target
-
-
-def _kind(mode: int) -> str:
-    for test, name in ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
-                       (stat.S_ISBLK, "a block device"), (stat.S_ISDIR, "a directory"), (stat.S_ISSOCK, "a socket")):
-        if test(mode):
-            return name
-    return "not a file"
-
-
-def _size(limit: int) -> str:
-    return f"{limit >> 20} MiB" if limit >= 1 << 20 else f"{limit} bytes"
 
 
 def read_document(path: Path, limit: int = MAX_RESULT_BYTES) -> dict[str, Any] | None:
@@ -108,10 +98,10 @@ def parse_document(raw: bytes, path: Path) -> dict[str, Any]:
         problem = json_problem(raw)
         if problem:
             raise RunFileError(f"{path}: {problem}")
-        parse = json.loads
+        parse = loads_json
     else:
         if len(raw) > MAX_TOML_BYTES:
-            raise RunFileError(f"{path}: is TOML larger than {_size(MAX_TOML_BYTES)}; write a large result as JSON")
+            raise RunFileError(f"{path}: is TOML larger than {size_text(MAX_TOML_BYTES)}; write a large result as JSON")
         parse = tomllib.loads
     try:
         text = raw.decode("utf-8")
@@ -123,6 +113,8 @@ def parse_document(raw: bytes, path: Path) -> dict[str, Any]:
             raise RunFileError(f"{path}: {problem}")
     try:
         data = parse(text)
+    except DuplicateKeyError as exc:
+        raise RunFileError(f"{path}: {exc}") from None
     except (json.JSONDecodeError, tomllib.TOMLDecodeError, RecursionError, ValueError) as exc:
         raise RunFileError(f"{path}: is neither JSON nor TOML: {exc}") from None
     if not isinstance(data, dict):

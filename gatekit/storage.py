@@ -18,8 +18,8 @@ from typing import Any, Callable, Iterator, Mapping, TypeVar
 import psutil
 
 from gatekit.errors import ConfigError, GatekitError, OutputError, SeriesError
-from gatekit.records import (JOURNAL_SCHEMA, SCHEMA_KEY, UNCHAINED_JOURNAL, Event, journal_schema, schema_problem,
-                             upgrade)
+from gatekit.records import (JOURNAL_SCHEMA, SCHEMA_KEY, UNCHAINED_JOURNAL, DuplicateKeyError, Event, journal_schema,
+                             loads_json, schema_problem, upgrade)
 from gatekit.signals import signals_deferred
 
 
@@ -281,7 +281,7 @@ class Journal:
         self._head, self._schema = None, JOURNAL_SCHEMA
         if lines:
             try:
-                first = json.loads(lines[0])
+                first = loads_json(lines[0])
             except ValueError:
                 first = None  # damaged, not legacy: the chain goes on and verification names the line
             self._schema = journal_schema(first)
@@ -329,7 +329,7 @@ class Journal:
             self._empty = False
             if not self.legacy:
                 self._head = line_sha256(data[:-1])
-        return json.loads(text)
+        return loads_json(text)
 
     def line_hashes(self) -> set[str]:
         """The sha256 of every complete line: each chain head this journal has had."""
@@ -377,7 +377,9 @@ class Journal:
             if not line.strip():
                 continue
             try:
-                yield number, line, json.loads(line.decode("utf-8"))
+                yield number, line, loads_json(line.decode("utf-8"))
+            except DuplicateKeyError as exc:  # whole, not torn: one reader would see another event than the next
+                raise SeriesError(f"{self.path}: line {number}: {exc}") from None
             except (json.JSONDecodeError, UnicodeDecodeError):
                 if number == len(lines):  # the last line lacks its newline: a write was cut off
                     return
@@ -408,17 +410,49 @@ def _read_all(fd: int, size: int) -> bytes:
 MAX_INPUT_BYTES = 64 << 20  # a gate file, a CSV or a tool's output is far smaller; a larger one is not read at all
 
 
-def read_input(path: Path, expected: str) -> bytes:
-    """An input file's bytes (a gate file, a CSV, another tool's output); a missing, folder, unreadable or
-    too large path (over MAX_INPUT_BYTES, known from its size before anything is read) is one ConfigError
-    line naming it and what was `expected` there (e.g. "a TOML file")."""
+def file_kind(mode: int) -> str:
+    """What a file that is not a regular one is, in words ("a FIFO", "a character device", …)."""
+    for test, name in ((stat.S_ISDIR, "a directory"), (stat.S_ISCHR, "a character device"),
+                       (stat.S_ISBLK, "a block device"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket")):
+        if test(mode):
+            return name
+    return "not a regular file"
+
+
+def size_text(limit: int) -> str:
+    """A byte limit in words: MiB, KiB or bytes."""
+    if limit >= 1 << 20:
+        return f"{limit >> 20} MiB"
+    return f"{limit >> 10} KiB" if limit >= 1 << 10 else f"{limit} bytes"
+
+
+def read_input(path: Path, expected: str, limit: int | None = None, *, private: bool = False) -> bytes:
+    """An input file's bytes (a gate file, a CSV, another tool's output, a key). Only a regular file is read
+    (symbolic links followed), opened without blocking and checked after opening, so a FIFO cannot hang the
+    reader nor a device (/dev/zero) flood it; nothing past `limit` is read. `private`: a secret (a signing
+    key) that group or others may access is refused, before a byte of it is read. A missing, folder,
+    unreadable, too large or shared path is one ConfigError line naming it and what was `expected` there
+    (e.g. "a TOML file"); `limit` defaults to MAX_INPUT_BYTES."""
+    limit = MAX_INPUT_BYTES if limit is None else limit
     try:
-        if path.stat().st_size > MAX_INPUT_BYTES:
-            raise ConfigError(f"{path}: is larger than {MAX_INPUT_BYTES >> 20} MiB, expected {expected}")
-        return path.read_bytes()
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except FileNotFoundError:
         raise ConfigError(f"{path}: file not found") from None
     except IsADirectoryError:
         raise ConfigError(f"{path}: is a directory, expected {expected}") from None
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    with os.fdopen(fd, "rb") as handle:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise ConfigError(f"{path}: is {file_kind(info.st_mode)}, expected {expected}")
+        if private and info.st_mode & 0o077:
+            raise ConfigError(f"{path}: {expected} that group or others can access (mode "
+                              f"{stat.S_IMODE(info.st_mode):04o}) is not used; make it private: chmod 600 {path}")
+        try:
+            data = handle.read(limit + 1) if info.st_size <= limit else b""
+        except OSError as exc:
+            raise ConfigError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    if info.st_size > limit or len(data) > limit:
+        raise ConfigError(f"{path}: is larger than {size_text(limit)}, expected {expected}")
+    return data

@@ -17,14 +17,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping
 
 from gatekit.distribution import install_hint
-from gatekit.errors import ConfigError, GatekitError, RunFileError, SeriesError, VerificationError
+from gatekit.errors import (ConfigError, FindingError, GatekitError, RunFileError, SeriesError,
+                            VerificationError)
 from gatekit.provenance import hash_files, sha256_file
 from gatekit.records import (JOURNAL_OF_PREDECISION, JOURNAL_SCHEMA, MISSING, SCHEMA_KEY, SIGNATURE_OF_JSON_BYTES,
                              SIGNATURE_SCHEMA, UNCHAINED_JOURNAL, canonical_json, first_difference,
-                             journal_schema, schema_problem, show_value)
+                             journal_schema, loads_json, schema_problem, show_value)
 from gatekit.runfiles import MAX_RESULT_BYTES, read_run_file
 from gatekit.storage import (EMPTY_SHA256, LEGACY_JOURNAL_WARNING, Journal, SeriesLayout, atomic_write_text,
-                             line_sha256)
+                             line_sha256, read_input)
 
 if TYPE_CHECKING:  # the analysis (pandas) behind a finding loads only when a finding is recomputed
     from gatekit.config import GateConfig
@@ -200,7 +201,7 @@ def _verify_record(path: Path, journal_path: Path, number: int, journaled: Mappi
         raw = read_run_file(path, MAX_RECORD_BYTES)
         if raw is None:
             raise VerificationError(f"{path}: missing; journal line {number} records this run")
-        written = json.loads(raw)
+        written = loads_json(raw)
     except RunFileError as exc:
         raise VerificationError(f"{exc}; journal line {number} records this run") from None
     except (OSError, ValueError, RecursionError) as exc:
@@ -233,8 +234,11 @@ def _verify_finding(series_dir: Path, finding_path: Path, head: str | None) -> t
     from gatekit.series.replay import analyze_unverified
     from gatekit.verdict import without_retired_warnings
 
-    written = load_finding(finding_path)
-    difference = twin_difference(finding_path, written)  # a reader of either twin must see what was verified
+    try:  # a finding that cannot be read (a key stated twice, a forged schema) is evidence that does not verify
+        written = load_finding(finding_path)
+        difference = twin_difference(finding_path, written)  # a reader of either twin must see what was verified
+    except FindingError as exc:
+        raise VerificationError(str(exc)) from None
     if difference is not None:
         raise VerificationError(difference)
     recomputed = analyze_unverified(series_dir)
@@ -347,16 +351,21 @@ def load_signing_key(key_path: Path) -> Any:
     """An Ed25519 private key from a PEM file (unencrypted); ConfigError naming the file otherwise."""
     serialization, ed25519 = _crypto()
     return _pem_key(key_path, lambda data: serialization.load_pem_private_key(data, password=None),
-                    ed25519.Ed25519PrivateKey, what="the signing key", pem="an unencrypted PEM private key",
-                    ed25519_name="an Ed25519 key (gatekit signs with Ed25519)")
+                    ed25519.Ed25519PrivateKey, what="a signing key (PEM)", pem="an unencrypted PEM private key",
+                    ed25519_name="an Ed25519 key (gatekit signs with Ed25519)", private=True)
 
 
-def _pem_key(path: Path, load: Any, key_type: type, *, what: str, pem: str, ed25519_name: str) -> Any:
-    """A key read from a PEM file and checked to be Ed25519; one ConfigError line naming the file otherwise."""
+# An Ed25519 key in PEM is about 120 bytes (a public one about 110); a key file this large is not one
+MAX_KEY_BYTES = 16 << 10
+
+
+def _pem_key(path: Path, load: Any, key_type: type, *, what: str, pem: str, ed25519_name: str,
+             private: bool = False) -> Any:
+    """A key read from a PEM file (a regular file within MAX_KEY_BYTES; a private one only its owner can read)
+    and checked to be Ed25519; one ConfigError line naming the file otherwise."""
+    data = read_input(path, what, MAX_KEY_BYTES, private=private)
     try:
-        key = load(path.read_bytes())
-    except OSError as exc:
-        raise ConfigError(f"{path}: cannot read {what}: {exc.strerror or exc}") from None
+        key = load(data)
     except (ValueError, TypeError) as exc:
         raise ConfigError(f"{path}: not {pem} ({exc})") from None
     if not isinstance(key, key_type):
@@ -391,10 +400,10 @@ def check_signature(finding_path: Path, chain_head: str | None, pubkey_path: Pat
     from cryptography.exceptions import InvalidSignature
 
     public_key = _pem_key(pubkey_path, serialization.load_pem_public_key, ed25519.Ed25519PublicKey,
-                          what="the public key", pem="a PEM public key", ed25519_name="an Ed25519 public key")
+                          what="a public key (PEM)", pem="a PEM public key", ed25519_name="an Ed25519 public key")
     path = signature_path(finding_path)
     try:
-        document = json.loads(path.read_bytes())
+        document = loads_json(path.read_bytes())
         signature = bytes.fromhex(document["signature"])
     except FileNotFoundError:
         raise VerificationError(f"{path}: missing; the finding was not signed (gate run --sign-key)") from None

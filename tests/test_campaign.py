@@ -223,6 +223,35 @@ def test_two_gates_in_parallel_pinned_apart_summarised_and_resumed(tmp_path: Pat
     assert gate_invoke("campaign", str(path), "--resume", str(folder), cwd=tmp_path).returncode == 0
 
 
+def test_a_gate_whose_series_finished_before_its_end_was_journaled_is_not_run_again(tmp_path: Path) -> None:
+    """A campaign killed after beta's series finished but before beta's gate_end was journaled (here: the journal
+    cut back to beta's gate_start, as the kill leaves it): the resume ran beta again, two series and two findings
+    for one gate. It now journals beta's end from its finished series, which it checks as verify does."""
+    path = make_campaign(tmp_path, [("alpha", {"elapsed": FAST}), ("beta", {"elapsed": SAME})])
+    done = gate_invoke("campaign", str(path), cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    folder = campaign_folder(done.stdout)
+    events = journal(folder)
+    cut = next(n for n, e in enumerate(events) if e["event"] == "gate_start" and e["key"] == "02-beta-off-on")
+    lines = (folder / CAMPAIGN_JOURNAL).read_text().splitlines(keepends=True)
+    (folder / CAMPAIGN_JOURNAL).write_text("".join(lines[:cut + 1]))
+    (series,) = [p for p in (folder / "02-beta-off-on").iterdir() if p.is_dir()]
+    findings = sorted((tmp_path / "findings").glob("*.json"))
+    again = gate_invoke("campaign", str(path), "--resume", str(folder), cwd=tmp_path)
+    assert again.returncode == 0, again.stderr
+    assert (f"gate 02-beta-off-on: its series {series} finished before the campaign could journal it; journaled "
+            "from it, not run again") in again.stderr
+    assert len(run_lines(tmp_path / "beta")) == 6  # not run again
+    assert [p for p in (folder / "02-beta-off-on").iterdir() if p.is_dir()] == [series]
+    assert sorted((tmp_path / "findings").glob("*.json")) == findings
+    (end,) = [e["outcome"] for e in journal(folder) if e["event"] == "gate_end" and e["outcome"]["key"] ==
+              "02-beta-off-on"]
+    assert (end["status"], end["decision"], end["series_dir"]) == ("finished", "rejected",
+                                                                  str(series.relative_to(folder)))
+    assert "02-beta-off-on: rejected" in again.stdout
+    assert gate_invoke("verify", str(folder), cwd=tmp_path).returncode == 0
+
+
 def test_an_invalid_gate_makes_the_campaign_exit_3(tmp_path: Path) -> None:
     path = make_campaign(tmp_path, [("gamma", {"elapsed": FAST, "touch": {"label": "on-r1", "path": "trainer.py"}})])
     done = gate_cli("campaign", str(path), cwd=tmp_path)  # the real entry point's exit code

@@ -319,6 +319,51 @@ def _campaign(tmp_path: Path) -> tuple[Path, Path]:
     return path, folder
 
 
+def _rechain(journal: Path, events: list[dict[str, Any]]) -> None:
+    """Write `events` as a journal whose every `prev` is the sha256 of the line before it (as a forger would)."""
+    from gatekit.storage import line_sha256
+
+    previous = None
+    lines = []
+    for event in events:
+        event["prev"] = event["prev"] if previous is None else line_sha256(previous)
+        previous = json.dumps(event, sort_keys=True).encode()
+        lines.append(previous.decode() + "\n")
+    journal.write_text("".join(lines))
+
+
+def test_another_gates_honest_series_cannot_stand_for_a_gate_in_a_campaign(tmp_path: Path) -> None:
+    """beta's (adopted) series copied into alpha's runs folder and alpha's gate_end pointed at it and at beta's
+    finding, the journal re-chained: every check passed (the series lies in alpha's folder and verifies with its
+    finding), so `gate verify` said 2 finished gates and a resume '2 adopted' with no JUnit failure. A gate_end
+    is now bound to its gate: its series ran that gate's file and arms, its finding names that gate's id."""
+    import shutil
+
+    from gatekit.campaign import CAMPAIGN_JOURNAL
+
+    path, folder = _campaign(tmp_path)
+    journal = folder / CAMPAIGN_JOURNAL
+    events = [json.loads(line) for line in journal.read_text().splitlines()]
+    ends = {e["outcome"]["key"]: (n, e) for n, e in enumerate(events, 1) if e["event"] == "gate_end"}
+    number, alpha = ends["01-alpha-off-on"]
+    beta = ends["02-beta-off-on"][1]["outcome"]
+    copied = folder / "01-alpha-off-on" / Path(beta["series_dir"]).name
+    shutil.copytree(folder / beta["series_dir"], copied)
+    alpha["outcome"].update(decision="adopted", finding=beta["finding"],
+                            series_dir=str(copied.relative_to(folder)))
+    _rechain(journal, events)
+    for command in (("verify", str(folder)),
+                    ("campaign", str(path), "--resume", str(folder), "--fail-on", "regression",
+                     "--junit", "junit.xml")):
+        done = gate_invoke(*command, cwd=tmp_path)
+        assert done.returncode == 3, done.stdout + done.stderr
+        (line,) = done.stderr.strip().splitlines()
+        assert line.startswith(f"gate: error: {journal}: line {number} (gate_end): gate 01-alpha-off-on: its series "
+                               f"{copied} ran {tmp_path / 'beta' / 'gate.toml'} off vs on, not this gate's "
+                               f"{tmp_path / 'alpha' / 'gate.toml'} off vs on"), line
+    assert not (tmp_path / "junit.xml").exists()
+
+
 def test_an_edited_campaign_journal_fails_verify_and_resume(tmp_path: Path) -> None:
     """alpha's gate_end edited to adopted, pointing at beta's finding: resume --fail-on regression exited 0
     with '2 adopted'. Now gate verify DIR and the resume exit 3 naming the campaign journal's line."""
@@ -342,14 +387,7 @@ def test_an_edited_campaign_journal_fails_verify_and_resume(tmp_path: Path) -> N
     assert not (tmp_path / "junit.xml").exists()
     # re-chained from that line on, the edit is still caught: the gate_end names a finding that is not
     # the one its gate's series recomputes
-    from gatekit.storage import line_sha256
-    previous = None
-    lines = []
-    for n, event in enumerate(events, 1):
-        event["prev"] = event["prev"] if previous is None else line_sha256(previous)
-        previous = json.dumps(event, sort_keys=True).encode()
-        lines.append(previous.decode() + "\n")
-    journal.write_text("".join(lines))
+    _rechain(journal, events)
     done = gate_invoke("verify", str(folder), cwd=tmp_path)
     assert done.returncode == 3 and f"{journal}: line {number} (gate_end)" in done.stderr, done.stderr
 
@@ -437,3 +475,67 @@ def test_a_forged_toml_twin_fails_verify_with_and_without_the_key(gate_dir, tmp_
     from gatekit.errors import VerificationError
     with pytest.raises(VerificationError, match="the signature does not match"):
         check_signature(toml_path, json.loads(json_path.with_suffix(".sig").read_text())["chain_head"], public)
+
+
+# -- 7. a key stated twice (issue 27) -------------------------------------------------------------------
+
+def _first_key_reader(text: str) -> Any:
+    """JSON read as many other parsers read it: the first of a key stated twice wins."""
+    return json.loads(text, object_pairs_hook=lambda pairs: {k: v for k, v in reversed(pairs)})
+
+
+def test_a_signed_finding_with_a_first_duplicate_decision_fails_verify_naming_file_and_key(tmp_path: Path) -> None:
+    """A signed regression; `"decision": "adopted"` put first in its JSON verdict. Python keeps the last key, so
+    the content, its twin and its signature all matched and `gate verify --pubkey` passed, while a first-key
+    reader saw the finding adopted. Any key stated twice is refused by every reader of gatekit's documents."""
+    pytest.importorskip("cryptography")
+    from gatekit.verify import load_signing_key, sign_finding
+    from tests.test_integrity import _series
+
+    series, finding = _series(tmp_path / "g")
+    private, public = _keys(tmp_path)
+    document = json.loads(finding.read_text())
+    sign_finding(finding, document["predecision"]["chain_head"], load_signing_key(private))
+    assert gate_invoke("verify", str(series), str(finding), "--pubkey", str(public), cwd=tmp_path).returncode == 0
+    text = finding.read_text()
+    forged = text.replace('"verdict": {', '"verdict": {"decision": "adopted", ', 1)
+    assert forged != text
+    finding.write_text(forged)
+    assert _first_key_reader(forged)["verdict"]["decision"] == "adopted"
+    assert json.loads(forged)["verdict"]["decision"] == "regression"
+    for key in ([], ["--pubkey", str(public)]):
+        done = gate_invoke("verify", str(series), str(finding), *key, cwd=tmp_path)
+        assert done.returncode == 3, done.stdout
+        (line,) = done.stderr.strip().splitlines()
+        assert line.startswith(f"gate: error: {finding}: ") and "verdict.decision: is stated twice" in line, line
+    for command in (("report", str(finding), "--md", str(tmp_path / "r.md")), ("history", str(finding.parent), "--metric", "train_elapsed_s"),
+                    ("site", str(finding.parent), "--out", str(tmp_path / "site"))):
+        done = gate_invoke(*command, cwd=tmp_path)
+        assert done.returncode == 2, (command, done.stdout)
+        assert f"{finding}: " in done.stderr and "verdict.decision: is stated twice" in done.stderr, done.stderr
+
+
+def test_a_journal_line_or_record_with_a_key_stated_twice_fails_verify_naming_the_line_and_key(
+        tmp_path: Path) -> None:
+    """The off-r1 run_end line (and then its record.json) given a first `train_elapsed_s` of 1 s: a first-key
+    reader would read a 10x faster run from the same bytes that hash-chain and verify."""
+    from tests.test_integrity import _line_of, _series
+
+    series, _ = _series(tmp_path)
+    journal = series / "journal.jsonl"
+    number = _line_of(series, "run_end", "off-r1")
+    lines = journal.read_text().splitlines(keepends=True)
+    lines[number - 1] = lines[number - 1].replace('"metrics": {', '"metrics": {"train_elapsed_s": 1.0, ', 1)
+    journal.write_text("".join(lines))
+    done = gate_invoke("verify", str(series), cwd=tmp_path)
+    assert done.returncode == 3, done.stdout
+    assert f"{journal}: line {number}: record.outcome.metrics.train_elapsed_s: is stated twice" in done.stderr, \
+        done.stderr
+    lines[number - 1] = lines[number - 1].replace('"metrics": {"train_elapsed_s": 1.0, ', '"metrics": {', 1)
+    journal.write_text("".join(lines))
+    record = series / "off-r1" / "record.json"
+    record.write_text(record.read_text().replace('"metrics": {', '"metrics": {"train_elapsed_s": 1.0, ', 1))
+    done = gate_invoke("verify", str(series), cwd=tmp_path)
+    assert done.returncode == 3, done.stdout
+    assert f"{record}: " in done.stderr and "outcome.metrics.train_elapsed_s: is stated twice" in done.stderr, \
+        done.stderr

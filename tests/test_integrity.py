@@ -333,6 +333,7 @@ def _keys(folder: Path) -> tuple[Path, Path]:
     private, public = folder / "sign.pem", folder / "sign.pub.pem"
     private.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
                                           serialization.NoEncryption()))
+    private.chmod(0o600)  # a private key others can read is refused
     public.write_bytes(key.public_key().public_bytes(serialization.Encoding.PEM,
                                                      serialization.PublicFormat.SubjectPublicKeyInfo))
     return private, public
@@ -382,6 +383,46 @@ def test_signing_round_trip_and_a_tampered_signature_fails(fake_gate_dir, tmp_pa
     toml_path.write_text(tomlkit.dumps(edited))
     done = gate_invoke("verify", str(series), str(finding_path), "--pubkey", str(public), cwd=g.root)
     assert done.returncode == 3 and "the signature does not match" in done.stderr, done.stderr
+
+
+def test_a_key_is_a_private_regular_file_read_within_a_bound(fake_gate_dir, tmp_path: Path) -> None:
+    """`--sign-key` or `--pubkey` naming a FIFO hung; /dev/zero was read until MemoryError (2.7 GB); a private
+    key anyone could read was used without a word. Each is one exit-2 line naming the file, before any run."""
+    pytest.importorskip("cryptography")
+    import os
+
+    from gatekit.verify import MAX_KEY_BYTES
+
+    g = fake_gate_dir(off={"elapsed": OFF, "default_psnr": 30.0}, on={"elapsed": ON, "default_psnr": 30.0})
+    private, public = _keys(tmp_path)
+    fifo = tmp_path / "key.fifo"
+    os.mkfifo(fifo)
+    large = tmp_path / "large.pem"
+    large.write_bytes(b"-" * (MAX_KEY_BYTES + 1))
+    large.chmod(0o600)
+    refusals = {fifo: "is a FIFO, expected a {} key (PEM)", Path("/dev/zero"): "is a character device, expected "
+                "a {} key (PEM)", large: "is larger than 16 KiB, expected a {} key (PEM)"}
+    for path, problem in refusals.items():
+        done = gate_invoke("run", "off", "on", "--sign-key", str(path), cwd=g.root)
+        assert done.returncode == 2, done.stdout
+        assert done.stderr.strip().endswith(f"{path}: {problem.format('signing')}"), done.stderr
+    for mode in (0o644, 0o640, 0o604):
+        private.chmod(mode)
+        done = gate_invoke("run", "off", "on", "--sign-key", str(private), cwd=g.root)
+        assert done.returncode == 2, done.stdout
+        (line,) = [line for line in done.stderr.splitlines() if str(private) in line]
+        assert f"mode {mode:04o}" in line and line.endswith(f"make it private: chmod 600 {private}"), line
+    assert not g.series_dirs()  # nothing ran
+    private.chmod(0o400)  # owner-only, read-only: used
+    assert gate_invoke("run", "off", "on", "--sign-key", str(private), cwd=g.root).returncode == 0
+    (series,) = g.series_dirs()
+    (finding,) = g.findings()
+    public.chmod(0o644)  # a public key may be read by anyone
+    assert gate_invoke("verify", str(series), str(finding), "--pubkey", str(public), cwd=g.root).returncode == 0
+    for path, problem in refusals.items():
+        done = gate_invoke("verify", str(series), str(finding), "--pubkey", str(path), cwd=g.root)
+        assert done.returncode == 2, done.stdout
+        assert done.stderr.strip().endswith(f"{path}: {problem.format('public')}"), done.stderr
 
 
 def test_signing_without_cryptography_names_the_extra(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

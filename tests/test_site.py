@@ -219,3 +219,45 @@ def test_the_folder_index_answers_as_the_file_system_does(tmp_path: Path) -> Non
         parts = relative.split("/")
         assert index.has(tmp_path, parts) == (tmp_path / relative).is_dir(), relative
     assert not index.has(tmp_path / "missing", ["runs"]) and index.has(Path("."), ["."]) == Path(".").is_dir()
+
+
+def test_a_page_an_index_or_a_manifest_edited_in_the_site_is_drawn_again_and_said(tmp_path: Path) -> None:
+    """A page's verdict edited in the site, and an index row edited where the site keeps it (the manifest): both
+    were kept by every rebuild from the unchanged findings. Now what a build keeps it checks first against the
+    sha256 the last build recorded; what differs is drawn again, one note each on stderr."""
+    paths = _findings(tmp_path / "findings", 2)
+    site = tmp_path / "site"
+    build_site(paths, site, cwd=tmp_path)
+    page = site / "f0" / "index.html"
+    honest = page.read_bytes()
+    assert b"ADOPTED" in honest.upper() and b"REGRESSION" not in honest.upper()
+    page.write_bytes(honest.replace(b"adopted", b"regression").replace(b"ADOPTED", b"REGRESSION"))
+    build = build_site(paths, site, cwd=tmp_path)
+    assert build.rendered == ("f0",) and build.kept == ("f1",)
+    assert page.read_bytes() == honest
+    assert build.notes == (f"{page}: differs from what the last build wrote; its page is drawn again",)
+    assert build_site(paths, site, cwd=tmp_path).notes == ()  # redrawn: as written again
+
+    # the index edited: written anew (as every build writes it), and said
+    index = (site / "index.html").read_text()
+    (site / "index.html").write_text(index.replace("adopted", "regression"))
+    build = build_site(paths, site, cwd=tmp_path)
+    assert build.rendered == () and build.notes == (
+        f"{site / 'index.html'}: differs from what the last build wrote; written again",)
+    assert (site / "index.html").read_text() == index
+
+    # an index row edited where the site keeps it, the manifest: that manifest is not used
+    manifest_path = site / SITE_MANIFEST
+    manifest = json.loads(manifest_path.read_text())
+    (row,) = [s["entry"] for s in manifest["sources"].values() if s["id"] == "f1"]
+    assert row["decision"] == "adopted"
+    row["decision"] = "regression"
+    manifest_path.write_text(json.dumps(manifest, sort_keys=True))
+    done = CliRunner().invoke(main, ["site", str(tmp_path / "findings"), "-o", str(site)])
+    assert done.exit_code == 0, done.output
+    notes = [line for line in done.stderr.splitlines() if line.startswith("note: ")]
+    assert notes == [f"note: {manifest_path}: differs from what the last build wrote (edited); every finding is "
+                     "read and every page drawn again"], notes
+    assert (site / "index.html").read_text() == index
+    rows = [s["entry"]["decision"] for s in json.loads(manifest_path.read_text())["sources"].values()]
+    assert rows == ["adopted", "adopted"]

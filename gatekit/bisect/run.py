@@ -41,15 +41,15 @@ from gatekit.bisect.search import PROBE_PAIRS, Measured, Outcome, SearchPlan, Se
 from gatekit.bisect.simulation import endpoints_differ
 from gatekit.config import CommitsSpec, GateConfig, load_gate
 from gatekit.contract import ENV_BISECT
-from gatekit.engines import ENGINES, GateOutcome, GateStatus, GateTask, Pinning, core_sets, outcome_of, run_local, \
-    run_ray, series_dirs, visible_gpus
+from gatekit.engines import ENGINES, GateOutcome, GateStatus, GateTask, Pinning, core_sets, finished_series, \
+    outcome_of, run_local, run_ray, visible_gpus
 from gatekit.errors import EXIT_FAIL_ON, EXIT_INVALID, ConfigError, GatekitError, SeriesError, SeriesInterrupted
 from gatekit.finding import ConfigChange
 from gatekit.policies.descriptors import DUET_MODE
 from gatekit.series.runloop import now
 from gatekit.signals import interrupt_on_sigterm, signals_deferred
 from gatekit.provenance import sha256_file
-from gatekit.storage import Journal, SeriesLayout, atomic_write_bytes, atomic_write_text, pid_lock, read_input
+from gatekit.storage import Journal, atomic_write_bytes, atomic_write_text, pid_lock, read_input
 
 GATE_COPY = "gate.toml"  # the gate file as the bisect read it
 REFERENCE_ARM = "reference"
@@ -473,10 +473,6 @@ class Bisect:
                 self.report(f"bisect: could not remove the worktree {path}: {exc}")
 
 
-def finished_series(runs_dir: Path) -> Path | None:
-    """The probe's finished series (DONE written), if its gate ended before the bisect could journal it."""
-    done = [p for p in series_dirs(runs_dir) if SeriesLayout(p).done.is_file()]
-    return done[-1] if done else None
 
 
 def _check_engine(options: BisectOptions) -> None:

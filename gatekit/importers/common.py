@@ -18,7 +18,7 @@ from gatekit.config import (ALWAYS_MEASURED, DEFAULT_MAX_THRESHOLD_PCT, NAME_PAT
 from gatekit.errors import ConfigError, GatekitError
 from gatekit.finding import Finding, load_finding
 from gatekit.prereg import DecisionSpec
-from gatekit.records import RunOutcome, RunRecord, WindowSummary
+from gatekit.records import DuplicateKeyError, RunOutcome, RunRecord, WindowSummary, loads_json
 from gatekit.runfiles import json_problem
 from gatekit.sanitize import MAX_METRIC_MAGNITUDE, usable_metric
 from gatekit.storage import read_input
@@ -108,8 +108,8 @@ def parse_json(raw: bytes, path: Path, what: str) -> Any:
     if problem:
         raise ConfigError(f"{path}: not {what}: {problem}")
     try:
-        return json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        return loads_json(raw.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError, DuplicateKeyError) as exc:
         raise ConfigError(f"{path}: not {what}: {exc}") from None
 
 
@@ -135,8 +135,8 @@ def import_command_for(path: Path) -> str | None:
     if json_problem(raw):
         return None
     try:
-        data = json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError):
+        data = loads_json(raw.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError, DuplicateKeyError):
         return None
     criterion = "Criterion output; import its folder with: gate import criterion FOLDER --off ID --on ID"
     if isinstance(data, list) and len(data) == 2 and all(isinstance(v, list) for v in data):

@@ -25,10 +25,11 @@ from gatekit import __version__
 from gatekit.errors import GatekitError, OutputError
 from gatekit.finding import Finding
 from gatekit.findingset import load_checked, pair_sha256
+from gatekit.records import canonical_json, loads_json
 from gatekit.report.common import is_number, safe_name, tag_text
 from gatekit.report.html import index_html, report_html
 from gatekit.report.rundata import FolderIndex, RunFiles, load_run_files, run_files_digest, run_folders
-from gatekit.storage import atomic_write_bytes, current_umask
+from gatekit.storage import atomic_write_bytes, current_umask, read_own_file
 
 # Drawing the figures and the page's statistics (scipy) are imported where a page is drawn, so a site
 # build that finds nothing changed never loads them.
@@ -173,10 +174,16 @@ def write_files(root: Path, files: Mapping[str, bytes]) -> list[Path]:
 # beside the site first, then renamed into it file by file, the manifest last: a build that fails while
 # drawing (a full disk) leaves the old site whole, and one stopped while moving in leaves whole pages and a
 # manifest that has them drawn again. So a rebuild costs what changed plus reading the findings' and run
-# files' bytes, not the site's size.
+# files' bytes, and the kept pages' bytes, not drawing them.
+# What a build keeps it verifies first: the manifest records the sha256 of every file it wrote (each page's,
+# the index's) and of its own content. A kept page whose files differ from what the last build wrote (edited
+# in the site) is drawn again, an index that differs is said so (it is written anew each build), and a
+# manifest whose content differs from its recorded sha256 (an index row edited there) is not used: every
+# finding is read and every page drawn again. Each is one note on stderr. (The manifest is not signed: a forger
+# who rewrites it consistently is not caught here; the findings are what `gate verify` checks.)
 
 SITE_MANIFEST = ".gatekit-site.json"
-SITE_SCHEMA = "gatekit.site/1"
+SITE_SCHEMA = "gatekit.site/2"  # /2: the sha256 of every file written, and of the manifest's own content
 
 
 @dataclass(frozen=True, slots=True)
@@ -186,6 +193,7 @@ class SiteBuild:
     index: Path
     rendered: tuple[str, ...]
     kept: tuple[str, ...]
+    notes: tuple[str, ...] = ()  # what differed from what the last build wrote (edited in the site), redrawn
 
 
 @dataclass(frozen=True, slots=True)
@@ -214,16 +222,42 @@ def renderer_fingerprint() -> str:
     return digest.hexdigest()
 
 
-def _read_manifest(site_dir: Path, renderer: str) -> dict[str, Any]:
-    """The last build's manifest; empty when there is none, it is unreadable, or other code made it."""
-    empty: dict[str, Any] = {"sources": {}, "pages": {}}
+def _read_manifest(site_dir: Path, renderer: str, notes: list[str]) -> dict[str, Any]:
+    """The last build's manifest; empty when there is none, it is unreadable, other code made it, or its content
+    is not what that build wrote (its recorded sha256 differs: a note says so)."""
+    empty: dict[str, Any] = {"sources": {}, "pages": {}, "index": ""}
+    path = site_dir / SITE_MANIFEST
     try:
-        data = json.loads((site_dir / SITE_MANIFEST).read_text(encoding="utf-8"))
+        data = loads_json(read_own_file(path).decode("utf-8"))
     except (OSError, ValueError):
         return empty
     if not isinstance(data, dict) or data.get("schema") != SITE_SCHEMA or data.get("renderer") != renderer:
         return empty
+    recorded = data.pop("sha256", None)
+    if recorded != _content_sha256(data):
+        notes.append(f"{path}: differs from what the last build wrote (edited); every finding is read and every "
+                     "page drawn again")
+        return empty
     return data
+
+
+def _content_sha256(document: Mapping[str, Any]) -> str:
+    """sha256 of a manifest's content (its canonical JSON), recorded in it as `sha256`."""
+    return hashlib.sha256(canonical_json(document).encode("utf-8")).hexdigest()
+
+
+def _file_sha256(path: Path) -> str | None:
+    """sha256 of a file the site holds (only a regular file, never through a link); None when it cannot be read."""
+    try:
+        return hashlib.sha256(read_own_file(path)).hexdigest()
+    except OSError:
+        return None
+
+
+def _as_written(folder: Path, files: Mapping[str, str]) -> str | None:
+    """The first of a page's files (name: sha256 as the last build wrote it) that differs from it now; None when
+    every one is as written."""
+    return next((name for name, sha256 in files.items() if _file_sha256(folder / name) != sha256), None)
 
 
 def _summary(finding: Finding) -> dict[str, Any]:
@@ -239,8 +273,8 @@ def load_source(path: Path) -> tuple[dict[str, Any], bytes]:
     return _summary(finding), pickle.dumps(finding)
 
 
-def render_page(task: PageTask) -> tuple[str, list[str]]:
-    """Draw one finding's page and figures into `task.out/<folder>/`; returns the folder and file names.
+def render_page(task: PageTask) -> tuple[str, dict[str, str]]:
+    """Draw one finding's page and figures into `task.out/<folder>/`; returns the folder and {file name: sha256}.
     A module-level function of picklable arguments, so it runs in a worker process as well as here."""
     from gatekit.report.figures import report_figures
 
@@ -253,7 +287,7 @@ def render_page(task: PageTask) -> tuple[str, list[str]]:
     folder.mkdir(parents=True, exist_ok=True)
     for name, content in files.items():
         (folder / name).write_bytes(content)
-    return task.folder, sorted(files)
+    return task.folder, {name: hashlib.sha256(files[name]).hexdigest() for name in sorted(files)}
 
 
 def _in_workers(work: Callable[[Item], Done], items: Sequence[Item], jobs: int) -> list[Done]:
@@ -267,7 +301,7 @@ def _in_workers(work: Callable[[Item], Done], items: Sequence[Item], jobs: int) 
         return list(pool.map(work, items, chunksize=max(1, min(16, len(items) // (4 * jobs)))))
 
 
-def _render_all(tasks: Sequence[PageTask], jobs: int) -> dict[str, list[str]]:
+def _render_all(tasks: Sequence[PageTask], jobs: int) -> dict[str, dict[str, str]]:
     if jobs > 1 and len(tasks) > 1:
         import gatekit.report.figures  # noqa: F401  (imported once here: forked workers start with it)
         import gatekit.report.page  # noqa: F401
@@ -290,7 +324,8 @@ def build_site(paths: Sequence[Path], site_dir: Path, runs_roots: Sequence[Path]
     wrote are kept. FindingError when a finding cannot be read or differs from its twin, OutputError when
     the site cannot be written; the old site is then untouched."""
     renderer = renderer_fingerprint()
-    manifest = _read_manifest(site_dir, renderer)
+    notes: list[str] = []
+    manifest = _read_manifest(site_dir, renderer, notes)
     roots = tuple(runs_roots)
     sources: dict[str, Any] = {}
     found = []
@@ -314,11 +349,15 @@ def build_site(paths: Sequence[Path], site_dir: Path, runs_roots: Sequence[Path]
         key = hashlib.sha256(json.dumps([renderer, sha, folder, path.name, links, run_files_digest(
             summary["run_folders"], path, roots, cwd, existing)], sort_keys=True).encode()).hexdigest()
         old = old_pages.get(folder)
-        if old and old["key"] == key and all((site_dir / folder / name).is_file() for name in old["files"]):
+        edited = _as_written(site_dir / folder, old["files"]) if old and old["key"] == key else None
+        if old and old["key"] == key and edited is None:
             pages[folder] = old
             kept.append(folder)
         else:
-            pages[folder] = {"key": key, "files": []}
+            if edited is not None:
+                notes.append(f"{site_dir / folder / edited}: differs from what the last build wrote; its page is "
+                             "drawn again")
+            pages[folder] = {"key": key, "files": {}}
             pickled = loaded.pop(path)[1] if path in loaded else None
             tasks.append(PageTask(path, pickled, folder, links, roots, cwd, Path()))
     index_links = {summary["id"]: f"{folder}/index.html" for (_, _, summary), folder in zip(found, folders)}
@@ -335,8 +374,13 @@ def build_site(paths: Sequence[Path], site_dir: Path, runs_roots: Sequence[Path]
         tasks = [dataclasses.replace(task, out=building) for task in tasks]
         for folder, names in _render_all(tasks, jobs).items():
             pages[folder]["files"] = names
-        (building / "index.html").write_bytes(index_html(entries, generator=GENERATOR).encode("utf-8"))
-        document = {"schema": SITE_SCHEMA, "renderer": renderer, "sources": sources, "pages": pages}
+        index = index_html(entries, generator=GENERATOR).encode("utf-8")
+        if manifest["index"] and _file_sha256(site_dir / "index.html") != manifest["index"]:
+            notes.append(f"{site_dir / 'index.html'}: differs from what the last build wrote; written again")
+        (building / "index.html").write_bytes(index)
+        document = {"schema": SITE_SCHEMA, "renderer": renderer, "sources": sources, "pages": pages,
+                    "index": hashlib.sha256(index).hexdigest()}
+        document["sha256"] = _content_sha256(document)
         (building / SITE_MANIFEST).write_text(json.dumps(document, sort_keys=True), encoding="utf-8")
         if site_dir.is_dir():
             _move_in(building, site_dir, {folder: pages[folder]["files"] for folder in (t.folder for t in tasks)},
@@ -351,7 +395,8 @@ def build_site(paths: Sequence[Path], site_dir: Path, runs_roots: Sequence[Path]
     except BaseException:
         shutil.rmtree(building, ignore_errors=True)
         raise
-    return SiteBuild((site_dir / "index.html").absolute(), tuple(t.folder for t in tasks), tuple(kept))
+    return SiteBuild((site_dir / "index.html").absolute(), tuple(t.folder for t in tasks), tuple(kept),
+                     tuple(notes))
 
 
 def _move_in(building: Path, site_dir: Path, drawn: Mapping[str, Sequence[str]], old_pages: Mapping[str, Any],

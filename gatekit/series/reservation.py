@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Callable
 
 from gatekit.errors import OutputError
+from gatekit.records import loads_json
 from gatekit.storage import remove_stale_temp_files
 
 RESERVED_SUFFIX = ".reserved"  # <out>/.<finding id>.reserved: the id is held by a series
@@ -55,7 +56,7 @@ def _finding_owner(path: Path) -> tuple[str, str | None]:
     """(meta.series_id, predecision.chain_head) of the finding file at `path` ('' / None where it names none
     or cannot be read)."""
     try:
-        data = json.loads(path.read_text()) if path.suffix == ".json" else tomllib.loads(path.read_text())
+        data = loads_json(path.read_text()) if path.suffix == ".json" else tomllib.loads(path.read_text())
         owner, head = data.get("meta", {}).get("series_id"), data.get("predecision", {}).get("chain_head")
     except (OSError, ValueError, AttributeError):
         return "", None
