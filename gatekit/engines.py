@@ -293,7 +293,9 @@ def run_local(tasks: Sequence[GateTask], *, max_parallel: int, cores: Sequence[i
               started: Started, finished: Finished, poll_s: float = 0.1) -> list[GateOutcome]:
     """Run the tasks on this host, up to `max_parallel` at once, in order; a task starts when a slot (its
     own core set) is free and enough of the GPUs are; each finished task is reported before the next
-    starts in its slot. Ctrl-C or SIGTERM stops the running gates (each journals its interruption)."""
+    starts in its slot. Ctrl-C or SIGTERM stops the running gates (each journals its interruption); once
+    their outcomes are reported the KeyboardInterrupt goes on to the caller, even when every gate had
+    already ended (a bisect would otherwise start its next round after the Ctrl-C)."""
     slots = core_sets(cores, max_parallel)
     for task in tasks:
         if task.gpus > len(gpus):
@@ -341,6 +343,7 @@ def run_local(tasks: Sequence[GateTask], *, max_parallel: int, cores: Sequence[i
                 _terminate(item.process)
             for item in list(running):
                 reap(item, _wait(item.process))
+            raise
     return outcomes
 
 
@@ -366,7 +369,8 @@ def run_ray(tasks: Sequence[GateTask], *, address: str | None, started: Started,
             finished: Finished) -> list[GateOutcome]:
     """Run each task as a Ray task with num_cpus/num_gpus from its resources. Uses the Ray session this
     process already has, else starts a local Ray (no address) or joins the cluster at `address`. A task
-    whose worker is lost ends its gate `interrupted`; the others go on."""
+    whose worker is lost ends its gate `interrupted`; the others go on. Ctrl-C or SIGTERM cancels the
+    tasks left, reports them interrupted and goes on to the caller as KeyboardInterrupt."""
     try:
         import ray
     except ImportError:
@@ -407,6 +411,7 @@ def run_ray(tasks: Sequence[GateTask], *, address: str | None, started: Started,
                 outcome = lost_outcome(task, KeyboardInterrupt("the campaign was interrupted"))
                 outcomes.append(outcome)
                 finished(outcome)
+            raise  # as run_local: the caller stops too
         return outcomes
     finally:
         if own:
