@@ -18,7 +18,6 @@ so the launcher starts fast.
 from __future__ import annotations
 
 import enum
-import fcntl
 import io
 import os
 import signal
@@ -37,7 +36,7 @@ from gatekit.records import Record
 from gatekit.runfiles import read_run_file
 from gatekit.signals import interrupt_on_sigterm
 from gatekit.slots import cpu_list
-from gatekit.storage import SeriesLayout, atomic_write_bytes, open_own_file
+from gatekit.storage import SeriesLayout, atomic_write_bytes, open_own_file, try_lock, unlock
 
 ENGINES = ("local", "ray")
 STOP_GRACE_S = 120.0  # a gate asked to stop journals its interruption and stops its trainer within this
@@ -220,16 +219,11 @@ def _wait_for_owner(lock: Path, timeout_s: float = STOP_GRACE_S) -> None:
     except OSError:
         return
     with handle:
-        while True:
-            try:
-                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                if time.monotonic() >= deadline:
-                    return
-                time.sleep(0.1)
-                continue
-            fcntl.flock(handle, fcntl.LOCK_UN)
-            return
+        while not try_lock(handle, lock):
+            if time.monotonic() >= deadline:
+                return
+            time.sleep(0.1)
+        unlock(handle)
 
 
 def outcome_of(task: GateTask, exit_code: int, pinning: Pinning, *, resumed: Path | None,
