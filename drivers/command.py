@@ -19,7 +19,8 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from gatekit.driver import (ENV_ARM, ENV_RESULT, ENV_RUN, ENV_RUN_DIR, MAX_RESULT_BYTES, ArmInput, RunRequest,
-                            read_document, read_run_file, reap_group_zombies, signals_deferred, stop_run_processes)
+                            default_handlers_in_child, read_document, read_run_file, reap_group_zombies,
+                            signals_deferred, stop_run_processes)
 from gatekit.errors import ConfigError, RunFileError
 from gatekit.records import CheckResult, RunOutcome
 
@@ -232,10 +233,16 @@ def first_groups(patterns: Mapping[str, re.Pattern[str]], texts: Sequence[str]) 
 
 def _search_in_child(patterns: Mapping[str, re.Pattern[str]], texts: Sequence[str],
                      timeout_s: float) -> dict[str, str | None] | str | None:
-    """`first_groups` computed in a forked child process, which is killed after `timeout_s` (None then; a
-    string says why a child that ended gave no answer).
+    """`first_groups` computed in a child process, which is killed after `timeout_s` (None then; a string
+    says why a child that ended gave no answer): forked where the OS forks, else a fresh interpreter."""
+    if not hasattr(os, "fork"):  # Windows
+        return _search_in_interpreter(patterns, texts, timeout_s)
+    return _search_in_fork(patterns, texts, timeout_s)
 
-    A fork (about 5 ms; starting an interpreter took 30) shares the compiled patterns and the texts; the
+
+def _search_in_fork(patterns: Mapping[str, re.Pattern[str]], texts: Sequence[str],
+                    timeout_s: float) -> dict[str, str | None] | str | None:
+    """A fork (about 5 ms; starting an interpreter took 30) shares the compiled patterns and the texts; the
     child only searches, writes the answer to a pipe and leaves with os._exit, so it needs no lock that
     another thread of the gate (the sampler) could have held when it was forked.
     """
@@ -244,8 +251,7 @@ def _search_in_child(patterns: Mapping[str, re.Pattern[str]], texts: Sequence[st
     if pid == 0:  # the child
         status = 1
         try:
-            for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):  # the gate's handlers are not its own
-                signal.signal(sig, signal.SIG_DFL)
+            default_handlers_in_child()
             os.close(read_end)
             view = memoryview(json.dumps(first_groups(patterns, texts)).encode("utf-8"))
             while view:
@@ -275,6 +281,31 @@ def _search_in_child(patterns: Mapping[str, re.Pattern[str]], texts: Sequence[st
     if status != 0:
         return f"the search process ended with status {status}"
     return json.loads(b"".join(chunks))
+
+
+def _search_in_interpreter(patterns: Mapping[str, re.Pattern[str]], texts: Sequence[str],
+                           timeout_s: float) -> dict[str, str | None] | str | None:
+    """Without fork: `search_stdin_job` in a new Python, given the patterns and texts as JSON on its stdin;
+    subprocess.run kills it on the timeout (or an interrupt) before it returns."""
+    job = json.dumps({"patterns": {metric: [p.pattern, p.flags] for metric, p in patterns.items()},
+                      "texts": list(texts)})
+    try:
+        done = subprocess.run([sys.executable, "-c", "from gatekit_drivers.command import search_stdin_job; "
+                               "search_stdin_job()"], input=job.encode("utf-8"), capture_output=True,
+                              timeout=timeout_s, check=False)
+    except subprocess.TimeoutExpired:
+        return None
+    if done.returncode != 0:
+        last = done.stderr.decode("utf-8", errors="replace").strip().splitlines()[-1:]
+        return f"the search process ended with status {done.returncode}" + (f": {last[0]}" if last else "")
+    return json.loads(done.stdout)
+
+
+def search_stdin_job() -> None:
+    """The search process of `_search_in_interpreter`: a JSON job on stdin, `first_groups` on stdout."""
+    job = json.loads(sys.stdin.buffer.read())
+    patterns = {metric: re.compile(pattern, flags) for metric, (pattern, flags) in job["patterns"].items()}
+    sys.stdout.write(json.dumps(first_groups(patterns, job["texts"])))
 
 
 def _wait_for_exit(proc: subprocess.Popen[bytes], timeout_s: float) -> bool:

@@ -500,12 +500,14 @@ def run_campaign(campaign: Campaign, options: CampaignOptions, *, report: Report
             report(f"campaign {campaign.id}: gate {outcome.key}: its series {outcome.series_dir} finished before "
                    "the campaign could journal it; journaled from it, not run again")
             ended(outcome)
-        if tasks:
-            if options.engine == "ray":
+        try:
+            if tasks and options.engine == "ray":
                 run_ray(tasks, address=options.address, started=started, finished=ended)
-            else:
+            elif tasks:
                 run_local(tasks, max_parallel=options.max_parallel or 1, cores=cores, gpus=gpus, started=started,
                           finished=ended)
+        except KeyboardInterrupt:
+            pass  # each gate's end is journaled; those that did not finish make the campaign exit 130
         ordered = tuple((g, outcomes.get(g.key)) for g in campaign.gates)
         unfinished = [g.key for g, o in ordered if o is None or o.status is not GateStatus.FINISHED]
         journal.record(CampaignStop(now().isoformat(timespec="seconds"), tuple(unfinished)))

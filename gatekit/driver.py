@@ -6,8 +6,9 @@ Plugins import only this module, `gatekit.records` and `gatekit.errors`; built-i
 points like third-party ones. This module therefore re-exports what a driver needs beyond the protocols: the
 trainer contract's environment variable names (`gatekit.contract`), the means to stop a trainer and the
 processes that escaped its group (`processes_in_run_dirs`, `stop_pids`, `stop_run_processes`,
-`signals_deferred`), reading back what a trainer left in its run folder within bounds (`read_run_file`,
-`read_document`), and the pip command that installs an extra a plugin needs (`install_hint`).
+`signals_deferred`, `default_handlers_in_child`), reading back what a trainer left in its run folder within
+bounds (`read_run_file`, `read_document`), and the pip command that installs an extra a plugin needs
+(`install_hint`).
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from gatekit.records import CheckResult, RunOutcome
 from gatekit.contract import ENV_ARM, ENV_RESULT, ENV_RUN, ENV_RUN_DIR  # noqa: F401
 from gatekit.distribution import install_hint  # noqa: F401  (the pip command naming an extra a plugin needs)
 from gatekit.processes import processes_in_run_dirs, reap_group_zombies, stop_pids, stop_run_processes  # noqa: F401
-from gatekit.signals import signals_deferred  # noqa: F401
+from gatekit.signals import default_handlers_in_child, signals_deferred  # noqa: F401
 # and reading back what a trainer left in its run folder, within bounds (a FIFO, a link out, a huge or deep file)
 from gatekit.runfiles import MAX_RESULT_BYTES, read_document, read_run_file  # noqa: F401
 

@@ -18,7 +18,6 @@ so the launcher starts fast.
 from __future__ import annotations
 
 import enum
-import fcntl
 import io
 import os
 import signal
@@ -37,7 +36,7 @@ from gatekit.records import Record
 from gatekit.runfiles import read_run_file
 from gatekit.signals import interrupt_on_sigterm
 from gatekit.slots import cpu_list
-from gatekit.storage import SeriesLayout, atomic_write_bytes, open_own_file
+from gatekit.storage import SeriesLayout, atomic_write_bytes, open_own_file, try_lock, unlock
 
 ENGINES = ("local", "ray")
 STOP_GRACE_S = 120.0  # a gate asked to stop journals its interruption and stops its trainer within this
@@ -227,16 +226,11 @@ def _wait_for_owner(lock: Path, timeout_s: float = STOP_GRACE_S) -> None:
     except OSError:
         return
     with handle:
-        while True:
-            try:
-                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                if time.monotonic() >= deadline:
-                    return
-                time.sleep(0.1)
-                continue
-            fcntl.flock(handle, fcntl.LOCK_UN)
-            return
+        while not try_lock(handle, lock):
+            if time.monotonic() >= deadline:
+                return
+            time.sleep(0.1)
+        unlock(handle)
 
 
 def outcome_of(task: GateTask, exit_code: int | None, pinning: Pinning, *, resumed: Path | None,
@@ -302,7 +296,9 @@ def run_local(tasks: Sequence[GateTask], *, max_parallel: int, cores: Sequence[i
               started: Started, finished: Finished, poll_s: float = 0.1) -> list[GateOutcome]:
     """Run the tasks on this host, up to `max_parallel` at once, in order; a task starts when a slot (its
     own core set) is free and enough of the GPUs are; each finished task is reported before the next
-    starts in its slot. Ctrl-C or SIGTERM stops the running gates (each journals its interruption)."""
+    starts in its slot. Ctrl-C or SIGTERM stops the running gates (each journals its interruption); once
+    their outcomes are reported the KeyboardInterrupt goes on to the caller, even when every gate had
+    already ended (a bisect would otherwise start its next round after the Ctrl-C)."""
     slots = core_sets(cores, max_parallel)
     for task in tasks:
         if task.gpus > len(gpus):
@@ -350,6 +346,7 @@ def run_local(tasks: Sequence[GateTask], *, max_parallel: int, cores: Sequence[i
                 _terminate(item.process)
             for item in list(running):
                 reap(item, _wait(item.process))
+            raise
     return outcomes
 
 
@@ -375,7 +372,8 @@ def run_ray(tasks: Sequence[GateTask], *, address: str | None, started: Started,
             finished: Finished) -> list[GateOutcome]:
     """Run each task as a Ray task with num_cpus/num_gpus from its resources. Uses the Ray session this
     process already has, else starts a local Ray (no address) or joins the cluster at `address`. A task
-    whose worker is lost ends its gate `interrupted`; the others go on."""
+    whose worker is lost ends its gate `interrupted`; the others go on. Ctrl-C or SIGTERM cancels the
+    tasks left, reports them interrupted and goes on to the caller as KeyboardInterrupt."""
     try:
         import ray
     except ImportError:
@@ -416,6 +414,7 @@ def run_ray(tasks: Sequence[GateTask], *, address: str | None, started: Started,
                 outcome = lost_outcome(task, KeyboardInterrupt("the campaign was interrupted"))
                 outcomes.append(outcome)
                 finished(outcome)
+            raise  # as run_local: the caller stops too
         return outcomes
     finally:
         if own:

@@ -41,6 +41,11 @@ class FindingError(GatekitError):
     """A finding file cannot be read (unknown schema, malformed)."""
 
 
+class PlatformError(GatekitError):
+    """This platform lacks what the command needs (file locks, fork: gates run on Linux and macOS); nothing
+    ran."""
+
+
 class SeriesInterrupted(GatekitError):
     """The series was interrupted by a signal; it can be resumed."""
 

@@ -1,4 +1,9 @@
-"""Holding back termination signals while cleanup or a journal write must finish.
+"""Holding back termination signals while cleanup or a journal write must finish; the one place gatekit
+installs signal handlers.
+
+A signal gatekit finds ignored (SIG_IGN) is left ignored everywhere here: whoever started the gate asked for
+that — `nohup` ignores SIGHUP so that a closed terminal does not stop the job, a shell without job control
+ignores SIGINT in a background job (`gate run … &`), and their trainers inherit the same.
 
 Depends on no other gatekit module, so the disk writer (storage) and the plugin API (driver) can both use it.
 """
@@ -10,7 +15,15 @@ import threading
 from contextlib import contextmanager
 from typing import Iterator
 
-DEFERRED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+# SIGHUP does not exist on Windows, where only the commands that start no trainer run (docs/install.md)
+DEFERRED_SIGNALS: tuple[signal.Signals, ...] = tuple(
+    sig for sig in (signal.SIGINT, signal.SIGTERM, getattr(signal, "SIGHUP", None)) if sig is not None)
+INTERRUPTING_SIGNALS = DEFERRED_SIGNALS[1:]  # turned into KeyboardInterrupt like SIGINT (Python's own)
+
+
+def handled(signals: tuple[signal.Signals, ...]) -> tuple[signal.Signals, ...]:
+    """Those of `signals` that are not ignored now: the ones gatekit may give a handler of its own."""
+    return tuple(sig for sig in signals if signal.getsignal(sig) != signal.SIG_IGN)
 
 
 @contextmanager
@@ -26,7 +39,8 @@ def signals_deferred() -> Iterator[None]:
         yield
         return
     caught: list[int] = []
-    previous = {sig: signal.signal(sig, lambda signum, frame: caught.append(signum)) for sig in DEFERRED_SIGNALS}
+    previous = {sig: signal.signal(sig, lambda signum, frame: caught.append(signum))
+                for sig in handled(DEFERRED_SIGNALS)}
     try:
         yield
     finally:
@@ -34,6 +48,13 @@ def signals_deferred() -> Iterator[None]:
             signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
         for sig in dict.fromkeys(caught):
             signal.raise_signal(sig)  # now handled as if it had just arrived
+
+
+def default_handlers_in_child() -> None:
+    """In a process forked from the gate: the gate's own handlers are not its own, so they go back to the
+    default; a signal the gate inherited ignored stays ignored there too."""
+    for sig in handled(DEFERRED_SIGNALS):
+        signal.signal(sig, signal.SIG_DFL)
 
 
 def ignore_further_interrupts() -> None:
@@ -47,14 +68,15 @@ def ignore_further_interrupts() -> None:
 @contextmanager
 def interrupt_on_sigterm() -> Iterator[None]:
     """Turn SIGTERM and SIGHUP (a closed terminal or ssh session) into KeyboardInterrupt, so a stopped
-    series is cleaned up and journaled like Ctrl-C instead of leaving its trainer running."""
+    series is cleaned up and journaled like Ctrl-C instead of leaving its trainer running. One that is
+    ignored when the block starts (`nohup`'s SIGHUP) stays ignored."""
     def raise_interrupt(signum: int, frame: object) -> None:
         raise KeyboardInterrupt(f"signal {signum}")
 
     try:
         # SIGINT's handler is saved too: handling an interrupt ignores further ones until this block ends.
-        previous = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
-        for sig in (signal.SIGTERM, signal.SIGHUP):
+        previous = {sig: signal.getsignal(sig) for sig in DEFERRED_SIGNALS}
+        for sig in handled(INTERRUPTING_SIGNALS):
             signal.signal(sig, raise_interrupt)
     except ValueError:  # not the main thread: leave signals alone
         yield

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import errno
-import fcntl
 import hashlib
 import json
 import os
@@ -13,11 +12,11 @@ import tempfile
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterator, Mapping, TypeVar
+from typing import IO, Any, Callable, Iterator, Mapping, TypeVar
 
 import psutil
 
-from gatekit.errors import ConfigError, GatekitError, OutputError, SeriesError
+from gatekit.errors import ConfigError, GatekitError, OutputError, PlatformError, SeriesError
 from gatekit.records import (JOURNAL_SCHEMA, SCHEMA_KEY, UNCHAINED_JOURNAL, DuplicateKeyError, Event, journal_schema,
                              loads_json, schema_problem, upgrade)
 from gatekit.signals import signals_deferred
@@ -125,20 +124,43 @@ def read_own_file(path: Path) -> bytes:
         return handle.read()
 
 
+def try_lock(handle: IO[Any], path: Path) -> bool:
+    """Take an exclusive lock (flock) on the open file `path` without waiting: False while another process
+    holds it. The lock goes with the file's closing or the process's end (a killed gate holds none).
+
+    flock is in fcntl, on Linux and macOS, where gates run; the commands that start no trainer lock nothing,
+    so only gate run, calibrate, bisect and campaign need it: elsewhere (Windows) a PlatformError says so."""
+    try:
+        import fcntl
+    except ModuleNotFoundError:
+        raise PlatformError(f"{path}: cannot be locked: this platform has no fcntl (file locks); gates run on "
+                            "Linux and macOS (docs/install.md lists what runs where)") from None
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    return True
+
+
+def unlock(handle: IO[Any]) -> None:
+    """Give up a lock `try_lock` took, the file staying open."""
+    import fcntl
+
+    fcntl.flock(handle, fcntl.LOCK_UN)
+
+
 @contextmanager
 def pid_lock(path: Path, busy: Callable[[str], GatekitError]) -> Iterator[None]:
-    """Hold an exclusive lock (flock) on `path`, created if missing, with this process's pid written in it.
-    While another process holds it, raises `busy(what the holder wrote)`; a path that cannot be a lock
+    """Hold an exclusive lock (`try_lock`) on `path`, created if missing, with this process's pid written in
+    it. While another process holds it, raises `busy(what the holder wrote)`; a path that cannot be a lock
     (a symbolic link, not a regular file, unwritable) is a SeriesError naming it."""
     try:
         fd = open_own_file(path, os.O_RDWR | os.O_CREAT)
     except OSError as exc:
         raise SeriesError(f"{path}: cannot be used as a lock: {exc.strerror or exc}") from None
     with os.fdopen(fd, "r+") as handle:
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise busy(handle.read(200).strip() or "unknown") from None
+        if not try_lock(handle, path):
+            raise busy(handle.read(200).strip() or "unknown")
         handle.truncate()
         handle.write(f"pid {os.getpid()}")
         handle.flush()

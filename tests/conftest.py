@@ -16,7 +16,7 @@ import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 import pytest
 import tomlkit
@@ -129,6 +129,24 @@ def gate_cli(*args: str, cwd: Path, timeout: float = 120) -> subprocess.Complete
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     return subprocess.run([sys.executable, "-m", "gatekit.cli", *args], cwd=cwd, capture_output=True, text=True,
                           timeout=timeout, env=env)
+
+
+# Sets the three signals' dispositions, then becomes `python -m gatekit.cli ARGS` (same pid, same environment).
+_AS_A_JOB = """
+import os, signal, sys
+ignored = set(filter(None, sys.argv[1].split(",")))
+for name in ("SIGINT", "SIGTERM", "SIGHUP"):
+    signal.signal(getattr(signal, name), signal.SIG_IGN if name in ignored else signal.SIG_DFL)
+os.execv(sys.executable, [sys.executable, "-m", "gatekit.cli", *sys.argv[2:]])
+"""
+
+
+def gate_job_argv(*args: str, ignored: Sequence[signal.Signals] = ()) -> list[str]:
+    """The argv of `gate ARGS` as a job a terminal starts, for a test that signals it: SIGINT, SIGTERM and
+    SIGHUP at their defaults, or those in `ignored` ignored (as `nohup` ignores SIGHUP and a script's
+    background job SIGINT), whatever this test session inherited (`nohup make test &` ignores SIGHUP, and an
+    ignored signal passes to every child)."""
+    return [sys.executable, "-c", _AS_A_JOB, ",".join(sig.name for sig in ignored), *args]
 
 
 @pytest.fixture

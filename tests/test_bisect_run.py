@@ -18,6 +18,7 @@ import textwrap
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 import pytest
 
@@ -27,7 +28,7 @@ from gatekit.bisect.run import BisectOptions, measured_pairs, probe_gate_toml, r
 from gatekit.bisect.search import Outcome
 from gatekit.bisect.verify import verify_bisect
 from gatekit.config import load_gate
-from tests.conftest import write_toml
+from tests.conftest import gate_job_argv, write_toml
 
 COMMITS = 24  # after GOOD: commits 1 … 24, BAD the last
 CULPRIT = 15  # the commit that adds the slowdown
@@ -49,6 +50,12 @@ TRAINER = textwrap.dedent('''\
     noise = random.Random(seed).gauss(0.0, 0.003)
     elapsed = config["base_s"] * SLOWDOWN * (1.0 + noise)
     time.sleep(0.05)  # long enough for the sampler's window
+    hold = os.environ.get("TINY_HOLD")  # a test's folder: once it holds `hold`, a run waits there for `release`
+    if hold and os.path.exists(os.path.join(hold, "hold")):
+        open(os.path.join(hold, "holding"), "w").close()
+        deadline = time.monotonic() + 600
+        while time.monotonic() < deadline and not os.path.exists(os.path.join(hold, "release")):
+            time.sleep(0.05)
     with open(os.path.join(os.environ["GATEKIT_RUN_DIR"], "commit.txt"), "w") as handle:
         handle.write(os.environ["TINY_COMMIT"] + " " + os.getcwd())  # {{commit}} from driver.env, and where it ran
     json.dump({{"metrics": {{"train_elapsed_s": elapsed, "psnr_db": 30.0}},
@@ -295,28 +302,44 @@ def test_usage_errors_exit_2_before_anything_is_written(repo: Repo, tmp_path: Pa
 
 
 def _wait_for_probe_ends(process: subprocess.Popen, journal: Path, count: int) -> None:
+    def ended() -> bool:
+        lines = journal.read_text().splitlines() if journal.is_file() else []
+        return sum('"probe_end"' in line for line in lines) >= count
+
+    _wait_for(process, ended, f"{count} probe_end events")
+
+
+def _wait_for(process: subprocess.Popen, condition: Callable[[], bool], what: str) -> None:
     deadline = time.monotonic() + 600
     while time.monotonic() < deadline and process.poll() is None:
-        lines = journal.read_text().splitlines() if journal.is_file() else []
-        if sum('"probe_end"' in line for line in lines) >= count:
+        if condition():
             return
         time.sleep(0.1)
-    raise AssertionError("the bisect ended before it could be stopped")
+    raise AssertionError(f"the bisect ended (or 600 s passed) before {what}: {process.poll()}")
 
 
 def test_ctrl_c_stops_the_bisect_with_exit_130(repo: Repo, tmp_path: Path) -> None:
     """SIGINT to the whole process group, as a terminal's Ctrl-C sends it: the running probe's gate journals its
     interruption, the bisect exits 130 naming --resume, its journal ends with a bisect_interrupted (no stop) and
-    verifies, and --resume after it finishes the bisect."""
-    out = tmp_path / "bisect"
-    process = subprocess.Popen([sys.executable, "-m", "gatekit.cli", "bisect", repo.shas[0], repo.shas[-1],
-                                "--build", repo.build, "--out", str(out)], cwd=repo.root, text=True,
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+    verifies, and --resume after it finishes the bisect.
+
+    The signal is sent while a probe's trainer is known to be running and held (its `holding` marker), after two
+    probes ended: sent at any other moment (a probe's gate that has just finished, the bisect's last step on a
+    slow machine) the bisect may rightly finish first, and the test would test the machine's speed."""
+    out, hold = tmp_path / "bisect", tmp_path / "hold"
+    hold.mkdir()
+    process = subprocess.Popen(gate_job_argv("bisect", repo.shas[0], repo.shas[-1], "--build", repo.build, "--out",
+                                             str(out)), cwd=repo.root, text=True, stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, start_new_session=True,
+                               env={**os.environ, "TINY_HOLD": str(hold)})
     try:
         _wait_for_probe_ends(process, out / BISECT_JOURNAL, 2)
+        (hold / "hold").touch()  # the next run to start holds (one already running ends as it would)
+        _wait_for(process, (hold / "holding").exists, "a probe's trainer to hold")
         os.killpg(process.pid, signal.SIGINT)
         _, stderr = process.communicate(timeout=300)
     finally:
+        (hold / "release").touch()
         if process.poll() is None:
             process.kill()
     assert process.returncode == 130, stderr

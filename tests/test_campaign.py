@@ -408,6 +408,26 @@ def test_an_attempt_is_read_from_its_exit_code_series_and_log(tmp_path: Path) ->
     assert pinning.describe() == "cores 0-1, GPU(s) 3 on host"
 
 
+def test_a_ctrl_c_as_the_last_gate_ends_still_reaches_the_caller(tmp_path: Path) -> None:
+    """A Ctrl-C that lands when every running gate has already ended (here: while the last outcome is being
+    reported) is not swallowed by the local engine: the caller stops too. A bisect whose probe had just
+    finished went on to its next round and to a culprit after the Ctrl-C."""
+    from gatekit.engines import run_local
+
+    task = GateTask("01-g-off-on", tmp_path / "gate.toml", "off", "on", tmp_path / "c" / "01-g-off-on",
+                    tmp_path / "out", tmp_path / "c" / "logs" / "01-g-off-on.log", tmp_path / "c")
+    reported: list[GateOutcome] = []  # the gate file is missing: the gate ends at once, exit 2
+
+    def finished(outcome: GateOutcome) -> None:
+        reported.append(outcome)
+        raise KeyboardInterrupt  # how Python delivers a SIGINT at this moment
+
+    with pytest.raises(KeyboardInterrupt):
+        run_local([task], max_parallel=1, cores=sorted(os.sched_getaffinity(0))[:1], gpus=[],
+                  started=lambda task, pinning: None, finished=finished)
+    assert [o.key for o in reported] == [task.key] and reported[0].status is GateStatus.FAILED
+
+
 @pytest.mark.parametrize("kind", ["oversized", "garbage", "one line", "fifo", "link to /dev/zero"])
 def test_a_done_file_that_no_gate_wrote_fails_the_attempt_naming_it(tmp_path: Path, kind: str) -> None:
     """DONE is read within bounds like a run file: a huge, binary, truncated DONE, a FIFO (a read would block)

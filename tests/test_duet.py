@@ -24,7 +24,7 @@ from gatekit.policies import duet
 from gatekit.preflight import check_slots
 from gatekit.slots import SlotError, parse_cores, parse_slots, slot_for, unequal_cpu_slots
 from gatekit_drivers.backends.cuda import CudaBackend
-from tests.conftest import GateDir, gate_invoke, make_gate, write_toml
+from tests.conftest import GateDir, gate_invoke, gate_job_argv, make_gate, write_toml
 from tests.nvml_replay import ReplayNvml
 
 CORES = sorted(os.sched_getaffinity(0))
@@ -234,7 +234,7 @@ def test_a_pair_cut_off_by_ctrl_c_runs_again_whole_on_resume(tmp_path: Path) -> 
     go = tmp_path / "go"
     g = duet_gate(tmp_path, on={"wait_for": {"label": "on-r2", "path": str(go)}})
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    gate = subprocess.Popen([sys.executable, "-m", "gatekit.cli", "run", "off", "on"], cwd=g.root, env=env,
+    gate = subprocess.Popen(gate_job_argv("run", "off", "on"), cwd=g.root, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 60
     while "on-r2" not in ((tmp_path / "where.jsonl").read_text() if (tmp_path / "where.jsonl").exists() else ""):

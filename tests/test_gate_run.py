@@ -19,7 +19,7 @@ import pytest
 from gatekit.config import load_gate
 from gatekit.series.runner import SeriesRunner
 from gatekit.verify import analyze_series
-from tests.conftest import gate_cli, gate_invoke
+from tests.conftest import gate_cli, gate_invoke, gate_job_argv
 from tests.fakes import LoadScript
 
 OFF_TIMES = {"off-r1": 10.0, "off-r2": 10.1, "off-r3": 9.9}
@@ -279,7 +279,7 @@ def test_resume_after_sigkill_does_not_repeat_finished_runs(gate_dir) -> None:
 
 def test_sigint_stops_the_trainer_and_exits_130(gate_dir) -> None:
     g = gate_dir(off={"elapsed": OFF_TIMES, "sleep_s": 30}, on={"elapsed": ON_FAST})
-    proc = subprocess.Popen([sys.executable, "-m", "gatekit.cli", "run", "off", "on"], cwd=g.root,
+    proc = subprocess.Popen(gate_job_argv("run", "off", "on"), cwd=g.root,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline and not g.order():

@@ -295,9 +295,12 @@ def _in_workers(work: Callable[[Item], Done], items: Sequence[Item], jobs: int) 
     first item whose work raises (a finding that differs from its twin) raises here, as it would in order."""
     if jobs <= 1 or len(items) <= 1:
         return [work(item) for item in items]
+    import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
 
-    with ProcessPoolExecutor(max_workers=min(jobs, len(items))) as pool:
+    # the platform's own way (Linux forks: the workers start with what is imported here); without fork, spawned
+    context = None if hasattr(os, "fork") else multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(max_workers=min(jobs, len(items)), mp_context=context) as pool:
         return list(pool.map(work, items, chunksize=max(1, min(16, len(items) // (4 * jobs)))))
 
 

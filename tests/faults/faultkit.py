@@ -19,7 +19,7 @@ from typing import Any, Callable
 
 import psutil
 
-from tests.conftest import GATE_TEMPLATE, write_toml
+from tests.conftest import GATE_TEMPLATE, gate_job_argv, write_toml
 
 HERE = Path(__file__).parent
 DEADLINE_S = 90.0
@@ -107,9 +107,11 @@ def gate_env(**extra: str) -> dict[str, str]:
     return {**os.environ, "PYTHONUNBUFFERED": "1", **extra}
 
 
-def start_gate(*args: str, cwd: Path, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
-    """`gate` as a real background process (its own session, like a job started from a shell)."""
-    return subprocess.Popen([sys.executable, "-m", "gatekit.cli", *args], cwd=cwd, env=env or gate_env(),
+def start_gate(*args: str, cwd: Path, env: dict[str, str] | None = None,
+               ignored: tuple[signal.Signals, ...] = ()) -> subprocess.Popen[str]:
+    """`gate` as a real background process (its own session, like a job started from a shell; the signals
+    in `ignored` ignored, the others at their defaults: see `gate_job_argv`)."""
+    return subprocess.Popen(gate_job_argv(*args, ignored=ignored), cwd=cwd, env=env or gate_env(),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
 
 

@@ -50,6 +50,60 @@ def test_signal_during_a_run_stops_the_group_journals_and_resumes(tmp_path: Path
     assert_journal_consistent(g.series())
 
 
+@pytest.mark.parametrize("sig", [signal.SIGHUP, signal.SIGINT], ids=lambda s: s.name)
+def test_a_signal_the_gate_inherited_ignored_stays_ignored(tmp_path: Path, sig: signal.Signals) -> None:
+    """`nohup gate run … &`: nohup ignores SIGHUP (a closed terminal or ssh session sends it), and a shell
+    without job control ignores SIGINT in a background job. The gate keeps them ignored: the signal sent
+    while on-r2 runs changes nothing, and the gate decides as if none had come. (Sent at its default, the
+    same signal interrupts: test_signal_during_a_run_stops_the_group_journals_and_resumes.)"""
+    g = fault_gate(tmp_path / "g", on={"hold": ["on-r2"]})
+    proc = start_gate("run", "off", "on", cwd=g.root, ignored=(sig,))
+    try:
+        g.wait_holding("on-r2")
+        proc.send_signal(sig)
+        g.release()
+        code, _, err = finish(proc)
+    finally:
+        kill_quietly(g.pid("on-r2"))
+    assert code == 0, err
+    journal = assert_journal_consistent(g.series())
+    assert "interrupted" not in [e["event"] for e in journal]
+    assert g.order() == SIX and [r["label"] for r in g.finding()["runs"]] == SIX
+    assert g.finding()["verdict"]["decision"] == "adopted"
+
+
+@pytest.fixture
+def sighup_ignored():  # type: ignore[no-untyped-def]
+    """This process under `nohup`: SIGHUP ignored for the test, as it was before it afterwards."""
+    before = signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    yield
+    signal.signal(signal.SIGHUP, before)
+
+
+def test_gates_handlers_leave_an_ignored_signal_ignored(sighup_ignored: None) -> None:
+    """What gate run, gate bisect and gate campaign install while they run (`interrupt_on_sigterm`), and
+    what a journal write or a cleanup installs for its duration (`signals_deferred`), leave SIGHUP ignored
+    when it was; SIGTERM still gets gatekit's handler, and everything is as before once the blocks end."""
+    from gatekit.signals import interrupt_on_sigterm, signals_deferred
+
+    term_before = signal.getsignal(signal.SIGTERM)
+    with interrupt_on_sigterm():
+        assert signal.getsignal(signal.SIGHUP) is signal.SIG_IGN
+        assert signal.getsignal(signal.SIGTERM) not in (term_before, signal.SIG_IGN, signal.SIG_DFL)
+        with signals_deferred():
+            assert signal.getsignal(signal.SIGHUP) is signal.SIG_IGN
+            os.kill(os.getpid(), signal.SIGHUP)  # ignored: neither deferred nor delivered afterwards
+    assert signal.getsignal(signal.SIGHUP) is signal.SIG_IGN and signal.getsignal(signal.SIGTERM) == term_before
+
+
+def test_gatekit_installs_signal_handlers_only_through_gatekit_signals() -> None:
+    """The rule above holds for every command because no other module of gatekit sets a handler itself."""
+    package = Path(__file__).resolve().parents[2] / "gatekit"
+    setting = [str(path.relative_to(package)) for path in package.rglob("*.py")
+               if "signal.signal(" in path.read_text() and path.name != "signals.py"]
+    assert setting == []
+
+
 def test_repeated_signals_cannot_cut_the_cleanup_short(tmp_path: Path) -> None:
     # The trainer and its grandchild ignore SIGTERM, so stopping them takes the 5 s grace period and a
     # SIGKILL; more signals arrive meanwhile. None may leave a process running or damage the journal.
