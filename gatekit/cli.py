@@ -231,7 +231,8 @@ def run(off: str | None, on: str | None, gate_path: Path, n: int | None, order: 
 
     def work():  # type: ignore[no-untyped-def]
         from gatekit.series.replay import open_series
-        from gatekit.series.runner import SeriesRunner
+        from gatekit.series.runner import SeriesRunner, finished_series
+        from gatekit.storage import SeriesLayout
         from gatekit.verify import verify_series
 
         if resume is not None:
@@ -239,6 +240,8 @@ def run(off: str | None, on: str | None, gate_path: Path, n: int | None, order: 
                 raise ConfigError("--resume continues a series exactly as registered; "
                                   "drop OFF/ON, --n, --order, --seed, --policy, --warmup, --out and --runs")
             verify_series(resume)  # an edited journal or record is exit 3 naming it, before anything runs
+            if key is not None and SeriesLayout(resume).done.exists():  # its signature was never written
+                return finished_series(resume)
             opened = open_series(resume, gate_path if gate_path != Path("gate.toml") else None)
             ci.check(opened.config.gate.primary, str(opened.config.path))
             return SeriesRunner(opened.config, opened.off, opened.on, report=_progress).resume(opened)
@@ -259,7 +262,8 @@ def run(off: str | None, on: str | None, gate_path: Path, n: int | None, order: 
         json_path = next(p for p in result.finding_paths if p.suffix == ".json")
         # only what verifies is signed: the series' evidence and the finding as its recomputation
         _call(lambda: verify_series(result.series_dir, json_path))
-        signed = _call(lambda: sign_finding(json_path, result.finding.predecision.chain_head, key))
+        hint = f"fix it, then sign the finding with: gate run --resume {result.series_dir} --sign-key {sign_key}"
+        signed = _call(lambda: sign_finding(json_path, result.finding.predecision.chain_head, key, resume_hint=hint))
         paths += (str(signed),)
     _emit(result.finding, as_json, paths)
     _write_ci_outputs(ci, [result.finding], finding_paths=paths, exits_invalid=True)
