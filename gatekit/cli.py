@@ -209,7 +209,8 @@ def check(off: str | None, on: str | None, gate_path: Path) -> None:
 @click.option("--fail-on", type=click.Choice(sorted(FAIL_ON)),
               help="Exit 1 on this outcome: regression (regression or guard_failed) or not-adopted.")
 @click.option("--resume", type=click.Path(path_type=Path, file_okay=False),
-              help="Continue an interrupted series directory.")
+              help="Continue an interrupted series directory (with --sign-key, a finished one: sign its finding "
+              "if its signature could not be written).")
 @click.option("--sign-key", type=click.Path(path_type=Path, dir_okay=False),
               help="Ed25519 private key (PEM): sign the finding and the journal's chain head into <id>.sig "
               f"(needs: {install_hint('sign')}).")
@@ -817,7 +818,7 @@ def campaign_cmd(campaign_file: Path, engine: str, address: str | None, max_para
 @click.option("--resume", type=click.Path(path_type=Path, file_okay=False),
               help="Continue the bisect folder DIR: finished probes are kept, unfinished ones run again.")
 @click.option("--out", type=click.Path(path_type=Path, file_okay=False),
-              help="The bisect folder [default: bisect-ID-TIME in the gate file's runs folder].")
+              help="The bisect folder, new or empty [default: bisect-ID-TIME in the gate file's runs folder].")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON on stdout.")
 @click.option("--fail-on", type=click.Choice(["culprit"]), help="Exit 1 when a culprit is named (CI).")
 def bisect_cmd(good: str | None, bad: str | None, gate_path: Path, arm: str | None, build_command: str | None,
