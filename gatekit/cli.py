@@ -224,7 +224,8 @@ sign_key_option = click.option(
 @click.option("--json", "as_json", is_flag=True, help="Print the finding as JSON on stdout.")
 @fail_on_option
 @click.option("--resume", type=click.Path(path_type=Path, file_okay=False),
-              help="Continue an interrupted series directory.")
+              help="Continue an interrupted series directory (with --sign-key, a finished one: sign its finding "
+              "if its signature could not be written).")
 @sign_key_option
 @ci_output_options
 def run(off: str | None, on: str | None, gate_path: Path, n: int | None, order: str | None, seed: int | None,
@@ -240,7 +241,8 @@ def run(off: str | None, on: str | None, gate_path: Path, n: int | None, order: 
 
     def work():  # type: ignore[no-untyped-def]
         from gatekit.series.replay import open_series
-        from gatekit.series.runner import SeriesRunner
+        from gatekit.series.runner import SeriesRunner, finished_series
+        from gatekit.storage import SeriesLayout
         from gatekit.verify import verify_series
 
         if resume is not None:
@@ -248,6 +250,8 @@ def run(off: str | None, on: str | None, gate_path: Path, n: int | None, order: 
                 raise ConfigError("--resume continues a series exactly as registered; "
                                   "drop OFF/ON, --n, --order, --seed, --policy, --warmup, --out and --runs")
             verify_series(resume)  # an edited journal or record is exit 3 naming it, before anything runs
+            if key is not None and SeriesLayout(resume).done.exists():  # its signature was never written
+                return finished_series(resume)
             opened = open_series(resume, gate_path if gate_path != Path("gate.toml") else None)
             ci.check(opened.config.gate.primary, str(opened.config.path))
             return SeriesRunner(opened.config, opened.off, opened.on, report=_progress).resume(opened)
@@ -281,7 +285,8 @@ def _series_done(result: Any, key: Any, as_json: bool, ci: CiOutputs, fail_on: s
         json_path = next(p for p in result.finding_paths if p.suffix == ".json")
         # only what verifies is signed: the series' evidence and the finding as its recomputation
         _call(lambda: verify_series(result.series_dir, json_path))
-        signed = _call(lambda: sign_finding(json_path, result.finding.predecision.chain_head, key))
+        hint = f"fix it, then sign the finding with: gate run --resume {result.series_dir} --sign-key {sign_key}"
+        signed = _call(lambda: sign_finding(json_path, result.finding.predecision.chain_head, key, resume_hint=hint))
         paths += (str(signed),)
     _emit(result.finding, as_json, paths)
     _write_ci_outputs(ci, [result.finding], finding_paths=paths, exits_invalid=True)
@@ -845,7 +850,7 @@ def campaign_cmd(campaign_file: Path, engine: str, address: str | None, max_para
 @click.option("--resume", type=click.Path(path_type=Path, file_okay=False),
               help="Continue the bisect folder DIR: finished probes are kept, unfinished ones run again.")
 @click.option("--out", type=click.Path(path_type=Path, file_okay=False),
-              help="The bisect folder [default: bisect-ID-TIME in the gate file's runs folder].")
+              help="The bisect folder, new or empty [default: bisect-ID-TIME in the gate file's runs folder].")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON on stdout.")
 @click.option("--fail-on", type=click.Choice(["culprit"]), help="Exit 1 when a culprit is named (CI).")
 def bisect_cmd(good: str | None, bad: str | None, gate_path: Path, arm: str | None, build_command: str | None,

@@ -252,8 +252,10 @@ class Journal:
     """`journal.jsonl`: one JSON event a line, flushed and fsynced before the call returns.
 
     An event is written whole or not at all: signals are held back while it is written, a failed write is
-    truncated away, and a line torn by a kill (no newline at the end of the file) is dropped before the
-    next event is appended, so it can never end up in the middle of the journal.
+    truncated away, and a torn last line (no newline at the end of the file) is dropped before every event
+    is appended, so it can never end up in the middle of the journal: one torn by a kill, or a partial line
+    another process appended (the code under test writing into gatekit's folder; a complete one breaks the
+    chain, and the gate that wrote the journal verifies it before it reports success).
 
     The lines form a hash chain: every event carries `prev`, the sha256 of the line before it; the first
     carries the sha256 of `genesis` (the predecision file, written before it) or of no bytes when there is
@@ -264,7 +266,6 @@ class Journal:
     def __init__(self, path: Path, genesis: Path | None = None) -> None:
         self.path = path
         self.genesis = genesis
-        self._tail_checked = False
         self._loaded = False
         self._head: str | None = None
         self._schema: object = JOURNAL_SCHEMA  # of a journal with no line yet: the one its first line will name
@@ -326,9 +327,8 @@ class Journal:
                 raise self._failed(event, exc) from None
             try:
                 size = os.lseek(fd, 0, os.SEEK_END)
-                if size and not self._tail_checked:
+                if size:  # not only at the first append: another process may have appended since the last
                     size = _drop_torn_tail(fd, size)
-                self._tail_checked = True
                 if not self._loaded:
                     self._load(_read_all(fd, size))
                 chain = {} if self.legacy else {"prev": self._head or self._anchor()}
@@ -409,7 +409,8 @@ class Journal:
 
 
 def _drop_torn_tail(fd: int, size: int) -> int:
-    """Cut a last line without its newline (a write killed mid-way); returns the new size."""
+    """Cut a last line without its newline (a write killed mid-way, or another process's partial line);
+    returns the new size."""
     if os.pread(fd, 1, size - 1) == b"\n":
         return size
     content = os.pread(fd, size, 0)

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping
 
 from gatekit.distribution import install_hint
-from gatekit.errors import (ConfigError, FindingError, GatekitError, RunFileError, SeriesError,
+from gatekit.errors import (ConfigError, FindingError, GatekitError, OutputError, RunFileError, SeriesError,
                             VerificationError)
 from gatekit.provenance import hash_files, sha256_file
 from gatekit.records import (JOURNAL_OF_PREDECISION, JOURNAL_SCHEMA, MISSING, SCHEMA_KEY, SIGNATURE_OF_JSON_BYTES,
@@ -79,6 +79,19 @@ def verify_series(series_dir: Path, finding_path: Path | None = None, *,
         raise ConfigError("--pubkey checks a finding's signature: name the finding too "
                           "(gate verify SERIES_DIR FINDING --pubkey FILE)")
     return VerifyReport(series_dir, events, head, len(run_ends), finding_path, signature, warnings, notes)
+
+
+def check_written_journal(journal: Journal, verified_head: str | None) -> None:
+    """Before a gate reports success over the journal it wrote: the chain it verified (`verified_head`) ends
+    on the line this process wrote last. A line after that one was appended by another process (the code
+    under test writing into gatekit's folder): VerificationError (exit 3) naming the first such line."""
+    if verified_head == journal.head:
+        return
+    ours = next((number for number, line, _ in journal.lines() if line_sha256(line) == journal.head), None)
+    where = f"line {ours + 1}" if ours is not None else "its last line"
+    raise VerificationError(f"{journal.path}: {where}: not written by this gate, yet its hash chain verifies; "
+                            "another process (the code under test?) wrote into gatekit's folder, so nothing "
+                            "it says can be trusted")
 
 
 def analyze_series(series_dir: Path, config: GateConfig | None = None) -> Finding:
@@ -378,9 +391,10 @@ def _public_hex(public_key: Any) -> str:
     return public_key.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw).hex()
 
 
-def sign_finding(json_path: Path, chain_head: str | None, key: Any) -> Path:
+def sign_finding(json_path: Path, chain_head: str | None, key: Any, *, resume_hint: str = "") -> Path:
     """Sign the finding's content (its canonical form's sha256, `content_sha256`) and the chain head; writes
-    and returns `<id>.sig`."""
+    and returns `<id>.sig`. One that cannot be written is an OutputError (exit 4) ending with `resume_hint`,
+    how to sign it once the folder is fixed."""
     finding_sha256 = _content_sha256_of(json_path)
     signature = key.sign(_signed_message(SIGNATURE_SCHEMA, finding_sha256, chain_head))
     document = {"schema": SIGNATURE_SCHEMA, "algorithm": "ed25519", "public_key": _public_hex(key.public_key()),
@@ -390,7 +404,8 @@ def sign_finding(json_path: Path, chain_head: str | None, key: Any) -> Path:
     try:
         atomic_write_text(path, json.dumps(document, indent=2) + "\n")
     except OSError as exc:
-        raise GatekitError(f"{path}: cannot write the signature: {exc.strerror or exc}") from None
+        raise OutputError(f"{path}: cannot write the signature: {exc.strerror or exc}; the finding itself is "
+                          f"written{'; ' + resume_hint if resume_hint else ''}") from None
     return path
 
 

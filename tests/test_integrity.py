@@ -7,6 +7,7 @@ round trip runs the fixture trainer (real processes) through `gate run --sign-ke
 
 from __future__ import annotations
 
+import datetime as dt
 import hashlib
 import json
 import re
@@ -423,6 +424,39 @@ def test_a_key_is_a_private_regular_file_read_within_a_bound(fake_gate_dir, tmp_
         done = gate_invoke("verify", str(series), str(finding), "--pubkey", str(path), cwd=g.root)
         assert done.returncode == 2, done.stdout
         assert done.stderr.strip().endswith(f"{path}: {problem.format('public')}"), done.stderr
+
+
+def test_a_signature_that_cannot_be_written_is_exit_4_and_resume_signs_the_finding(fake_gate_dir,
+                                                                                    tmp_path: Path) -> None:
+    """The finding is written, its `.sig` cannot be (a folder in its way): exit 4 naming the file and how to
+    sign it; `gate run --resume SERIES --sign-key KEY` of the finished series then signs it, once."""
+    pytest.importorskip("cryptography")
+    g = fake_gate_dir(off={"elapsed": OFF, "default_psnr": 30.0}, on={"elapsed": ON, "default_psnr": 30.0})
+    private, public = _keys(tmp_path)
+    gate = load_gate(g.gate).gate
+    today = dt.date.today()
+    blocked = [gate.out / f"{gate.id}-{day:%Y-%m-%d}.sig" for day in (today, today + dt.timedelta(days=1))]
+    for path in blocked:  # the next day's too: the series may start after midnight
+        path.mkdir(parents=True)
+    done = gate_invoke("run", "off", "on", "--sign-key", str(private), cwd=g.root)
+    assert done.returncode == 4, done.stderr
+    (series,) = g.series_dirs()
+    (finding_path,) = g.findings()
+    (line,) = [line for line in done.stderr.splitlines() if line.startswith("gate: error: ")]
+    assert str(finding_path.with_suffix(".sig")) in line and "cannot write the signature" in line
+    assert f"gate run --resume {series} --sign-key {private}" in line
+    for path in blocked:
+        path.rmdir()
+    written = finding_path.read_bytes()
+    done = gate_invoke("run", "--resume", str(series), "--sign-key", str(private), cwd=g.root)
+    assert done.returncode == 0, done.stderr
+    assert str(finding_path.with_suffix(".sig")) in done.stdout and finding_path.read_bytes() == written
+    done = gate_invoke("verify", str(series), str(finding_path), "--pubkey", str(public), cwd=g.root)
+    assert done.returncode == 0 and "signature" in done.stdout, done.stderr
+    again = gate_invoke("run", "--resume", str(series), "--sign-key", str(private), cwd=g.root)
+    assert again.returncode == 2 and "its finding signed" in again.stderr
+    unsigned = gate_invoke("run", "--resume", str(series), cwd=g.root)
+    assert unsigned.returncode == 2 and "this series is finished" in unsigned.stderr
 
 
 def test_signing_without_cryptography_names_the_extra(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -101,6 +101,12 @@ def remove_worktree(repo: Path, path: Path) -> None:
     git(repo, "worktree", "remove", "--force", str(path))
 
 
+def worktree_paths(repo: Path) -> set[Path]:
+    """The paths of the repository's worktrees as git lists them (`git worktree list --porcelain`), resolved."""
+    listed = git(repo, "worktree", "list", "--porcelain").splitlines()
+    return {Path(line.removeprefix("worktree ")).resolve() for line in listed if line.startswith("worktree ")}
+
+
 def build(command: Sequence[str] | str | None, worktree: Path, log_path: Path, *, timeout_s: float = 3600) -> BuildResult:
     """Run the build in the worktree, its stdout and stderr to `log_path`. A string is split into words as a shell
     would (`shlex`) but never run by one, like every command gatekit starts; write `sh -c '...'` for shell syntax.

@@ -12,9 +12,9 @@ The engines (gatekit.engines) run the probes' `gate run` processes: local, up to
 pinned to its own cores; or as Ray tasks. The endpoints come first: BAD against GOOD with the gate's n pairs;
 if the gate does not see them differ, n more pairs once, and the classic rule judges all of them.
 
-Folder (`--out`, default `<gate.runs>/bisect-<gate id>-<time>`): the plan and the journal
+Folder (`--out`, new or empty, default `<gate.runs>/bisect-<gate id>-<time>`): the plan and the journal
 (gatekit.bisect.records), `gate.toml` (the gate file as read), `worktrees/<index>-<sha>/` (one detached
-worktree per commit, removed when the bisect ends), `probes/r<round>-<index>-<sha>/` (the probe's gate file,
+worktree per commit, removed when the bisect ends: only those, never through a symbolic link), `probes/r<round>-<index>-<sha>/` (the probe's gate file,
 build log, runs, finding and its gate process's log) and the bisect finding.
 """
 
@@ -33,7 +33,7 @@ from typing import Callable, Iterator, Sequence
 import tomlkit
 
 from gatekit.bisect.commits import BuildResult, BuildStatus, Commit, add_worktree, build, commit_range, \
-    remove_worktree, repository
+    remove_worktree, repository, worktree_paths
 from gatekit.bisect.records import (BISECT_FINDING, BISECT_JOURNAL, BISECT_PLAN, BisectInterrupted, BisectResume,
                                     BisectStart, BisectState, BisectStop, MeasuredPair, ProbeEnd, ProbeStart, ProbeStatus, plan_toml,
                                     read_plan, replay)
@@ -50,6 +50,7 @@ from gatekit.series.runloop import now
 from gatekit.signals import interrupt_on_sigterm, signals_deferred
 from gatekit.provenance import sha256_file
 from gatekit.storage import Journal, atomic_write_bytes, atomic_write_text, pid_lock, read_input
+from gatekit.verify import check_written_journal, verify_chain
 
 GATE_COPY = "gate.toml"  # the gate file as the bisect read it
 REFERENCE_ARM = "reference"
@@ -465,12 +466,30 @@ class Bisect:
 
     def remove_worktrees(self) -> None:
         """The finished bisect's worktrees go (their probes' runs and findings stay)."""
-        root = self.folder / "worktrees"
-        for path in sorted(root.iterdir()) if root.is_dir() else []:
+        remove_own_worktrees(self.repo, self.folder, self.commits, self.report)
+
+
+def remove_own_worktrees(repo: Path, folder: Path, commits: Sequence[Commit], report: Report) -> None:
+    """Remove the worktrees a bisect made: one per commit of its plan, at the path it gave that commit
+    (`worktrees/<index>-<sha>`), when git lists it as a worktree of `repo`. Nothing else under `worktrees/`
+    goes (a user's worktree with uncommitted work), and nothing through a symbolic link (git would remove
+    the worktree the link points at)."""
+    root = folder / "worktrees"
+    if root.is_symlink():
+        report(f"bisect: {root} is a symbolic link; no worktree was removed through it")
+        return
+    if not root.is_dir():
+        return
+    registered = worktree_paths(repo)
+    for index, commit in enumerate(commits):
+        path = root / _label(index, commit)
+        if path.is_symlink():
+            report(f"bisect: {path} is a symbolic link, not a worktree this bisect made; left alone")
+        elif path.is_dir() and path.resolve() in registered:
             try:
-                remove_worktree(self.repo, path)
+                remove_worktree(repo, path)
             except GatekitError as exc:
-                self.report(f"bisect: could not remove the worktree {path}: {exc}")
+                report(f"bisect: could not remove the worktree {path}: {exc}")
 
 
 
@@ -573,6 +592,9 @@ def run_bisect(good: str | None, bad: str | None, options: BisectOptions, *, cwd
         if (folder / BISECT_JOURNAL).exists():
             raise ConfigError(f"{folder}: holds a bisect already; continue it with --resume {folder} or bisect "
                               "into a new --out")
+        if folder.exists() and (not folder.is_dir() or any(folder.iterdir())):  # its gate.toml, worktrees/
+            raise ConfigError(f"{folder}: is not empty, and gate bisect writes only into a new or empty folder "
+                              "(it writes gate.toml and worktrees/ there); give a new --out")
         start = BisectStart(
             good=commits[0], bad=commits[-1], commits=tuple(commits), gate_file=str(gate_path),
             gate_sha256=hashlib.sha256(gate_bytes).hexdigest(), arm=arm, metric=config.gate.primary,
@@ -607,6 +629,9 @@ def run_bisect(good: str | None, bad: str | None, options: BisectOptions, *, cwd
         journal.record(BisectStop(result.outcome, result.culprit, result.probabilities, result.credible,
                                   result.runs, result.rounds, result.exit_code(), now().isoformat(timespec="seconds")))
         bisect.remove_worktrees()
+        # no finding over a journal its own verify rejects: a build or trainer that wrote a line into it is
+        # exit 3 naming the line (a partial line was dropped before the next event, as a torn one is)
+        check_written_journal(journal, verify_chain(journal.path, folder / BISECT_PLAN)[1])
     return _with_finding(result, folder)
 
 

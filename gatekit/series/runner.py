@@ -16,7 +16,7 @@ from gatekit.analysis import analyze, assess, classify
 from gatekit.config import ArmSpec, GateConfig
 from gatekit.driver import ChosenBackend, Driver, make_backend, make_driver
 from gatekit.errors import GatekitError, OutputError, PreflightError, SeriesError
-from gatekit.finding import Finding, write_finding
+from gatekit.finding import Finding, load_finding, write_finding
 from gatekit.policies.descriptors import policy_for
 from gatekit.preflight import run_checks
 from gatekit.prereg import DecisionSpec, predecision_document, write_predecision
@@ -28,10 +28,12 @@ from gatekit.sampler import LoadReader, read_system_load
 from gatekit.schedule import WARMUP_ROUND, Slot, extension, needs_seed, order_seed, plan, retry_slots
 from gatekit.series.events import (Extend, Hashing, Invalid, JournaledArm, LeftoversStopped, ProvenanceEnd,
                                    ProvenanceStart, Retry, SeriesEnd, SeriesStart)
-from gatekit.series.replay import JournalState, OpenSeries, evidence_from_state, open_series, replacements
+from gatekit.series.replay import (JournalState, OpenSeries, evidence_from_state, open_series, read_state,
+                                   replacements)
 from gatekit.series.reservation import check_finding_id, release_finding_id, reserve_finding_id
 from gatekit.series.runloop import Report, RunLoop, failure_text, new_series_dir, now, runs_lock
 from gatekit.storage import Journal, SeriesLayout, atomic_write_text, remove_stale_temp_files
+from gatekit.verify import check_written_journal, signature_path, verify_series
 
 PREFLIGHT_LOAD = "preflight"  # the label SeriesRunner's load_reader_for is asked for the preflight's reading
 
@@ -94,7 +96,8 @@ class SeriesRunner:
         series_dir, state, predecision = opened.series_dir, opened.state, opened.predecision
         layout = SeriesLayout(series_dir)
         if layout.done.exists():
-            raise SeriesError(f"{series_dir}: this series is finished ({layout.done.name} exists); start a new one")
+            raise SeriesError(f"{series_dir}: this series is finished ({layout.done.name} exists); start a new one "
+                              f"(or sign its finding: gate run --resume {series_dir} --sign-key KEY)")
         registered = predecision.get("backend", {}).get("name")
         if registered and registered != self.backend.name:
             raise SeriesError(f"{series_dir}: was registered with the {registered} backend, but this machine "
@@ -300,6 +303,9 @@ class SeriesRunner:
                 ProvenanceEnd(artifacts, git_state(self.git_dir).to_dict(), hash_s,
                               backend={"name": self.backend.name, **self.backend.backend.provenance()}),
                 finished=now().isoformat(timespec="seconds")))
+        # Success is never reported over evidence its own `gate verify` rejects: a trainer that wrote into its
+        # series folder (a line in the journal, a record) is exit 3 naming the line, and no finding is written.
+        check_written_journal(journal, verify_series(series_dir).chain_head)
         # The state is the journal as written, event for event, so this is what `gate analyze` computes; the
         # journal itself knows its chain head after the last event (escaped, retry, … included).
         state.chain_head, state.legacy = journal.head, journal.legacy
@@ -317,6 +323,18 @@ class SeriesRunner:
             raise OutputError(f"{what}. The series itself is complete and journaled in {series_dir}: fix the "
                               f"folder, then write the finding with: gate run --resume {series_dir}") from None
         return SeriesResult(series_dir, finding, paths)
+
+
+def finished_series(series_dir: Path) -> SeriesResult:
+    """A finished series (DONE written) as its run ended, for `gate run --resume DIR --sign-key KEY` to sign a
+    finding whose signature could not be written then: the finding its series_start reserved (read, not
+    verified: the signing path verifies it with the series before it signs). One signed already is refused."""
+    start = read_state(series_dir).start
+    toml_path, json_path = (start.out_dir / f"{start.finding_id}{suffix}" for suffix in (".toml", ".json"))
+    if signature_path(json_path).exists():
+        raise SeriesError(f"{series_dir}: this series is finished and its finding signed "
+                          f"({signature_path(json_path)}); check it with gate verify --pubkey, or start a new one")
+    return SeriesResult(series_dir, load_finding(json_path), (toml_path, json_path))
 
 
 def _arm_config_hashes(predecision: Mapping[str, Any]) -> dict[str, str]:

@@ -16,6 +16,8 @@ Its arm config (TOML) says what each run does; `<run>` is GATEKIT_RUN, e.g. off-
   argv_log = "path"             append this process's argv as one JSON line
   env_probe = "path"            append which of the listed env names were set: env_names = [...]
   fill = ["on-r2"]              first attempt only: after the result, fill GATEKIT_RUN_DIR's disk
+  journal_text = {on-r2 = "..."}  append this text to the series' journal ($GATEKIT_RUN_DIR/../journal.jsonl):
+                                code under test writing into gatekit's folder
 """
 
 from __future__ import annotations
@@ -96,6 +98,9 @@ def main() -> int:
         elapsed = config.get("elapsed", {}).get(run, config.get("default_elapsed", 1.0))
         metrics = {"train_elapsed_s": elapsed, "psnr_db": config.get("default_psnr", 30.0)}
         result_path.write_text(json.dumps({"metrics": metrics, "config": config.get("flags", {})}))
+    if run in config.get("journal_text", {}):
+        with open(Path(os.environ["GATEKIT_RUN_DIR"]).parent / "journal.jsonl", "a") as handle:
+            handle.write(config["journal_text"][run])
     if run in config.get("fill", []) and first_attempt(state, "fill", run):
         block = b"\0" * (1 << 16)
         try:
