@@ -264,7 +264,7 @@ def run(off: str | None, on: str | None, gate_path: Path, n: int | None, order: 
         off_arm, on_arm = _two_arms(config, off, on)
         return SeriesRunner(config, off_arm, on_arm, report=_progress).start()
 
-    _series_done(_call(work), key, as_json, ci, fail_on)
+    _series_done(_call(work), key, sign_key, as_json, ci, fail_on)
 
 
 def _signing_key(sign_key: Path | None) -> Any:
@@ -276,8 +276,10 @@ def _signing_key(sign_key: Path | None) -> Any:
     return _call(lambda: load_signing_key(sign_key))
 
 
-def _series_done(result: Any, key: Any, as_json: bool, ci: CiOutputs, fail_on: str | None) -> None:
-    """A series that ended (gate run, gate compare): signed when asked, printed, its CI outputs, its exit code."""
+def _series_done(result: Any, key: Any, sign_key: Path | None, as_json: bool, ci: CiOutputs,
+                 fail_on: str | None) -> None:
+    """A series that ended (gate run, gate compare): signed when asked (`key`, loaded from the file `sign_key`),
+    printed, its CI outputs, its exit code. A finished series of either is signed again by `gate run --resume`."""
     paths = tuple(str(p) for p in result.finding_paths)
     if key is not None:
         from gatekit.verify import sign_finding, verify_series
@@ -927,7 +929,7 @@ def compare_cmd(base: str | None, head: str | None, gate_path: Path | None, arm:
                                  n=n, policy=policy, out=out, resume=resume)
         return run_compare(base, head, options, report=_progress)
 
-    _series_done(_call(work).series, key, as_json, ci, fail_on)
+    _series_done(_call(work).series, key, sign_key, as_json, ci, fail_on)
 
 
 @main.command("history")
