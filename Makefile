@@ -9,7 +9,7 @@ TEST_STAMP := $(VENV)/.test-stamp
 TORCH_PIN ?= torch==2.13.0
 DEMO_DIR ?= demo-out
 
-.PHONY: setup browser test regold demo bench bench-site dist clean
+.PHONY: setup browser lint test regold demo bench bench-site dist clean
 
 # The demo needs only the core; the tests also install the test, torch and ray extras.
 # The distribution was once named "gatekit" (PyPI's gatekit is another project): an old editable install of this
@@ -34,7 +34,12 @@ setup: $(TEST_STAMP)
 # Two workers (-n 2): most tests wait on real processes. Each test file runs on one worker (--dist loadfile),
 # so the tests of one file never overlap (e.g. two torch gates, which refuse to start beside a running trainer).
 # Tests marked "alone" judge real wall times, so they run afterwards with nothing beside them.
-test: $(TEST_STAMP) browser
+# ruff (pyflakes and pycodestyle's errors) and mypy (every def typed) as configured in pyproject.toml.
+lint: $(TEST_STAMP)
+	$(PY) -m ruff check gatekit drivers tests benchmarks
+	$(PY) -m mypy
+
+test: $(TEST_STAMP) browser lint
 	$(PY) -m pytest -q -n 2 --dist loadfile -m "not alone"
 	$(PY) -m pytest -q -m alone
 

@@ -563,7 +563,7 @@ class Trainer:
         else:
             loss = self._eager_step()
         self.step_index += 1
-        return loss  # type: ignore[return-value]
+        return loss
 
     def synchronize(self) -> None:
         if self.device.type == "cuda":

@@ -55,7 +55,7 @@ def classify(records: Sequence[RunRecord], spec: DecisionSpec, replaced: Mapping
 
 
 def config_check(records: Sequence[RunRecord], off_arm: str, on_arm: str, expect_diff: Sequence[str], *,
-                 between_commits: bool = False) -> tuple[list[str], list[str], tuple[ConfigChange, ...]]:
+                 between_commits: bool = False) -> tuple[list[Reason], list[str], tuple[ConfigChange, ...]]:
     """Invalid reasons, warnings and the config differences between the arms, from the trainers' echoed effective
     configs. Each arm's config must be the same in all its runs. Between the arms, only the declared keys may
     differ — unless the arms are one arm at two commits (`between_commits`: gate compare, a bisect probe), where
@@ -176,10 +176,10 @@ def assess(evidence: SeriesEvidence) -> Assessment:
         on_values = _used_values(used, by_label, on_arm, guard_spec.metric)
         result = evaluate_guard(guard_spec, off_values, on_values)
         noise = diagnostics.guard_noise(guard_spec, off_values, on_values)
-        guard_rows[result.metric] = GuardRow(
-            **{f.name: getattr(result, f.name) for f in dataclasses.fields(result)},
-            **({"ci_low": noise.ci_low, "ci_high": noise.ci_high, "ci_level": diagnostics.CI_LEVEL,
-                "within_noise": noise.within_noise} if noise else {}))
+        measured: dict[str, Any] = {f.name: getattr(result, f.name) for f in dataclasses.fields(result)}
+        within: dict[str, Any] = ({"ci_low": noise.ci_low, "ci_high": noise.ci_high, "ci_level": diagnostics.CI_LEVEL,
+                                   "within_noise": noise.within_noise} if noise else {})
+        guard_rows[result.metric] = GuardRow(**measured, **within)
         if noise is not None and noise.within_noise and result.delta is not None:
             guard_warnings.append(diagnostics.guard_warning(result.metric, result.delta, noise, result.limit))
 

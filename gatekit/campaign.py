@@ -553,9 +553,10 @@ def write_campaign_outputs(result: CampaignResult, *, site: bool = True) -> Camp
     loaded = load_many(paths)
     folder = result.folder
     written: list[Path] = []
-    site_index = None
+    site_index: Path | None = None
+    index = folder / SITE_DIR / "index.html"
     if loaded:
-        site_index = folder / SITE_DIR / "index.html"
+        site_index = index
         CiOutputs(summary_md=folder / SUMMARY_FILE, junit=folder / JUNIT_FILE).write(
             [f.finding for f in loaded], full_report=str(site_index))
         written += [folder / SUMMARY_FILE, folder / JUNIT_FILE]
@@ -565,7 +566,7 @@ def write_campaign_outputs(result: CampaignResult, *, site: bool = True) -> Camp
                                     + [g.gate_path.parent for g, _ in result.outcomes]))
         build_site([f.path for f in loaded if f.path is not None], folder / SITE_DIR, roots, cwd=Path.cwd(),
                    jobs=default_jobs())
-        written.append(site_index)
+        written.append(index)
     return CampaignResult(result.campaign, folder, result.outcomes, tuple(loaded), site_index, tuple(written))
 
 

@@ -18,13 +18,11 @@ from gatekit.distribution import install_hint
 from gatekit.driver import (BACKEND_GROUP, DRIVER_GROUP, installed_backends, installed_drivers, load_backend,
                             make_backend, make_driver)
 from gatekit.engines import ENGINES
-from gatekit.errors import (EXIT_FAIL_ON, EXIT_INVALID, ConfigError, DriverError, GatekitError, OutputError,
-                            SeriesInterrupted)
+from gatekit.errors import (EXIT_FAIL_ON, EXIT_INVALID, ConfigError, DriverError, GatekitError, SeriesInterrupted)
 from gatekit.policies.descriptors import (DEFAULT_POLICY, INTERLEAVED, describe, gate_policies, policies_of_mode,
                                           simulation_policies, suite_policies)
 from gatekit.preflight import run_checks
 from gatekit.sanitize import show_controls  # control characters and bidi overrides shown as escapes
-from gatekit.storage import write_output
 
 # The statistics (pandas, scipy: analysis, series, calibrate, csvinput, simulate), the findings and the
 # reports are imported in the commands that use them, so `gate --help` and `gate check` start fast;
@@ -46,7 +44,7 @@ class PolicyChoice(click.Choice):
         self.names = names
         super().__init__(names())
 
-    @property  # type: ignore[override]
+    @property
     def choices(self) -> tuple[str, ...]:
         return self.names()
 
@@ -239,7 +237,7 @@ def run(off: str | None, on: str | None, gate_path: Path, n: int | None, order: 
     """
     key = _signing_key(sign_key)
 
-    def work():  # type: ignore[no-untyped-def]
+    def work() -> Any:
         from gatekit.series.replay import open_series
         from gatekit.series.runner import SeriesRunner, finished_series
         from gatekit.storage import SeriesLayout
@@ -386,9 +384,9 @@ def verify_cmd(series_dir: Path, finding: Path | None, pubkey: Path | None) -> N
                                         "probe's the one its journal names"))
         from gatekit.bisect.verify import verify_bisect
 
-        checked = _call(lambda: verify_bisect(bisect.resolve()))
-        what = f"its finding {checked.finding.name}" if checked.finding else "not stopped yet: no finding"
-        _echo(f"verified bisect: {checked.events} events, chain head {checked.chain_head} ({checked.probes} "
+        verified = _call(lambda: verify_bisect(bisect.resolve()))
+        what = f"its finding {verified.finding.name}" if verified.finding else "not stopped yet: no finding"
+        _echo(f"verified bisect: {verified.events} events, chain head {verified.chain_head} ({verified.probes} "
               f"probe series, each with its gate's finding; {what})")
         return
     if series_dir.is_file():  # what click's file_okay=False said before bisect findings were verified here
@@ -432,7 +430,7 @@ def calibrate(arm: str | None, gate_path: Path, n: int, min_effect_pct: float | 
     """
     from gatekit.calibrate import run_calibration, summary as calibration_summary
 
-    def work():  # type: ignore[no-untyped-def]
+    def work() -> Any:
         config = load_gate(gate_path).with_overrides(runs=runs_dir)
         chosen = config.arm(arm) if arm else config.arm(next(iter(config.arms)))
         return run_calibration(config, chosen, n, min_effect_pct=min_effect_pct, report=_stderr)
@@ -551,7 +549,7 @@ def simulate_cmd(policies: tuple[str, ...], cv_pct: float, cv_on_pct: float | No
     versions = {name.removeprefix(VERSION_OPTION_PREFIX): chosen for name, chosen in design_versions.items()}
     began = time.monotonic()
 
-    def work():  # type: ignore[no-untyped-def]
+    def work() -> Any:
         if suite:
             return run_suite(policies or suite_policies(), draws=draws, seed=seed, order=order,
                              thresholds=thresholds, max_threshold_pct=max_threshold_pct, versions=versions)
@@ -586,7 +584,7 @@ def _simulate_bisect(commits: int, effect_pct: float, cv_pct: float, max_paralle
     if click.get_current_context().get_parameter_source("draws") == click.core.ParameterSource.DEFAULT:
         draws = DEFAULT_DRAWS  # one bisect is a loop of posteriors, not a vectorised gate
 
-    def work():  # type: ignore[no-untyped-def]
+    def work() -> Any:
         if effect_pct == 0:
             raise ConfigError("--bisect: --effect must not be 0 (there is no culprit to find)")
         if draws < 1:
@@ -629,7 +627,7 @@ def plan_cmd(cv_pct: float, effect_pct: float, policy: str, floor_pct: float, si
     """
     from gatekit.calibrate import plan_runs
 
-    def work():  # type: ignore[no-untyped-def]
+    def work() -> Any:
         if draws < 100:
             raise ConfigError(f"--draws: must be at least 100, got {draws}")
         return plan_runs(policy, cv_pct, effect_pct, thresholds=ThresholdSpec(sigma_k=sigma_k, floor_pct=floor_pct),
@@ -803,7 +801,7 @@ def campaign_cmd(campaign_file: Path, engine: str, address: str | None, max_para
     Exit 3 if any gate is invalid (or could not run), else 130 if any is interrupted (resume with --resume
     DIR), else 1 if a --fail-on condition is met by any gate, else 0.
     """
-    def work():  # type: ignore[no-untyped-def]
+    def work() -> Any:
         from gatekit.campaign import CampaignOptions, load_campaign, run_campaign
 
         campaign = load_campaign(campaign_file)
@@ -865,7 +863,7 @@ def bisect_cmd(good: str | None, bad: str | None, gate_path: Path, arm: str | No
     the endpoints are compared first. Exit 0 for a culprit, a credible set or no change; 1 with --fail-on
     culprit when one is named; 3 invalid; 130 interrupted (resume with --resume DIR); 4 a write failure.
     """
-    def work():  # type: ignore[no-untyped-def]
+    def work() -> Any:
         from gatekit.bisect.run import BisectOptions, run_bisect
 
         if resume is not None and (good or bad):
@@ -919,7 +917,7 @@ def compare_cmd(base: str | None, head: str | None, gate_path: Path | None, arm:
     """
     key = _signing_key(sign_key)
 
-    def work():  # type: ignore[no-untyped-def]
+    def work() -> Any:
         from gatekit.compare import CompareOptions, run_compare
 
         if resume is not None and (base or head or n or policy or out or gate_path or no_merge_base):
@@ -954,7 +952,7 @@ def history_cmd(findings_dir: Path, metric: str, arm_key: str, gate_id: str | No
     """A metric across findings over time, with change points: a shift test that autocorrelated noise
     (AR(1) ρ up to 0.6) does not fool, then ruptures PELT candidates, each kept by a permutation test at
     --alpha (see docs/history.md)."""
-    def work():  # type: ignore[no-untyped-def]
+    def work() -> Any:
         from gatekit.findingset import load_folder
         from gatekit.history import build_history, history_json, history_plot, history_table, recent_changes
 
@@ -1001,7 +999,7 @@ def import_options(command: Callable) -> Callable:
 def _import(evidence: Callable[[], SeriesEvidence], *, out: Path, as_json: bool, fail_on: str | None,
             ci: CiOutputs) -> None:
     """Analyze imported evidence like a gate's own, write the finding and its CI outputs, exit by outcome."""
-    def work():  # type: ignore[no-untyped-def]
+    def work() -> Any:
         from gatekit.analysis import analyze
         from gatekit.finding import write_finding
         from gatekit.importers.common import refuse_to_replace
@@ -1029,7 +1027,7 @@ def _import(evidence: Callable[[], SeriesEvidence], *, out: Path, as_json: bool,
 @import_options
 def import_hyperfine(results: Path, off_command: str | None, on_command: str | None, param: str | None,
                      guards: tuple[str, ...], gate_id: str | None, title: str | None, date: str | None,
-                     **outputs) -> None:  # type: ignore[no-untyped-def]
+                     **outputs: Any) -> None:
     """Turn a hyperfine --export-json file (1.x or 2.x) into a finding: arms = two commands, runs = their
     times, per-run memory and CPU times usable as guards."""
     from gatekit.importers.hyperfine import evidence_from_hyperfine
@@ -1044,7 +1042,7 @@ def import_hyperfine(results: Path, off_command: str | None, on_command: str | N
 @click.option("--benchmark", help="The benchmark to compare, by name (needed when a file holds several).")
 @import_options
 def import_pyperf(off_file: Path, on_file: Path, benchmark: str | None, gate_id: str | None, title: str | None,
-                  date: str | None, **outputs) -> None:  # type: ignore[no-untyped-def]
+                  date: str | None, **outputs: Any) -> None:
     """Turn two pyperf JSON files (off, on) into a finding: runs = each pyperf run's mean value."""
     from gatekit.importers.pyperf import evidence_from_pyperf
 
@@ -1063,7 +1061,7 @@ def import_pyperf(off_file: Path, on_file: Path, benchmark: str | None, gate_id:
 @import_options
 def import_pytest_benchmark(results: str, on_results: str | None, off_name: str | None, on_name: str | None,
                             benchmark: str | None, storage: Path, gate_id: str | None, title: str | None,
-                            date: str | None, **outputs) -> None:  # type: ignore[no-untyped-def]
+                            date: str | None, **outputs: Any) -> None:
     """Turn pytest-benchmark JSON into a finding: two benchmarks of one file, or one of two saved runs.
 
     One file: --off and --on name two of its benchmarks. Two saved runs (RESULTS ON_RESULTS, files or run ids
@@ -1095,7 +1093,7 @@ def import_pytest_benchmark(results: str, on_results: str | None, off_name: str 
               help="The on benchmark: its id, optionally @BASELINE; with one benchmark in FOLDER, @BASELINE alone.")
 @import_options
 def import_criterion(folder: Path, off_id: str, on_id: str, gate_id: str | None, title: str | None,
-                     date: str | None, **outputs) -> None:  # type: ignore[no-untyped-def]
+                     date: str | None, **outputs: Any) -> None:
     """Turn Criterion.rs output (target/criterion, or one benchmark's folder) into a finding: arms = two
     benchmarks or baselines, runs = their samples (time per iteration)."""
     from gatekit.importers.criterion import evidence_from_criterion
@@ -1116,7 +1114,7 @@ def import_criterion(folder: Path, off_id: str, on_id: str, gate_id: str | None,
 @import_options
 def import_gobench(old_file: Path, new_file: Path, bench: str | None, pkg: str | None, guards: tuple[str, ...],
                    gate_id: str | None, title: str | None, date: str | None,
-                   **outputs) -> None:  # type: ignore[no-untyped-def]
+                   **outputs: Any) -> None:
     """Turn two `go test -bench` outputs (OLD = off, NEW = on, as benchstat) into a finding: runs = the
     benchmark's result lines (-count N), ns/op as time_s."""
     from gatekit.importers.gobench import evidence_from_gobench

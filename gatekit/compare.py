@@ -125,8 +125,8 @@ def run_compare(base: str | None, head: str | None, options: CompareOptions, *, 
              Side(HEAD_ARM, describe(repo, head_sha), folder / "worktrees" / f"{HEAD_ARM}-{head_sha[:12]}"))
     document = arm_at_commits_toml(text, arm, [(s.arm, s.commit, s.worktree) for s in sides], subdir,
                                    requested_base=base if merged else "", merge_base=merged)
-    document["gate"]["out"] = str(resolve_path(origin, str(head_table.get("out", "findings"))))  # type: ignore[index]
-    document["gate"]["runs"] = RUNS  # type: ignore[index]
+    document["gate"]["out"] = str(resolve_path(origin, str(head_table.get("out", "findings"))))
+    document["gate"]["runs"] = RUNS
     folder.mkdir(parents=True, exist_ok=True)
     atomic_write_text(folder / GATE_COPY, tomlkit.dumps(document))
     config = load_gate(folder / GATE_COPY).with_overrides(n=options.n, policy=options.policy)

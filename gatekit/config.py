@@ -512,8 +512,8 @@ def resolve_history_sigma(config: GateConfig) -> RulesSpec:
                           "run `gate calibrate ARM --n 10` first, or set rules.sigma_history_pct")
     data = load_toml(path)
     cv = data.get("cv_pct")
-    _check(isinstance(cv, (int, float)) and not isinstance(cv, bool) and cv > 0, path, "cv_pct",
-           "must be a positive number; run `gate calibrate` again")
+    if not (isinstance(cv, (int, float)) and not isinstance(cv, bool) and cv > 0):
+        raise ConfigError(f"{path}: cv_pct: must be a positive number; run `gate calibrate` again")
     return replace(rules, sigma_history_pct=float(cv))
 
 

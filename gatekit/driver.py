@@ -93,7 +93,7 @@ def installed_drivers() -> dict[str, str]:
     return {ep.name: ep.value for ep in entry_points(group=DRIVER_GROUP)}
 
 
-def _load_plugin(group: str, kind: str, name: str, required: tuple[str, ...], *, source: Path, key: str) -> type:
+def _load_plugin(group: str, kind: str, name: str, required: tuple[str, ...], *, source: Path, key: str) -> type[Any]:
     """The plugin class registered as `name` in `group`, checked when it loads (not when first called)."""
     matches = [ep for ep in entry_points(group=group) if ep.name == name]
     if not matches:
@@ -113,7 +113,7 @@ def _load_plugin(group: str, kind: str, name: str, required: tuple[str, ...], *,
     return cls
 
 
-def load_driver_class(name: str, *, source: Path) -> type:
+def load_driver_class(name: str, *, source: Path) -> type[Any]:
     """The driver class registered as `name`, checked when loaded."""
     return _load_plugin(DRIVER_GROUP, "driver", name, _REQUIRED, source=source, key="driver.name")
 

@@ -79,7 +79,7 @@ def slot_backend(backend: Backend, device: DeviceSlot | None) -> Backend:
     """The backend watching a slot: a GPU backend that can (`for_device`) reads the slot's own GPU."""
     if device is None or device.gpu is None or not hasattr(backend, "for_device"):
         return backend
-    return backend.for_device(device.gpu)  # type: ignore[attr-defined, no-any-return]
+    return backend.for_device(device.gpu)
 
 
 class SlotCpuMeter:

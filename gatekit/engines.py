@@ -28,7 +28,7 @@ import tarfile
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Callable, Iterator, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from gatekit.distribution import install_hint
 from gatekit.errors import ConfigError, GatekitError, OutputError, RunFileError, SeriesInterrupted
@@ -325,9 +325,10 @@ def run_local(tasks: Sequence[GateTask], *, max_parallel: int, cores: Sequence[i
         try:
             while pending or running:
                 while pending and free_slots:
-                    task = next((t for t in pending if t.gpus <= len(free_gpus)), None)
-                    if task is None:
+                    fitting = next((t for t in pending if t.gpus <= len(free_gpus)), None)
+                    if fitting is None:
                         break
+                    task = fitting
                     pending.remove(task)
                     slot = free_slots.pop(0)
                     pinning = Pinning(slots[slot], tuple(free_gpus[:task.gpus]), node)
@@ -496,7 +497,7 @@ def unpack_gate_files(packed: bytes, task: GateTask) -> list[Path]:
             top, _, relative = member.name.partition("/")
             root = roots.get(top)
             target = (root / relative) if root is not None and relative else None
-            if target is None or root.resolve() not in target.resolve().parents:
+            if root is None or target is None or root.resolve() not in target.resolve().parents:
                 raise GatekitError(f"{task.key}: the worker sent {member.name!r}, outside the campaign; refused")
             handle = tar.extractfile(member)
             data = handle.read() if handle else b""

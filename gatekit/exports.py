@@ -424,9 +424,11 @@ class CiOutputs:
 
     def _serializers(self, full_report: str) -> list[tuple[Path, Callable[[Sequence[Finding]], str], str]]:
         """(file, serializer, what it is) for every output asked for, in the order they are written."""
-        exporters = {**EXPORTERS, "bmf": partial(EXPORTERS["bmf"], measure=self.bmf_measure)}
-        outputs = [(self.summary_md, partial(summary_markdown, full_report=full_report), "summary"),
-                   (self.junit, partial(junit_xml, fail_on=self.fail_on), "JUnit report")]
+        exporters: dict[str, Callable[[Sequence[Finding]], str]] = {
+            **EXPORTERS, "bmf": partial(EXPORTERS["bmf"], measure=self.bmf_measure)}
+        outputs: list[tuple[Path | None, Callable[[Sequence[Finding]], str], str]] = [
+            (self.summary_md, partial(summary_markdown, full_report=full_report), "summary"),
+            (self.junit, partial(junit_xml, fail_on=self.fail_on), "JUnit report")]
         outputs += [(path, exporters[name], f"{name} export") for name, path in self.exports]
         return [(path, serialize, what) for path, serialize, what in outputs if path is not None]
 

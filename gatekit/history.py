@@ -447,7 +447,7 @@ def lone_outliers(values: Sequence[float], sigma: float) -> list[int]:
         gaps = [value - other for other in others]
         return 1 if all(g > limit for g in gaps) else -1 if all(g < -limit for g in gaps) else 0
 
-    pairs = set()
+    pairs: set[int] = set()
     for i in range(1, last - 1):  # a pair i, i + 1 with a finding before and after it
         around = (values[i - 1], values[i + 2])
         side = apart(values[i], around)

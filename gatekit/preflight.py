@@ -224,7 +224,7 @@ def check_slots(config: GateConfig, backend: ChosenBackend) -> list[CheckResult]
                                 f"{backend.name} ({backend.detail}); install 'gatekit[cuda]' or use cpu slots")]
         statics: dict[str, dict[str, object]] = {}
         for slot in duet.slots:
-            slot_backend = backend.backend.for_device(slot.gpu)  # type: ignore[attr-defined]
+            slot_backend = backend.backend.for_device(slot.gpu)
             found = slot_backend.preflight()
             checks += found
             if all(c.ok for c in found):

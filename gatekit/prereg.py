@@ -77,7 +77,7 @@ class DecisionSpec(Record):
         return data
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> DecisionSpec:  # type: ignore[override]
+    def from_dict(cls, data: Mapping[str, Any]) -> DecisionSpec:
         """The `decision` table; the design version is read under the policy's version_key (absent: the version
         its descriptor says a spec without the key preregistered)."""
         data = dict(data)
@@ -89,7 +89,7 @@ class DecisionSpec(Record):
                 data["sequential_version"] = data.pop(key)
             elif descriptor is not None and descriptor.unrecorded_version is not None:
                 data["sequential_version"] = descriptor.unrecorded_version
-        return super(DecisionSpec, cls).from_dict(data)  # type: ignore[no-any-return]
+        return super(DecisionSpec, cls).from_dict(data)
 
     @classmethod
     def from_gate(cls, config: GateConfig, off_arm: str, on_arm: str) -> DecisionSpec:

@@ -169,7 +169,7 @@ def _name(hint: Any) -> str:
         if typing.get_origin(hint) is tuple else "a table")
 
 
-def _is_rest(f: dataclasses.Field) -> bool:  # type: ignore[type-arg]
+def _is_rest(f: dataclasses.Field) -> bool:
     """The field that keeps the keys no other field takes (`extra_keys`, or one marked `rest`)."""
     return f.name == EXTRA or bool(f.metadata.get("rest"))
 
@@ -274,7 +274,7 @@ class Record:
         return cls(**kwargs)
 
 
-def _judge(f: dataclasses.Field, value: Any, where: str) -> None:  # type: ignore[type-arg]
+def _judge(f: dataclasses.Field, value: Any, where: str) -> None:
     """A hand-written value against its field's `choices` and `check`."""
     choices = f.metadata.get("choices")
     if choices is not None:
@@ -386,7 +386,7 @@ class WindowSummary(Record):
             evidence=evidence,
             telemetry=dict(telemetry or {}),
             steal_pct=_window_share_pct(first.cpu_steal_s, last.cpu_steal_s, cpu_span),
-            **pressure,  # type: ignore[arg-type]
+            **pressure,
         )
 
 
@@ -494,7 +494,7 @@ class DuplicateKeyError(ValueError):
         self.key = key
 
 
-class _Repeated(dict):  # type: ignore[type-arg]
+class _Repeated(dict):
     """An object that stated `repeated` twice, kept (the last value wins) until its place is known."""
 
     repeated = ""

@@ -21,7 +21,7 @@ import re
 import stat
 import tomllib
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from gatekit.errors import RunFileError
 from gatekit.records import DuplicateKeyError, loads_json
@@ -98,7 +98,7 @@ def parse_document(raw: bytes, path: Path) -> dict[str, Any]:
         problem = json_problem(raw)
         if problem:
             raise RunFileError(f"{path}: {problem}")
-        parse = loads_json
+        parse: Callable[[str], Any] = loads_json
     else:
         if len(raw) > MAX_TOML_BYTES:
             raise RunFileError(f"{path}: is TOML larger than {size_text(MAX_TOML_BYTES)}; write a large result as JSON")

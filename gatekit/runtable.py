@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, fields, replace
-from typing import Callable, Iterator, Mapping, Sequence
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import numpy as np
 
@@ -75,7 +75,7 @@ class TableRow:
         return not self.replaced and (self.failed or self.contaminated)
 
 
-def window_columns(window: WindowSummary) -> dict[str, float]:
+def window_columns(window: WindowSummary) -> dict[str, Any]:  # float values, passed as TableRow keywords
     """The pressure-stall, steal and clock columns of one run window (NaN where it recorded none)."""
     clock = {column: float(value) if isinstance(value := window.telemetry.get(column), (int, float))
              and not isinstance(value, bool) else math.nan for column in CLOCK_COLUMNS}
@@ -117,6 +117,11 @@ def row_of(record: RunRecord, primary: str) -> TableRow:
 COLUMNS = tuple(f.name for f in fields(TableRow))
 
 
+def _numbers(values: Mapping[str, object], columns: Sequence[str]) -> dict[str, Any]:
+    """The float columns of plain values (NaN where absent), as TableRow keywords."""
+    return {column: _number(values.get(column)) for column in columns}
+
+
 def row_from(values: Mapping[str, object]) -> TableRow:
     """A row from plain values keyed by column (a test's or another tool's rows, classified or not); absent
     columns are empty."""
@@ -133,7 +138,7 @@ def row_from(values: Mapping[str, object]) -> TableRow:
         backend_evidence="" if _absent(evidence) else str(evidence),
         on_ac=None if _absent(on_ac := values.get("on_ac")) else bool(on_ac),
         retry_of=_optional_int(values.get("retry_of")), slot=None if _absent(slot := values.get("slot")) else str(slot),
-        **{column: _number(values.get(column)) for column in (*PRESSURE_COLUMNS, *CLOCK_COLUMNS)})
+        **_numbers(values, (*PRESSURE_COLUMNS, *CLOCK_COLUMNS)))
     return replace(measured, replaced=bool(values.get("replaced", False)),
                    missing_window=bool(values.get("missing_window", False)),
                    load_evidence=bool(values.get("load_evidence", False)),

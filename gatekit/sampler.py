@@ -110,8 +110,8 @@ class WindowSampler:
             load1=float(reading["load1"]),  # type: ignore[arg-type]
             load5=float(reading.get("load5", reading["load1"])),  # type: ignore[arg-type]
             load15=float(reading.get("load15", reading["load1"])),  # type: ignore[arg-type]
-            cpu_pct=reading.get("cpu_pct"),  # type: ignore[arg-type]
-            mem_pct=reading.get("mem_pct"),  # type: ignore[arg-type]
+            cpu_pct=reading.get("cpu_pct"),
+            mem_pct=reading.get("mem_pct"),
             on_ac=reading.get("on_ac"),  # type: ignore[arg-type]
             phase=phase,
             extra=dict(self.telemetry()) if self.telemetry is not None else {},

@@ -38,8 +38,8 @@ def signals_deferred() -> Iterator[None]:
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    caught: list[int] = []
-    previous = {sig: signal.signal(sig, lambda signum, frame: caught.append(signum))
+    caught: list[signal.Signals] = []
+    previous = {sig: signal.signal(sig, lambda signum, frame: caught.append(signal.Signals(signum)))
                 for sig in handled(DEFERRED_SIGNALS)}
     try:
         yield

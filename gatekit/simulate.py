@@ -490,8 +490,11 @@ def suite_cells(policies: Sequence[str], *, order: str | None = None,
                 versions: Mapping[str, Sequence[int]] | None = None) -> list[tuple[str, Scenario, int | None]]:
     """Every (policy, scenario as that policy runs it, design version) `run_suite` simulates, in its order: one
     list, so a caller that spreads the cells over processes runs exactly the suite's."""
-    return [(policy, replace(scenario, order=order, **({"n": suite_pairs(policy)} if runs_at_once(policy) else {})),
-             version)
+    def as_run(scenario: Scenario, policy: str) -> Scenario:
+        pairs: dict[str, Any] = {"n": suite_pairs(policy)} if runs_at_once(policy) else {}
+        return replace(scenario, order=order, **pairs)
+
+    return [(policy, as_run(scenario, policy), version)
             for scenario in SUITE for policy in policies
             for version in ((versions or {}).get(policy) or (None,))
             if (scenario.guard_drop is None or policy_for(policy).simulates_guard)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import dataclass
-from typing import Mapping, Sequence
+from typing import Iterable, Mapping, Sequence
 
 SLOT_ENV = "GATEKIT_SLOT"
 _SLOT = re.compile(r"(cuda|cpu):(.+)")
@@ -115,7 +115,7 @@ def unequal_gpus(statics: Mapping[str, Mapping[str, object]]) -> str:
     return f"{a} and {b} differ: {'; '.join(differ)}" if differ else ""
 
 
-def cpu_list(cores: Sequence[int]) -> str:
+def cpu_list(cores: Iterable[int]) -> str:
     """(5, 0, 1, 2) → '0-2,5', as taskset and /proc write CPU lists."""
     runs: list[list[int]] = []
     for core in sorted(cores):

@@ -80,7 +80,7 @@ def remove_stale_temp_files(folder: Path) -> list[Path]:
     last written before this process started and over a minute ago (a live writer's temp file is seconds
     old). Returns what it removed; a folder it cannot list or a file it cannot remove is left alone."""
     began = psutil.Process().create_time()  # wall-clock timestamps on both sides: a comparison, no duration
-    removed = []
+    removed: list[Path] = []
     try:
         entries = list(os.scandir(folder))
     except OSError:
@@ -359,7 +359,7 @@ class Journal:
 
     def record(self, event: EventT) -> EventT:
         """Write a typed event; returns it as a reader of the journal will see it."""
-        return type(event).from_dict(self.append(event.KIND, **event.to_dict()))  # type: ignore[no-any-return]
+        return type(event).from_dict(self.append(event.KIND, **event.to_dict()))
 
     def _failed(self, event: str, exc: OSError) -> OutputError:
         # a journal exists only inside a series, so a failed event is an output failure (exit 4), not usage

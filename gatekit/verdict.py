@@ -141,7 +141,7 @@ class Reason(str):
         reason.code = ReasonCode(code)
         return reason
 
-    def __getnewargs__(self) -> tuple[str, str]:  # pickled (a Ray worker's verdict) with its code
+    def __getnewargs__(self) -> tuple[str, str]:  # type: ignore[override]  # pickled (a Ray worker's verdict) with its code: str's takes the text alone
         return self.code.value, str(self)
 
 
@@ -245,7 +245,8 @@ class Verdict(Record):
 
     def __post_init__(self) -> None:
         if self.reasons and all(isinstance(reason, Reason) for reason in self.reasons):
-            object.__setattr__(self, "reason_codes", tuple(reason.code.value for reason in self.reasons))
+            object.__setattr__(self, "reason_codes", tuple(reason.code.value for reason in self.reasons
+                                                             if isinstance(reason, Reason)))
 
 
 def decide(*, delta_pct: float, threshold_pct: float, direction: str, primary: str,

@@ -160,7 +160,8 @@ def _verify_chain(series_dir: Path, journal_path: Path, genesis: Path | None = N
         if kind == "run_end":
             record = event.get("record")
             label = record.get("label") if isinstance(record, Mapping) else None
-            if not isinstance(label, str) or not label or "/" in label or label.startswith("."):
+            if not isinstance(record, Mapping) or not isinstance(label, str) or not label or "/" in label \
+                    or label.startswith("."):
                 raise VerificationError(f"{where}: has no usable record.label")
             run_ends[label] = (number, record)
         events.append((number, event))

@@ -9,7 +9,6 @@ import importlib.util
 import re
 import tomllib
 import typing
-from collections.abc import Mapping
 from pathlib import Path
 
 import click

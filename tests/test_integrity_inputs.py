@@ -295,8 +295,8 @@ def test_metric_keys_differing_only_in_lone_surrogates_stay_distinct() -> None:
     from gatekit.sanitize import safe_outcome
 
     outcome = safe_outcome(RunOutcome(exit_code=0, process_wallclock_s=1.0,
-                                      metrics={"loss\ud800": 1.0, "loss\ud801": 2.0, "ok": 3.0},
-                                      config={"k\udc80": 1, "k\udc81": 2}))
+                                      metrics={"loss\ud800": 1.0, "loss\ud801": 2.0, "ok": 3.0},  # noqa: F601 (distinct lone surrogates)
+                                      config={"k\udc80": 1, "k\udc81": 2}))  # noqa: F601 (distinct lone surrogates)
     assert outcome.metrics == {"loss\\ud800": 1.0, "loss\\ud801": 2.0, "ok": 3.0} and not outcome.error
     assert outcome.config == {"k\\udc80": 1, "k\\udc81": 2}
     json.dumps(outcome.metrics).encode("utf-8")

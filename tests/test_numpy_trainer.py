@@ -154,10 +154,10 @@ def test_stdout_lines_without_result_file(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     assert payload is None
     lines = proc.stdout.splitlines()
-    assert any(l.startswith("train elapsed: ") and l.endswith("s") for l in lines)
-    assert any(l.startswith("final loss: ") for l in lines)
-    assert any(l.startswith("psnr: ") and l.endswith(" dB") for l in lines)
-    float(next(l for l in lines if l.startswith("train elapsed: "))[15:-1])
+    assert any(line.startswith("train elapsed: ") and line.endswith("s") for line in lines)
+    assert any(line.startswith("final loss: ") for line in lines)
+    assert any(line.startswith("psnr: ") and line.endswith(" dB") for line in lines)
+    float(next(line for line in lines if line.startswith("train elapsed: "))[15:-1])
     # Start banner goes to stderr and echoes the effective config.
     assert "optimizer=host" in proc.stderr and "problem=image-fit" in proc.stderr
 

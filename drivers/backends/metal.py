@@ -230,7 +230,7 @@ class MetalBackend:
         self.require_ac = require_ac
         self.run = run
         self.gpu_power = gpu_power
-        self.uid = (euid or getattr(os, "geteuid", lambda: -1))()
+        self.uid = euid() if euid is not None else getattr(os, "geteuid", lambda: -1)()
         self.reads_gpu = gpu_power and self.uid == 0  # powermetrics answers root only
 
     @classmethod

@@ -299,11 +299,13 @@ def replay(folder: Path) -> BisectState:
                 if problem:
                     raise SeriesError(f"{path}: line {number}: bisect_{problem}")
             elif kind == ProbeStart.KIND:
+                assert start is not None  # refused above: no event comes before the bisect_start
                 probe = ProbeStart.from_dict(event)
                 _check_indices(probe.commit, probe.reference, start.n)
                 started[probe.key] = probe
                 folders[probe.key] = probe.folder
             elif kind == ProbeEnd.KIND:
+                assert start is not None  # refused above: no event comes before the bisect_start
                 end = ProbeEnd.from_dict(event)
                 _check_indices(end.commit, end.reference, start.n)
                 started.pop(end.key, None)

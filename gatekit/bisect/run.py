@@ -178,11 +178,11 @@ def arm_at_commits_toml(gate_text: str, arm: str, sides: Sequence[tuple[str, Com
     document = tomlkit.parse(gate_text)
     head = document["gate"]
     if "expect_diff" in head:
-        del head["expect_diff"]  # type: ignore[attr-defined]
+        del head["expect_diff"]
     arms_table = document.get("arms", {})
     if arm not in arms_table:
         raise ConfigError(f"arms: the gate file defines no arm '{arm}' (it defines: {', '.join(arms_table)})")
-    table = arms_table[arm].unwrap()  # type: ignore[union-attr]
+    table = arms_table[arm].unwrap()
     arms = tomlkit.table()
     for name, commit, worktree in sides:
         checkout = {"commit": commit.sha, "worktree": str(worktree)}
@@ -204,7 +204,7 @@ def probe_gate_toml(gate_text: str, arm: str, commits: tuple[tuple[Commit, Path]
                                                        (PROBE_ARM, probed, probed_tree)), subdir)
     head = document["gate"]
     if "policy" in head:
-        del head["policy"]  # type: ignore[attr-defined]
+        del head["policy"]
     head["n"] = pairs
     head["bisect_probe"] = True  # one run per arm allowed: the bisect's posterior decides, not this gate
     head["out"] = "findings"

@@ -122,9 +122,11 @@ def read_sample(path: Path) -> Sample:
     if isinstance(data, list) and len(data) == 2 and all(isinstance(v, list) for v in data):
         (iters, times), mode, form = data, "Linear", OLD_FORMAT  # before 0.3.3 every sample was linear
     elif isinstance(data, dict):
-        mode = data.get("sampling_mode")
-        if mode not in SAMPLING_MODES:
-            raise ConfigError(f"{path}: key 'sampling_mode' is {mode!r}, not one of {', '.join(SAMPLING_MODES)}")
+        sampling_mode = data.get("sampling_mode")
+        if sampling_mode not in SAMPLING_MODES:
+            raise ConfigError(f"{path}: key 'sampling_mode' is {sampling_mode!r}, not one of "
+                              f"{', '.join(SAMPLING_MODES)}")
+        mode = str(sampling_mode)
         iters, times = data.get("iters"), data.get("times")
     else:
         raise ConfigError(f"{path}: not a sample file Criterion writes (understood: {'; '.join(FORMATS)})")

@@ -213,7 +213,7 @@ def huber_arrays(d: np.ndarray, sigma: np.ndarray) -> tuple[np.ndarray, np.ndarr
     safe = np.where(ok & (det > 0), det, np.nan)
     nan = np.float64(math.nan)
     shape = d.shape[:-1]
-    return tuple(np.where(ok, x, nan).reshape(shape) for x in (  # type: ignore[return-value]
+    return tuple(np.where(ok, x, nan).reshape(shape) for x in (
         delta, np.sqrt(variance * sum_ss / safe), slot, np.sqrt(variance * n / safe)))
 
 
@@ -521,7 +521,7 @@ def _reasons(info: DuetInfo, estimate: DuetEstimate, primary: str, design: DuetD
     lines.append(Reason(ReasonCode.DUET_SLOT_EFFECT, f"slot effect{slot_names}: {info.slot_effect_pct:+.4f} %, "
                         f"{100 * INTERVAL_LEVEL:g} % interval [{info.slot_ci_low_pct:+.4f} %, "
                         f"{info.slot_ci_high_pct:+.4f} %] — estimated from the swap and removed from Δ"))
-    if info.primary == "inconclusive":
+    if info.primary == "inconclusive" and info.ci_high_pct is not None and info.ci_low_pct is not None:
         half_width = (info.ci_high_pct - info.ci_low_pct) / 2
         lines.insert(0, too_noisy_reason(half_width, basis="half the width of its interval"))
     lines += [guard_reason(guard, f"{100 * GUARD_LEVEL:g} % bound") for guard in info.guards.values()]

@@ -714,9 +714,10 @@ def decide(classified: RunTable, guard_values: Mapping[str, Mapping[str, float]]
             if off_arm in by_arm and on_arm in by_arm:
                 primary_pairs.append((by_arm[off_arm].value, by_arm[on_arm].value))
             for metric, by_label in guard_values.items():
-                values = {arm: by_label.get(r.label) for arm, r in by_arm.items()}
-                if values.get(off_arm) is not None and values.get(on_arm) is not None:
-                    pairs.setdefault(metric, []).append((values[off_arm], values[on_arm]))
+                off_value = by_label.get(by_arm[off_arm].label) if off_arm in by_arm else None
+                on_value = by_label.get(by_arm[on_arm].label) if on_arm in by_arm else None
+                if off_value is not None and on_value is not None:
+                    pairs.setdefault(metric, []).append((off_value, on_value))
         look, t, stopped, states = _look(number, primary_pairs, pairs, guard_specs, floor_pct=floor_pct,
                                          direction=direction, design=design)
         looks.append(look)

@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Any
+from typing import Any, TypeGuard
 
 from gatekit.finding import Finding, Section, Stats
 from gatekit.verdict import Decision, Verdict
 
 
-def is_number(value: Any) -> bool:
+def is_number(value: Any) -> TypeGuard[float]:
+    """A finite int or float (not a bool): what a figure or a table can show as a number."""
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
@@ -87,7 +88,7 @@ def delta_ci(stats: Stats) -> tuple[float, float, str] | None:
     if not (is_number(low) and is_number(high)):
         return None
     label = f"{level * 100 if level <= 1 else level:g} % CI" if is_number(level) else "CI"
-    return float(low), float(high), label  # type: ignore[arg-type]
+    return float(low), float(high), label
 
 
 def runs_per_arm(finding: Finding) -> str:

@@ -107,7 +107,7 @@ def delta_figure(finding: Finding) -> FigureImage | None:
         ax.rect(-threshold, threshold, y - 0.32, y + 0.32, "#9ca3af", alpha=0.25)
         ax.points([(row_delta, y)], DECISION_COLORS[row.decision.severity], radius=5.0 if y == positions[0] else 3.8)
         ax.text(row_delta, y, f"{row_delta:+.2f} %", dy=10, anchor="middle")
-    if ci is not None:
+    if ci is not None and delta is not None:  # (a CI is drawn only beside a Δ)
         low, high, label = ci
         ax.xerror(positions[0], min(low, delta), max(high, delta), "#111827")
         ax.add_legend(f"{label} of Δ [{low:+.2f}, {high:+.2f}] %", "errorbar", "#111827")

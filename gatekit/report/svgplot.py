@@ -213,7 +213,7 @@ class Axes:
 
         out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{num(self.width)}" height="{num(self.height)}" '
                f'viewBox="0 0 {num(self.width)} {num(self.height)}" font-family="{FONT}" fill="{TEXT}">',
-               f'<rect width="100%" height="100%" fill="#fff"/>']
+               '<rect width="100%" height="100%" fill="#fff"/>']
         if any(m.kind == "rect" and m.data["hatch"] for m in self.marks):
             out.append(f'<defs><pattern id="{self.ids}hatch" width="6" height="6" patternUnits="userSpaceOnUse">'
                        '<path d="M0,6L6,0M-1,1L1,-1M5,7L7,5" stroke="#000" stroke-width="0.8"/></pattern></defs>')

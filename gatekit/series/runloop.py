@@ -312,7 +312,8 @@ def run_line(record: RunRecord, primary: str, series_dir: Path | None = None) ->
                else RunFolder(Path(record.label)).stderr)
         return f"      {record.label} FAILED: {failure} (see {log})"
     value = record.value_of(primary)
-    return (f"      {record.label} {primary} = {number_text(value)}, wallclock "
+    shown = number_text(value) if value is not None else "missing"  # (a run without its primary failed above)
+    return (f"      {record.label} {primary} = {shown}, wallclock "
             f"{record.outcome.process_wallclock_s:.2f} s, "
             f"load1 mean {record.window.load1_mean or 0:.2f} over {record.window.samples} samples"
             + "".join(f"; evidence: {line}" for line in record.window.evidence))
