@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, Callable, TypeVar
 import click
 
 from gatekit import __version__
+from gatekit.bisect.commits import BUILD_TIMEOUT_S
 from gatekit.config import DEFAULT_MAX_THRESHOLD_PCT, EXPORT_FORMATS, ORDERS, GateConfig, ThresholdSpec, load_gate
 from gatekit.distribution import install_hint
 from gatekit.driver import (BACKEND_GROUP, DRIVER_GROUP, installed_backends, installed_drivers, load_backend,
@@ -795,6 +796,10 @@ def campaign_cmd(campaign_file: Path, engine: str, address: str | None, max_para
 @click.option("--build", "build_command",
               help="Run in each probed commit's worktree before its runs (split into words, no shell: "
                    "sh -c '...' for shell syntax); exit 125 skips the commit, another failure skips it and says so.")
+@click.option("--build-timeout", "build_timeout_s", type=click.FloatRange(min=0, min_open=True, max=1e9),
+              default=BUILD_TIMEOUT_S, show_default=True,
+              help="Seconds a build may take; one still running then is stopped with everything it started, and "
+                   "its commit skipped as a failed build.")
 @click.option("--engine", type=click.Choice(ENGINES), default="local", show_default=True,
               help=f"local: probes as gate processes on this host; ray: each probe a Ray task ({install_hint('ray')}).")
 @ray_address_option
@@ -817,7 +822,7 @@ def campaign_cmd(campaign_file: Path, engine: str, address: str | None, max_para
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON on stdout.")
 @click.option("--fail-on", type=click.Choice(["culprit"]), help="Exit 1 when a culprit is named (CI).")
 def bisect_cmd(good: str | None, bad: str | None, gate_path: Path, arm: str | None, build_command: str | None,
-               engine: str, address: str | None, max_parallel: int | None, gpus: int | None, budget: int,
+               build_timeout_s: float, engine: str, address: str | None, max_parallel: int | None, gpus: int | None, budget: int,
                confidence: float, pairs_per_probe: int | None, resume: Path | None, out: Path | None, as_json: bool,
                fail_on: str | None) -> None:
     """Find the commit between GOOD and BAD that changed the gate's primary metric (docs/bisect.md).
@@ -831,7 +836,8 @@ def bisect_cmd(good: str | None, bad: str | None, gate_path: Path, arm: str | No
 
         if resume is not None and (good or bad):
             raise ConfigError("--resume DIR continues a bisect; drop GOOD and BAD")
-        options = BisectOptions(gate_path=gate_path, arm=arm, build=build_command, engine=engine, address=address,
+        options = BisectOptions(gate_path=gate_path, arm=arm, build=build_command, build_timeout_s=build_timeout_s,
+                                engine=engine, address=address,
                                 max_parallel=max_parallel, budget=budget, confidence=confidence, resume=resume,
                                 out=out, gpus=gpus, pairs_per_probe=pairs_per_probe)
         return run_bisect(good, bad, options, report=_progress)

@@ -32,7 +32,7 @@ from typing import Callable, Iterator, Sequence
 
 import tomlkit
 
-from gatekit.bisect.commits import BuildResult, BuildStatus, Commit, add_worktree, build, commit_range, git, \
+from gatekit.bisect.commits import BUILD_TIMEOUT_S, BuildResult, BuildStatus, Commit, add_worktree, build, commit_range, git, \
     remove_worktree
 from gatekit.bisect.records import (BISECT_FINDING, BISECT_JOURNAL, BISECT_PLAN, BisectInterrupted, BisectResume,
                                     BisectStart, BisectState, BisectStop, MeasuredPair, ProbeEnd, ProbeStart, ProbeStatus, plan_toml,
@@ -75,6 +75,7 @@ class BisectOptions:
     out: Path | None = None
     gpus: int | None = None  # per probe; None: one where this host has GPUs, else none
     pairs_per_probe: int | None = None  # None: PROBE_PAIRS (a resumed bisect: its plan's)
+    build_timeout_s: float = BUILD_TIMEOUT_S  # a build still running then failed (and is stopped)
 
 
 @dataclass(frozen=True, slots=True)
@@ -189,6 +190,13 @@ def probe_gate_toml(gate_text: str, arm: str, commits: tuple[tuple[str, Path], t
     return tomlkit.dumps(document)
 
 
+def build_failure(result: BuildResult, timeout_s: float) -> str:
+    """Why a build failed, in words: its exit code, or that it did not finish."""
+    if result.timed_out:
+        return f"did not finish within --build-timeout {timeout_s:g} s"
+    return f"exit {result.exit_code}" if result.exit_code is not None else "could not be started"
+
+
 def gate_subdir(gate_path: Path, repo: Path) -> str:
     """The gate file's folder relative to the repository ('' when the file lies outside it): where its relative
     paths resolve inside each worktree."""
@@ -242,12 +250,11 @@ class Bisect:
         if self.start.build is not None:
             self.report(f"bisect: building {commit.sha[:12]} ({index}/{self.start.n}): {shlex.join(self.start.build)}")
         log = probe_dir / f"build-{_label(index, commit)}.log"
-        result = build(self.start.build, self.worktree(index), log)
+        result = build(self.start.build, self.worktree(index), log, timeout_s=self.options.build_timeout_s)
         self.builds[index] = result
         if result.status is not BuildStatus.BUILT:
             words = "exit 125: skipped" if result.status is BuildStatus.SKIPPED else (
-                f"failed ({'exit ' + str(result.exit_code) if result.exit_code is not None else 'did not finish'}): "
-                "skipped")
+                f"failed ({build_failure(result, self.options.build_timeout_s)}): skipped")
             self.report(f"bisect: build of {commit.sha[:12]} {words}; its log: {log}")
         return result, True
 
@@ -271,7 +278,9 @@ class Bisect:
             if result.status is not BuildStatus.BUILT:
                 status = ProbeStatus.SKIPPED if result.status is BuildStatus.SKIPPED else ProbeStatus.BUILD_FAILED
                 words = "exited 125 (cannot be tested)" if status is ProbeStatus.SKIPPED else "failed"
-                ends.append(self._end(spec, status, (), f"the build {words} (exit {result.exit_code})", build_now))
+                why = f"exit {result.exit_code}" if not result.timed_out else build_failure(
+                    result, self.options.build_timeout_s)
+                ends.append(self._end(spec, status, (), f"the build {words} ({why})", build_now))
                 self._report_end(ends[-1])
                 continue
             if reference.status is not BuildStatus.BUILT:
@@ -471,6 +480,8 @@ def _check_engine(options: BisectOptions) -> None:
         raise ConfigError("--address joins a Ray cluster; use it with --engine ray")
     if options.engine == "local":  # each probe at once needs a core set of its own
         core_sets(sorted(os.sched_getaffinity(0)), options.max_parallel or 1)
+    if not 0 < options.build_timeout_s < math.inf:  # checked here: a resumed bisect takes it anew too
+        raise ConfigError(f"--build-timeout: must be a positive number of seconds, got {options.build_timeout_s:g}")
 
 
 def _check_options(options: BisectOptions, config: GateConfig) -> str:
