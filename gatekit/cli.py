@@ -18,8 +18,8 @@ from gatekit.distribution import install_hint
 from gatekit.driver import (BACKEND_GROUP, DRIVER_GROUP, installed_backends, installed_drivers, load_backend,
                             make_backend, make_driver)
 from gatekit.engines import ENGINES
-from gatekit.errors import (EXIT_FAIL_ON, EXIT_INVALID, ConfigError, DriverError, GatekitError, OutputError,
-                            SeriesInterrupted)
+from gatekit.errors import (EXIT_FAIL_ON, EXIT_INVALID, MACHINE_ERRNOS, ConfigError, DriverError, GatekitError,
+                            OutputError, SeriesInterrupted, write_failed)
 from gatekit.policies.descriptors import (DEFAULT_POLICY, INTERLEAVED, describe, gate_policies, policies_of_mode,
                                           simulation_policies, suite_policies)
 from gatekit.preflight import run_checks
@@ -78,6 +78,11 @@ def _call(work: Callable[[], T]) -> T:
         return work()
     except GatekitError as error:
         raise GateError(error) from None
+    except OSError as error:  # a write no layer named: files are written atomically, journals whole, so what
+        if error.errno not in MACHINE_ERRNOS:  # was written stands; any other OSError is a bug: its traceback
+            raise
+        raise GateError(write_failed(error, "what was written before is whole — free space or fix permissions, "
+                                            "then run the command again (a series or bisect: with --resume)")) from None
     except KeyboardInterrupt:  # before a series exists (preflight, preregistration): nothing to resume
         raise GateError(SeriesInterrupted("interrupted before any run started; nothing to resume")) from None
 
@@ -161,8 +166,9 @@ def main() -> None:
       gate run off on --n 3        run the interleaved series and decide
       gate analyze runs/<series>   recompute a finding offline
     Exit codes: 0 decided, 1 a --fail-on condition met, 2 usage or config error (nothing ran),
-    3 series invalid or evidence that does not verify, 4 runs happened but a file could not be written
-    (resume with --resume DIR), 130 interrupted (resume with --resume DIR).
+    3 series invalid or evidence that does not verify, 4 a file could not be written (a full, read-only
+    or unwritable disk; resume with --resume DIR, or run the command again when nothing ran), 130
+    interrupted (resume with --resume DIR).
     """
 
 

@@ -43,7 +43,8 @@ from gatekit.config import GateConfig, load_gate
 from gatekit.contract import ENV_BISECT
 from gatekit.engines import ENGINES, GateOutcome, GateStatus, GateTask, Pinning, core_sets, outcome_of, run_local, \
     run_ray, series_dirs, visible_gpus
-from gatekit.errors import EXIT_FAIL_ON, EXIT_INVALID, ConfigError, GatekitError, SeriesError, SeriesInterrupted
+from gatekit.errors import (EXIT_FAIL_ON, EXIT_INVALID, ConfigError, GatekitError, OutputError, SeriesError,
+                            SeriesInterrupted, write_failed)
 from gatekit.policies.descriptors import DUET_MODE
 from gatekit.series.runloop import now
 from gatekit.signals import interrupt_on_sigterm, signals_deferred
@@ -315,7 +316,7 @@ class Bisect:
         def finished(outcome: GateOutcome) -> None:
             outcomes[outcome.key] = outcome
             spec, _, build_now = tasks[outcome.key]
-            if outcome.status is GateStatus.INTERRUPTED:
+            if outcome.status is GateStatus.INTERRUPTED:  # a signal, or its files could not be written (exit 4)
                 return  # journaled on resume, when it is run again
             end = self._finished_probe(spec, outcome, build_now)
             ends.append(end)
@@ -328,6 +329,13 @@ class Bisect:
             else:
                 run_local([t for _, t, _ in tasks.values()], max_parallel=min(self._parallel(), len(tasks)),
                           cores=self.cores, gpus=self.gpus, started=started, finished=finished)
+        unwritten = [o for o in outcomes.values() if o.exit_code == OutputError.exit_code and
+                     o.status is not GateStatus.FINISHED]
+        if unwritten:  # the machine's fault, not the commit's: left unfinished, the probe runs again on resume
+            said = unwritten[0].detail.removeprefix("gate: error: ")
+            raise OutputError(f"probe {unwritten[0].key}: its gate could not write its files{': ' + said if said else ''}"
+                              f"; every finished probe is "
+                              f"journaled — free space or fix permissions, then: gate bisect --resume {self.folder}")
         if any(o.status is GateStatus.INTERRUPTED for o in outcomes.values()) or len(outcomes) < len(tasks):
             raise SeriesInterrupted(f"interrupted during round {specs[0].round}; resume with: gate bisect --resume "
                                     f"{self.folder}")
@@ -581,7 +589,7 @@ def run_bisect(good: str | None, bad: str | None, options: BisectOptions, *, cwd
             pairs_per_probe=options.pairs_per_probe or PROBE_PAIRS, started=started.isoformat(timespec="seconds"), host=socket.gethostname(),
             repo=str(repo), address=options.address or "")
         folder.mkdir(parents=True, exist_ok=True)
-    journal = Journal(folder / BISECT_JOURNAL, genesis=folder / BISECT_PLAN)
+    journal = Journal(folder / BISECT_JOURNAL, genesis=folder / BISECT_PLAN, resume=f"gate bisect --resume {folder}")
     with _bisect_lock(folder), interrupt_on_sigterm():
         if state is None:
             atomic_write_bytes(folder / GATE_COPY, gate_bytes)
@@ -597,6 +605,9 @@ def run_bisect(good: str | None, bad: str | None, options: BisectOptions, *, cwd
         bisect = Bisect(folder, start, config, gate_bytes.decode("utf-8"), repo, options, journal, state, report)
         try:
             result = _run(bisect, state)
+        except OSError as exc:  # the bisect's own files (a probe's folder, build log, gate file, gate log)
+            raise write_failed(exc, f"every finished probe is journaled and the unfinished one runs again — free "
+                                    f"space or fix permissions, then: gate bisect --resume {folder}") from None
         except (KeyboardInterrupt, SeriesInterrupted) as exc:
             message = str(exc) if isinstance(exc, SeriesInterrupted) else \
                 f"interrupted; resume with: gate bisect --resume {folder}"
@@ -607,7 +618,11 @@ def run_bisect(good: str | None, bad: str | None, options: BisectOptions, *, cwd
         journal.record(BisectStop(result.outcome, result.culprit, result.probabilities, result.credible,
                                   result.runs, result.rounds, result.exit_code(), now().isoformat(timespec="seconds")))
         bisect.remove_worktrees()
-    return replace(result, finding_paths=write_finding(folder))
+    try:
+        return replace(result, finding_paths=write_finding(folder))
+    except OSError as exc:
+        raise write_failed(exc, f"the bisect is journaled as stopped — free space or fix permissions, then write its "
+                                f"finding with: gate bisect --resume {folder}") from None
 
 
 def _run(bisect: Bisect, state: BisectState | None) -> BisectResult:

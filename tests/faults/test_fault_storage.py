@@ -173,3 +173,27 @@ def test_files_gatekit_owns_are_never_opened_through_a_planted_link(tmp_path: Pa
     os.mkfifo(journal)
     with pytest.raises(SeriesError, match=f"{journal}: cannot be read: is not a regular file"):
         list(Journal(journal).events())
+
+
+@needs_namespace
+@pytest.mark.parametrize("mount, why", [("-o ro", "Read-only file system"),
+                                        ("-o size=8k", "No space left on device")], ids=["read-only", "full"])
+def test_a_runs_folder_that_cannot_be_written_before_any_run_exits_4_then_runs_again(tmp_path: Path, mount: str,
+                                                                                     why: str) -> None:
+    """A read-only or full runs folder at the start (the lock, the series folder, the predecision): one line naming
+    the file, exit 4 (a failure to write, never a traceback or a usage error), nothing ran; the same command runs the
+    series once the folder can be written."""
+    g = fault_gate(tmp_path / "g")
+    (g.root / "runs").mkdir()
+    done = in_mount_namespace(
+        f"mount -t tmpfs {mount} tmpfs runs && $GATE run off on >out.txt 2>err.txt; echo $? >rc.txt", cwd=g.root)
+    assert done.returncode == 0, done.stderr
+    code, stderr = int((g.root / "rc.txt").read_text()), (g.root / "err.txt").read_text()
+    assert code == 4, stderr
+    assert "Traceback" not in stderr
+    (line,) = [line for line in stderr.splitlines() if line.startswith("gate: error: ")]
+    assert str(g.root / "runs") in line and why in line and "run the command again" in line.replace("same ", "")
+    assert g.order() == []  # nothing ran
+    again = gate_invoke("run", "off", "on", cwd=g.root)
+    assert again.returncode == 0, again.stderr
+    assert g.finding()["verdict"]["decision"] == "adopted"
