@@ -768,8 +768,9 @@ def campaign_cmd(campaign_file: Path, engine: str, address: str | None, max_para
                  resume: Path | None, fail_on: str | None, ci: CiOutputs) -> None:
     """Run every gate of a campaign file; write each finding, one summary of all gates and the findings site.
 
-    Exit 3 if any gate is invalid (or could not run), else 130 if any is interrupted (resume with --resume
-    DIR), else 1 if a --fail-on condition is met by any gate, else 0.
+    Exit 3 if any gate is invalid (or could not run), else 4 if a file could not be written (a full or
+    read-only disk), else 130 if any is interrupted (resume either with --resume DIR), else 1 if a --fail-on
+    condition is met by any gate, else 0.
     """
     def work():  # type: ignore[no-untyped-def]
         from gatekit.campaign import CampaignOptions, load_campaign, run_campaign

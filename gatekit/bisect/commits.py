@@ -116,7 +116,7 @@ def build(command: Sequence[str] | str | None, worktree: Path, log_path: Path, *
         raise ConfigError("--build: the build command is empty")
     log_path.parent.mkdir(parents=True, exist_ok=True)
     timed_out = False
-    with log_path.open("wb") as log, child_subreaper() as reaper:
+    with log_path.open("wb", buffering=0) as log, child_subreaper() as reaper:  # unbuffered: the child writes too
         try:
             process = subprocess.Popen(argv, cwd=worktree, stdin=subprocess.DEVNULL, stdout=log,
                                        stderr=subprocess.STDOUT, start_new_session=True)

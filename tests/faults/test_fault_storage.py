@@ -197,3 +197,36 @@ def test_a_runs_folder_that_cannot_be_written_before_any_run_exits_4_then_runs_a
     again = gate_invoke("run", "off", "on", cwd=g.root)
     assert again.returncode == 0, again.stderr
     assert g.finding()["verdict"]["decision"] == "adopted"
+
+
+@needs_namespace
+@pytest.mark.parametrize("size", ["4k", "8k", "12k", "48k"])
+def test_a_campaign_on_a_full_disk_exits_4_and_resumes_once_space_is_freed(tmp_path: Path, size: str) -> None:
+    """The campaign folder's disk is full (a tmpfs of `size`: full at its lock, its journal's first event, a gate's
+    log, or inside the gate's series): one line naming the file, exit 4, never a traceback; once the disk has room,
+    the command it names — run again when nothing ran, else --resume — finishes the campaign."""
+    from tests.test_campaign import FAST, make_campaign
+
+    path = make_campaign(tmp_path, [("alpha", {"elapsed": FAST})])
+    (tmp_path / "runs").mkdir()
+    script = f"""
+mount -t tmpfs -o size={size} tmpfs runs
+$GATE campaign campaign.toml >out1.txt 2>err1.txt; echo $? >rc1.txt
+mount -o remount,size=64m runs
+if grep -q -- '--resume' err1.txt; then
+    $GATE campaign campaign.toml --resume "$(ls -d runs/*/ | tail -1)" >out2.txt 2>err2.txt; echo $? >rc2.txt
+else
+    $GATE campaign campaign.toml >out2.txt 2>err2.txt; echo $? >rc2.txt
+fi
+"""
+    done = in_mount_namespace(script, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    read = lambda name: (tmp_path / name).read_text()  # noqa: E731
+    assert read("rc1.txt").strip() == "4", read("err1.txt")
+    assert "Traceback" not in read("err1.txt")
+    (line,) = [line for line in read("err1.txt").splitlines() if line.startswith("gate: error: ")] or [
+        line for line in read("err1.txt").splitlines() if "No space left on device" in line][:1]
+    assert "No space left on device" in line and str(tmp_path / "runs") in line
+    assert read("rc2.txt").strip() == "0", read("err2.txt")
+    assert "01-alpha-off-on: adopted" in read("out2.txt")
+    assert path.is_file()
