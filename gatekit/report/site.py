@@ -263,7 +263,11 @@ def _in_workers(work: Callable[[Item], Done], items: Sequence[Item], jobs: int) 
         return [work(item) for item in items]
     from concurrent.futures import ProcessPoolExecutor
 
-    with ProcessPoolExecutor(max_workers=min(jobs, len(items))) as pool:
+    try:
+        pool = ProcessPoolExecutor(max_workers=min(jobs, len(items)))
+    except OSError:  # no room for the pool's semaphores (a full /dev/shm, e.g. a trainer's leftovers): here, in turn
+        return [work(item) for item in items]
+    with pool:
         return list(pool.map(work, items, chunksize=max(1, min(16, len(items) // (4 * jobs)))))
 
 

@@ -230,3 +230,30 @@ fi
     assert read("rc2.txt").strip() == "0", read("err2.txt")
     assert "01-alpha-off-on: adopted" in read("out2.txt")
     assert path.is_file()
+
+
+@needs_namespace
+def test_gate_site_with_a_full_dev_shm_draws_its_pages_without_workers(tmp_path: Path) -> None:
+    """/dev/shm full (a trainer's leftovers): the worker pool cannot get its semaphores, so `gate site --jobs 2`
+    draws the pages in its own process instead — exit 0 and the same files as a one-process build, no traceback."""
+    root = Path(__file__).parents[2] / "findings"
+    (tmp_path / "findings").mkdir()
+    names = ["demo-resident-adam-2026-11-30", "image-precision-2026-11-30", "resident-graph-2026-11-30"]
+    for name in names:
+        for suffix in (".json", ".toml"):
+            shutil.copyfile(root / f"{name}{suffix}", tmp_path / "findings" / f"{name}{suffix}")
+    script = """
+mount -t tmpfs -o size=4k tmpfs /dev/shm
+head -c 4096 /dev/zero >/dev/shm/leftover
+$GATE site findings --out full-shm --jobs 2 >out.txt 2>err.txt; echo $? >rc.txt
+"""
+    done = in_mount_namespace(script, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "rc.txt").read_text().strip() == "0", (tmp_path / "err.txt").read_text()
+    assert "Traceback" not in (tmp_path / "err.txt").read_text()
+    alone = gate_invoke("site", "findings", "--out", "one-process", "--jobs", "1", cwd=tmp_path)
+    assert alone.returncode == 0, alone.stderr
+    files = lambda site: sorted(p.relative_to(site).as_posix() for p in site.rglob("*") if p.is_file())  # noqa: E731
+    assert files(tmp_path / "full-shm") == files(tmp_path / "one-process")
+    index = (tmp_path / "full-shm" / "index.html").read_text()
+    assert all(name in index for name in names)
