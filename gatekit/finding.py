@@ -12,8 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
-import tomlkit
-
+from gatekit import tomltext
 from gatekit.config import GuardSpec, RulesSpec
 from gatekit.errors import FindingError, RunFileError
 from gatekit.policies.descriptors import DEFAULT_POLICY
@@ -403,7 +402,7 @@ class Finding(Record):
         return json.dumps(self.to_dict(), indent=2, ensure_ascii=False, allow_nan=False) + "\n"
 
     def to_toml(self) -> str:
-        return tomlkit.dumps(self.to_dict())
+        return tomltext.dumps(self.to_dict())
 
 
 def plain(value: Any) -> Any:

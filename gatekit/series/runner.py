@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
-import tomlkit
+import tomllib
 
 from gatekit import rules
 from gatekit.analysis import analyze, assess, classify
@@ -173,7 +173,7 @@ class SeriesRunner:
             what = str(exc).split("; every earlier event")[0]
             raise OutputError(f"{what}; {NOTHING_RAN}") from None
         self.report(f"preregistered {SeriesLayout(series_dir).predecision} (sha256 {predecision_sha[:12]}…)")
-        return JournalState(start=start), tomlkit.parse(text).unwrap()
+        return JournalState(start=start), tomllib.loads(text)
 
     def _backend_registration(self) -> dict[str, Any]:
         """The backend as preregistered: its name, what the gate file asked for, options, evidence rules."""
