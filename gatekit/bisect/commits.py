@@ -6,12 +6,13 @@ from __future__ import annotations
 
 import enum
 import shlex
+import shutil
 import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
 
-from gatekit.errors import ConfigError, GatekitError
+from gatekit.errors import ConfigError, GatekitError, OutputError
 from gatekit.processes import child_subreaper, escaped_evidence, stop_command_tree
 from gatekit.records import Record
 from gatekit.signals import signals_deferred
@@ -87,8 +88,14 @@ def add_worktree(repo: Path, sha: str, path: Path) -> Path:
         if git(path, "rev-parse", "HEAD") == sha:
             return path
         raise GatekitError(f"{path}: a worktree of another commit is there; remove it or bisect into a new --out")
+    if path.is_dir():  # a checkout cut off part-way (a full disk, a kill): gatekit's own folder, made again
+        shutil.rmtree(path)
+        git(repo, "worktree", "prune")
     path.parent.mkdir(parents=True, exist_ok=True)
-    git(repo, "worktree", "add", "--detach", "--force", str(path), sha)
+    try:
+        git(repo, "worktree", "add", "--detach", "--force", str(path), sha)
+    except GatekitError as exc:  # the commit was resolved before: what fails here is the disk (full, read-only)
+        raise OutputError(f"{path}: the worktree of {sha[:12]} cannot be checked out: {exc}") from None
     return path
 
 

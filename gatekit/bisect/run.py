@@ -52,6 +52,7 @@ from gatekit.provenance import sha256_file
 from gatekit.storage import Journal, SeriesLayout, atomic_write_bytes, atomic_write_text, pid_lock, read_input
 
 GATE_COPY = "gate.toml"  # the gate file as the bisect read it
+NOTHING_RAN = "nothing ran — free space or fix permissions, then start the bisect again"
 REFERENCE_ARM = "reference"
 PROBE_ARM = "probe"
 # the probe gate's decisions that say its two commits differ (a guard failure is a change of the primary too)
@@ -592,9 +593,14 @@ def run_bisect(good: str | None, bad: str | None, options: BisectOptions, *, cwd
     journal = Journal(folder / BISECT_JOURNAL, genesis=folder / BISECT_PLAN, resume=f"gate bisect --resume {folder}")
     with _bisect_lock(folder), interrupt_on_sigterm():
         if state is None:
-            atomic_write_bytes(folder / GATE_COPY, gate_bytes)
-            atomic_write_text(folder / BISECT_PLAN, plan_toml(start))  # the preregistration, before any run
-            start = journal.record(start)
+            try:  # a full or read-only disk before the journal's first line: nothing to resume, nothing ran
+                atomic_write_bytes(folder / GATE_COPY, gate_bytes)
+                atomic_write_text(folder / BISECT_PLAN, plan_toml(start))  # the preregistration, before any run
+                start = journal.record(start)
+            except OSError as exc:
+                raise write_failed(exc, NOTHING_RAN) from None
+            except OutputError as exc:
+                raise OutputError(f"{str(exc).split('; every earlier event')[0]}; {NOTHING_RAN}") from None
             report(f"bisect: {len(start.commits) - 1} commit(s) after GOOD {start.good.sha[:12]} up to BAD "
                    f"{start.bad.sha[:12]}; preregistered {folder / BISECT_PLAN}")
         else:
@@ -608,6 +614,11 @@ def run_bisect(good: str | None, bad: str | None, options: BisectOptions, *, cwd
         except OSError as exc:  # the bisect's own files (a probe's folder, build log, gate file, gate log)
             raise write_failed(exc, f"every finished probe is journaled and the unfinished one runs again — free "
                                     f"space or fix permissions, then: gate bisect --resume {folder}") from None
+        except OutputError as exc:  # a worktree that could not be checked out, a journal line not written
+            if "--resume" in str(exc):
+                raise
+            raise OutputError(f"{exc}; every finished probe is journaled and the unfinished one runs again — free "
+                              f"space or fix permissions, then: gate bisect --resume {folder}") from None
         except (KeyboardInterrupt, SeriesInterrupted) as exc:
             message = str(exc) if isinstance(exc, SeriesInterrupted) else \
                 f"interrupted; resume with: gate bisect --resume {folder}"

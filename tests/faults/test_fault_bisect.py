@@ -19,7 +19,7 @@ from gatekit.bisect.records import ProbeStatus, replay
 from gatekit.bisect.search import Outcome
 from gatekit.bisect.verify import verify_bisect
 from tests.conftest import write_toml
-from tests.faults.faultkit import DEADLINE_S, mount_namespace_available
+from tests.faults.faultkit import DEADLINE_S, in_mount_namespace, mount_namespace_available
 from tests.test_bisect_run import BUILD, TRAINER, _git, busy_pattern
 
 HERE = Path(__file__).parent
@@ -85,3 +85,38 @@ def test_a_full_disk_during_a_probe_leaves_it_unfinished_exit_4_and_resume_names
     assert ends and all(e.status is ProbeStatus.MEASURED for e in ends)  # never journaled invalid
     assert state.resumes  # the probe that met the full disk ran again after the resume
     verify_bisect(out)
+
+
+@needs_namespace
+@pytest.mark.parametrize("size", ["4k", "16k"])
+def test_a_bisect_folder_on_a_full_disk_exits_4_and_goes_on_once_space_is_freed(tmp_path: Path, size: str) -> None:
+    """The bisect folder's own disk is full (a tmpfs of `size`: full before the journal's first line, or at a
+    commit's worktree): one line naming the file, exit 4, never a traceback or a usage error; once there is room,
+    the command it names (the bisect again when nothing ran, else --resume) names the culprit."""
+    repo = tmp_path / "repo"
+    shas = small_repo(repo)
+    (tmp_path / "disk").mkdir()
+    out = tmp_path / "disk" / "bisect"
+    build = f"{sys.executable} build.py"
+    script = f"""
+mount -t tmpfs -o size={size} tmpfs {tmp_path / "disk"}
+$GATE bisect {shas[0]} {shas[-1]} --build '{build}' --out {out} >out1.txt 2>err1.txt; echo $? >rc1.txt
+mount -o remount,size=64m {tmp_path / "disk"}
+if grep -q -- '--resume' err1.txt; then
+    $GATE bisect --resume {out} >out2.txt 2>err2.txt; echo $? >rc2.txt
+else
+    rm -rf {out}; git worktree prune
+    $GATE bisect {shas[0]} {shas[-1]} --build '{build}' --out {out} >out2.txt 2>err2.txt; echo $? >rc2.txt
+fi
+cp -a {out} {tmp_path / "kept"}
+"""
+    done = in_mount_namespace(script, cwd=repo)
+    assert done.returncode == 0, done.stderr
+    read = lambda name: (repo / name).read_text()  # noqa: E731
+    assert read("rc1.txt").strip() == "4", read("err1.txt")
+    assert "Traceback" not in read("err1.txt")
+    (line,) = [line for line in read("err1.txt").splitlines() if line.startswith("gate: error: ")]
+    assert "No space left on device" in line and str(out) in line
+    assert read("rc2.txt").strip() == "0", read("err2.txt")
+    state = replay(tmp_path / "kept")
+    assert state.stop is not None and state.stop.outcome is Outcome.CULPRIT and state.stop.culprit == CULPRIT
