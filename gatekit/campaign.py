@@ -35,8 +35,8 @@ from typing import TYPE_CHECKING, Any, Callable, ClassVar, Iterable, Iterator, M
 from gatekit.config import load_gate, load_toml, name_problem, resolve_path
 from gatekit.engines import (ENGINES, GateOutcome, GateStatus, GateTask, Pinning, core_sets, finished_series,
                              outcome_of, run_local, run_ray, visible_gpus)
-from gatekit.errors import (EXIT_FAIL_ON, EXIT_INVALID, ConfigError, GatekitError, SeriesError, SeriesInterrupted,
-                            VerificationError)
+from gatekit.errors import (EXIT_FAIL_ON, EXIT_INVALID, ConfigError, GatekitError, OutputError, SeriesError,
+                            SeriesInterrupted, VerificationError, write_failed)
 from gatekit.records import Event, Record, RecordError
 from gatekit.series.runloop import now
 from gatekit.storage import Journal, atomic_write_bytes, pid_lock
@@ -117,11 +117,15 @@ class CampaignResult:
         return [g for g, o in self.outcomes if o is None or o.status is not GateStatus.FINISHED]
 
     def exit_code(self, fail_on: Sequence[str] = ()) -> int:
-        """3 if a gate is invalid or failed without a finding, else 130 if a gate is interrupted or not
-        run yet (resumable), else 1 if a finding's decision is in `fail_on`, else 0."""
+        """3 if a gate is invalid or failed without a finding, else 4 if a gate could not write its files (a
+        full or read-only disk; it runs again on resume), else 130 if a gate is interrupted or not run yet
+        (resumable), else 1 if a finding's decision is in `fail_on`, else 0."""
         decisions = [f.finding.decision.value for f in self.findings]
         if "invalid" in decisions or any(o is not None and o.status is GateStatus.FAILED for _, o in self.outcomes):
             return EXIT_INVALID
+        if any(o is not None and o.status is GateStatus.INTERRUPTED and o.exit_code == OutputError.exit_code
+               for _, o in self.outcomes):
+            return OutputError.exit_code
         if self.unfinished:
             return SeriesInterrupted.exit_code
         if any(d in fail_on for d in decisions):
@@ -455,9 +459,14 @@ def run_campaign(campaign: Campaign, options: CampaignOptions, *, report: Report
                 outcome = _finished_unjournaled(folder, start, _task(campaign, folder, gate), last)
                 recovered += [outcome] if outcome is not None else []
     else:
-        folder, done = new_campaign_folder(campaign), {}
-        atomic_write_bytes(folder / CAMPAIGN_COPY, campaign.path.read_bytes())
-    journal = Journal(folder / CAMPAIGN_JOURNAL, genesis=folder / CAMPAIGN_COPY)
+        try:  # a full or read-only runs folder: no journal yet, so the same command starts the campaign again
+            folder, done = new_campaign_folder(campaign), {}
+            atomic_write_bytes(folder / CAMPAIGN_COPY, campaign.path.read_bytes())
+        except OSError as exc:
+            raise write_failed(exc, "nothing ran — free space or fix permissions, then run the same command "
+                                    "again") from None
+    resume = f"gate campaign {campaign.path} --resume {folder}"
+    journal = Journal(folder / CAMPAIGN_JOURNAL, genesis=folder / CAMPAIGN_COPY, resume=resume)
     finished = {k for k, o in done.items() if o.status is GateStatus.FINISHED}
     todo = [g for g in campaign.gates if g.key not in finished and g.key not in {o.key for o in recovered}]
     by_key = {g.key: g for g in campaign.gates}
@@ -485,35 +494,44 @@ def run_campaign(campaign: Campaign, options: CampaignOptions, *, report: Report
         report(f"campaign {campaign.id}: gate {gate.index + 1}/{total} {outcome.key} {what}")
 
     tasks = [_task(campaign, folder, g) for g in todo]
-    with _campaign_lock(folder):
-        if options.resume is None:
-            journal.record(CampaignStart(campaign.id, campaign.path, campaign.sha256,
-                                         now().isoformat(timespec="seconds"), socket.gethostname(), campaign.out,
-                                         tuple(JournaledGate.of(g) for g in campaign.gates)))
-        else:
-            report(f"campaign {campaign.id}: resuming {folder}: {len(finished)} of {total} gate(s) finished")
-            journal.record(CampaignResume(now().isoformat(timespec="seconds"), socket.gethostname(),
-                                          tuple(sorted(finished))))
-        journal.record(EngineChosen(options.engine, options.address or "",
-                                    (options.max_parallel or 1) if options.engine == "local" else None))
-        for outcome in recovered:
-            report(f"campaign {campaign.id}: gate {outcome.key}: its series {outcome.series_dir} finished before "
-                   "the campaign could journal it; journaled from it, not run again")
-            ended(outcome)
-        try:
-            if tasks and options.engine == "ray":
-                run_ray(tasks, address=options.address, started=started, finished=ended)
-            elif tasks:
-                run_local(tasks, max_parallel=options.max_parallel or 1, cores=cores, gpus=gpus, started=started,
-                          finished=ended)
-        except KeyboardInterrupt:
-            pass  # each gate's end is journaled; those that did not finish make the campaign exit 130
-        ordered = tuple((g, outcomes.get(g.key)) for g in campaign.gates)
-        unfinished = [g.key for g, o in ordered if o is None or o.status is not GateStatus.FINISHED]
-        journal.record(CampaignStop(now().isoformat(timespec="seconds"), tuple(unfinished)))
-    result = CampaignResult(campaign, folder, ordered)
-    # the site draws every finding's figures (seconds each): redrawn only when a gate ran
-    return write_campaign_outputs(result, site=bool(tasks) or not (folder / SITE_DIR / "index.html").is_file())
+    again = ("every finished gate is journaled; a gate that could not write its files runs again — free "
+             f"space or fix permissions, then: {resume}")
+    try:  # the campaign's own files (its gates' logs and folders, summary, JUnit, site)
+        with _campaign_lock(folder):
+            if options.resume is None:
+                try:
+                    journal.record(CampaignStart(campaign.id, campaign.path, campaign.sha256,
+                                                 now().isoformat(timespec="seconds"), socket.gethostname(),
+                                                 campaign.out, tuple(JournaledGate.of(g) for g in campaign.gates)))
+                except OutputError as exc:  # no journal to resume: the same command starts the campaign again
+                    raise OutputError(f"{str(exc).split('; every earlier event')[0]}; nothing ran — free space or "
+                                      "fix permissions, then run the same command again") from None
+            else:
+                report(f"campaign {campaign.id}: resuming {folder}: {len(finished)} of {total} gate(s) finished")
+                journal.record(CampaignResume(now().isoformat(timespec="seconds"), socket.gethostname(),
+                                              tuple(sorted(finished))))
+            journal.record(EngineChosen(options.engine, options.address or "",
+                                        (options.max_parallel or 1) if options.engine == "local" else None))
+            for outcome in recovered:
+                report(f"campaign {campaign.id}: gate {outcome.key}: its series {outcome.series_dir} finished "
+                       "before the campaign could journal it; journaled from it, not run again")
+                ended(outcome)
+            try:
+                if tasks and options.engine == "ray":
+                    run_ray(tasks, address=options.address, started=started, finished=ended)
+                elif tasks:
+                    run_local(tasks, max_parallel=options.max_parallel or 1, cores=cores, gpus=gpus,
+                              started=started, finished=ended)
+            except KeyboardInterrupt:
+                pass  # each gate's end is journaled; those that did not finish make the campaign exit 130
+            ordered = tuple((g, outcomes.get(g.key)) for g in campaign.gates)
+            unfinished = [g.key for g, o in ordered if o is None or o.status is not GateStatus.FINISHED]
+            journal.record(CampaignStop(now().isoformat(timespec="seconds"), tuple(unfinished)))
+        result = CampaignResult(campaign, folder, ordered)
+        # the site draws every finding's figures (seconds each): redrawn only when a gate ran
+        return write_campaign_outputs(result, site=bool(tasks) or not (folder / SITE_DIR / "index.html").is_file())
+    except OSError as exc:
+        raise write_failed(exc, again) from None
 
 
 def _finished_unjournaled(folder: Path, start: CampaignStart, task: GateTask,

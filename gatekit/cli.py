@@ -12,13 +12,15 @@ from typing import TYPE_CHECKING, Any, Callable, TypeVar
 import click
 
 from gatekit import __version__
+from gatekit.bisect.commits import BUILD_TIMEOUT_S
 from gatekit.config import (DEFAULT_MAX_THRESHOLD_PCT, EXPORT_FORMATS, FAIL_ON, ORDERS, GateConfig, ThresholdSpec,
                             load_gate)
 from gatekit.distribution import install_hint
 from gatekit.driver import (BACKEND_GROUP, DRIVER_GROUP, installed_backends, installed_drivers, load_backend,
                             make_backend, make_driver)
 from gatekit.engines import ENGINES
-from gatekit.errors import (EXIT_FAIL_ON, EXIT_INVALID, ConfigError, DriverError, GatekitError, SeriesInterrupted)
+from gatekit.errors import (EXIT_FAIL_ON, EXIT_INVALID, MACHINE_ERRNOS, ConfigError, DriverError, GatekitError,
+                            OutputError, SeriesInterrupted, write_failed)
 from gatekit.policies.descriptors import (DEFAULT_POLICY, INTERLEAVED, describe, gate_policies, policies_of_mode,
                                           simulation_policies, suite_policies)
 from gatekit.preflight import run_checks
@@ -74,6 +76,11 @@ def _call(work: Callable[[], T]) -> T:
         return work()
     except GatekitError as error:
         raise GateError(error) from None
+    except OSError as error:  # a write no layer named: files are written atomically, journals whole, so what
+        if error.errno not in MACHINE_ERRNOS:  # was written stands; any other OSError is a bug: its traceback
+            raise
+        raise GateError(write_failed(error, "what was written before is whole — free space or fix permissions, "
+                                            "then run the command again (a series or bisect: with --resume)")) from None
     except KeyboardInterrupt:  # before a series exists (preflight, preregistration): nothing to resume
         raise GateError(SeriesInterrupted("interrupted before any run started; nothing to resume")) from None
 
@@ -163,8 +170,9 @@ def main() -> None:
       gate run off on --n 3        run the interleaved series and decide
       gate analyze runs/<series>   recompute a finding offline
     Exit codes: 0 decided, 1 a --fail-on condition met, 2 usage or config error (nothing ran),
-    3 series invalid or evidence that does not verify, 4 runs happened but a file could not be written
-    (resume with --resume DIR), 130 interrupted (resume with --resume DIR).
+    3 series invalid or evidence that does not verify, 4 a file could not be written (a full, read-only
+    or unwritable disk; resume with --resume DIR, or run the command again when nothing ran), 130
+    interrupted (resume with --resume DIR).
     """
 
 
@@ -798,8 +806,9 @@ def campaign_cmd(campaign_file: Path, engine: str, address: str | None, max_para
                  resume: Path | None, fail_on: str | None, ci: CiOutputs) -> None:
     """Run every gate of a campaign file; write each finding, one summary of all gates and the findings site.
 
-    Exit 3 if any gate is invalid (or could not run), else 130 if any is interrupted (resume with --resume
-    DIR), else 1 if a --fail-on condition is met by any gate, else 0.
+    Exit 3 if any gate is invalid (or could not run), else 4 if a file could not be written (a full or
+    read-only disk), else 130 if any is interrupted (resume either with --resume DIR), else 1 if a --fail-on
+    condition is met by any gate, else 0.
     """
     def work() -> Any:
         from gatekit.campaign import CampaignOptions, load_campaign, run_campaign
@@ -832,6 +841,10 @@ def campaign_cmd(campaign_file: Path, engine: str, address: str | None, max_para
 @click.option("--build", "build_command",
               help="Run in each probed commit's worktree before its runs (split into words, no shell: "
                    "sh -c '...' for shell syntax); exit 125 skips the commit, another failure skips it and says so.")
+@click.option("--build-timeout", "build_timeout_s", type=click.FloatRange(min=0, min_open=True, max=1e9),
+              default=BUILD_TIMEOUT_S, show_default=True,
+              help="Seconds a build may take; one still running then is stopped with everything it started, and "
+                   "its commit skipped as a failed build.")
 @click.option("--engine", type=click.Choice(ENGINES), default="local", show_default=True,
               help=f"local: probes as gate processes on this host; ray: each probe a Ray task ({install_hint('ray')}).")
 @ray_address_option
@@ -854,7 +867,7 @@ def campaign_cmd(campaign_file: Path, engine: str, address: str | None, max_para
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON on stdout.")
 @click.option("--fail-on", type=click.Choice(["culprit"]), help="Exit 1 when a culprit is named (CI).")
 def bisect_cmd(good: str | None, bad: str | None, gate_path: Path, arm: str | None, build_command: str | None,
-               engine: str, address: str | None, max_parallel: int | None, gpus: int | None, budget: int,
+               build_timeout_s: float, engine: str, address: str | None, max_parallel: int | None, gpus: int | None, budget: int,
                confidence: float, pairs_per_probe: int | None, resume: Path | None, out: Path | None, as_json: bool,
                fail_on: str | None) -> None:
     """Find the commit between GOOD and BAD that changed the gate's primary metric (docs/bisect.md).
@@ -868,7 +881,8 @@ def bisect_cmd(good: str | None, bad: str | None, gate_path: Path, arm: str | No
 
         if resume is not None and (good or bad):
             raise ConfigError("--resume DIR continues a bisect; drop GOOD and BAD")
-        options = BisectOptions(gate_path=gate_path, arm=arm, build=build_command, engine=engine, address=address,
+        options = BisectOptions(gate_path=gate_path, arm=arm, build=build_command, build_timeout_s=build_timeout_s,
+                                engine=engine, address=address,
                                 max_parallel=max_parallel, budget=budget, confidence=confidence, resume=resume,
                                 out=out, gpus=gpus, pairs_per_probe=pairs_per_probe)
         return run_bisect(good, bad, options, report=_progress)

@@ -463,9 +463,10 @@ def load_gate(path: Path | str) -> GateConfig:
     if driver.name == "command":
         _check_shell_args(path, driver.options.get("argv"), arms)
 
+    first_of: dict[str, int] = {}  # metric -> its first guard's index: one pass, not one scan per guard
     for index, guard in enumerate(config.guards):
         # a second guard of one metric would silently replace the first in the analysis (one result a metric)
-        first = next(i for i, g in enumerate(config.guards) if g.metric == guard.metric)
+        first = first_of.setdefault(guard.metric, index)
         _check(first == index, path, f"guards[{index}].metric",
                f"'{guard.metric}' is guarded already by guards[{first}]; state each guard metric once")
     primary_needed = {gate.primary} - {ALWAYS_MEASURED}

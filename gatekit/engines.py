@@ -206,10 +206,13 @@ def start_gate(task: GateTask, pinning: Pinning) -> tuple[subprocess.Popen[bytes
     resume = resumable_series(task.runs_dir)
     before = frozenset(series_dirs(task.runs_dir))
     task.log_path.parent.mkdir(parents=True, exist_ok=True)
-    with task.log_path.open("ab") as log:
-        log.write(f"{ATTEMPT_HEADER}{task.key}: {'resume ' + str(resume) if resume else 'new series'}; "
-                  f"{pinning.describe()}\n".encode())
-        log.flush()
+    with task.log_path.open("ab", buffering=0) as log:  # unbuffered: a failed write is not retried at close
+        try:
+            log.write(f"{ATTEMPT_HEADER}{task.key}: {'resume ' + str(resume) if resume else 'new series'}; "
+                      f"{pinning.describe()}\n".encode())
+        except OSError as exc:  # a full disk: a failed write() names no file; the error message should
+            exc.filename = str(task.log_path)
+            raise
         process = subprocess.Popen(launch_argv(gate_argv(task, resume), pinning.cores), stdin=subprocess.DEVNULL,
                                    stdout=log, stderr=subprocess.STDOUT, env=gate_env(pinning.gpus, task.env),
                                    cwd=task.gate_path.parent)

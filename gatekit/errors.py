@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import errno
+
 
 class GatekitError(Exception):
     """An error a user can act on; its message names the file, the key and what to do."""
@@ -64,6 +66,19 @@ class OutputError(GatekitError):
     journaled and the series resumes with `gate run --resume DIR`."""
 
     exit_code = 4
+
+
+# The errors a write gets from the machine rather than from gatekit: a full disk or quota, a read-only,
+# unwritable or failing file system, a file grown past its limit.
+MACHINE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM, errno.EIO,
+                            errno.EFBIG})
+
+
+def write_failed(exc: OSError, then: str) -> OutputError:
+    """A write of gatekit's own files that failed for a reason of the machine — a full disk, a read-only or
+    unwritable folder, an I/O error — as the exit-4 error: the file, why, and `then` (what was kept and the
+    command that continues). Never a property of what was being measured: what ran is kept and resumes."""
+    return OutputError(f"{exc.filename or 'a file'}: cannot be written: {exc.strerror or exc}; {then}")
 
 
 class VerificationError(GatekitError):

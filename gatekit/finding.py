@@ -14,6 +14,7 @@ from typing import Any, Mapping
 
 import tomlkit
 
+from gatekit import tomltext
 from gatekit.bisect.commits import Commit
 from gatekit.config import GuardSpec, RulesSpec
 from gatekit.errors import FindingError, RunFileError
@@ -432,7 +433,7 @@ class Finding(Record):
         return json.dumps(self.to_dict(), indent=2, ensure_ascii=False, allow_nan=False) + "\n"
 
     def to_toml(self) -> str:
-        return tomlkit.dumps(self.to_dict())
+        return tomltext.dumps(self.to_dict())
 
 
 def plain(value: Any) -> Any:

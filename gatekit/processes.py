@@ -345,6 +345,35 @@ def stop_escapees(run_dir: Path, known: Iterable[int]) -> list[Escapee]:
     return [Escapee(pid, command) for pid, command in frozen.items()]
 
 
+def group_members(pgid: int) -> list[int]:
+    """PIDs of the live processes in process group `pgid` (this process excluded)."""
+    found = []
+    for pid in psutil.pids():
+        if pid == os.getpid():
+            continue
+        try:
+            if os.getpgid(pid) == pgid:
+                found.append(pid)
+        except OSError:  # gone meanwhile, or not ours to ask about
+            continue
+    return [pid for pid in found if _live(pid)]
+
+
+def stop_command_tree(pgid: int, known: Iterable[int]) -> list[Escapee]:
+    """After a command gatekit started as the leader of its own session (`start_new_session`, group `pgid`)
+    ended or timed out: freeze and kill whatever is left of its process group, with every descendant
+    re-parented to this child subreaper (a `setsid` daemon, a background child: see `child_subreaper`), and
+    say which they were. `known` are this process's children that are not the command's (those it had when it
+    became the subreaper). The command itself must have been waited for. The sweep of a run, for a command
+    that is not a run (a bisect's build): it has no GATEKIT_RUN_DIR to be found by."""
+    skip = set(known)
+    with signals_deferred():
+        frozen = freeze_and_kill(lambda: [*group_members(pgid), *adopted_children(skip)])
+        reap(frozen)
+        reap_orphaned_zombies(skip)
+    return [Escapee(pid, command) for pid, command in frozen.items()]
+
+
 @dataclass(frozen=True, slots=True)
 class Subreaper:
     """This process as a child subreaper: whether it is one, and the children it had when it became one

@@ -29,7 +29,11 @@ from pathlib import Path
 from typing import Any, Callable, ClassVar, Iterable, Mapping, TypeVar, Union
 
 PROCESS_WALLCLOCK = "process_wallclock_s"  # measured by gatekit around every run, so it always exists
-MIN_PRIMARY = 1e-300  # the smallest positive primary metric taken as a measurement (Δ divides by it)
+# The range of the numbers gatekit computes with. A primary metric below MIN_PRIMARY is no measurement (Δ divides
+# by it); a metric beyond ±MAX_METRIC is none either. Within them every ratio of two primaries (≤ 1e60), its
+# logarithm's exp (the gm Δ), percentages and their squares stay finite: no input can overflow the statistics.
+MIN_PRIMARY = 1e-30
+MAX_METRIC = 1e30
 EXTRA = "extra_keys"  # the field a record keeps unknown document keys in
 
 
@@ -443,6 +447,10 @@ class RunRecord(Record):
         if self.outcome.error:
             return self.outcome.error
         value = self.value_of(primary)
+        reported = self.outcome.metrics.get(primary)
+        if value is None and reported is not None and math.isfinite(reported):
+            return (f"primary metric '{primary}' is {reported:g}, beyond ±{MAX_METRIC:g}: too large to be a "
+                    "measurement")
         if value is None:
             return f"primary metric '{primary}' missing or not a finite number"
         if not value > 0:
@@ -460,9 +468,10 @@ def metric_value(metrics: Mapping[str, float], process_wallclock_s: float, metri
     """THE lookup of a run's metric, primary or guard. `process_wallclock_s` is gatekit's own measurement
     around the process (a trainer's echo of that name is never used); any other metric is what the trainer
     reported. The one fallback: none — a missing or non-finite metric is None, and a run whose primary is
-    None has failed; it is never replaced by the wallclock."""
+    None has failed; it is never replaced by the wallclock. A value beyond ±MAX_METRIC is None too: no statistic
+    is computed with it."""
     value = process_wallclock_s if metric == PROCESS_WALLCLOCK else metrics.get(metric)
-    return float(value) if value is not None and math.isfinite(value) else None
+    return float(value) if value is not None and math.isfinite(value) and abs(value) <= MAX_METRIC else None
 
 
 def is_time_metric(name: str) -> bool:

@@ -16,7 +16,7 @@ from typing import IO, Any, Callable, Iterator, Mapping, TypeVar
 
 import psutil
 
-from gatekit.errors import ConfigError, GatekitError, OutputError, PlatformError, SeriesError
+from gatekit.errors import ConfigError, GatekitError, OutputError, PlatformError, SeriesError, write_failed
 from gatekit.records import (JOURNAL_SCHEMA, SCHEMA_KEY, UNCHAINED_JOURNAL, DuplicateKeyError, Event, journal_schema,
                              loads_json, schema_problem, upgrade)
 from gatekit.signals import signals_deferred
@@ -63,11 +63,12 @@ def _fsync_dir(folder: Path) -> None:
 
 
 def write_output(path: Path, text: str, what: str) -> None:
-    """Atomically write a user-facing output file, turning an OS failure into a clear error."""
+    """Atomically write a user-facing output file, turning an OS failure into a clear error (exit 4: a failure
+    to write; the file is the old one or none, never half of the new one)."""
     try:
         atomic_write_text(path, text)
     except OSError as exc:
-        raise GatekitError(f"{path}: cannot write the {what}: {exc.strerror or exc}") from None
+        raise OutputError(f"{path}: cannot write the {what}: {exc.strerror or exc}") from None
 
 
 # atomic_write_bytes' temp files: `.<name>.<8 random characters>.tmp` (tempfile.mkstemp's pattern).
@@ -153,17 +154,25 @@ def unlock(handle: IO[Any]) -> None:
 def pid_lock(path: Path, busy: Callable[[str], GatekitError]) -> Iterator[None]:
     """Hold an exclusive lock (`try_lock`) on `path`, created if missing, with this process's pid written in
     it. While another process holds it, raises `busy(what the holder wrote)`; a path that cannot be a lock
-    (a symbolic link, not a regular file, unwritable) is a SeriesError naming it."""
+    (a symbolic link, not a regular file) is a SeriesError naming it, one that cannot be written (a full,
+    read-only or unwritable folder) an OutputError (exit 4: the command runs again once it can)."""
+    again = "nothing was lost — free space or fix permissions, then run the command again"
     try:
         fd = open_own_file(path, os.O_RDWR | os.O_CREAT)
     except OSError as exc:
-        raise SeriesError(f"{path}: cannot be used as a lock: {exc.strerror or exc}") from None
+        if exc.errno in (errno.ELOOP, errno.EINVAL):  # a link or a FIFO in its place: not the machine's fault
+            raise SeriesError(f"{path}: cannot be used as a lock: {exc.strerror or exc}") from None
+        exc.filename = str(path)
+        raise write_failed(exc, again) from None
     with os.fdopen(fd, "r+") as handle:
         if not try_lock(handle, path):
             raise busy(handle.read(200).strip() or "unknown")
-        handle.truncate()
-        handle.write(f"pid {os.getpid()}")
-        handle.flush()
+        try:
+            os.ftruncate(handle.fileno(), 0)  # unbuffered: a failed write leaves nothing for close() to retry
+            os.pwrite(handle.fileno(), f"pid {os.getpid()}".encode(), 0)
+        except OSError as exc:  # a full disk: the lock is held all the same, but nothing may run on it
+            exc.filename = str(path)
+            raise write_failed(exc, again) from None
         yield
 
 
@@ -263,9 +272,10 @@ class Journal:
     is continued in it: one without a chain (`legacy`) without one.
     """
 
-    def __init__(self, path: Path, genesis: Path | None = None) -> None:
+    def __init__(self, path: Path, genesis: Path | None = None, *, resume: str | None = None) -> None:
         self.path = path
         self.genesis = genesis
+        self.resume = resume or f"gate run --resume {path.parent}"  # what continues after a failed write
         self._loaded = False
         self._head: str | None = None
         self._schema: object = JOURNAL_SCHEMA  # of a journal with no line yet: the one its first line will name
@@ -365,7 +375,7 @@ class Journal:
         # a journal exists only inside a series, so a failed event is an output failure (exit 4), not usage
         return OutputError(f"{self.path}: cannot record the '{event}' event: {exc.strerror or exc}; every "
                            "earlier event is intact — free space or fix permissions, then continue with: "
-                           f"gate run --resume {self.path.parent}")
+                           f"{self.resume}")
 
     def events(self) -> Iterator[Mapping[str, Any]]:
         """Every complete event, upgraded to the current format (`records.upgrade`); a torn last line (killed

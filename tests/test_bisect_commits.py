@@ -64,3 +64,60 @@ def test_worktrees_and_builds(repo: Path, tmp_path: Path) -> None:
         add_worktree(repo, commits[0].sha, tree)
     remove_worktree(repo, tree)
     assert not tree.exists()
+
+
+# A build that leaves two processes behind and exits: a background child in its process group, and a daemon
+# (fork, setsid, fork) outside it; it exits only once both have written their pids, so the test knows them.
+LEAVES_PROCESSES = '''\
+import os, subprocess, sys, time
+child = subprocess.Popen(["sleep", "600"])
+open("child.pid", "w").write(str(child.pid))
+first = os.fork()
+if first == 0:
+    os.setsid()
+    if os.fork() == 0:
+        open("daemon.tmp", "w").write(str(os.getpid()))
+        os.rename("daemon.tmp", "daemon.pid")
+        time.sleep(600)
+    os._exit(0)
+os.waitpid(first, 0)
+while not os.path.exists("daemon.pid"):
+    time.sleep(0.01)
+'''
+
+
+def _pids(folder: Path, *names: str) -> list[int]:
+    return [int((folder / name).read_text()) for name in names]
+
+
+def _gone(pid: int) -> bool:
+    import psutil
+
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
+def test_a_build_leaves_no_process_behind(tmp_path: Path) -> None:
+    """A real build that leaves a background child and a setsid daemon running: both are stopped when the build
+    ends, and its log names them."""
+    import sys
+
+    (tmp_path / "build.py").write_text(LEAVES_PROCESSES)
+    result = build([sys.executable, "build.py"], tmp_path, tmp_path / "build.log")
+    assert result.status is BuildStatus.BUILT and not result.timed_out
+    child, daemon = _pids(tmp_path, "child.pid", "daemon.pid")
+    assert _gone(child) and _gone(daemon)
+    log = (tmp_path / "build.log").read_text()
+    assert "2 processes escaped the build and were stopped" in log and f"pid {daemon}" in log
+
+
+def test_a_build_that_does_not_finish_in_its_timeout_failed(tmp_path: Path) -> None:
+    """--build-timeout: a build still running then is stopped with everything it started, and failed."""
+    script = "sleep 600 & echo $! > child.pid; exec sleep 600"
+    result = build(["sh", "-c", script], tmp_path, tmp_path / "build.log", timeout_s=1.0)
+    assert (result.status, result.exit_code, result.timed_out) == (BuildStatus.FAILED, None, True)
+    assert "did not finish within --build-timeout 1 s" in (tmp_path / "build.log").read_text()
+    if (tmp_path / "child.pid").exists():  # started before the timeout (on a very slow machine it may not be)
+        assert _gone(_pids(tmp_path, "child.pid")[0])

@@ -5,6 +5,8 @@ trainer's arm files in process (FakeDriver)."""
 from __future__ import annotations
 
 import json
+import math
+import shutil
 from pathlib import Path
 
 import pytest
@@ -15,6 +17,7 @@ from gatekit.series.replay import open_series
 from gatekit.provenance import sha256_file
 from gatekit.series.runner import SeriesRunner
 from gatekit.storage import SeriesLayout
+from tests.conftest import gate_invoke
 
 
 def _interrupting_reader(label_to_stop: str):
@@ -287,7 +290,36 @@ def test_a_subnormal_primary_fails_its_run(fake_gate_dir) -> None:
     config = load_gate(g.gate)
     result = SeriesRunner(config, config.arm("off"), config.arm("on")).start()
     (run,) = [r for r in result.finding.runs if r.label == "on-r2"]
-    assert not run.used and "primary metric 'train_elapsed_s' is 4.94066e-324, below 1e-300" in run.reason
+    assert not run.used and "primary metric 'train_elapsed_s' is 4.94066e-324, below 1e-30" in run.reason
+
+
+def test_primaries_at_the_edges_of_the_accepted_range_never_overflow(fake_gate_dir) -> None:
+    """The primaries that crashed `gate run` and `gate analyze` (OverflowError in the gm Δ: off 1e-300, on 1e99)
+    fail their runs naming the bound, and the series is invalid with reasons; primaries at the edges of the range
+    (off 1e-30, on 1e30) decide, every statistic finite, in `gate run` and in `gate analyze`."""
+    g = fake_gate_dir(off={"default_elapsed": 1e-300}, on={"default_elapsed": 1e99})
+    done = gate_invoke("run", "off", "on", "--json", cwd=g.root)
+    assert done.returncode == 3, done.stderr
+    finding = json.loads(done.stdout)
+    assert finding["verdict"]["decision"] == "invalid"
+    reasons = {r["label"]: r["reason"] for r in finding["runs"]}
+    assert "is 1e-300, below 1e-30: too small to be a measurement" in reasons["off-r1"]
+    assert "is 1e+99, beyond ±1e+30: too large to be a measurement" in reasons["on-r1"]
+    analyzed = gate_invoke("analyze", str(g.series_dirs()[0]), "--json", cwd=g.root)
+    assert analyzed.returncode == 3 and json.loads(analyzed.stdout)["verdict"]["decision"] == "invalid"
+
+    g = fake_gate_dir(off={"default_elapsed": 1e-30}, on={"default_elapsed": 1e30})
+    shutil.rmtree(g.root / "runs")
+    shutil.rmtree(g.root / "findings")
+    done = gate_invoke("run", "off", "on", "--json", cwd=g.root)
+    assert done.returncode == 0, done.stderr
+    finding = json.loads(done.stdout)
+    assert finding["verdict"]["decision"] == "regression" and all(r["used"] for r in finding["runs"])
+    stats = finding["stats"]
+    assert all(math.isfinite(stats[key]) for key in ("delta_pct", "mean_off", "mean_on", "threshold_pct"))
+    assert math.isfinite(stats["gm_delta_pct"]) and stats["gm_delta_pct"] > 1e50
+    analyzed = gate_invoke("analyze", str(g.series_dirs()[0]), "--json", cwd=g.root)
+    assert analyzed.returncode == 0 and json.loads(analyzed.stdout)["stats"] == stats
 
 
 def test_metric_keys_differing_only_in_lone_surrogates_stay_distinct() -> None:

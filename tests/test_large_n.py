@@ -100,3 +100,60 @@ def test_the_narrative_runs_table_stops_at_its_cap_and_says_so() -> None:
     assert [row[2] for row in table.rows] == [run.label for run in finding.runs[:RUNS_TABLE_MAX]]
     assert any(s.type == "list" and s.items == (f"the first {RUNS_TABLE_MAX} of 4000 runs; every run is in the "
                                                 "finding's runs",) for s in sections)
+
+
+def _guards(count: int) -> list[dict[str, object]]:
+    return [{"metric": f"quality_{i}", "direction": "higher", "max_drop": 0.05} for i in range(count)]
+
+
+def _predecision_of(tmp_path: Path, guards: int) -> tuple[str, int]:
+    """The predecision text of the fixture gate with `guards` guards, and how many times tomlkit re-indexed an
+    array writing it (once per element appended, before: quadratic in the number of guards)."""
+    import tomlkit.items
+
+    from gatekit.config import load_gate
+    from gatekit.prereg import DecisionSpec, predecision_document
+    from tests.conftest import make_gate
+
+    g = make_gate(tmp_path / f"g{guards}", guards=_guards(guards))
+    config = load_gate(g.gate)  # tomllib: linear in the file's size
+    assert len(config.guards) == guards
+    calls = [0]
+    reindex = tomlkit.items.Array._reindex
+
+    def counted(self: tomlkit.items.Array) -> None:
+        calls[0] += 1
+        reindex(self)
+
+    tomlkit.items.Array._reindex = counted  # type: ignore[method-assign]
+    try:
+        text = predecision_document(DecisionSpec.from_gate(config, "off", "on"), series_id="s", created="2026-12-02",
+                                    gate_path=g.gate, gate_sha256="0" * 64, schedule=None,
+                                    arm_configs={"off": None, "on": None}, artifacts={}, driver={})
+    finally:
+        tomlkit.items.Array._reindex = reindex  # type: ignore[method-assign]
+    return text, calls[0]
+
+
+def test_ten_thousand_guards_load_and_are_preregistered_in_linear_time(tmp_path: Path) -> None:
+    """A gate of 10 000 guards loads, and its predecision is written with as many array re-indexings as one of 10
+    guards (one per array, never one per guard: 2 000 guards took 12 s, 10 000 took 27 min); the text is what
+    tomlkit writes, and reads back with every guard's rule. The time itself is measured by a benchmark
+    (benchmarks/guard_scale.py), never here."""
+    import tomllib
+
+    few, few_calls = _predecision_of(tmp_path, 10)
+    many, many_calls = _predecision_of(tmp_path, 10_000)
+    assert many_calls == few_calls
+    rules = tomllib.loads(many)["stated_rules"]
+    assert sum(line.startswith("Guard quality_") for line in rules) == 10_000
+
+
+def test_linear_toml_text_is_tomlkits_own() -> None:
+    import tomlkit
+
+    from gatekit import tomltext
+
+    document = {"a": ["x", 'quote " and \\ slash', "ünïcode", "tab\tnew\nline"], "b": [1, 2.5, -0.0, True, 1e30],
+                "c": {"d": [3], "e": [{"f": ["g", "h"]}, {"f": []}], "i": [[1, 2], ["j"]]}, "k": [], "l": "m"}
+    assert tomltext.dumps(document) == tomlkit.dumps(document)

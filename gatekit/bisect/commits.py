@@ -6,15 +6,19 @@ from __future__ import annotations
 
 import enum
 import shlex
+import shutil
 import subprocess
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
 
-from gatekit.errors import ConfigError, GatekitError
+from gatekit.errors import ConfigError, GatekitError, OutputError
+from gatekit.processes import child_subreaper, escaped_evidence, stop_command_tree
 from gatekit.records import Record
+from gatekit.signals import signals_deferred
 
 SKIP_EXIT = 125  # `git bisect run`'s "this commit cannot be tested"
+BUILD_TIMEOUT_S = 3600.0  # --build-timeout's default: a build that has not finished in an hour is stuck
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,6 +41,7 @@ class BuildResult(Record):
     status: BuildStatus
     exit_code: int | None  # None: no build command
     log: str = ""  # the build's log file, relative to the probe's folder
+    timed_out: bool = field(default=False, metadata={"omit": False})  # no exit within --build-timeout
 
 
 def git(repo: Path, *args: str) -> str:
@@ -92,8 +97,14 @@ def add_worktree(repo: Path, sha: str, path: Path) -> Path:
         if git(path, "rev-parse", "HEAD") == sha:
             return path
         raise GatekitError(f"{path}: a worktree of another commit is there; remove it or bisect into a new --out")
+    if path.is_dir():  # a checkout cut off part-way (a full disk, a kill): gatekit's own folder, made again
+        shutil.rmtree(path)
+        git(repo, "worktree", "prune")
     path.parent.mkdir(parents=True, exist_ok=True)
-    git(repo, "worktree", "add", "--detach", "--force", str(path), sha)
+    try:
+        git(repo, "worktree", "add", "--detach", "--force", str(path), sha)
+    except GatekitError as exc:  # the commit was resolved before: what fails here is the disk (full, read-only)
+        raise OutputError(f"{path}: the worktree of {sha[:12]} cannot be checked out: {exc}") from None
     return path
 
 
@@ -107,10 +118,16 @@ def worktree_paths(repo: Path) -> set[Path]:
     return {Path(line.removeprefix("worktree ")).resolve() for line in listed if line.startswith("worktree ")}
 
 
-def build(command: Sequence[str] | str | None, worktree: Path, log_path: Path, *, timeout_s: float = 3600) -> BuildResult:
+def build(command: Sequence[str] | str | None, worktree: Path, log_path: Path, *,
+          timeout_s: float = BUILD_TIMEOUT_S) -> BuildResult:
     """Run the build in the worktree, its stdout and stderr to `log_path`. A string is split into words as a shell
     would (`shlex`) but never run by one, like every command gatekit starts; write `sh -c '...'` for shell syntax.
-    Exit 125 skips the commit; another failure skips it and says so."""
+    Exit 125 skips the commit; another failure, or no exit within `timeout_s`, skips it and says so.
+
+    The build runs as a run's trainer does: the leader of its own process group, under this process as a child
+    subreaper; when it ends (or times out) whatever it left running — a background child, a `setsid` daemon —
+    is frozen and killed (`processes.stop_command_tree`) and named at the end of its log, so no build outlives
+    its probe."""
     if command is None:
         return BuildResult(BuildStatus.BUILT, None)
     try:
@@ -120,15 +137,28 @@ def build(command: Sequence[str] | str | None, worktree: Path, log_path: Path, *
     if not argv:
         raise ConfigError("--build: the build command is empty")
     log_path.parent.mkdir(parents=True, exist_ok=True)
-    with log_path.open("wb") as log:
+    timed_out = False
+    with log_path.open("wb", buffering=0) as log, child_subreaper() as reaper:  # unbuffered: the child writes too
         try:
-            done = subprocess.run(argv, cwd=worktree, stdin=subprocess.DEVNULL,
-                                  stdout=log, stderr=subprocess.STDOUT, timeout=timeout_s, check=False)
-            code = done.returncode
-        except subprocess.TimeoutExpired:
-            code = None
+            process = subprocess.Popen(argv, cwd=worktree, stdin=subprocess.DEVNULL, stdout=log,
+                                       stderr=subprocess.STDOUT, start_new_session=True)
         except OSError as exc:
             log.write(f"cannot start the build: {exc}\n".encode())
-            code = None
+            return BuildResult(BuildStatus.FAILED, None, log_path.name)
+        try:
+            try:
+                code: int | None = process.wait(timeout=timeout_s)
+            except subprocess.TimeoutExpired:
+                timed_out, code = True, None
+        finally:  # an interrupt too: the build's processes never outlive this call
+            with signals_deferred():
+                if process.poll() is None:  # timed out (or interrupted): the build itself first; once it is
+                    process.kill()  # waited for, its orphans are this subreaper's children
+                    process.wait()
+                escaped = stop_command_tree(process.pid, reaper.own)
+        if timed_out:
+            log.write(f"\ngate: the build did not finish within --build-timeout {timeout_s:g} s; stopped\n".encode())
+        if escaped:
+            log.write(("\ngate: " + escaped_evidence(escaped, "the build") + "\n").encode())
     status = (BuildStatus.BUILT if code == 0 else BuildStatus.SKIPPED if code == SKIP_EXIT else BuildStatus.FAILED)
-    return BuildResult(status, code, log_path.name)
+    return BuildResult(status, code, log_path.name, timed_out=timed_out)

@@ -13,9 +13,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-import tomlkit
 from scipy import stats as scipy_stats
 
+from gatekit import tomltext
 from gatekit.bisect import posterior
 from gatekit.bisect.commits import Commit
 from gatekit.bisect.records import BISECT_FINDING, BISECT_JOURNAL, BisectState, ProbeEnd, ProbeStatus
@@ -112,7 +112,7 @@ class BisectFinding(Record):
         return json.dumps(self.to_dict(), indent=2, ensure_ascii=False, allow_nan=False) + "\n"
 
     def to_toml(self) -> str:
-        return tomlkit.dumps(self.to_dict())
+        return tomltext.dumps(self.to_dict())
 
 
 def effect_interval(pairs: tuple[posterior.Pair, ...], commits: int, culprit: int,

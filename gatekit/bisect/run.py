@@ -32,8 +32,8 @@ from typing import Callable, Iterator, Sequence
 
 import tomlkit
 
-from gatekit.bisect.commits import BuildResult, BuildStatus, Commit, add_worktree, build, commit_range, \
-    remove_worktree, repository, worktree_paths
+from gatekit.bisect.commits import BUILD_TIMEOUT_S, BuildResult, BuildStatus, Commit, add_worktree, build, \
+    commit_range, remove_worktree, repository, worktree_paths
 from gatekit.bisect.records import (BISECT_FINDING, BISECT_JOURNAL, BISECT_PLAN, BisectInterrupted, BisectResume,
                                     BisectStart, BisectState, BisectStop, MeasuredPair, ProbeEnd, ProbeStart, ProbeStatus, plan_toml,
                                     read_plan, replay)
@@ -43,7 +43,8 @@ from gatekit.config import CommitsSpec, GateConfig, load_gate
 from gatekit.contract import ENV_BISECT
 from gatekit.engines import ENGINES, GateOutcome, GateStatus, GateTask, Pinning, core_sets, finished_series, \
     outcome_of, run_local, run_ray, visible_gpus
-from gatekit.errors import EXIT_FAIL_ON, EXIT_INVALID, ConfigError, GatekitError, SeriesError, SeriesInterrupted
+from gatekit.errors import (EXIT_FAIL_ON, EXIT_INVALID, ConfigError, GatekitError, OutputError, SeriesError,
+                            SeriesInterrupted, write_failed)
 from gatekit.finding import ConfigChange
 from gatekit.policies.descriptors import DUET_MODE
 from gatekit.series.runloop import now
@@ -53,6 +54,7 @@ from gatekit.storage import Journal, atomic_write_bytes, atomic_write_text, pid_
 from gatekit.verify import check_written_journal, verify_chain
 
 GATE_COPY = "gate.toml"  # the gate file as the bisect read it
+NOTHING_RAN = "nothing ran — free space or fix permissions, then start the bisect again"
 REFERENCE_ARM = "reference"
 PROBE_ARM = "probe"
 # the probe gate's decisions that say its two commits differ (a guard failure is a change of the primary too)
@@ -77,6 +79,7 @@ class BisectOptions:
     out: Path | None = None
     gpus: int | None = None  # per probe; None: one where this host has GPUs, else none
     pairs_per_probe: int | None = None  # None: PROBE_PAIRS (a resumed bisect: its plan's)
+    build_timeout_s: float = BUILD_TIMEOUT_S  # a build still running then failed (and is stopped)
 
 
 @dataclass(frozen=True, slots=True)
@@ -212,6 +215,13 @@ def probe_gate_toml(gate_text: str, arm: str, commits: tuple[tuple[Commit, Path]
     return tomlkit.dumps(document)
 
 
+def build_failure(result: BuildResult, timeout_s: float) -> str:
+    """Why a build failed, in words: its exit code, or that it did not finish."""
+    if result.timed_out:
+        return f"did not finish within --build-timeout {timeout_s:g} s"
+    return f"exit {result.exit_code}" if result.exit_code is not None else "could not be started"
+
+
 def gate_subdir(gate_path: Path, repo: Path) -> str:
     """The gate file's folder relative to the repository ('' when the file lies outside it): where its relative
     paths resolve inside each worktree."""
@@ -265,12 +275,11 @@ class Bisect:
         if self.start.build is not None:
             self.report(f"bisect: building {commit.sha[:12]} ({index}/{self.start.n}): {shlex.join(self.start.build)}")
         log = probe_dir / f"build-{_label(index, commit)}.log"
-        result = build(self.start.build, self.worktree(index), log)
+        result = build(self.start.build, self.worktree(index), log, timeout_s=self.options.build_timeout_s)
         self.builds[index] = result
         if result.status is not BuildStatus.BUILT:
             words = "exit 125: skipped" if result.status is BuildStatus.SKIPPED else (
-                f"failed ({'exit ' + str(result.exit_code) if result.exit_code is not None else 'did not finish'}): "
-                "skipped")
+                f"failed ({build_failure(result, self.options.build_timeout_s)}): skipped")
             self.report(f"bisect: build of {commit.sha[:12]} {words}; its log: {log}")
         return result, True
 
@@ -294,7 +303,9 @@ class Bisect:
             if result.status is not BuildStatus.BUILT:
                 status = ProbeStatus.SKIPPED if result.status is BuildStatus.SKIPPED else ProbeStatus.BUILD_FAILED
                 words = "exited 125 (cannot be tested)" if status is ProbeStatus.SKIPPED else "failed"
-                ends.append(self._end(spec, status, (), f"the build {words} (exit {result.exit_code})", build_now))
+                why = f"exit {result.exit_code}" if not result.timed_out else build_failure(
+                    result, self.options.build_timeout_s)
+                ends.append(self._end(spec, status, (), f"the build {words} ({why})", build_now))
                 self._report_end(ends[-1])
                 continue
             if reference.status is not BuildStatus.BUILT:
@@ -329,7 +340,7 @@ class Bisect:
         def finished(outcome: GateOutcome) -> None:
             outcomes[outcome.key] = outcome
             spec, _, build_now = tasks[outcome.key]
-            if outcome.status is GateStatus.INTERRUPTED:
+            if outcome.status is GateStatus.INTERRUPTED:  # a signal, or its files could not be written (exit 4)
                 return  # journaled on resume, when it is run again
             end = self._finished_probe(spec, outcome, build_now)
             ends.append(end)
@@ -342,6 +353,13 @@ class Bisect:
             else:
                 run_local([t for _, t, _ in tasks.values()], max_parallel=min(self._parallel(), len(tasks)),
                           cores=self.cores, gpus=self.gpus, started=started, finished=finished)
+        unwritten = [o for o in outcomes.values() if o.exit_code == OutputError.exit_code and
+                     o.status is not GateStatus.FINISHED]
+        if unwritten:  # the machine's fault, not the commit's: left unfinished, the probe runs again on resume
+            said = unwritten[0].detail.removeprefix("gate: error: ")
+            raise OutputError(f"probe {unwritten[0].key}: its gate could not write its files{': ' + said if said else ''}"
+                              f"; every finished probe is "
+                              f"journaled — free space or fix permissions, then: gate bisect --resume {self.folder}")
         if any(o.status is GateStatus.INTERRUPTED for o in outcomes.values()) or len(outcomes) < len(tasks):
             raise SeriesInterrupted(f"interrupted during round {specs[0].round}; resume with: gate bisect --resume "
                                     f"{self.folder}")
@@ -501,6 +519,8 @@ def _check_engine(options: BisectOptions) -> None:
         raise ConfigError("--address joins a Ray cluster; use it with --engine ray")
     if options.engine == "local":  # each probe at once needs a core set of its own
         core_sets(sorted(os.sched_getaffinity(0)), options.max_parallel or 1)
+    if not 0 < options.build_timeout_s < math.inf:  # checked here: a resumed bisect takes it anew too
+        raise ConfigError(f"--build-timeout: must be a positive number of seconds, got {options.build_timeout_s:g}")
 
 
 def _check_options(options: BisectOptions, config: GateConfig) -> str:
@@ -603,12 +623,17 @@ def run_bisect(good: str | None, bad: str | None, options: BisectOptions, *, cwd
             pairs_per_probe=options.pairs_per_probe or PROBE_PAIRS, started=started.isoformat(timespec="seconds"), host=socket.gethostname(),
             repo=str(repo), address=options.address or "")
         folder.mkdir(parents=True, exist_ok=True)
-    journal = Journal(folder / BISECT_JOURNAL, genesis=folder / BISECT_PLAN)
+    journal = Journal(folder / BISECT_JOURNAL, genesis=folder / BISECT_PLAN, resume=f"gate bisect --resume {folder}")
     with _bisect_lock(folder), interrupt_on_sigterm():
         if state is None:
-            atomic_write_bytes(folder / GATE_COPY, gate_bytes)
-            atomic_write_text(folder / BISECT_PLAN, plan_toml(start))  # the preregistration, before any run
-            start = journal.record(start)
+            try:  # a full or read-only disk before the journal's first line: nothing to resume, nothing ran
+                atomic_write_bytes(folder / GATE_COPY, gate_bytes)
+                atomic_write_text(folder / BISECT_PLAN, plan_toml(start))  # the preregistration, before any run
+                start = journal.record(start)
+            except OSError as exc:
+                raise write_failed(exc, NOTHING_RAN) from None
+            except OutputError as exc:
+                raise OutputError(f"{str(exc).split('; every earlier event')[0]}; {NOTHING_RAN}") from None
             report(f"bisect: {len(start.commits) - 1} commit(s) after GOOD {start.good.sha[:12]} up to BAD "
                    f"{start.bad.sha[:12]}; preregistered {folder / BISECT_PLAN}")
         else:
@@ -619,6 +644,14 @@ def run_bisect(good: str | None, bad: str | None, options: BisectOptions, *, cwd
         bisect = Bisect(folder, start, config, gate_bytes.decode("utf-8"), repo, options, journal, state, report)
         try:
             result = _run(bisect, state)
+        except OSError as exc:  # the bisect's own files (a probe's folder, build log, gate file, gate log)
+            raise write_failed(exc, f"every finished probe is journaled and the unfinished one runs again — free "
+                                    f"space or fix permissions, then: gate bisect --resume {folder}") from None
+        except OutputError as exc:  # a worktree that could not be checked out, a journal line not written
+            if "--resume" in str(exc):
+                raise
+            raise OutputError(f"{exc}; every finished probe is journaled and the unfinished one runs again — free "
+                              f"space or fix permissions, then: gate bisect --resume {folder}") from None
         except (KeyboardInterrupt, SeriesInterrupted) as exc:
             message = str(exc) if isinstance(exc, SeriesInterrupted) else \
                 f"interrupted; resume with: gate bisect --resume {folder}"
@@ -632,7 +665,11 @@ def run_bisect(good: str | None, bad: str | None, options: BisectOptions, *, cwd
         # no finding over a journal its own verify rejects: a build or trainer that wrote a line into it is
         # exit 3 naming the line (a partial line was dropped before the next event, as a torn one is)
         check_written_journal(journal, verify_chain(journal.path, folder / BISECT_PLAN)[1])
-    return _with_finding(result, folder)
+    try:
+        return _with_finding(result, folder)
+    except OSError as exc:
+        raise write_failed(exc, f"the bisect is journaled as stopped — free space or fix permissions, then write its "
+                                f"finding with: gate bisect --resume {folder}") from None
 
 
 def _with_finding(result: BisectResult, folder: Path) -> BisectResult:

@@ -300,7 +300,11 @@ def _in_workers(work: Callable[[Item], Done], items: Sequence[Item], jobs: int) 
 
     # the platform's own way (Linux forks: the workers start with what is imported here); without fork, spawned
     context = None if hasattr(os, "fork") else multiprocessing.get_context("spawn")
-    with ProcessPoolExecutor(max_workers=min(jobs, len(items)), mp_context=context) as pool:
+    try:
+        pool = ProcessPoolExecutor(max_workers=min(jobs, len(items)), mp_context=context)
+    except OSError:  # no room for the pool's semaphores (a full /dev/shm, e.g. a trainer's leftovers): here, in turn
+        return [work(item) for item in items]
+    with pool:
         return list(pool.map(work, items, chunksize=max(1, min(16, len(items) // (4 * jobs)))))
 
 

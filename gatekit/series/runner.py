@@ -9,13 +9,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
-import tomlkit
+import tomllib
 
 from gatekit import rules
 from gatekit.analysis import analyze, assess, classify
 from gatekit.config import ArmSpec, GateConfig
 from gatekit.driver import ChosenBackend, Driver, make_backend, make_driver
-from gatekit.errors import GatekitError, OutputError, PreflightError, SeriesError
+from gatekit.errors import GatekitError, OutputError, PreflightError, SeriesError, write_failed
 from gatekit.finding import Finding, load_finding, write_finding
 from gatekit.policies.descriptors import policy_for
 from gatekit.preflight import run_checks
@@ -36,6 +36,8 @@ from gatekit.storage import Journal, SeriesLayout, atomic_write_text, remove_sta
 from gatekit.verify import check_written_journal, signature_path, verify_series
 
 PREFLIGHT_LOAD = "preflight"  # the label SeriesRunner's load_reader_for is asked for the preflight's reading
+# a write that failed before the first run (exit 4): the series folder, if any, holds no journal to resume
+NOTHING_RAN = "nothing ran — free space or fix permissions, then run the same command again"
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,10 +85,13 @@ class SeriesRunner:
         runs_dir = self.config.gate.runs
         with runs_lock(runs_dir):
             started = now()
-            series_dir = new_series_dir(runs_dir, f"{self.config.gate.id}-{started:%Y%m%d-%H%M%S}")
-            layout = SeriesLayout(series_dir)
-            journal = Journal(layout.journal, genesis=layout.predecision)
-            state, predecision = self._preregister(series_dir, series_dir.name, started, journal)
+            try:  # a full, read-only or unwritable runs folder: nothing ran, and the same command runs again
+                series_dir = new_series_dir(runs_dir, f"{self.config.gate.id}-{started:%Y%m%d-%H%M%S}")
+                layout = SeriesLayout(series_dir)
+                journal = Journal(layout.journal, genesis=layout.predecision)
+                state, predecision = self._preregister(series_dir, series_dir.name, started, journal)
+            except OSError as exc:
+                raise write_failed(exc, NOTHING_RAN) from None
             return self._execute(OpenSeries(series_dir, state, predecision, self.config, self.off, self.on), journal)
 
     def resume(self, opened: OpenSeries | Path) -> SeriesResult:
@@ -167,12 +172,11 @@ class SeriesRunner:
         )
         try:
             start = journal.record(start)
-        except OutputError as exc:  # nothing ran yet: a plain error (exit 2), and nothing to resume
+        except OutputError as exc:  # nothing ran yet: nothing to resume, the same command starts it again
             what = str(exc).split("; every earlier event")[0]
-            raise GatekitError(f"{what}; nothing ran — free space or fix permissions and start the series "
-                               "again") from None
+            raise OutputError(f"{what}; {NOTHING_RAN}") from None
         self.report(f"preregistered {SeriesLayout(series_dir).predecision} (sha256 {predecision_sha[:12]}…)")
-        return JournalState(start=start), tomlkit.parse(text).unwrap()
+        return JournalState(start=start), tomllib.loads(text)
 
     def _backend_registration(self) -> dict[str, Any]:
         """The backend as preregistered: its name, what the gate file asked for, options, evidence rules."""

@@ -173,3 +173,87 @@ def test_files_gatekit_owns_are_never_opened_through_a_planted_link(tmp_path: Pa
     os.mkfifo(journal)
     with pytest.raises(SeriesError, match=f"{journal}: cannot be read: is not a regular file"):
         list(Journal(journal).events())
+
+
+@needs_namespace
+@pytest.mark.parametrize("mount, why", [("-o ro", "Read-only file system"),
+                                        ("-o size=8k", "No space left on device")], ids=["read-only", "full"])
+def test_a_runs_folder_that_cannot_be_written_before_any_run_exits_4_then_runs_again(tmp_path: Path, mount: str,
+                                                                                     why: str) -> None:
+    """A read-only or full runs folder at the start (the lock, the series folder, the predecision): one line naming
+    the file, exit 4 (a failure to write, never a traceback or a usage error), nothing ran; the same command runs the
+    series once the folder can be written."""
+    g = fault_gate(tmp_path / "g")
+    (g.root / "runs").mkdir()
+    done = in_mount_namespace(
+        f"mount -t tmpfs {mount} tmpfs runs && $GATE run off on >out.txt 2>err.txt; echo $? >rc.txt", cwd=g.root)
+    assert done.returncode == 0, done.stderr
+    code, stderr = int((g.root / "rc.txt").read_text()), (g.root / "err.txt").read_text()
+    assert code == 4, stderr
+    assert "Traceback" not in stderr
+    (line,) = [line for line in stderr.splitlines() if line.startswith("gate: error: ")]
+    assert str(g.root / "runs") in line and why in line and "run the command again" in line.replace("same ", "")
+    assert g.order() == []  # nothing ran
+    again = gate_invoke("run", "off", "on", cwd=g.root)
+    assert again.returncode == 0, again.stderr
+    assert g.finding()["verdict"]["decision"] == "adopted"
+
+
+@needs_namespace
+@pytest.mark.parametrize("size", ["4k", "8k", "12k", "48k"])
+def test_a_campaign_on_a_full_disk_exits_4_and_resumes_once_space_is_freed(tmp_path: Path, size: str) -> None:
+    """The campaign folder's disk is full (a tmpfs of `size`: full at its lock, its journal's first event, a gate's
+    log, or inside the gate's series): one line naming the file, exit 4, never a traceback; once the disk has room,
+    the command it names — run again when nothing ran, else --resume — finishes the campaign."""
+    from tests.test_campaign import FAST, make_campaign
+
+    path = make_campaign(tmp_path, [("alpha", {"elapsed": FAST})])
+    (tmp_path / "runs").mkdir()
+    script = f"""
+mount -t tmpfs -o size={size} tmpfs runs
+$GATE campaign campaign.toml >out1.txt 2>err1.txt; echo $? >rc1.txt
+mount -o remount,size=64m runs
+if grep -q -- '--resume' err1.txt; then
+    $GATE campaign campaign.toml --resume "$(ls -d runs/*/ | tail -1)" >out2.txt 2>err2.txt; echo $? >rc2.txt
+else
+    $GATE campaign campaign.toml >out2.txt 2>err2.txt; echo $? >rc2.txt
+fi
+"""
+    done = in_mount_namespace(script, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    read = lambda name: (tmp_path / name).read_text()  # noqa: E731
+    assert read("rc1.txt").strip() == "4", read("err1.txt")
+    assert "Traceback" not in read("err1.txt")
+    (line,) = [line for line in read("err1.txt").splitlines() if line.startswith("gate: error: ")] or [
+        line for line in read("err1.txt").splitlines() if "No space left on device" in line][:1]
+    assert "No space left on device" in line and str(tmp_path / "runs") in line
+    assert read("rc2.txt").strip() == "0", read("err2.txt")
+    assert "01-alpha-off-on: adopted" in read("out2.txt")
+    assert path.is_file()
+
+
+@needs_namespace
+def test_gate_site_with_a_full_dev_shm_draws_its_pages_without_workers(tmp_path: Path) -> None:
+    """/dev/shm full (a trainer's leftovers): the worker pool cannot get its semaphores, so `gate site --jobs 2`
+    draws the pages in its own process instead — exit 0 and the same files as a one-process build, no traceback."""
+    root = Path(__file__).parents[2] / "findings"
+    (tmp_path / "findings").mkdir()
+    names = ["demo-resident-adam-2026-11-30", "image-precision-2026-11-30", "resident-graph-2026-11-30"]
+    for name in names:
+        for suffix in (".json", ".toml"):
+            shutil.copyfile(root / f"{name}{suffix}", tmp_path / "findings" / f"{name}{suffix}")
+    script = """
+mount -t tmpfs -o size=4k tmpfs /dev/shm
+head -c 4096 /dev/zero >/dev/shm/leftover
+$GATE site findings --out full-shm --jobs 2 >out.txt 2>err.txt; echo $? >rc.txt
+"""
+    done = in_mount_namespace(script, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "rc.txt").read_text().strip() == "0", (tmp_path / "err.txt").read_text()
+    assert "Traceback" not in (tmp_path / "err.txt").read_text()
+    alone = gate_invoke("site", "findings", "--out", "one-process", "--jobs", "1", cwd=tmp_path)
+    assert alone.returncode == 0, alone.stderr
+    files = lambda site: sorted(p.relative_to(site).as_posix() for p in site.rglob("*") if p.is_file())  # noqa: E731
+    assert files(tmp_path / "full-shm") == files(tmp_path / "one-process")
+    index = (tmp_path / "full-shm" / "index.html").read_text()
+    assert all(name in index for name in names)
