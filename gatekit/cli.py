@@ -20,7 +20,7 @@ from gatekit.driver import (BACKEND_GROUP, DRIVER_GROUP, installed_backends, ins
                             make_backend, make_driver)
 from gatekit.engines import ENGINES
 from gatekit.errors import (EXIT_FAIL_ON, EXIT_INVALID, MACHINE_ERRNOS, ConfigError, DriverError, GatekitError,
-                            OutputError, SeriesInterrupted, write_failed)
+                            SeriesInterrupted, write_failed)
 from gatekit.policies.descriptors import (DEFAULT_POLICY, INTERLEAVED, describe, gate_policies, policies_of_mode,
                                           simulation_policies, suite_policies)
 from gatekit.preflight import run_checks
@@ -65,7 +65,7 @@ class GateError(click.ClickException):
 
     def __init__(self, error: GatekitError) -> None:
         super().__init__(str(error))
-        self.exit_code = error.exit_code
+        self.exit_code = error.exit_code  # type: ignore[misc]  # click reads it from the instance too
 
     def show(self, file: object = None) -> None:
         _echo(f"gate: error: {show_controls(self.format_message())}", err=True)

@@ -22,6 +22,9 @@ from gatekit import stats
 from gatekit.config import GuardSpec
 from gatekit.verdict import classic_decision
 
+# a function vectorised over many gates (the simulations') also takes one gate's scalars
+ArrayOrScalar = np.ndarray | float
+
 CI_LEVEL = 0.95
 MDE_ALPHA = 0.05  # one-sided
 MDE_POWER = 0.80
@@ -60,7 +63,7 @@ def welch_arrays(off: np.ndarray, on: np.ndarray, df_mode: str = "satterthwaite"
     return np.broadcast_to(diff, shape).copy(), np.broadcast_to(se, shape).copy(), np.broadcast_to(df, shape).copy()
 
 
-def p_better_arrays(diff: np.ndarray, se: np.ndarray, df: np.ndarray, direction: str) -> np.ndarray:
+def p_better_arrays(diff: ArrayOrScalar, se: ArrayOrScalar, df: ArrayOrScalar, direction: str) -> np.ndarray:
     """One-sided p of H1 "on is better": P(T ≤ t) when lower is better, P(T ≥ t) when higher is better.
 
     se = 0: p is 0 when the (exact) difference points the better way, 1 otherwise (no evidence).
@@ -74,7 +77,7 @@ def p_better_arrays(diff: np.ndarray, se: np.ndarray, df: np.ndarray, direction:
     return np.where(exact, np.where(sign * diff > 0, 0.0, 1.0), p)
 
 
-def ci_arrays(diff: np.ndarray, se: np.ndarray, df: np.ndarray, level: float) -> tuple[np.ndarray, np.ndarray]:
+def ci_arrays(diff: ArrayOrScalar, se: ArrayOrScalar, df: ArrayOrScalar, level: float) -> tuple[np.ndarray, np.ndarray]:
     """Two-sided `level` CI of the difference: diff ± t_{(1+level)/2, df} · se."""
     q = sps.t.ppf(0.5 + level / 2, np.asarray(df, float))
     half = np.where(np.asarray(se) == 0, 0.0, q * se)

@@ -12,7 +12,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
-import tomlkit
 
 from gatekit import tomltext
 from gatekit.bisect.commits import Commit

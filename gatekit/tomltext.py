@@ -19,7 +19,7 @@ _SCALARS = (str, int, float, bool)
 
 def dumps(document: Mapping[str, Any]) -> str:
     """`tomlkit.dumps(document)`, in linear time."""
-    return tomlkit.dumps(prebuilt(document))  # type: ignore[arg-type]
+    return tomlkit.dumps(prebuilt(document))
 
 
 def prebuilt(value: Any) -> Any:

@@ -96,7 +96,7 @@ class _Machine:
         return self.shift * (commit >= self.culprit) + self.sigma * self.rng.standard_normal(count)
 
 
-def endpoints_differ(good_log: Sequence[float], bad_log: Sequence[float], *, sigma_k: float = ENDPOINT_SIGMA_K,
+def endpoints_differ(good_log: Sequence[float] | np.ndarray, bad_log: Sequence[float] | np.ndarray, *, sigma_k: float = ENDPOINT_SIGMA_K,
                      floor_pct: float = ENDPOINT_FLOOR_PCT) -> bool:
     """The classic gate's rule on the endpoints, either direction: |Δ| ≥ max(sigma_k·σ_off, floor_pct), σ_off
     the GOOD runs' relative standard deviation (`gate bisect` judges its extended endpoints by it too)."""

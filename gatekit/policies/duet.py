@@ -213,8 +213,9 @@ def huber_arrays(d: np.ndarray, sigma: np.ndarray) -> tuple[np.ndarray, np.ndarr
     safe = np.where(ok & (det > 0), det, np.nan)
     nan = np.float64(math.nan)
     shape = d.shape[:-1]
-    return tuple(np.where(ok, x, nan).reshape(shape) for x in (
+    estimate, se, slot_effect, slot_se = (np.where(ok, x, nan).reshape(shape) for x in (
         delta, np.sqrt(variance * sum_ss / safe), slot, np.sqrt(variance * n / safe)))
+    return estimate, se, slot_effect, slot_se
 
 
 def fit(d: Sequence[float], sigma: Sequence[float]) -> DuetEstimate:

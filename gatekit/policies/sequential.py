@@ -49,7 +49,7 @@ from scipy import stats as sps
 
 from gatekit import rules, stats
 from gatekit.config import GuardSpec, RulesSpec, ThresholdSpec
-from gatekit.diagnostics import log_values, pct
+from gatekit.diagnostics import ArrayOrScalar, log_values, pct
 from gatekit.finding import Finding, Look, PairedGuard, SequentialInfo
 from gatekit.policies.base import (Decided, Evidence, PolicyWords, Retry, SimulationDefaults, classic_beside,
                                    guard_values)
@@ -338,14 +338,14 @@ def look_arrays(off_log: np.ndarray, on_log: np.ndarray, *, look: int, design: D
     return LookArrays(diff, scale, np.where(held, rest, boundary), np.where(held, rest, code), check, held)
 
 
-def statistic(diff: np.ndarray, scale: np.ndarray) -> np.ndarray:
+def statistic(diff: ArrayOrScalar, scale: ArrayOrScalar) -> np.ndarray:
     """HL / S; ±inf when the scale is 0 and the estimate is not, 0 when both are."""
     diff, scale = np.asarray(diff, float), np.asarray(scale, float)
     with np.errstate(divide="ignore", invalid="ignore"):
         return np.where(scale == 0, np.where(diff == 0, 0.0, np.sign(diff) * np.inf), diff / scale)
 
 
-def look_codes(diff: np.ndarray, scale: np.ndarray, *, floor_pct: float, direction: str, final: bool,
+def look_codes(diff: ArrayOrScalar, scale: ArrayOrScalar, *, floor_pct: float, direction: str, final: bool,
                critical: float | None = None) -> np.ndarray:
     """The primary metric's outcome at one look, for any number of gates at once.
 
@@ -373,12 +373,12 @@ def look_codes(diff: np.ndarray, scale: np.ndarray, *, floor_pct: float, directi
                      default=rest)
 
 
-def gain_statistic(diff: np.ndarray, scale: np.ndarray, direction: str) -> np.ndarray:
+def gain_statistic(diff: ArrayOrScalar, scale: ArrayOrScalar, direction: str) -> np.ndarray:
     """HL/S on the improvement side: positive when on is better (for either direction)."""
     return (-1.0 if direction == "lower" else 1.0) * statistic(diff, scale)
 
 
-def stop_codes(codes: np.ndarray, t_gain: np.ndarray, *, look: int, design: Design) -> np.ndarray:
+def stop_codes(codes: ArrayOrScalar, t_gain: ArrayOrScalar, *, look: int, design: Design) -> np.ndarray:
     """A look's undecided gates (CONTINUE) that the design ends here as inconclusive: at look 1 those whose
     improvement statistic lies in the stop band (v4: −2 ≤ HL/S < 0, not ahead); at a later look before the
     last, those not within extend_window of that look's critical value on the improvement side. The other
@@ -549,7 +549,8 @@ def _look(number: int, pairs_primary: Sequence[tuple[float, float]],
     final = number == design.looks
     c = design.critical[number - 1]
     if off_logs is None or on_logs is None or len(pairs_primary) < 2:
-        diff = scale = np.float64(math.nan)
+        diff: ArrayOrScalar = np.float64(math.nan)
+        scale: ArrayOrScalar = np.float64(math.nan)
         boundary_code = int(look_codes(diff, scale, floor_pct=floor_pct, direction=direction, final=final,
                                        critical=c))
         code = int(stop_codes(boundary_code, gain_statistic(diff, scale, direction), look=number, design=design))
