@@ -106,15 +106,6 @@ ray_address_option = click.option("--address", help="Ray: join the cluster at th
                                                     "default: start a local Ray.")
 
 
-def _two_arms(config: GateConfig, off: str | None, on: str | None) -> tuple:
-    names = list(config.arms)
-    if len(names) < 2 and not (off and on):
-        raise ConfigError(f"{config.path}: arms: defines one arm ({names[0]}), and this command compares two: "
-                          "add a second arm, name both as OFF ON, or compare the arm at two commits with "
-                          "gate compare BASE [HEAD]")
-    return config.arm(off or names[0]), config.arm(on or names[1])
-
-
 def ci_output_options(command: Callable) -> Callable:
     """--summary-md, --junit, --export and --bmf-measure, handed to the command as one `ci`
     (gatekit.exports.CiOutputs, imported when the command runs): the CI outputs of its findings."""
@@ -181,7 +172,7 @@ def check(off: str | None, on: str | None, gate_path: Path) -> None:
     """
     def work() -> bool:
         config = load_gate(gate_path)
-        arms = _two_arms(config, off, on)
+        arms = config.two_arms(off, on)
         driver = make_driver(config.driver.name, config.driver.options, source=config.path,
                              base_dir=config.base_dir)
         backend = make_backend(config.backend.name, config.backend.options, source=config.path)
@@ -240,29 +231,11 @@ def run(off: str | None, on: str | None, gate_path: Path, n: int | None, order: 
     key = _signing_key(sign_key)
 
     def work():  # type: ignore[no-untyped-def]
-        from gatekit.series.replay import open_series
-        from gatekit.series.runner import SeriesRunner, finished_series
-        from gatekit.storage import SeriesLayout
-        from gatekit.verify import verify_series
+        from gatekit import api
 
-        if resume is not None:
-            if off or on or n or order or seed is not None or out or runs_dir or policy or warmup is not None:
-                raise ConfigError("--resume continues a series exactly as registered; "
-                                  "drop OFF/ON, --n, --order, --seed, --policy, --warmup, --out and --runs")
-            verify_series(resume)  # an edited journal or record is exit 3 naming it, before anything runs
-            if key is not None and SeriesLayout(resume).done.exists():  # its signature was never written
-                return finished_series(resume)
-            opened = open_series(resume, gate_path if gate_path != Path("gate.toml") else None)
-            ci.check(opened.config.gate.primary, str(opened.config.path))
-            return SeriesRunner(opened.config, opened.off, opened.on, report=_progress).resume(opened)
-        if bool(off) != bool(on):
-            raise ConfigError("name both arms or neither: gate run OFF ON (arm names of the gate file or arm "
-                              ".toml paths; neither: the gate file's first two arms)")
-        config = load_gate(gate_path).with_overrides(n=n, order=order, seed=seed, out=out, runs=runs_dir,
-                                                     policy=policy, warmup=warmup)
-        ci.check(config.gate.primary, str(config.path))
-        off_arm, on_arm = _two_arms(config, off, on)
-        return SeriesRunner(config, off_arm, on_arm, report=_progress).start()
+        return api.run(off, on, gate_path, n=n, order=order, seed=seed, policy=policy, warmup=warmup, out=out,
+                       runs=runs_dir, resume=resume, progress=_progress, finished=key is not None,
+                       check=lambda config: ci.check(config.gate.primary, str(config.path)))
 
     _series_done(_call(work), key, sign_key, as_json, ci, fail_on)
 
@@ -293,6 +266,17 @@ def _series_done(result: Any, key: Any, sign_key: Path | None, as_json: bool, ci
     _emit(result.finding, as_json, paths)
     _write_ci_outputs(ci, [result.finding], finding_paths=paths, exits_invalid=True)
     _exit_for(result.finding, fail_on)
+
+
+def _plain(report: Any) -> dict[str, Any]:
+    """A report dataclass's fields as JSON-ready data (paths as text, tuples as lists)."""
+    import dataclasses
+
+    def plain(value: Any) -> Any:
+        return str(value) if isinstance(value, Path) else [plain(v) for v in value] if isinstance(value, tuple) \
+            else value
+
+    return {f.name: plain(getattr(report, f.name)) for f in dataclasses.fields(report)}
 
 
 def _emit(finding: Finding, as_json: bool, paths: tuple[str, ...] = ()) -> None:
@@ -337,22 +321,9 @@ def analyze_cmd(source: Path, gate_path: Path | None, off_name: str | None, on_n
     in execution order and is analysed with the rules of --gate.
     """
     def work() -> Finding:
-        from gatekit.analysis import analyze
-        from gatekit.csvinput import evidence_from_csv
-        from gatekit.verify import analyze_series
+        from gatekit import api
 
-        if not source.exists():  # name the missing source, not the gate file a CSV would need
-            raise ConfigError(f"{source}: no such series directory or CSV file")
-        if source.is_dir():
-            return analyze_series(source, load_gate(gate_path) if gate_path is not None else None)
-        from gatekit.importers.common import import_command_for
-
-        tool_output = import_command_for(source)  # another tool's file would fail as a CSV, confusingly
-        if tool_output is not None:
-            raise ConfigError(f"{source}: is {tool_output}")
-        config = load_gate(gate_path or Path("gate.toml"))
-        off_arm, on_arm = _two_arms(config, off_name, on_name)
-        return analyze(evidence_from_csv(source, config, off_arm.name, on_arm.name))
+        return api.analyze(source, gate_path, off=off_name, on=on_name)
 
     finding = _call(work)
     _emit(finding, as_json)
@@ -365,7 +336,9 @@ def analyze_cmd(source: Path, gate_path: Path | None, off_name: str | None, on_n
 @click.argument("finding", required=False, type=click.Path(path_type=Path, dir_okay=False))
 @click.option("--pubkey", type=click.Path(path_type=Path, dir_okay=False),
               help="Ed25519 public key (PEM): check the finding's signature <id>.sig too.")
-def verify_cmd(series_dir: Path, finding: Path | None, pubkey: Path | None) -> None:
+@click.option("--json", "as_json", is_flag=True,
+              help="Print what was verified as JSON on stdout (kind, events, chain_head and the counts).")
+def verify_cmd(series_dir: Path, finding: Path | None, pubkey: Path | None, as_json: bool) -> None:
     """Verify a series' evidence: the journal's hash chain, the predecision's sha256 and every run's
     record.json; given FINDING, that it equals the recomputed finding and records the chain head.
     A campaign folder: its journal's chain, and each finished gate's series with the finding it names.
@@ -374,36 +347,29 @@ def verify_cmd(series_dir: Path, finding: Path | None, pubkey: Path | None) -> N
 
     Exit 3 names the first file and line that disagree.
     """
+    from gatekit import api
     from gatekit.bisect.finding import bisect_folder_of
-    from gatekit.campaign import CAMPAIGN_JOURNAL
-    from gatekit.storage import SeriesLayout
-    from gatekit.verify import verify_series
+    from gatekit.bisect.verify import BisectVerifyReport
+    from gatekit.campaign import CampaignVerifyReport
 
-    bisect = bisect_folder_of(series_dir)
-    if bisect is not None:
-        if finding is not None or pubkey is not None:
-            raise GateError(ConfigError("a bisect folder is verified alone: its finding is the one in it, each "
-                                        "probe's the one its journal names"))
-        from gatekit.bisect.verify import verify_bisect
-
-        checked = _call(lambda: verify_bisect(bisect.resolve()))
-        what = f"its finding {checked.finding.name}" if checked.finding else "not stopped yet: no finding"
-        _echo(f"verified bisect: {checked.events} events, chain head {checked.chain_head} ({checked.probes} "
+    if series_dir.is_file() and bisect_folder_of(series_dir) is None:
+        # what click's file_okay=False said before bisect findings were verified here
+        raise click.BadParameter(f"Directory '{series_dir}' is a file.", param_hint="'SERIES_DIR'")
+    report = _call(lambda: api.verify(series_dir, finding, pubkey=pubkey))
+    if as_json:
+        kind = ("bisect" if isinstance(report, BisectVerifyReport) else
+                "campaign" if isinstance(report, CampaignVerifyReport) else "series")
+        click.echo(json.dumps({"kind": kind, **_plain(report)}, indent=2, allow_nan=False))
+        return
+    if isinstance(report, BisectVerifyReport):
+        what = f"its finding {report.finding.name}" if report.finding else "not stopped yet: no finding"
+        _echo(f"verified bisect: {report.events} events, chain head {report.chain_head} ({report.probes} "
               f"probe series, each with its gate's finding; {what})")
         return
-    if series_dir.is_file():  # what click's file_okay=False said before bisect findings were verified here
-        raise click.BadParameter(f"Directory '{series_dir}' is a file.", param_hint="'SERIES_DIR'")
-    if not SeriesLayout(series_dir).journal.exists() and (series_dir / CAMPAIGN_JOURNAL).exists():
-        if finding is not None or pubkey is not None:
-            raise GateError(ConfigError("a campaign folder is verified alone: each gate's finding is the one its "
-                                        "journal names (verify a gate's series to check a signature)"))
-        from gatekit.campaign import verify_campaign
-
-        campaign = _call(lambda: verify_campaign(series_dir.resolve()))
-        _echo(f"verified campaign: {campaign.events} events, chain head {campaign.chain_head} "
-                   f"({campaign.gates} finished gate(s), each series with its finding)")
+    if isinstance(report, CampaignVerifyReport):
+        _echo(f"verified campaign: {report.events} events, chain head {report.chain_head} "
+              f"({report.gates} finished gate(s), each series with its finding)")
         return
-    report = _call(lambda: verify_series(series_dir, finding, pubkey=pubkey))
     for warning in report.warnings:
         _stderr(f"warning: {warning}")
     for note in report.notes:
@@ -920,16 +886,12 @@ def compare_cmd(base: str | None, head: str | None, gate_path: Path | None, arm:
     key = _signing_key(sign_key)
 
     def work():  # type: ignore[no-untyped-def]
-        from gatekit.compare import CompareOptions, run_compare
+        from gatekit import api
 
-        if resume is not None and (base or head or n or policy or out or gate_path or no_merge_base):
-            raise ConfigError("--resume continues a comparison exactly as registered; drop BASE, HEAD, --gate, --n, "
-                              "--policy, --out and --no-merge-base")
-        options = CompareOptions(gate_path=gate_path, arm=arm, build=build_command, merge_base=not no_merge_base,
-                                 n=n, policy=policy, out=out, resume=resume)
-        return run_compare(base, head, options, report=_progress)
+        return api.compare(base, head, gate_path, arm=arm, build=build_command, merge_base=not no_merge_base, n=n,
+                           policy=policy, out=out, resume=resume, progress=_progress)
 
-    _series_done(_call(work).series, key, sign_key, as_json, ci, fail_on)
+    _series_done(_call(work), key, sign_key, as_json, ci, fail_on)
 
 
 @main.command("history")

@@ -315,6 +315,16 @@ class GateConfig(Record):
             "pass an arm name or a path to an existing arm .toml file"
         )
 
+    def two_arms(self, off: str | None, on: str | None) -> tuple[ArmSpec, ArmSpec]:
+        """The off and on arms a command compares: those named (arm names or arm file paths), else the gate file's
+        first two; a gate file of one arm names the commands that compare it at two commits."""
+        names = list(self.arms)
+        if len(names) < 2 and not (off and on):
+            raise ConfigError(f"{self.path}: arms: defines one arm ({names[0]}), and this command compares two: "
+                              "add a second arm, name both as OFF ON, or compare the arm at two commits with "
+                              "gate compare BASE [HEAD]")
+        return self.arm(off or names[0]), self.arm(on or names[1])
+
     def with_overrides(self, *, n: int | None = None, order: str | None = None, seed: int | None = None,
                        out: Path | None = None, runs: Path | None = None, policy: str | None = None,
                        warmup: int | None = None) -> GateConfig:
