@@ -22,21 +22,21 @@ if TYPE_CHECKING:
 
 Progress = Callable[[str], None]  # one line of progress (gate prints them on stderr)
 PathLike = Union[str, Path]
-DEFAULT_GATE = Path("gate.toml")
 
 
 def _quiet(line: str) -> None:
     """The default progress: nothing (a notebook shows the returned record)."""
 
 
-def analyze(source: PathLike, gate: PathLike | None = None, *, off: str | None = None,
-            on: str | None = None) -> Finding:
+def analyze(source: PathLike, gate: PathLike | None = None, *, off: str | None = None, on: str | None = None,
+            progress: Progress = _quiet) -> Finding:
     """Recompute a finding offline from a series folder (with the rules of its predecision file, after verifying
     its evidence; `gate` checks the gate file's configs too) or from a CSV of runs (arm,label,<metrics>,load1_mean,
-    load1_max in execution order, decided by the rules of `gate`, default ./gate.toml; `off`/`on` name its arms,
-    default the gate file's first two)."""
+    load1_max in execution order, decided by the rules of `gate`, default gate.toml here or in the nearest folder
+    above, up to the repository's root (said through `progress`); `off`/`on` name its arms, default the gate
+    file's first two)."""
     from gatekit.analysis import analyze as analyze_evidence
-    from gatekit.config import load_gate
+    from gatekit.config import find_gate_file, load_gate
     from gatekit.csvinput import evidence_from_csv
     from gatekit.verify import analyze_series
 
@@ -50,23 +50,25 @@ def analyze(source: PathLike, gate: PathLike | None = None, *, off: str | None =
     tool_output = import_command_for(source)  # another tool's file would fail as a CSV, confusingly
     if tool_output is not None:
         raise ConfigError(f"{source}: is {tool_output}")
-    config = load_gate(gate if gate is not None else DEFAULT_GATE)
+    config = load_gate(gate if gate is not None else find_gate_file(Path.cwd(), progress))
     off_arm, on_arm = config.two_arms(off, on)
     return analyze_evidence(evidence_from_csv(source, config, off_arm.name, on_arm.name))
 
 
-def run(off: str | None = None, on: str | None = None, gate: PathLike = DEFAULT_GATE, *, n: int | None = None,
+def run(off: str | None = None, on: str | None = None, gate: PathLike | None = None, *, n: int | None = None,
         order: str | None = None, seed: int | None = None, policy: str | None = None, warmup: int | None = None,
         out: PathLike | None = None, runs: PathLike | None = None, resume: PathLike | None = None,
         progress: Progress = _quiet, check: Callable[[GateConfig], None] | None = None,
         finished: bool = False) -> SeriesResult:
     """Run the interleaved OFF/ON series of the gate file (arm names or arm .toml paths, both or neither: its first
-    two arms) and write its finding; or continue the interrupted series folder `resume`, exactly as registered.
+    two arms; `gate`: default gate.toml here or in the nearest folder above, up to the repository's root) and write
+    its finding; or continue the interrupted series folder `resume`, exactly as registered (with its own gate file
+    unless `gate` is given).
     Returns the SeriesResult: `.finding` (the typed Finding), `.series_dir`, `.finding_paths`.
 
     `check` is called with the gate's config before anything runs (gate run checks its CI exports can hold it);
     `finished` with `resume`: a finished series is returned as it is (gate run --resume --sign-key signs it)."""
-    from gatekit.config import load_gate
+    from gatekit.config import find_gate_file, load_gate
     from gatekit.series.replay import open_series
     from gatekit.series.runner import SeriesRunner, finished_series
     from gatekit.storage import SeriesLayout
@@ -80,15 +82,16 @@ def run(off: str | None = None, on: str | None = None, gate: PathLike = DEFAULT_
         verify_series(resume)  # an edited journal or record is exit 3 naming it, before anything runs
         if finished and SeriesLayout(resume).done.exists():
             return finished_series(resume)
-        opened = open_series(resume, Path(gate) if Path(gate) != DEFAULT_GATE else None)
+        opened = open_series(resume, _path(gate))
         if check is not None:
             check(opened.config)
         return SeriesRunner(opened.config, opened.off, opened.on, report=progress).resume(opened)
     if bool(off) != bool(on):
         raise ConfigError("name both arms or neither: gate run OFF ON (arm names of the gate file or arm "
                           ".toml paths; neither: the gate file's first two arms)")
-    config = load_gate(gate).with_overrides(n=n, order=order, seed=seed, out=_path(out), runs=_path(runs),
-                                            policy=policy, warmup=warmup)
+    gate_file = gate if gate is not None else find_gate_file(Path.cwd(), progress)
+    config = load_gate(gate_file).with_overrides(n=n, order=order, seed=seed, out=_path(out), runs=_path(runs),
+                                                 policy=policy, warmup=warmup)
     if check is not None:
         check(config)
     off_arm, on_arm = config.two_arms(off, on)

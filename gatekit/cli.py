@@ -100,8 +100,16 @@ def _progress(line: str) -> None:
     _echo(show_controls(line), err=True)
 
 
-gate_option = click.option("--gate", "gate_path", type=click.Path(path_type=Path), default=Path("gate.toml"),
-                           show_default=True, help="The gate file.")
+gate_option = click.option("--gate", "gate_path", type=click.Path(path_type=Path),
+                           help="The gate file [default: gate.toml here or in the nearest folder above, up to the "
+                                "repository's root].")
+
+
+def _gate_file(gate_path: Path | None) -> Path:
+    """--gate, else the gate file where the repository keeps it (one above here is said on stderr)."""
+    from gatekit.config import find_gate_file
+
+    return gate_path if gate_path is not None else find_gate_file(Path.cwd(), _stderr)
 ray_address_option = click.option("--address", help="Ray: join the cluster at this address (e.g. auto or HOST:6379); "
                                                     "default: start a local Ray.")
 
@@ -165,19 +173,25 @@ def main() -> None:
 @click.argument("off", required=False)
 @click.argument("on", required=False)
 @gate_option
-def check(off: str | None, on: str | None, gate_path: Path) -> None:
+@click.option("--json", "as_json", is_flag=True, help="Print the checks as JSON on stdout ({ok, checks: [{name, ok, "
+              "detail}]}).")
+def check(off: str | None, on: str | None, gate_path: Path | None, as_json: bool) -> None:
     """Validate the gate file and both arms and run preflight, without starting the trainer.
 
     OFF and ON are arm names of the gate file (default: its first two arms) or paths to arm .toml files.
     """
     def work() -> bool:
-        config = load_gate(gate_path)
+        config = load_gate(_gate_file(gate_path))
         arms = config.two_arms(off, on)
         driver = make_driver(config.driver.name, config.driver.options, source=config.path,
                              base_dir=config.base_dir)
         backend = make_backend(config.backend.name, config.backend.options, source=config.path)
         checks = run_checks(config, arms, driver, backend)
-        for item in checks:
+        if as_json:
+            click.echo(json.dumps({"ok": all(item.ok for item in checks),
+                                   "checks": [{"name": item.name, "ok": item.ok, "detail": item.detail}
+                                              for item in checks]}, indent=2))
+        for item in checks if not as_json else ():
             # a detail may quote another process's command line: escapes shown, never sent to the terminal
             _echo(f"{'ok  ' if item.ok else 'FAIL'}  {item.name}: {item.detail}")
         return all(item.ok for item in checks)
@@ -219,7 +233,7 @@ sign_key_option = click.option(
               "if its signature could not be written).")
 @sign_key_option
 @ci_output_options
-def run(off: str | None, on: str | None, gate_path: Path, n: int | None, order: str | None, seed: int | None,
+def run(off: str | None, on: str | None, gate_path: Path | None, n: int | None, order: str | None, seed: int | None,
         policy: str | None, warmup: int | None, out: Path | None, runs_dir: Path | None, as_json: bool,
         fail_on: str | None, resume: Path | None, sign_key: Path | None, ci: CiOutputs) -> None:
     """Run the interleaved OFF/ON series, apply the preregistered rules and write the finding.
@@ -306,7 +320,8 @@ def _exit_for(finding: Finding, fail_on: str | None) -> None:
 @main.command("analyze")
 @click.argument("source", type=click.Path(path_type=Path))
 @click.option("--gate", "gate_path", type=click.Path(path_type=Path),
-              help="The gate file (a CSV needs one; default ./gate.toml; a series directory knows its own).")
+              help="The gate file (a CSV needs one; default gate.toml here or in the nearest folder above, up to the "
+                   "repository's root; a series directory knows its own).")
 @click.option("--off", "off_name", help="The off arm's name in a CSV (default: the gate file's first arm).")
 @click.option("--on", "on_name", help="The on arm's name in a CSV (default: the gate file's second arm).")
 @click.option("--json", "as_json", is_flag=True, help="Print the finding as JSON on stdout.")
@@ -323,7 +338,7 @@ def analyze_cmd(source: Path, gate_path: Path | None, off_name: str | None, on_n
     def work() -> Finding:
         from gatekit import api
 
-        return api.analyze(source, gate_path, off=off_name, on=on_name)
+        return api.analyze(source, gate_path, off=off_name, on=on_name, progress=_stderr)
 
     finding = _call(work)
     _emit(finding, as_json)
@@ -389,7 +404,7 @@ def verify_cmd(series_dir: Path, finding: Path | None, pubkey: Path | None, as_j
 @click.option("--runs", "runs_dir", type=click.Path(path_type=Path),
               help="Folder for the calibration and its runs (overrides gate.runs).")
 @click.option("--json", "as_json", is_flag=True, help="Print the calibration as JSON on stdout.")
-def calibrate(arm: str | None, gate_path: Path, n: int, min_effect_pct: float | None, runs_dir: Path | None,
+def calibrate(arm: str | None, gate_path: Path | None, n: int, min_effect_pct: float | None, runs_dir: Path | None,
               as_json: bool) -> None:
     """A/A runs of one arm (default: the gate's first): CV, warm-up, drift, change point, runs needed
     (simulated under the gate's policy, as `gate plan`).
@@ -399,7 +414,7 @@ def calibrate(arm: str | None, gate_path: Path, n: int, min_effect_pct: float | 
     from gatekit.calibrate import run_calibration, summary as calibration_summary
 
     def work():  # type: ignore[no-untyped-def]
-        config = load_gate(gate_path).with_overrides(runs=runs_dir)
+        config = load_gate(_gate_file(gate_path)).with_overrides(runs=runs_dir)
         chosen = config.arm(arm) if arm else config.arm(next(iter(config.arms)))
         return run_calibration(config, chosen, n, min_effect_pct=min_effect_pct, report=_stderr)
 
@@ -609,28 +624,38 @@ def plan_cmd(cv_pct: float, effect_pct: float, policy: str, floor_pct: float, si
 
 
 @main.command()
-def drivers() -> None:
+@click.option("--json", "as_json", is_flag=True,
+              help="Print the plugins as JSON on stdout ({drivers: [{name, target}], backends: [{name, target, "
+                   "status, detail}]}).")
+def drivers(as_json: bool) -> None:
     """List the installed driver plugins (gatekit.drivers) and backend plugins (gatekit.backends).
 
     Each backend line says whether it can watch this machine; `[backend] name = "auto"` picks the first
     usable one of cuda, metal, cpu.
     """
-    def work() -> list[str]:
-        lines = [f"# drivers ({DRIVER_GROUP})"]
-        lines += [f"{name}\t{target}" for name, target in sorted(installed_drivers().items())]
-        lines.append(f"# backends ({BACKEND_GROUP})")
+    def work() -> tuple[list[dict[str, str]], list[dict[str, str]]]:
+        plugins = [{"name": name, "target": target} for name, target in sorted(installed_drivers().items())]
+        backends = []
         for name, target in sorted(installed_backends().items()):
             try:
                 found = load_backend(name, source=Path("gate drivers")).detect()
             except DriverError as exc:  # a broken plugin is listed as such, the others still are
-                lines.append(f"{name}\t{target}\tbroken: {exc}")
+                backends.append({"name": name, "target": target, "status": "broken", "detail": str(exc)})
                 continue
-            lines.append(f"{name}\t{target}\t{'available' if found.ok else 'not available'}: "
-                         f"{found.detail.removeprefix('not available: ')}")
-        return lines
+            backends.append({"name": name, "target": target, "status": "available" if found.ok else "not available",
+                             "detail": found.detail.removeprefix("not available: ")})
+        return plugins, backends
 
-    for line in _call(work):
-        _echo(line)
+    plugins, backends = _call(work)
+    if as_json:
+        click.echo(json.dumps({"drivers": plugins, "backends": backends}, indent=2))
+        return
+    _echo(f"# drivers ({DRIVER_GROUP})")
+    for plugin in plugins:
+        _echo(f"{plugin['name']}\t{plugin['target']}")
+    _echo(f"# backends ({BACKEND_GROUP})")
+    for backend in backends:
+        _echo(f"{backend['name']}\t{backend['target']}\t{backend['status']}: {backend['detail']}")
 
 
 # -- reports, the findings site, history and imports ----------------------------------------------------
@@ -761,9 +786,11 @@ def site_cmd(findings_dir: Path, site_dir: Path, runs_roots: tuple[Path, ...], j
               help="Continue the campaign folder DIR: finished gates are skipped, interrupted ones resumed.")
 @click.option("--fail-on", type=click.Choice(sorted(FAIL_ON)),
               help="Exit 1 when any gate has this outcome: regression, unproven or not-adopted (as gate run).")
+@click.option("--json", "as_json", is_flag=True,
+              help="Print the campaign as JSON on stdout ({campaign, site, gates: [{key, outcome}]}).")
 @ci_output_options
 def campaign_cmd(campaign_file: Path, engine: str, address: str | None, max_parallel: int | None,
-                 resume: Path | None, fail_on: str | None, ci: CiOutputs) -> None:
+                 resume: Path | None, fail_on: str | None, as_json: bool, ci: CiOutputs) -> None:
     """Run every gate of a campaign file; write each finding, one summary of all gates and the findings site.
 
     Exit 3 if any gate is invalid (or could not run), else 130 if any is interrupted (resume with --resume
@@ -778,10 +805,12 @@ def campaign_cmd(campaign_file: Path, engine: str, address: str | None, max_para
         options = CampaignOptions(engine=engine, address=address, max_parallel=max_parallel, resume=resume)
         return run_campaign(campaign, options, report=_progress)
 
-    from gatekit.campaign import describe, resume_hint
+    from gatekit.campaign import as_document, describe, resume_hint
 
     result = _call(work)
-    for line in describe(result):
+    if as_json:
+        click.echo(json.dumps(as_document(result), indent=2, allow_nan=False))
+    for line in describe(result) if not as_json else ():
         _echo(line)
     findings = [f.finding for f in result.findings]
     if findings:
@@ -821,7 +850,7 @@ def campaign_cmd(campaign_file: Path, engine: str, address: str | None, max_para
               help="The bisect folder, new or empty [default: bisect-ID-TIME in the gate file's runs folder].")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON on stdout.")
 @click.option("--fail-on", type=click.Choice(["culprit"]), help="Exit 1 when a culprit is named (CI).")
-def bisect_cmd(good: str | None, bad: str | None, gate_path: Path, arm: str | None, build_command: str | None,
+def bisect_cmd(good: str | None, bad: str | None, gate_path: Path | None, arm: str | None, build_command: str | None,
                engine: str, address: str | None, max_parallel: int | None, gpus: int | None, budget: int,
                confidence: float, pairs_per_probe: int | None, resume: Path | None, out: Path | None, as_json: bool,
                fail_on: str | None) -> None:
@@ -836,7 +865,8 @@ def bisect_cmd(good: str | None, bad: str | None, gate_path: Path, arm: str | No
 
         if resume is not None and (good or bad):
             raise ConfigError("--resume DIR continues a bisect; drop GOOD and BAD")
-        options = BisectOptions(gate_path=gate_path, arm=arm, build=build_command, engine=engine, address=address,
+        gate_file = _gate_file(gate_path) if resume is None else gate_path or Path("gate.toml")  # resume: its own
+        options = BisectOptions(gate_path=gate_file, arm=arm, build=build_command, engine=engine, address=address,
                                 max_parallel=max_parallel, budget=budget, confidence=confidence, resume=resume,
                                 out=out, gpus=gpus, pairs_per_probe=pairs_per_probe)
         return run_bisect(good, bad, options, report=_progress)
