@@ -165,3 +165,15 @@ def test_without_a_base_the_step_fails_saying_so(pull_request: tuple[Path, str, 
     assert (ran.rc, ran.failed_step) == (2, "compare")
     assert "no base: give the input base" in ran.stderr
     assert ran.outputs["decision"] == ""
+
+
+def test_a_gate_that_cannot_start_fails_the_step_and_says_why_in_the_summary(
+        pull_request: tuple[Path, str, str], tmp_path: Path) -> None:
+    repo, base, head = pull_request
+    temp = tmp_path / "runner-temp"
+    temp.mkdir()
+    ran = run_action(repo, temp, {"python": sys.executable, "arm": "no-such-arm"},
+                     {"pull_request": {"base": {"sha": base}, "head": {"sha": head}}})
+    assert (ran.rc, ran.failed_step) == (2, "compare"), ran.stderr
+    assert ran.outputs["decision"] == "" and ran.outputs["finding"] == ""
+    assert "gate compare exited 2 before it decided" in ran.summary and "no-such-arm" in ran.summary
