@@ -604,6 +604,14 @@ def describe(result: CampaignResult) -> list[str]:
     return lines
 
 
+def as_document(result: CampaignResult) -> dict[str, Any]:
+    """What `gate campaign --json` prints: the folder, the site, and each gate's latest outcome (the journal's
+    record of it; null: never run) in file order."""
+    return {"campaign": str(result.folder), "site": None if result.site_index is None else str(result.site_index),
+            "gates": [{"key": gate.key, "outcome": None if outcome is None else outcome.to_dict()}
+                      for gate, outcome in result.outcomes]}
+
+
 def resume_hint(result: CampaignResult) -> str:
     """The line that tells how to finish the campaign ('' when every gate is finished)."""
     if not result.unfinished:

@@ -13,7 +13,7 @@ import click
 
 from gatekit import __version__
 from gatekit.bisect.commits import BUILD_TIMEOUT_S
-from gatekit.config import (DEFAULT_MAX_THRESHOLD_PCT, EXPORT_FORMATS, FAIL_ON, ORDERS, GateConfig, ThresholdSpec,
+from gatekit.config import (DEFAULT_MAX_THRESHOLD_PCT, EXPORT_FORMATS, FAIL_ON, ORDERS, ThresholdSpec,
                             load_gate)
 from gatekit.distribution import install_hint
 from gatekit.driver import (BACKEND_GROUP, DRIVER_GROUP, installed_backends, installed_drivers, load_backend,
@@ -105,19 +105,18 @@ def _progress(line: str) -> None:
     _echo(show_controls(line), err=True)
 
 
-gate_option = click.option("--gate", "gate_path", type=click.Path(path_type=Path), default=Path("gate.toml"),
-                           show_default=True, help="The gate file.")
+gate_option = click.option("--gate", "gate_path", type=click.Path(path_type=Path),
+                           help="The gate file [default: gate.toml here or in the nearest folder above, up to the "
+                                "repository's root].")
+
+
+def _gate_file(gate_path: Path | None) -> Path:
+    """--gate, else the gate file where the repository keeps it (one above here is said on stderr)."""
+    from gatekit.config import find_gate_file
+
+    return gate_path if gate_path is not None else find_gate_file(Path.cwd(), _stderr)
 ray_address_option = click.option("--address", help="Ray: join the cluster at this address (e.g. auto or HOST:6379); "
                                                     "default: start a local Ray.")
-
-
-def _two_arms(config: GateConfig, off: str | None, on: str | None) -> tuple:
-    names = list(config.arms)
-    if len(names) < 2 and not (off and on):
-        raise ConfigError(f"{config.path}: arms: defines one arm ({names[0]}), and this command compares two: "
-                          "add a second arm, name both as OFF ON, or compare the arm at two commits with "
-                          "gate compare BASE [HEAD]")
-    return config.arm(off or names[0]), config.arm(on or names[1])
 
 
 def ci_output_options(command: Callable) -> Callable:
@@ -180,19 +179,25 @@ def main() -> None:
 @click.argument("off", required=False)
 @click.argument("on", required=False)
 @gate_option
-def check(off: str | None, on: str | None, gate_path: Path) -> None:
+@click.option("--json", "as_json", is_flag=True, help="Print the checks as JSON on stdout ({ok, checks: [{name, ok, "
+              "detail}]}).")
+def check(off: str | None, on: str | None, gate_path: Path | None, as_json: bool) -> None:
     """Validate the gate file and both arms and run preflight, without starting the trainer.
 
     OFF and ON are arm names of the gate file (default: its first two arms) or paths to arm .toml files.
     """
     def work() -> bool:
-        config = load_gate(gate_path)
-        arms = _two_arms(config, off, on)
+        config = load_gate(_gate_file(gate_path))
+        arms = config.two_arms(off, on)
         driver = make_driver(config.driver.name, config.driver.options, source=config.path,
                              base_dir=config.base_dir)
         backend = make_backend(config.backend.name, config.backend.options, source=config.path)
         checks = run_checks(config, arms, driver, backend)
-        for item in checks:
+        if as_json:
+            click.echo(json.dumps({"ok": all(item.ok for item in checks),
+                                   "checks": [{"name": item.name, "ok": item.ok, "detail": item.detail}
+                                              for item in checks]}, indent=2))
+        for item in checks if not as_json else ():
             # a detail may quote another process's command line: escapes shown, never sent to the terminal
             _echo(f"{'ok  ' if item.ok else 'FAIL'}  {item.name}: {item.detail}")
         return all(item.ok for item in checks)
@@ -234,7 +239,7 @@ sign_key_option = click.option(
               "if its signature could not be written).")
 @sign_key_option
 @ci_output_options
-def run(off: str | None, on: str | None, gate_path: Path, n: int | None, order: str | None, seed: int | None,
+def run(off: str | None, on: str | None, gate_path: Path | None, n: int | None, order: str | None, seed: int | None,
         policy: str | None, warmup: int | None, out: Path | None, runs_dir: Path | None, as_json: bool,
         fail_on: str | None, resume: Path | None, sign_key: Path | None, ci: CiOutputs) -> None:
     """Run the interleaved OFF/ON series, apply the preregistered rules and write the finding.
@@ -246,29 +251,11 @@ def run(off: str | None, on: str | None, gate_path: Path, n: int | None, order: 
     key = _signing_key(sign_key)
 
     def work() -> Any:
-        from gatekit.series.replay import open_series
-        from gatekit.series.runner import SeriesRunner, finished_series
-        from gatekit.storage import SeriesLayout
-        from gatekit.verify import verify_series
+        from gatekit import api
 
-        if resume is not None:
-            if off or on or n or order or seed is not None or out or runs_dir or policy or warmup is not None:
-                raise ConfigError("--resume continues a series exactly as registered; "
-                                  "drop OFF/ON, --n, --order, --seed, --policy, --warmup, --out and --runs")
-            verify_series(resume)  # an edited journal or record is exit 3 naming it, before anything runs
-            if key is not None and SeriesLayout(resume).done.exists():  # its signature was never written
-                return finished_series(resume)
-            opened = open_series(resume, gate_path if gate_path != Path("gate.toml") else None)
-            ci.check(opened.config.gate.primary, str(opened.config.path))
-            return SeriesRunner(opened.config, opened.off, opened.on, report=_progress).resume(opened)
-        if bool(off) != bool(on):
-            raise ConfigError("name both arms or neither: gate run OFF ON (arm names of the gate file or arm "
-                              ".toml paths; neither: the gate file's first two arms)")
-        config = load_gate(gate_path).with_overrides(n=n, order=order, seed=seed, out=out, runs=runs_dir,
-                                                     policy=policy, warmup=warmup)
-        ci.check(config.gate.primary, str(config.path))
-        off_arm, on_arm = _two_arms(config, off, on)
-        return SeriesRunner(config, off_arm, on_arm, report=_progress).start()
+        return api.run(off, on, gate_path, n=n, order=order, seed=seed, policy=policy, warmup=warmup, out=out,
+                       runs=runs_dir, resume=resume, progress=_progress, finished=key is not None,
+                       check=lambda config: ci.check(config.gate.primary, str(config.path)))
 
     _series_done(_call(work), key, sign_key, as_json, ci, fail_on)
 
@@ -301,6 +288,17 @@ def _series_done(result: Any, key: Any, sign_key: Path | None, as_json: bool, ci
     _exit_for(result.finding, fail_on)
 
 
+def _plain(report: Any) -> dict[str, Any]:
+    """A report dataclass's fields as JSON-ready data (paths as text, tuples as lists)."""
+    import dataclasses
+
+    def plain(value: Any) -> Any:
+        return str(value) if isinstance(value, Path) else [plain(v) for v in value] if isinstance(value, tuple) \
+            else value
+
+    return {f.name: plain(getattr(report, f.name)) for f in dataclasses.fields(report)}
+
+
 def _emit(finding: Finding, as_json: bool, paths: tuple[str, ...] = ()) -> None:
     from gatekit.report.terminal import summary
 
@@ -328,7 +326,8 @@ def _exit_for(finding: Finding, fail_on: str | None) -> None:
 @main.command("analyze")
 @click.argument("source", type=click.Path(path_type=Path))
 @click.option("--gate", "gate_path", type=click.Path(path_type=Path),
-              help="The gate file (a CSV needs one; default ./gate.toml; a series directory knows its own).")
+              help="The gate file (a CSV needs one; default gate.toml here or in the nearest folder above, up to the "
+                   "repository's root; a series directory knows its own).")
 @click.option("--off", "off_name", help="The off arm's name in a CSV (default: the gate file's first arm).")
 @click.option("--on", "on_name", help="The on arm's name in a CSV (default: the gate file's second arm).")
 @click.option("--json", "as_json", is_flag=True, help="Print the finding as JSON on stdout.")
@@ -343,22 +342,9 @@ def analyze_cmd(source: Path, gate_path: Path | None, off_name: str | None, on_n
     in execution order and is analysed with the rules of --gate.
     """
     def work() -> Finding:
-        from gatekit.analysis import analyze
-        from gatekit.csvinput import evidence_from_csv
-        from gatekit.verify import analyze_series
+        from gatekit import api
 
-        if not source.exists():  # name the missing source, not the gate file a CSV would need
-            raise ConfigError(f"{source}: no such series directory or CSV file")
-        if source.is_dir():
-            return analyze_series(source, load_gate(gate_path) if gate_path is not None else None)
-        from gatekit.importers.common import import_command_for
-
-        tool_output = import_command_for(source)  # another tool's file would fail as a CSV, confusingly
-        if tool_output is not None:
-            raise ConfigError(f"{source}: is {tool_output}")
-        config = load_gate(gate_path or Path("gate.toml"))
-        off_arm, on_arm = _two_arms(config, off_name, on_name)
-        return analyze(evidence_from_csv(source, config, off_arm.name, on_arm.name))
+        return api.analyze(source, gate_path, off=off_name, on=on_name, progress=_stderr)
 
     finding = _call(work)
     _emit(finding, as_json)
@@ -371,7 +357,9 @@ def analyze_cmd(source: Path, gate_path: Path | None, off_name: str | None, on_n
 @click.argument("finding", required=False, type=click.Path(path_type=Path, dir_okay=False))
 @click.option("--pubkey", type=click.Path(path_type=Path, dir_okay=False),
               help="Ed25519 public key (PEM): check the finding's signature <id>.sig too.")
-def verify_cmd(series_dir: Path, finding: Path | None, pubkey: Path | None) -> None:
+@click.option("--json", "as_json", is_flag=True,
+              help="Print what was verified as JSON on stdout (kind, events, chain_head and the counts).")
+def verify_cmd(series_dir: Path, finding: Path | None, pubkey: Path | None, as_json: bool) -> None:
     """Verify a series' evidence: the journal's hash chain, the predecision's sha256 and every run's
     record.json; given FINDING, that it equals the recomputed finding and records the chain head.
     A campaign folder: its journal's chain, and each finished gate's series with the finding it names.
@@ -380,36 +368,29 @@ def verify_cmd(series_dir: Path, finding: Path | None, pubkey: Path | None) -> N
 
     Exit 3 names the first file and line that disagree.
     """
+    from gatekit import api
     from gatekit.bisect.finding import bisect_folder_of
-    from gatekit.campaign import CAMPAIGN_JOURNAL
-    from gatekit.storage import SeriesLayout
-    from gatekit.verify import verify_series
+    from gatekit.bisect.verify import BisectVerifyReport
+    from gatekit.campaign import CampaignVerifyReport
 
-    bisect = bisect_folder_of(series_dir)
-    if bisect is not None:
-        if finding is not None or pubkey is not None:
-            raise GateError(ConfigError("a bisect folder is verified alone: its finding is the one in it, each "
-                                        "probe's the one its journal names"))
-        from gatekit.bisect.verify import verify_bisect
-
-        verified = _call(lambda: verify_bisect(bisect.resolve()))
-        what = f"its finding {verified.finding.name}" if verified.finding else "not stopped yet: no finding"
-        _echo(f"verified bisect: {verified.events} events, chain head {verified.chain_head} ({verified.probes} "
+    if series_dir.is_file() and bisect_folder_of(series_dir) is None:
+        # what click's file_okay=False said before bisect findings were verified here
+        raise click.BadParameter(f"Directory '{series_dir}' is a file.", param_hint="'SERIES_DIR'")
+    report = _call(lambda: api.verify(series_dir, finding, pubkey=pubkey))
+    if as_json:
+        kind = ("bisect" if isinstance(report, BisectVerifyReport) else
+                "campaign" if isinstance(report, CampaignVerifyReport) else "series")
+        click.echo(json.dumps({"kind": kind, **_plain(report)}, indent=2, allow_nan=False))
+        return
+    if isinstance(report, BisectVerifyReport):
+        what = f"its finding {report.finding.name}" if report.finding else "not stopped yet: no finding"
+        _echo(f"verified bisect: {report.events} events, chain head {report.chain_head} ({report.probes} "
               f"probe series, each with its gate's finding; {what})")
         return
-    if series_dir.is_file():  # what click's file_okay=False said before bisect findings were verified here
-        raise click.BadParameter(f"Directory '{series_dir}' is a file.", param_hint="'SERIES_DIR'")
-    if not SeriesLayout(series_dir).journal.exists() and (series_dir / CAMPAIGN_JOURNAL).exists():
-        if finding is not None or pubkey is not None:
-            raise GateError(ConfigError("a campaign folder is verified alone: each gate's finding is the one its "
-                                        "journal names (verify a gate's series to check a signature)"))
-        from gatekit.campaign import verify_campaign
-
-        campaign = _call(lambda: verify_campaign(series_dir.resolve()))
-        _echo(f"verified campaign: {campaign.events} events, chain head {campaign.chain_head} "
-                   f"({campaign.gates} finished gate(s), each series with its finding)")
+    if isinstance(report, CampaignVerifyReport):
+        _echo(f"verified campaign: {report.events} events, chain head {report.chain_head} "
+              f"({report.gates} finished gate(s), each series with its finding)")
         return
-    report = _call(lambda: verify_series(series_dir, finding, pubkey=pubkey))
     for warning in report.warnings:
         _stderr(f"warning: {warning}")
     for note in report.notes:
@@ -429,7 +410,7 @@ def verify_cmd(series_dir: Path, finding: Path | None, pubkey: Path | None) -> N
 @click.option("--runs", "runs_dir", type=click.Path(path_type=Path),
               help="Folder for the calibration and its runs (overrides gate.runs).")
 @click.option("--json", "as_json", is_flag=True, help="Print the calibration as JSON on stdout.")
-def calibrate(arm: str | None, gate_path: Path, n: int, min_effect_pct: float | None, runs_dir: Path | None,
+def calibrate(arm: str | None, gate_path: Path | None, n: int, min_effect_pct: float | None, runs_dir: Path | None,
               as_json: bool) -> None:
     """A/A runs of one arm (default: the gate's first): CV, warm-up, drift, change point, runs needed
     (simulated under the gate's policy, as `gate plan`).
@@ -439,7 +420,7 @@ def calibrate(arm: str | None, gate_path: Path, n: int, min_effect_pct: float | 
     from gatekit.calibrate import run_calibration, summary as calibration_summary
 
     def work() -> Any:
-        config = load_gate(gate_path).with_overrides(runs=runs_dir)
+        config = load_gate(_gate_file(gate_path)).with_overrides(runs=runs_dir)
         chosen = config.arm(arm) if arm else config.arm(next(iter(config.arms)))
         return run_calibration(config, chosen, n, min_effect_pct=min_effect_pct, report=_stderr)
 
@@ -649,28 +630,38 @@ def plan_cmd(cv_pct: float, effect_pct: float, policy: str, floor_pct: float, si
 
 
 @main.command()
-def drivers() -> None:
+@click.option("--json", "as_json", is_flag=True,
+              help="Print the plugins as JSON on stdout ({drivers: [{name, target}], backends: [{name, target, "
+                   "status, detail}]}).")
+def drivers(as_json: bool) -> None:
     """List the installed driver plugins (gatekit.drivers) and backend plugins (gatekit.backends).
 
     Each backend line says whether it can watch this machine; `[backend] name = "auto"` picks the first
     usable one of cuda, metal, cpu.
     """
-    def work() -> list[str]:
-        lines = [f"# drivers ({DRIVER_GROUP})"]
-        lines += [f"{name}\t{target}" for name, target in sorted(installed_drivers().items())]
-        lines.append(f"# backends ({BACKEND_GROUP})")
+    def work() -> tuple[list[dict[str, str]], list[dict[str, str]]]:
+        plugins = [{"name": name, "target": target} for name, target in sorted(installed_drivers().items())]
+        backends = []
         for name, target in sorted(installed_backends().items()):
             try:
                 found = load_backend(name, source=Path("gate drivers")).detect()
             except DriverError as exc:  # a broken plugin is listed as such, the others still are
-                lines.append(f"{name}\t{target}\tbroken: {exc}")
+                backends.append({"name": name, "target": target, "status": "broken", "detail": str(exc)})
                 continue
-            lines.append(f"{name}\t{target}\t{'available' if found.ok else 'not available'}: "
-                         f"{found.detail.removeprefix('not available: ')}")
-        return lines
+            backends.append({"name": name, "target": target, "status": "available" if found.ok else "not available",
+                             "detail": found.detail.removeprefix("not available: ")})
+        return plugins, backends
 
-    for line in _call(work):
-        _echo(line)
+    plugins, backends = _call(work)
+    if as_json:
+        click.echo(json.dumps({"drivers": plugins, "backends": backends}, indent=2))
+        return
+    _echo(f"# drivers ({DRIVER_GROUP})")
+    for plugin in plugins:
+        _echo(f"{plugin['name']}\t{plugin['target']}")
+    _echo(f"# backends ({BACKEND_GROUP})")
+    for backend in backends:
+        _echo(f"{backend['name']}\t{backend['target']}\t{backend['status']}: {backend['detail']}")
 
 
 # -- reports, the findings site, history and imports ----------------------------------------------------
@@ -801,9 +792,11 @@ def site_cmd(findings_dir: Path, site_dir: Path, runs_roots: tuple[Path, ...], j
               help="Continue the campaign folder DIR: finished gates are skipped, interrupted ones resumed.")
 @click.option("--fail-on", type=click.Choice(sorted(FAIL_ON)),
               help="Exit 1 when any gate has this outcome: regression, unproven or not-adopted (as gate run).")
+@click.option("--json", "as_json", is_flag=True,
+              help="Print the campaign as JSON on stdout ({campaign, site, gates: [{key, outcome}]}).")
 @ci_output_options
 def campaign_cmd(campaign_file: Path, engine: str, address: str | None, max_parallel: int | None,
-                 resume: Path | None, fail_on: str | None, ci: CiOutputs) -> None:
+                 resume: Path | None, fail_on: str | None, as_json: bool, ci: CiOutputs) -> None:
     """Run every gate of a campaign file; write each finding, one summary of all gates and the findings site.
 
     Exit 3 if any gate is invalid (or could not run), else 4 if a file could not be written (a full or
@@ -819,10 +812,12 @@ def campaign_cmd(campaign_file: Path, engine: str, address: str | None, max_para
         options = CampaignOptions(engine=engine, address=address, max_parallel=max_parallel, resume=resume)
         return run_campaign(campaign, options, report=_progress)
 
-    from gatekit.campaign import describe, resume_hint
+    from gatekit.campaign import as_document, describe, resume_hint
 
     result = _call(work)
-    for line in describe(result):
+    if as_json:
+        click.echo(json.dumps(as_document(result), indent=2, allow_nan=False))
+    for line in describe(result) if not as_json else ():
         _echo(line)
     findings = [f.finding for f in result.findings]
     if findings:
@@ -866,8 +861,8 @@ def campaign_cmd(campaign_file: Path, engine: str, address: str | None, max_para
               help="The bisect folder, new or empty [default: bisect-ID-TIME in the gate file's runs folder].")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON on stdout.")
 @click.option("--fail-on", type=click.Choice(["culprit"]), help="Exit 1 when a culprit is named (CI).")
-def bisect_cmd(good: str | None, bad: str | None, gate_path: Path, arm: str | None, build_command: str | None,
-               build_timeout_s: float, engine: str, address: str | None, max_parallel: int | None, gpus: int | None, budget: int,
+def bisect_cmd(good: str | None, bad: str | None, gate_path: Path | None, arm: str | None, build_command: str | None,
+               engine: str, address: str | None, max_parallel: int | None, gpus: int | None, budget: int,
                confidence: float, pairs_per_probe: int | None, resume: Path | None, out: Path | None, as_json: bool,
                fail_on: str | None) -> None:
     """Find the commit between GOOD and BAD that changed the gate's primary metric (docs/bisect.md).
@@ -881,8 +876,8 @@ def bisect_cmd(good: str | None, bad: str | None, gate_path: Path, arm: str | No
 
         if resume is not None and (good or bad):
             raise ConfigError("--resume DIR continues a bisect; drop GOOD and BAD")
-        options = BisectOptions(gate_path=gate_path, arm=arm, build=build_command, build_timeout_s=build_timeout_s,
-                                engine=engine, address=address,
+        gate_file = _gate_file(gate_path) if resume is None else gate_path or Path("gate.toml")  # resume: its own
+        options = BisectOptions(gate_path=gate_file, arm=arm, build=build_command, engine=engine, address=address,
                                 max_parallel=max_parallel, budget=budget, confidence=confidence, resume=resume,
                                 out=out, gpus=gpus, pairs_per_probe=pairs_per_probe)
         return run_bisect(good, bad, options, report=_progress)
@@ -932,16 +927,12 @@ def compare_cmd(base: str | None, head: str | None, gate_path: Path | None, arm:
     key = _signing_key(sign_key)
 
     def work() -> Any:
-        from gatekit.compare import CompareOptions, run_compare
+        from gatekit import api
 
-        if resume is not None and (base or head or n or policy or out or gate_path or no_merge_base):
-            raise ConfigError("--resume continues a comparison exactly as registered; drop BASE, HEAD, --gate, --n, "
-                              "--policy, --out and --no-merge-base")
-        options = CompareOptions(gate_path=gate_path, arm=arm, build=build_command, merge_base=not no_merge_base,
-                                 n=n, policy=policy, out=out, resume=resume)
-        return run_compare(base, head, options, report=_progress)
+        return api.compare(base, head, gate_path, arm=arm, build=build_command, merge_base=not no_merge_base, n=n,
+                           policy=policy, out=out, resume=resume, progress=_progress)
 
-    _series_done(_call(work).series, key, sign_key, as_json, ci, fail_on)
+    _series_done(_call(work), key, sign_key, as_json, ci, fail_on)
 
 
 @main.command("history")

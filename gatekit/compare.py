@@ -20,7 +20,7 @@ from __future__ import annotations
 import shlex
 import tomllib
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any, Callable
 
 import tomlkit
@@ -111,7 +111,7 @@ def run_compare(base: str | None, head: str | None, options: CompareOptions, *, 
     if base_sha == head_sha:
         raise ConfigError(f"BASE and HEAD are the same commit ({head_sha[:12]}"
                           + (", the merge-base" if options.merge_base else "") + "): there is nothing to compare")
-    text, source, subdir, origin = _gate_text(repo, here, head_sha, options.gate_path)
+    text, source, subdir, origin = _gate_text(repo, here, head_sha, options.gate_path, report)
     head_table = _gate_table(text, source)
     started = now()
     folder = (resolve_path(here, options.out) if options.out is not None else
@@ -157,21 +157,28 @@ def _build_words(command: str | None) -> tuple[str, ...] | None:
     return argv
 
 
-def _gate_text(repo: Path, here: Path, head_sha: str, gate_path: Path | None) -> tuple[str, str, str, Path]:
+def _gate_text(repo: Path, here: Path, head_sha: str, gate_path: Path | None,
+               report: Report) -> tuple[str, str, str, Path]:
     """The gate file's text, what to call it, its folder inside the repository (where its relative paths
     resolve in each worktree) and the folder its `out` and `runs` are relative to: the file given, else
-    gate.toml of HEAD's tree at the working directory's place in it."""
+    gate.toml of HEAD's tree at the working directory's place in it or the nearest folder above (said)."""
     if gate_path is not None:
         path = resolve_path(here, gate_path)
         return read_input(path, "a gate file").decode("utf-8"), str(path), gate_subdir(path, repo), path.parent
-    prefix = git(here, "rev-parse", "--show-prefix")
-    name = f"{prefix}{DEFAULT_GATE}"
-    try:
-        text = git(repo, "show", f"{head_sha}:{name}")
-    except GatekitError:
-        raise ConfigError(f"{head_sha[:12]}:{name}: HEAD's tree has no gate file there; give one with --gate FILE") \
-            from None
-    return text + "\n", f"{head_sha[:12]}:{name}", prefix.rstrip("/"), here
+    prefix = git(here, "rev-parse", "--show-prefix").rstrip("/")
+    folders = [prefix] + [parent.as_posix() for parent in PurePosixPath(prefix).parents] if prefix else [""]
+    for up, folder in enumerate(folders):
+        folder = "" if folder == "." else folder
+        name = f"{folder}/{DEFAULT_GATE}" if folder else DEFAULT_GATE
+        try:
+            text = git(repo, "show", f"{head_sha}:{name}")
+        except GatekitError:
+            continue
+        if up:
+            report(f"using gate file {head_sha[:12]}:{name} (HEAD's tree, {up} folder(s) above this one)")
+        return text + "\n", f"{head_sha[:12]}:{name}", folder, here.joinpath(*[".."] * up).resolve()
+    raise ConfigError(f"{head_sha[:12]}:{prefix + '/' if prefix else ''}{DEFAULT_GATE}: HEAD's tree has no gate file "
+                      "there or in a folder above it; give one with --gate FILE")
 
 
 def _gate_table(text: str, source: str) -> dict[str, Any]:

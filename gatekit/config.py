@@ -13,7 +13,7 @@ import re
 import tomllib
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 from gatekit.bisect.commits import Commit
 from gatekit.errors import ConfigError
@@ -315,6 +315,16 @@ class GateConfig(Record):
             "pass an arm name or a path to an existing arm .toml file"
         )
 
+    def two_arms(self, off: str | None, on: str | None) -> tuple[ArmSpec, ArmSpec]:
+        """The off and on arms a command compares: those named (arm names or arm file paths), else the gate file's
+        first two; a gate file of one arm names the commands that compare it at two commits."""
+        names = list(self.arms)
+        if len(names) < 2 and not (off and on):
+            raise ConfigError(f"{self.path}: arms: defines one arm ({names[0]}), and this command compares two: "
+                              "add a second arm, name both as OFF ON, or compare the arm at two commits with "
+                              "gate compare BASE [HEAD]")
+        return self.arm(off or names[0]), self.arm(on or names[1])
+
     def with_overrides(self, *, n: int | None = None, order: str | None = None, seed: int | None = None,
                        out: Path | None = None, runs: Path | None = None, policy: str | None = None,
                        warmup: int | None = None) -> GateConfig:
@@ -386,6 +396,32 @@ def load_toml(path: Path) -> dict[str, Any]:
         raise ConfigError(f"{path}: malformed TOML: {exc}") from None
     except UnicodeDecodeError:
         raise ConfigError(f"{path}: not UTF-8 text") from None
+
+
+GATE_FILE = "gate.toml"  # the gate file's name where a repository keeps it
+
+
+def find_gate_file(here: Path, note: Callable[[str], None] = lambda line: None) -> Path:
+    """The gate file a command uses when none is given: gate.toml in `here` or the nearest folder above it, up to
+    the git repository's root (the folder holding .git; outside a repository, `here` only). One found above `here`
+    is said through `note` ("using gate file ../gate.toml") and returned relative to `here`; none found: the
+    plain name, which load_gate then says is missing."""
+    here = here.absolute()
+    folder, up = here, 0
+    while True:
+        if (folder / GATE_FILE).is_file():
+            found = Path(*[".."] * up, GATE_FILE)
+            if up:
+                note(f"using gate file {found}")
+            return found
+        if (folder / ".git").exists() or folder.parent == folder or not _in_repository(folder):
+            return Path(GATE_FILE)
+        folder, up = folder.parent, up + 1
+
+
+def _in_repository(folder: Path) -> bool:
+    """Whether a folder above `folder` holds .git (only then is a gate file above the working directory looked for)."""
+    return any((parent / ".git").exists() for parent in folder.parents)
 
 
 def load_gate(path: Path | str) -> GateConfig:
