@@ -8,6 +8,7 @@ path is caught before any GPU time.
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import tomllib
@@ -19,6 +20,7 @@ from gatekit.bisect.commits import Commit
 from gatekit.errors import ConfigError
 from gatekit.policies.descriptors import (DEFAULT_POLICY, DUET_MODE, INTERLEAVED, describe, gate_policies,
                                           policies_of_mode)
+from gatekit.quality import DERIVED_PRIMARIES, TargetSpec
 from gatekit.records import PROCESS_WALLCLOCK, Record, RecordError
 from gatekit.slots import DeviceSlot, parse_slots
 from gatekit.storage import read_input
@@ -292,6 +294,8 @@ class GateConfig(Record):
     backend: BackendSpec = field(default_factory=BackendSpec)
     duet: DuetSpec | None = None  # gate.mode = "duet" only
     commits: CommitsSpec | None = None  # written by gate compare and gate bisect: the arms are two commits
+    # primary = "time_to_target_s" / "steps_to_target": the quality target a run's trace must reach
+    time_to_target: TargetSpec | None = None
     path: Path = field(default=Path(), kw_only=True, metadata={"internal": True})
     # rules.evidence is in the file; otherwise it follows the policy (--policy too)
     evidence_stated: bool = field(default=False, kw_only=True, metadata={"internal": True})
@@ -468,11 +472,24 @@ def load_gate(path: Path | str) -> GateConfig:
         first = next(i for i, g in enumerate(config.guards) if g.metric == guard.metric)
         _check(first == index, path, f"guards[{index}].metric",
                f"'{guard.metric}' is guarded already by guards[{first}]; state each guard metric once")
+    _check_time_to_target(path, gate.primary, config.time_to_target)
     primary_needed = {gate.primary} - {ALWAYS_MEASURED}
     _check(not ({g.metric for g in config.guards} & primary_needed), path, "guards",
            f"the primary metric '{gate.primary}' cannot also be a guard")
     return replace(config, path=path, gate=gate, rules=rules, driver=driver, arms=arms,
                    evidence_stated=evidence_stated)
+
+
+def _check_time_to_target(path: Path, primary: str, target: TargetSpec | None) -> None:
+    """A derived primary needs its [time_to_target] table, and the table applies to a derived primary only."""
+    derived = " or ".join(f'"{name}"' for name in DERIVED_PRIMARIES)
+    if primary in DERIVED_PRIMARIES:
+        _check(target is not None, path, "time_to_target",
+               f"primary = \"{primary}\" needs a [time_to_target] table: metric (a trace series), target, direction")
+    else:
+        _check(target is None, path, "time_to_target", f"applies only to primary = {derived}; set one or remove the table")
+    if target is not None:
+        _check(math.isfinite(target.target), path, "time_to_target.target", f"must be a finite number, got {target.target}")
 
 
 SHELLS = ("sh", "bash", "dash", "zsh", "ksh", "mksh", "ash")
