@@ -1,7 +1,7 @@
 """A trainer's quality trace and the time it takes to reach a quality target (DESIGN "Time to quality").
 
-A result file's `trace` may hold a time axis — `elapsed_s` (seconds since training started) or `step` — and
-beside it one or more quality series of the same length (`loss`, `psnr_db`, …): the quality measured at each
+A result file's `trace` may hold a time axis — `elapsed_s` (seconds since training started), `step`, or both —
+and beside it one or more quality series of the same length (`loss`, `psnr_db`, …): the quality measured at each
 of those times. `quality_trace` checks what a trainer wrote (a bounded length, finite numbers, a time that never
 goes back) and refuses anything else with a `TraceError` naming the key; the run then fails, as a run with a
 broken result file does. Per-iteration series of their own length (`ms_per_iter`) and gatekit's own notes
@@ -37,10 +37,9 @@ class TraceError(ValueError):
 
 @dataclass(frozen=True, slots=True)
 class QualityTrace:
-    """A trace's time axis (`time_key`: elapsed_s or step) and its quality series, all of one length."""
+    """A trace's time axes (elapsed_s, step or both) and its quality series, all of one length."""
 
-    time_key: str
-    times: tuple[float, ...]
+    axes: Mapping[str, tuple[float, ...]]
     series: Mapping[str, tuple[float, ...]]
 
 
@@ -60,35 +59,38 @@ def _numbers(trace: Mapping[str, Any], key: str) -> tuple[float, ...]:
 
 def quality_trace(trace: Mapping[str, Any]) -> QualityTrace | None:
     """The quality trace a result's `trace` holds; None when it has no time axis. Raises TraceError when the trace
-    breaks the contract: two time axes, a time that is negative or goes back, a series of another length, a value
-    that is not a finite number, or more than MAX_TRACE_POINTS points."""
-    axes = [key for key in TIME_KEYS if key in trace]
-    if not axes:
+    breaks the contract: a time that is negative or goes back, a series or axis of another length, a value that is
+    not a finite number, or more than MAX_TRACE_POINTS points."""
+    names = [key for key in TIME_KEYS if key in trace]
+    if not names:
         return None
-    if len(axes) > 1:
-        raise TraceError(f"trace: holds both {' and '.join(axes)}; a quality trace has one time axis")
-    time_key = axes[0]
-    times = _numbers(trace, time_key)
-    if not times:
-        raise TraceError(f"trace.{time_key}: is empty")
-    if times[0] < 0:
-        raise TraceError(f"trace.{time_key}[0]: must not be negative, got {times[0]:g}")
-    for index in range(1, len(times)):
-        if times[index] < times[index - 1]:
-            raise TraceError(f"trace.{time_key}[{index}]: goes back in time ({times[index]:g} after "
-                             f"{times[index - 1]:g}); the time axis must never decrease")
+    axes = {}
+    for key in names:
+        times = _numbers(trace, key)
+        if not times:
+            raise TraceError(f"trace.{key}: is empty")
+        if times[0] < 0:
+            raise TraceError(f"trace.{key}[0]: must not be negative, got {times[0]:g}")
+        for index in range(1, len(times)):
+            if times[index] < times[index - 1]:
+                raise TraceError(f"trace.{key}[{index}]: goes back in time ({times[index]:g} after "
+                                 f"{times[index - 1]:g}); the time axis must never decrease")
+        axes[key] = times
+    first = names[0]
+    length = len(axes[first])
     series = {}
     for key in trace:
-        if key == time_key or key in NOT_QUALITY_KEYS or key.startswith(GATEKIT_TRACE_PREFIX):
+        if key == first or key in NOT_QUALITY_KEYS or key.startswith(GATEKIT_TRACE_PREFIX):
             continue
-        values = _numbers(trace, key)
-        if len(values) != len(times):
-            raise TraceError(f"trace.{key}: holds {len(values)} values but trace.{time_key} holds {len(times)}; "
+        values = axes[key] if key in axes else _numbers(trace, key)
+        if len(values) != length:
+            raise TraceError(f"trace.{key}: holds {len(values)} values but trace.{first} holds {length}; "
                              "a quality series has one value per time")
-        series[key] = values
+        if key not in axes:
+            series[key] = values
     if not series:
-        raise TraceError(f"trace: has trace.{time_key} but no quality series beside it (e.g. trace.loss)")
-    return QualityTrace(time_key, times, series)
+        raise TraceError(f"trace: has trace.{first} but no quality series beside it (e.g. trace.loss)")
+    return QualityTrace(axes, series)
 
 
 def trace_problem(trace: Mapping[str, Any]) -> str:
@@ -126,15 +128,16 @@ def time_to_target(trace: Mapping[str, Any], primary: str, target: TargetSpec) -
     Raises TraceError when the trace lacks the axis the primary reads or the target's metric."""
     axis = DERIVED_PRIMARIES[primary]
     quality = quality_trace(trace)
-    if quality is None or quality.time_key != axis:
+    if quality is None or axis not in quality.axes:
         raise TraceError(f"trace.{axis}: is missing; primary = \"{primary}\" reads the trace's {axis} axis")
     if target.metric not in quality.series:
         raise TraceError(f"trace.{target.metric}: is missing; [time_to_target] metric = \"{target.metric}\" names "
                          "a quality series the result's trace must hold")
-    for time, value in zip(quality.times, quality.series[target.metric]):
+    times = quality.axes[axis]
+    for time, value in zip(times, quality.series[target.metric]):
         if target.reached_by(value):
             return TargetTime(value=time, reached=True)
-    return TargetTime(value=quality.times[-1], reached=False)
+    return TargetTime(value=times[-1], reached=False)
 
 
 def stated_target(primary: str, target: TargetSpec) -> str:

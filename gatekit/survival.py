@@ -145,8 +145,11 @@ def fit_arrays(logs: np.ndarray, censored: np.ndarray, on: np.ndarray) -> tuple[
         converged[active[stuck]] = True
         active = active[better]
     _, hess = _derivatives(theta, logs, censored, on)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        covariance = np.linalg.inv(np.where(np.isfinite(hess), -hess, np.nan))
+    # the pseudo-inverse: runs of one time in each arm (a deterministic trainer counting steps) leave no curvature
+    # in log σ, pinned at its floor; the (μ, β) block is still the information about β
+    finite = np.isfinite(hess).all(axis=(-2, -1))
+    covariance = np.full(hess.shape, np.nan)
+    covariance[finite] = np.linalg.pinv(-hess[finite], hermitian=True)
     reached = ~censored
     reached_off = (reached & (on == 0)).sum(-1)
     reached_on = (reached & (on == 1)).sum(-1)

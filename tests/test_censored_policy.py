@@ -134,3 +134,14 @@ def test_only_a_policy_that_simulates_censoring_takes_a_censored_scenario() -> N
         simulate("classic", Scenario(cv_off_pct=10.0, censored_pct=30.0), draws=10)
     with pytest.raises(ConfigError, match="--censored-pct: must be from 0 to below 100 %"):
         simulate("censored", Scenario(cv_off_pct=10.0, censored_pct=100.0), draws=10)
+
+
+def test_runs_of_one_time_per_arm_decide_without_a_singular_fit() -> None:
+    """A deterministic trainer counted in steps: every run of an arm the same; σ̂ sits at its floor."""
+    slower = survival.fit([130.0] * 3, [False] * 3, [180.0] * 3, [False] * 3)
+    assert slower.log_ratio == pytest.approx(math.log(180 / 130)) and slower.se < 1e-9
+    assert codes(np.array([slower.log_ratio]), np.array([slower.se]), np.array([slower.df]), floor_pct=5.0)[0] \
+        == REGRESSION
+    same = survival.fit([130.0] * 3, [False] * 3, [130.0] * 3, [False] * 3)
+    assert codes(np.array([same.log_ratio]), np.array([same.se]), np.array([same.df]), floor_pct=5.0)[0] \
+        == EQUIVALENT

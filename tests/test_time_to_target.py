@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import pytest
 
@@ -16,7 +17,7 @@ def test_a_quality_trace_is_its_time_axis_and_the_series_beside_it() -> None:
     trace = {"elapsed_s": [0.5, 1.0, 1.5], "loss": [0.9, 0.4, 0.1], "psnr_db": [20, 25, 30],
              "ms_per_iter": [1.0] * 7, "gatekit_dropped_metrics": ["x"]}
     quality = quality_trace(trace)
-    assert quality is not None and quality.time_key == "elapsed_s" and quality.times == (0.5, 1.0, 1.5)
+    assert quality is not None and dict(quality.axes) == {"elapsed_s": (0.5, 1.0, 1.5)}
     assert dict(quality.series) == {"loss": (0.9, 0.4, 0.1), "psnr_db": (20.0, 25.0, 30.0)}
     assert quality_trace({"ms_per_iter": [1.0, 2.0]}) is None  # no time axis: no quality trace, nothing to check
 
@@ -30,7 +31,8 @@ def test_a_quality_trace_is_its_time_axis_and_the_series_beside_it() -> None:
     ({"elapsed_s": "0 1", "loss": [1.0, 2.0]}, "trace.elapsed_s: must be a list of numbers"),
     ({"elapsed_s": [], "loss": []}, "trace.elapsed_s: is empty"),
     ({"elapsed_s": [1.0]}, "no quality series beside it"),
-    ({"elapsed_s": [1.0], "step": [1], "loss": [1.0]}, "holds both elapsed_s and step"),
+    ({"elapsed_s": [1.0, 2.0], "step": [1], "loss": [1.0, 2.0]}, "trace.step: holds 1 values but trace.elapsed_s"),
+    ({"elapsed_s": [1.0, 2.0], "step": [2, 1], "loss": [1.0, 2.0]}, "trace.step[1]: goes back in time"),
     ({"step": list(range(MAX_TRACE_POINTS + 1)), "loss": [0.0] * (MAX_TRACE_POINTS + 1)},
      f"trace.step: holds {MAX_TRACE_POINTS + 1} points, more than {MAX_TRACE_POINTS}"),
 ])
@@ -62,6 +64,9 @@ def test_the_time_to_target_is_the_first_trace_time_at_or_beyond_the_target() ->
     assert time_to_target(trace, "time_to_target_s", TargetSpec("psnr_db", 36.5, "higher")) == TargetTime(4.0, True)
     steps = {"step": [100, 200, 300], "loss": [0.8, 0.3, 0.04]}
     assert time_to_target(steps, "steps_to_target", TargetSpec("loss", 0.3)) == TargetTime(200.0, True)
+    both = {"elapsed_s": [0.5, 1.0, 1.5], "step": [100, 200, 300], "loss": [0.8, 0.3, 0.04]}  # two axes, one trace
+    assert time_to_target(both, "time_to_target_s", TargetSpec("loss", 0.3)) == TargetTime(1.0, True)
+    assert time_to_target(both, "steps_to_target", TargetSpec("loss", 0.3)) == TargetTime(200.0, True)
 
 
 def test_a_run_that_never_reaches_its_target_is_censored_at_its_last_time() -> None:
@@ -140,3 +145,57 @@ def test_a_wrong_time_to_target_table_is_a_config_error_naming_file_and_key(gate
     with pytest.raises(ConfigError) as caught:
         load_gate(g.gate)
     assert str(caught.value).startswith(f"{g.gate}: ") and words in str(caught.value)
+
+
+EXAMPLE = Path(__file__).resolve().parents[1] / "configs" / "time-to-target"
+
+
+def _example_gate(tmp_path: Path, name: str, **changes: dict) -> Path:
+    """A copy of the committed example gate `name` beside its arm files, writing under tmp_path; `changes` update
+    its tables. busy_pattern is cleared: another test's trainer on this machine is no concern of this gate."""
+    import tomllib
+
+    import tomlkit
+
+    folder = tmp_path / "time-to-target"
+    folder.mkdir(exist_ok=True)
+    for arm in ("off.toml", "on.toml"):
+        (folder / arm).write_text((EXAMPLE / arm).read_text())
+    gate = tomllib.loads((EXAMPLE / name).read_text())
+    trainer = str(EXAMPLE.parents[1] / "drivers" / "numpy_trainer.py")
+    gate["driver"].update(argv=["{python}", trainer, "--config", "{arm_config}"], hash=[trainer], busy_pattern="")
+    gate["gate"].update(out="findings", runs="runs")
+    for table, values in changes.items():
+        gate[table] = {**gate.get(table, {}), **values}
+    (folder / name).write_text(tomlkit.dumps(gate))
+    return folder / name
+
+
+def test_a_slower_convergence_at_the_same_step_time_is_a_regression_of_time_to_target_only(
+        tmp_path: Path, fake_machine: None) -> None:
+    """The committed example (configs/time-to-target): on lowers Adam's learning rate, so each step costs the same
+    but the loss reaches its target ~40 % later. Real trainer processes. The time-to-target gate decides on steps
+    to the target here (the trainer's trajectory is deterministic, so the verdict cannot depend on this machine's
+    load); the wall-time gate's floor is widened to 25 % (and no threshold cap) for the same reason: the step time
+    is the same work, whatever a busy machine adds to one run."""
+    from gatekit.config import load_gate
+    from gatekit.series.runner import SeriesRunner
+
+    ttq = load_gate(_example_gate(tmp_path, "gate.toml", gate={"primary": "steps_to_target", "n": 3}))
+    finding = SeriesRunner(ttq, ttq.arm("off"), ttq.arm("on")).start().finding
+    assert finding.verdict.decision == "regression", finding.verdict.reasons
+    steps = {run.arm: run.target.value for run in finding.runs if run.target is not None}
+    assert steps["on"] >= 1.1 * steps["off"] and all(run.target.reached for run in finding.runs)
+    wall = load_gate(_example_gate(tmp_path, "wall-time.toml", gate={"n": 3}, threshold={"floor_pct": 25.0},
+                                   rules={"max_threshold_pct": 0.0}))
+    wall_finding = SeriesRunner(wall, wall.arm("off"), wall.arm("on")).start().finding
+    assert wall_finding.verdict.decision in ("rejected", "equivalent"), wall_finding.verdict.reasons
+
+
+def test_the_committed_example_gates_load() -> None:
+    from gatekit.config import load_gate
+
+    gate = load_gate(EXAMPLE / "gate.toml")
+    assert gate.gate.primary == "time_to_target_s" and gate.gate.policy == "censored"
+    assert gate.time_to_target == TargetSpec("loss", 0.2, "lower")
+    assert load_gate(EXAMPLE / "wall-time.toml").gate.primary == "train_elapsed_s"
