@@ -199,3 +199,23 @@ def test_the_committed_example_gates_load() -> None:
     assert gate.gate.primary == "time_to_target_s" and gate.gate.policy == "censored"
     assert gate.time_to_target == TargetSpec("loss", 0.2, "lower")
     assert load_gate(EXAMPLE / "wall-time.toml").gate.primary == "train_elapsed_s"
+
+
+def test_a_slower_time_to_target_fails_a_ci_gate_and_its_series_verifies(fake_gate_dir, monkeypatch) -> None:
+    """`gate run --fail-on regression` exits 1 when on reaches the target later (the censored policy, a censored
+    run among on's), and `gate verify` recomputes the finding — the runs' times reached or censored included."""
+    from tests.conftest import gate_invoke
+
+    g = _ttq_gate(fake_gate_dir, policy="censored", n=4)
+    done = gate_invoke("run", "--gate", str(g.gate), "--fail-on", "regression", "--json", cwd=g.root)
+    assert done.returncode == 1, done.stderr
+    import json
+
+    finding = json.loads(done.stdout)
+    assert finding["verdict"]["decision"] == "regression"
+    assert finding["verdict"]["reason_codes"][0] == "aft_estimate"
+    assert [run["target"]["reached"] for run in finding["runs"] if run["arm"] == "on"] == [True, True, False, True]
+    (series,) = [folder for folder in (g.root / "runs").iterdir() if (folder / "predecision.toml").exists()]
+    (toml,) = (g.root / "findings").glob("*.toml")
+    verified = gate_invoke("verify", str(series), str(toml), cwd=g.root)
+    assert verified.returncode == 0, verified.stdout + verified.stderr
