@@ -319,7 +319,7 @@ def analyze(evidence: SeriesEvidence) -> Finding:
             warmup=spec.warmup, **_seed_info(spec, evidence.predecision_sha256),
             threshold=ThresholdRule(spec.threshold.sigma_k, spec.threshold.floor_pct,
                                     rule=f"max({spec.threshold.sigma_k:g}·σ_off, {spec.threshold.floor_pct:g} %)"),
-            guards=spec.guards),
+            guards=spec.guards, time_to_target=spec.time_to_target),
         predecision=Predecision(evidence.predecision_path, evidence.predecision_sha256,
                                 chain_head=evidence.chain_head),
         provenance=Provenance.from_dict(evidence.provenance),

@@ -219,3 +219,19 @@ def test_a_slower_time_to_target_fails_a_ci_gate_and_its_series_verifies(fake_ga
     (toml,) = (g.root / "findings").glob("*.toml")
     verified = gate_invoke("verify", str(series), str(toml), cwd=g.root)
     assert verified.returncode == 0, verified.stdout + verified.stderr
+
+
+def test_the_report_draws_each_runs_quality_curve_with_the_target_and_the_censored_runs(fake_gate_dir) -> None:
+    from gatekit.config import load_gate
+    from gatekit.report.figures import report_figures
+    from gatekit.report.rundata import load_run_files
+    from gatekit.series.runner import SeriesRunner
+
+    g = _ttq_gate(fake_gate_dir)
+    config = load_gate(g.gate)
+    result = SeriesRunner(config, config.arm("off"), config.arm("on")).start()
+    finding = result.finding
+    assert finding.gate.time_to_target == TargetSpec("loss", 0.05, "lower")
+    figures = report_figures(finding, load_run_files(finding, None, [result.series_dir.parent], g.root))
+    svg = figures["quality"].data.decode()
+    assert "target loss ≤ 0.05" in svg and "never reached: censored at its last time" in svg
