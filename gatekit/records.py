@@ -611,6 +611,7 @@ def show_value(value: Any) -> str:
 #                          `verdict.ReasonCode` per reason; a finding without them is verified by its prose).
 #                          `runs[].target` (a time-to-target primary: its value and whether it was reached;
 #                          a censored run has reached = false).
+#                          `gate.time_to_target` (the preregistered quality target of such a primary).
 #   gatekit.predecision/1  the preregistered rules; a sequential spec without `sequential_version` is v3.
 #   gatekit.predecision/2  `decision.sequential_version` is stated for every sequential spec; the series'
 #                          journal is gatekit.journal/3 or later.
