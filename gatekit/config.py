@@ -340,6 +340,8 @@ class GateConfig(Record):
                 _check(n is None and order in (None, chosen.order), self.path, "--policy",
                        f"{policy} runs {chosen.stages_words} in {chosen.order} order; drop --n and --order")
                 gate = replace(gate, n=chosen.first_stage, order=chosen.order)
+            problem = censoring_policy_problem(gate.primary, policy)
+            _check(problem is None, self.path, "--policy", problem or "")
             gate = replace(gate, policy=policy)
         elif describe(gate.policy).fixes_schedule:
             _check(n is None and order in (None, describe(gate.policy).order), self.path, "gate.policy",
@@ -472,7 +474,7 @@ def load_gate(path: Path | str) -> GateConfig:
         first = next(i for i, g in enumerate(config.guards) if g.metric == guard.metric)
         _check(first == index, path, f"guards[{index}].metric",
                f"'{guard.metric}' is guarded already by guards[{first}]; state each guard metric once")
-    _check_time_to_target(path, gate.primary, config.time_to_target)
+    _check_time_to_target(path, gate.primary, config.time_to_target, gate.policy)
     primary_needed = {gate.primary} - {ALWAYS_MEASURED}
     _check(not ({g.metric for g in config.guards} & primary_needed), path, "guards",
            f"the primary metric '{gate.primary}' cannot also be a guard")
@@ -480,12 +482,25 @@ def load_gate(path: Path | str) -> GateConfig:
                    evidence_stated=evidence_stated)
 
 
-def _check_time_to_target(path: Path, primary: str, target: TargetSpec | None) -> None:
-    """A derived primary needs its [time_to_target] table, and the table applies to a derived primary only."""
+def censoring_policy_problem(primary: str, policy: str) -> str | None:
+    """Why `policy` cannot decide `primary` (None: it can): a time to target has right-censored runs, which only a
+    policy that decides censored times may read — any other would take "longer than t" for t."""
+    if primary not in DERIVED_PRIMARIES or describe(policy).censoring:
+        return None
+    censoring = " or ".join(name for name in gate_policies() if describe(name).censoring)
+    return (f"\"{policy}\" cannot decide primary = \"{primary}\": a run that never reaches the target is censored "
+            f"(\"longer than its last time\"), which only policy = \"{censoring}\" reads as such")
+
+
+def _check_time_to_target(path: Path, primary: str, target: TargetSpec | None, policy: str) -> None:
+    """A derived primary needs its [time_to_target] table and a policy that decides censored times; the table
+    applies to a derived primary only."""
     derived = " or ".join(f'"{name}"' for name in DERIVED_PRIMARIES)
     if primary in DERIVED_PRIMARIES:
         _check(target is not None, path, "time_to_target",
                f"primary = \"{primary}\" needs a [time_to_target] table: metric (a trace series), target, direction")
+        problem = censoring_policy_problem(primary, policy)
+        _check(problem is None, path, "gate.policy", problem or "")
     else:
         _check(target is None, path, "time_to_target", f"applies only to primary = {derived}; set one or remove the table")
     if target is not None:

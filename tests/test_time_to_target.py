@@ -91,7 +91,7 @@ def _ttq_gate(fake_gate_dir, **gate: object):
     slow = {"elapsed_s": [1.0, 2.0, 3.0, 4.0], "loss": [0.5, 0.2, 0.05, 0.03]}
     never = {"elapsed_s": [1.0, 2.0, 3.0, 3.5], "loss": [0.5, 0.3, 0.2, 0.1]}
     return fake_gate_dir(off={"default_trace": fast}, on={"default_trace": slow, "trace": {"on-r3": never}},
-                         gate={"primary": "time_to_target_s", **gate},
+                         gate={"primary": "time_to_target_s", "policy": "censored", **gate},
                          time_to_target={"metric": "loss", "target": 0.05, "direction": "lower"})
 
 
@@ -119,7 +119,7 @@ def test_a_time_to_target_run_without_the_target_metric_fails(fake_gate_dir) -> 
 
     g = fake_gate_dir(off={"default_trace": {"elapsed_s": [1.0], "psnr_db": [30.0]}},
                       on={"default_trace": {"elapsed_s": [1.0], "psnr_db": [30.0]}},
-                      gate={"primary": "time_to_target_s"},
+                      gate={"primary": "time_to_target_s", "policy": "censored"},
                       time_to_target={"metric": "loss", "target": 0.05})
     config = load_gate(g.gate)
     result = SeriesRunner(config, config.arm("off"), config.arm("on")).start()
@@ -129,11 +129,15 @@ def test_a_time_to_target_run_without_the_target_metric_fails(fake_gate_dir) -> 
 
 @pytest.mark.parametrize("gate, table, words", [
     ({"primary": "time_to_target_s"}, None, "time_to_target: primary = \"time_to_target_s\" needs a [time_to_target]"),
+    ({"primary": "time_to_target_s"}, {"metric": "loss", "target": 0.05},
+     "gate.policy: \"classic\" cannot decide primary = \"time_to_target_s\""),
     ({}, {"metric": "loss", "target": 0.05}, "time_to_target: applies only to primary = \"time_to_target_s\""),
-    ({"primary": "steps_to_target"}, {"metric": "loss", "target": 0.05, "direction": "down"}, "time_to_target.direction"),
-    ({"primary": "steps_to_target"}, {"metric": "loss", "target": 0.05, "typo": 1}, "time_to_target.typo"),
-    ({"primary": "steps_to_target"}, {"metric": "loss"}, "time_to_target.target"),
-    ({"primary": "steps_to_target"}, {"metric": "loss", "target": "nan"}, "time_to_target.target"),
+    ({"primary": "steps_to_target", "policy": "censored"}, {"metric": "loss", "target": 0.05, "direction": "down"},
+     "time_to_target.direction"),
+    ({"primary": "steps_to_target", "policy": "censored"}, {"metric": "loss", "target": 0.05, "typo": 1},
+     "time_to_target.typo"),
+    ({"primary": "steps_to_target", "policy": "censored"}, {"metric": "loss"}, "time_to_target.target"),
+    ({"primary": "steps_to_target", "policy": "censored"}, {"metric": "loss", "target": "nan"}, "time_to_target.target"),
 ])
 def test_a_wrong_time_to_target_table_is_a_config_error_naming_file_and_key(gate_dir, gate: dict, table: dict | None,
                                                                             words: str) -> None:
@@ -206,7 +210,7 @@ def test_a_slower_time_to_target_fails_a_ci_gate_and_its_series_verifies(fake_ga
     run among on's), and `gate verify` recomputes the finding — the runs' times reached or censored included."""
     from tests.conftest import gate_invoke
 
-    g = _ttq_gate(fake_gate_dir, policy="censored", n=4)
+    g = _ttq_gate(fake_gate_dir, n=4)
     done = gate_invoke("run", "--gate", str(g.gate), "--fail-on", "regression", "--json", cwd=g.root)
     assert done.returncode == 1, done.stderr
     import json
@@ -235,3 +239,12 @@ def test_the_report_draws_each_runs_quality_curve_with_the_target_and_the_censor
     figures = report_figures(finding, load_run_files(finding, None, [result.series_dir.parent], g.root))
     svg = figures["quality"].data.decode()
     assert "target loss ≤ 0.05" in svg and "never reached: censored at its last time" in svg
+
+
+def test_a_policy_override_that_cannot_read_censored_times_is_refused(fake_gate_dir) -> None:
+    from gatekit.config import load_gate
+    from gatekit.errors import ConfigError
+
+    g = _ttq_gate(fake_gate_dir)
+    with pytest.raises(ConfigError, match="--policy: \"sequential\" cannot decide primary = \"time_to_target_s\""):
+        load_gate(g.gate).with_overrides(policy="sequential")
