@@ -124,6 +124,8 @@ def test_the_policy_calls_a_slower_convergence_a_regression_and_too_many_censore
 def test_the_censored_rows_meet_their_targets(scenario, target) -> None:
     result = simulate("censored", scenario, draws=2000, seed=3)
     assert meets(result), (scenario.name, result.adopted.pct)
+    if scenario.effect_pct == 0:  # an A/A gate is called a regression no more often than adopted
+        assert result.rates["regression"].pct <= 5.0
 
 
 def test_only_a_policy_that_simulates_censoring_takes_a_censored_scenario() -> None:
