@@ -16,6 +16,7 @@ from gatekit.policies.base import Decided, Evidence, Policy
 from gatekit.policies.descriptors import describe, policy_for
 from gatekit.prereg import DecisionSpec
 from gatekit.records import RunRecord, is_time_metric, startup_overhead_s
+from gatekit.quality import TargetSpec, target_of
 from gatekit.runtable import RunTable, records_table
 from gatekit.report.narrative import narrative
 from gatekit.schedule import WARMUP_ROUND, needs_seed, order_seed
@@ -51,7 +52,7 @@ def classify(records: Sequence[RunRecord], spec: DecisionSpec, replaced: Mapping
              cores: int | None) -> RunTable:
     """The run table classified by the spec's policy: used or not, and why."""
     policy = policy_for(spec.policy, spec.design_version)
-    return policy.classify(records_table(records, spec.primary), spec.rules, replaced, cores)
+    return policy.classify(records_table(records, spec.primary, spec.time_to_target), spec.rules, replaced, cores)
 
 
 def config_check(records: Sequence[RunRecord], off_arm: str, on_arm: str, expect_diff: Sequence[str], *,
@@ -318,13 +319,13 @@ def analyze(evidence: SeriesEvidence) -> Finding:
             warmup=spec.warmup, **_seed_info(spec, evidence.predecision_sha256),
             threshold=ThresholdRule(spec.threshold.sigma_k, spec.threshold.floor_pct,
                                     rule=f"max({spec.threshold.sigma_k:g}·σ_off, {spec.threshold.floor_pct:g} %)"),
-            guards=spec.guards),
+            guards=spec.guards, time_to_target=spec.time_to_target),
         predecision=Predecision(evidence.predecision_path, evidence.predecision_sha256,
                                 chain_head=evidence.chain_head),
         provenance=Provenance.from_dict(evidence.provenance),
         rules=RulesInfo(spec.rules, assessment.max_z,
                         None if assessment.max_z is None else assessment.max_z >= spec.rules.sigma_k),
-        runs=_run_rows(assessment.table, evidence.records, spec.primary),
+        runs=_run_rows(assessment.table, evidence.records, spec.primary, spec.time_to_target),
         stats=assessment.stats,
         guards=assessment.guards,
         sensitivity=assessment.sensitivity,
@@ -359,26 +360,27 @@ def _meta(evidence: SeriesEvidence, decision: Decision, config_diff: tuple[Confi
         config_paths=evidence.config_paths, related_runs=evidence.related_runs, related_findings=(), commits=compared)
 
 
-def _run_rows(table: RunTable, records: Sequence[RunRecord], primary: str) -> tuple[RunRow, ...]:
+def _run_rows(table: RunTable, records: Sequence[RunRecord], primary: str,
+              target: TargetSpec | None = None) -> tuple[RunRow, ...]:
     by_label = {r.label: r for r in records}
     rows = []
     for row in table.in_order():
         record = by_label[row.label]
-        rows.append(_run_row(record, primary, load_evidence=row.load_evidence, z=row.z,
+        rows.append(_run_row(record, primary, target, load_evidence=row.load_evidence, z=row.z,
                              contaminated=row.contaminated, used=row.used, reason=row.reason))
     warmups = [r for r in records if r.pair == WARMUP_ROUND]
     for record in warmups:
         reason = "warm-up run, discarded by preregistration" + (f" (failed: {record.outcome.error})"
                                                                  if record.failed else "")
-        rows.append(_run_row(record, primary, used=False, reason=reason, warmup=True))
+        rows.append(_run_row(record, primary, target, used=False, reason=reason, warmup=True))
     return tuple(sorted(rows, key=lambda row: row.order)) if warmups else tuple(rows)
 
 
-def _run_row(record: RunRecord, primary: str, **classified: Any) -> RunRow:
+def _run_row(record: RunRecord, primary: str, target: TargetSpec | None, **classified: Any) -> RunRow:
     outcome = record.outcome
     startup_s = startup_overhead_s(outcome.metrics, outcome.process_wallclock_s, primary)
     return RunRow(order=record.order, arm=record.arm, label=record.label, pair=record.pair,
                   exit_code=outcome.exit_code, timed_out=outcome.timed_out, metrics=dict(outcome.metrics),
                   process_wallclock_s=outcome.process_wallclock_s, window=record.window, retry_of=record.retry_of,
                   started_at=record.started_at, config=dict(outcome.config), slot=record.slot, startup_s=startup_s,
-                  **classified)
+                  target=target_of(outcome, primary, target), **classified)

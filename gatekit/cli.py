@@ -475,6 +475,9 @@ def _design_version_options(command: Any) -> Any:
               help="Duet: the pair from which --slot-step-pct applies (1 = the first; -1 = the last, -2 the last two).")
 @click.option("--slot-drift-pct", type=float, default=0.0, show_default=True,
               help="Duet: slot 1 slows by this much more with every pair, in % per pair.")
+@click.option("--censored-pct", "censored_pct", type=float,
+              help="A time to a quality target (--policy censored): runs are censored at the time this share "
+                   "(%) of off runs would exceed (0: none).")
 @click.option("--order", type=click.Choice(ORDERS), help="Run order (default: the policy's own).")
 @click.option("--n", type=int, help="Runs per arm of fixed-n policies, pairs of a duet (default: 3; a duet's own "
               "default, 12 pairs for version 2, 8 for version 1).")
@@ -507,7 +510,7 @@ def simulate_cmd(policies: tuple[str, ...], cv_pct: float, cv_on_pct: float | No
                  drift_pct: float, cold_pct: float, outlier_rate: float, outlier_pct: float, tails: float | None,
                  guard_drop: float | None, guard_sd: float, shared_cv_pct: float, slot_effect_pct: float,
                  slot_step_pct: float, slot_step_from: int | None, slot_drift_pct: float,
-                 order: str | None, n: int | None, warmup: int,
+                 censored_pct: float | None, order: str | None, n: int | None, warmup: int,
                  sigma_k: float, floor_pct: float, max_threshold_pct: float, draws: int, seed: int, suite: bool,
                  bisect: bool, commits: int,
                  max_parallel: int, confidence: float, budget: int, pairs_per_probe: int | None, as_json: bool,
@@ -522,6 +525,9 @@ def simulate_cmd(policies: tuple[str, ...], cv_pct: float, cv_on_pct: float | No
     A duet (--policy duet --n 12; duet-v1 is its version 1) runs both arms of a pair at once: --shared-cv adds
     noise common to both, --slot-effect makes slot 1 slower than slot 0, --slot-step-pct S --slot-step-from K
     slower still from pair K on, --slot-drift-pct D slower by D % more each pair.
+
+    A time to a quality target (--policy censored --censored-pct 30 --cv 10 --n 16) censors the runs beyond the
+    time that share of off runs would exceed.
 
     --bisect simulates `gate bisect` instead (docs/bisect.md), e.g.
     gate simulate --bisect --commits 128 --effect 2 --cv 0.5 --draws 1000
@@ -548,7 +554,7 @@ def simulate_cmd(policies: tuple[str, ...], cv_pct: float, cv_on_pct: float | No
                             outlier_rate=outlier_rate, outlier_pct=outlier_pct, tails=tails, guard_drop=guard_drop,
                             guard_sd=guard_sd, shared_cv_pct=shared_cv_pct, slot_effect_pct=slot_effect_pct,
                             slot_step_pct=slot_step_pct, slot_step_from=slot_step_from,
-                            slot_drift_pct=slot_drift_pct)
+                            slot_drift_pct=slot_drift_pct, censored_pct=censored_pct)
         return [simulate(policy, scenario if n is not None else replace(scenario, n=default_runs(policy)),
                          draws=draws, seed=seed, thresholds=thresholds, max_threshold_pct=max_threshold_pct,
                          version=version)

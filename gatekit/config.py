@@ -8,6 +8,7 @@ path is caught before any GPU time.
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import tomllib
@@ -19,6 +20,7 @@ from gatekit.bisect.commits import Commit
 from gatekit.errors import ConfigError
 from gatekit.policies.descriptors import (DEFAULT_POLICY, DUET_MODE, INTERLEAVED, describe, gate_policies,
                                           policies_of_mode)
+from gatekit.quality import DERIVED_PRIMARIES, TargetSpec
 from gatekit.records import PROCESS_WALLCLOCK, Record, RecordError
 from gatekit.slots import DeviceSlot, parse_slots
 from gatekit.storage import read_input
@@ -292,6 +294,8 @@ class GateConfig(Record):
     backend: BackendSpec = field(default_factory=BackendSpec)
     duet: DuetSpec | None = None  # gate.mode = "duet" only
     commits: CommitsSpec | None = None  # written by gate compare and gate bisect: the arms are two commits
+    # primary = "time_to_target_s" / "steps_to_target": the quality target a run's trace must reach
+    time_to_target: TargetSpec | None = None
     path: Path = field(default=Path(), kw_only=True, metadata={"internal": True})
     # rules.evidence is in the file; otherwise it follows the policy (--policy too)
     evidence_stated: bool = field(default=False, kw_only=True, metadata={"internal": True})
@@ -346,6 +350,8 @@ class GateConfig(Record):
                 _check(n is None and order in (None, chosen.order), self.path, "--policy",
                        f"{policy} runs {chosen.stages_words} in {chosen.order} order; drop --n and --order")
                 gate = replace(gate, n=chosen.first_stage, order=chosen.order)
+            problem = censoring_policy_problem(gate.primary, policy)
+            _check(problem is None, self.path, "--policy", problem or "")
             gate = replace(gate, policy=policy)
         elif describe(gate.policy).fixes_schedule:
             _check(n is None and order in (None, describe(gate.policy).order), self.path, "gate.policy",
@@ -505,11 +511,37 @@ def load_gate(path: Path | str) -> GateConfig:
         first = first_of.setdefault(guard.metric, index)
         _check(first == index, path, f"guards[{index}].metric",
                f"'{guard.metric}' is guarded already by guards[{first}]; state each guard metric once")
+    _check_time_to_target(path, gate.primary, config.time_to_target, gate.policy)
     primary_needed = {gate.primary} - {ALWAYS_MEASURED}
     _check(not ({g.metric for g in config.guards} & primary_needed), path, "guards",
            f"the primary metric '{gate.primary}' cannot also be a guard")
     return replace(config, path=path, gate=gate, rules=rules, driver=driver, arms=arms,
                    evidence_stated=evidence_stated)
+
+
+def censoring_policy_problem(primary: str, policy: str) -> str | None:
+    """Why `policy` cannot decide `primary` (None: it can): a time to target has right-censored runs, which only a
+    policy that decides censored times may read — any other would take "longer than t" for t."""
+    if primary not in DERIVED_PRIMARIES or describe(policy).censoring:
+        return None
+    censoring = " or ".join(name for name in gate_policies() if describe(name).censoring)
+    return (f"\"{policy}\" cannot decide primary = \"{primary}\": a run that never reaches the target is censored "
+            f"(\"longer than its last time\"), which only policy = \"{censoring}\" reads as such")
+
+
+def _check_time_to_target(path: Path, primary: str, target: TargetSpec | None, policy: str) -> None:
+    """A derived primary needs its [time_to_target] table and a policy that decides censored times; the table
+    applies to a derived primary only."""
+    derived = " or ".join(f'"{name}"' for name in DERIVED_PRIMARIES)
+    if primary in DERIVED_PRIMARIES:
+        _check(target is not None, path, "time_to_target",
+               f"primary = \"{primary}\" needs a [time_to_target] table: metric (a trace series), target, direction")
+        problem = censoring_policy_problem(primary, policy)
+        _check(problem is None, path, "gate.policy", problem or "")
+    else:
+        _check(target is None, path, "time_to_target", f"applies only to primary = {derived}; set one or remove the table")
+    if target is not None:
+        _check(math.isfinite(target.target), path, "time_to_target.target", f"must be a finite number, got {target.target}")
 
 
 SHELLS = ("sh", "bash", "dash", "zsh", "ksh", "mksh", "ash")

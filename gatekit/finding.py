@@ -18,6 +18,7 @@ from gatekit.bisect.commits import Commit
 from gatekit.config import GuardSpec, RulesSpec
 from gatekit.errors import FindingError, RunFileError
 from gatekit.policies.descriptors import DEFAULT_POLICY
+from gatekit.quality import TargetSpec, TargetTime
 from gatekit.records import (FINDING_SCHEMA, SCHEMA_KEY, Record, RecordError, WindowSummary, canonical_json,
                              first_difference, kind_of, loads_json, metric_value, schema_problem, upgrade)
 from gatekit.runfiles import read_run_file
@@ -105,6 +106,8 @@ class GateInfo(Record):
     seed_source: str | None = None
     threshold: ThresholdRule = field(kw_only=True)
     guards: tuple[GuardSpec, ...] = ()
+    # a derived primary's quality target (time_to_target_s, steps_to_target), as preregistered
+    time_to_target: TargetSpec | None = field(default=None, metadata={"omit": None})
     extra_keys: Mapping[str, Any] = field(default_factory=dict)
 
 
@@ -178,6 +181,8 @@ class RunRow(Record):
     slot: str | None = field(default=None, metadata={"omit": None})  # the duet slot it ran on
     # start-up overhead: process wallclock − primary, when the primary is a time (records.startup_overhead_s)
     startup_s: float | None = field(default=None, metadata={"omit": None})
+    # a derived primary (time_to_target_s, steps_to_target): the time it reached its target, or was censored at
+    target: TargetTime | None = field(default=None, metadata={"omit": None})
     extra_keys: Mapping[str, Any] = field(default_factory=dict)
 
     def value_of(self, metric: str) -> float | None:

@@ -19,6 +19,7 @@ from gatekit.config import (SEEDED_ORDERS, CommitsSpec, GateConfig, GuardSpec, R
                             resolve_history_sigma)
 from gatekit.errors import SeriesError
 from gatekit.policies.descriptors import DEFAULT_POLICY, INTERLEAVED, describe, gate_policies, policy_for
+from gatekit.quality import TargetSpec, stated_target
 from gatekit.provenance import sha256_bytes, sha256_file
 from gatekit.records import PREDECISION_SCHEMA, SCHEMA_KEY, Record, schema_problem, upgrade
 from gatekit.sampler import STOPPED_GAP_INTERVALS, STOPPED_GAP_MIN_S, stopped_gap_limit_s
@@ -58,6 +59,8 @@ class DecisionSpec(Record):
     bisect_probe: bool = field(default=False, kw_only=True, metadata={"omit": False})
     # the arms are one arm at two commits (gate compare, gate bisect): config differences between them are recorded
     commits: CommitsSpec | None = field(default=None, kw_only=True, metadata={"omit": None})
+    # a derived primary's quality target (time_to_target_s, steps_to_target); absent for every other primary
+    time_to_target: TargetSpec | None = field(default=None, kw_only=True, metadata={"omit": None})
 
     @property
     def design_version(self) -> int | None:
@@ -105,7 +108,7 @@ class DecisionSpec(Record):
                    rules=resolve_history_sigma(config), policy=g.policy, warmup=g.warmup, mode=g.mode,
                    slots=tuple(s.text for s in config.duet.slots) if config.duet else (),
                    sequential_version=describe(g.policy).version, bisect_probe=g.bisect_probe,
-                   commits=config.commits)
+                   commits=config.commits, time_to_target=config.time_to_target)
 
 
 def stated_rules(spec: DecisionSpec) -> list[str]:
@@ -163,6 +166,8 @@ def stated_rules(spec: DecisionSpec) -> list[str]:
     if spec.warmup:
         lines.append(f"Warm-up: {spec.warmup} run(s) in round 0 (label <arm>-r0) before round 1; discarded, "
                      "never used as a number or for contamination.")
+    if spec.time_to_target is not None:
+        lines.append(stated_target(spec.primary, spec.time_to_target))
     lines += policy_for(spec.policy, spec.design_version).stated_rules(spec.primary, spec.rules, spec.threshold)
     for g in spec.guards:
         lines.append(f"Guard {g.metric}: on - off must be "

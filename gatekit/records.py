@@ -618,11 +618,15 @@ def show_value(value: Any) -> str:
 #                          Later additions, each with a default: `predecision.chain_head`, `runs[].startup_s`.
 #                          `stats.cycles`, `provenance.backend_end`, `verdict.reason_codes` (one stable
 #                          `verdict.ReasonCode` per reason; a finding without them is verified by its prose).
+#                          `runs[].target` (a time-to-target primary: its value and whether it was reached;
+#                          a censored run has reached = false).
+#                          `gate.time_to_target` (the preregistered quality target of such a primary).
 #   gatekit.predecision/1  the preregistered rules; a sequential spec without `sequential_version` is v3.
 #   gatekit.predecision/2  `decision.sequential_version` is stated for every sequential spec; the series'
 #                          journal is gatekit.journal/3 or later.
 #                          Later additions, absent = off: `rules.min_clock_share`, `rules.confirm_cycles`.
 #                          `decision.duet_version` (a duet spec without it is duet v1: parity slots, OLS).
+#                          `decision.time_to_target` (metric, target, direction), for a derived primary only.
 #   gatekit.calibration/1  a `gate calibrate` result (calibration.toml): its runs' values, CV, warm-up, drift.
 #   gatekit.signature/1    an Ed25519 signature of a finding's JSON bytes and its journal's chain head (<id>.sig).
 #   gatekit.signature/2    the same of the finding's content (`content_sha256`: its canonical form, the same for

@@ -15,6 +15,7 @@ from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import numpy as np
 
+from gatekit.quality import TargetSpec, target_of
 from gatekit.records import PSI_RESOURCES, RunRecord, WindowSummary
 from gatekit.schedule import WARMUP_ROUND
 
@@ -47,6 +48,7 @@ class TableRow:
     steal_pct: float = math.nan
     sm_clock_mean_mhz: float = math.nan
     sm_clock_locked_mhz: float = math.nan
+    censored: bool = False  # a time to target: the run never reached it, `value` is its last trace time
     # the policy's classification; a table fresh from records has these defaults
     replaced: bool = False  # its pair was re-run: it stays in the record, unused
     missing_window: bool = False  # no in-window samples where the rules require them
@@ -103,15 +105,18 @@ def _optional_int(value: object) -> int | None:
     return None if _absent(value) else _int(value)
 
 
-def row_of(record: RunRecord, primary: str) -> TableRow:
-    """A run's row; a run without its primary metric counts as failed."""
+def row_of(record: RunRecord, primary: str, target: TargetSpec | None = None) -> TableRow:
+    """A run's row; a run without its primary metric counts as failed. `target`: a derived primary's quality
+    target, which says whether the run is censored."""
     error = record.failure(primary)
+    reached = target_of(record.outcome, primary, target)
     window = record.window
     return TableRow(order=record.order, arm=record.arm, label=record.label, pair=record.pair,
                     value=_number(record.value_of(primary)), failed=bool(error), error=error,
                     samples=window.samples, load1_mean=_number(window.load1_mean),
                     load1_max=_number(window.load1_max), backend_evidence="; ".join(window.evidence),
-                    on_ac=window.on_ac, retry_of=record.retry_of, slot=record.slot, **window_columns(window))
+                    on_ac=window.on_ac, retry_of=record.retry_of, slot=record.slot,
+                    censored=reached is not None and not reached.reached, **window_columns(window))
 
 
 COLUMNS = tuple(f.name for f in fields(TableRow))
@@ -138,6 +143,7 @@ def row_from(values: Mapping[str, object]) -> TableRow:
         backend_evidence="" if _absent(evidence) else str(evidence),
         on_ac=None if _absent(on_ac := values.get("on_ac")) else bool(on_ac),
         retry_of=_optional_int(values.get("retry_of")), slot=None if _absent(slot := values.get("slot")) else str(slot),
+        censored=bool(values.get("censored", False)),
         **_numbers(values, (*PRESSURE_COLUMNS, *CLOCK_COLUMNS)))
     return replace(measured, replaced=bool(values.get("replaced", False)),
                    missing_window=bool(values.get("missing_window", False)),
@@ -220,7 +226,7 @@ class RunTable:
         return {row.pair: row.retry_of for row in self.rows if row.retry_of is not None}
 
 
-def records_table(records: Sequence[RunRecord], primary: str) -> RunTable:
+def records_table(records: Sequence[RunRecord], primary: str, target: TargetSpec | None = None) -> RunTable:
     """The run table rules work on. Warm-up runs (round 0) are not in it: they are discarded by
     preregistration."""
-    return RunTable(tuple(row_of(record, primary) for record in records if record.pair != WARMUP_ROUND))
+    return RunTable(tuple(row_of(record, primary, target) for record in records if record.pair != WARMUP_ROUND))

@@ -17,6 +17,7 @@ import re
 import unicodedata
 from typing import Any, Mapping
 
+from gatekit.quality import trace_problem
 from gatekit.records import RunOutcome
 
 MAX_DEPTH = 32
@@ -119,7 +120,8 @@ def usable_metric(value: float) -> bool:
 
 
 def safe_outcome(outcome: RunOutcome) -> RunOutcome:
-    """A driver's outcome with only finite metrics and JSON/TOML-safe config, trace and error text.
+    """A driver's outcome with only finite metrics and JSON/TOML-safe config, trace and error text; a quality
+    trace that breaks the trainer contract (gatekit.quality) fails the run.
 
     Applied to every driver's report, so a plugin (or a trainer) cannot put NaN into a run table or a
     value into the journal that would make it unreadable.
@@ -146,6 +148,8 @@ def safe_outcome(outcome: RunOutcome) -> RunOutcome:
         earlier = [str(name) for name in earlier] if isinstance(earlier, list) else []
         trace["gatekit_dropped_metrics"] = sorted({*earlier, *dropped})
     error = safe_text(outcome.error)
+    if not error and (problem := trace_problem(trace)):  # a quality trace is checked as every trainer input is
+        error = f"result {problem}"
     if clashes and not error:
         error = f"metric keys clash once lone surrogates are escaped: {', '.join(sorted(set(clashes)))}"
     wallclock = outcome.process_wallclock_s

@@ -29,6 +29,7 @@ from dataclasses import asdict, dataclass, replace
 from typing import Any, Mapping, Sequence
 
 import numpy as np
+from scipy import special
 
 from gatekit.config import DEFAULT_MAX_THRESHOLD_PCT, ORDERS, ThresholdSpec
 from gatekit.errors import ConfigError
@@ -65,6 +66,9 @@ class Scenario:
     slot_step_pct: float = 0.0
     slot_step_from: int | None = None
     slot_drift_pct: float = 0.0  # duet: slot 1 slows by this much more with every pair (pair 1: by none)
+    # a time to target: runs are censored at the time that this share (%) of off runs would exceed (0: none
+    # censored); None: not a time-to-target scenario. Only a policy that simulates censoring runs one.
+    censored_pct: float | None = None
     name: str = ""
 
     @property
@@ -275,6 +279,14 @@ def validate(policy: str, scenario: Scenario, draws: int,
     if scenario.n < 2:
         raise ConfigError(f"--n: must be at least 2 runs per arm, got {scenario.n}")
     rule.check_scenario(scenario)
+    if scenario.censored_pct is not None:
+        if not getattr(rule, "simulates_censoring", False):
+            censoring = [name for name in simulation_policies() if getattr(policy_for(name), "simulates_censoring",
+                                                                           False)]
+            raise ConfigError(f"--censored-pct: needs --policy {' or '.join(censoring)} (a time to target), got "
+                              f"{policy!r}")
+        if not 0 <= scenario.censored_pct < 100:
+            raise ConfigError(f"--censored-pct: must be from 0 to below 100 %, got {scenario.censored_pct}")
     for option, stated in (("--slot-effect", scenario.slot_effect_pct), ("--slot-step-pct", scenario.slot_step_pct),
                            ("--slot-step-from", scenario.slot_step_from is not None),
                            ("--slot-drift-pct", scenario.slot_drift_pct)):
@@ -325,6 +337,15 @@ def validate(policy: str, scenario: Scenario, draws: int,
     return rule
 
 
+def censor_log(scenario: Scenario) -> float:
+    """The log censoring time of a time-to-target scenario: the (100 − censored_pct) % quantile of the off arm's
+    log times, σ_off·Φ⁻¹(1 − p) (the off median is 1: log 0); +inf when nothing is censored."""
+    p = (scenario.censored_pct or 0.0) / 100
+    if p == 0:
+        return math.inf
+    return math.sqrt(math.log1p((scenario.cv_off_pct / 100) ** 2)) * float(special.ndtri(1 - p))
+
+
 def simulate(policy: str, scenario: Scenario, *, draws: int = 100_000, seed: int = 0,
              thresholds: ThresholdSpec = ThresholdSpec(),
              max_threshold_pct: float = DEFAULT_MAX_THRESHOLD_PCT, version: int | None = None) -> SimulationResult:
@@ -344,7 +365,10 @@ def simulate(policy: str, scenario: Scenario, *, draws: int = 100_000, seed: int
         off, on, _, _ = simulate_runs(scenario, order, rounds, size, rng, concurrent=concurrent, on_slot1=on_slot1)
         if scenario.guard_drop is not None:
             guard_parts.append(rule.guard_passes(scenario, size, rng))
-        codes, runs = rule.simulate(off, on, thresholds, max_threshold_pct)
+        if scenario.censored_pct is not None:
+            codes, runs = rule.simulate_censored(off, on, censor_log(scenario), thresholds)
+        else:
+            codes, runs = rule.simulate(off, on, thresholds, max_threshold_pct)
         codes_parts.append(codes)
         runs_parts.append(runs + scenario.warmup / 2)
     codes, runs = np.concatenate(codes_parts), np.concatenate(runs_parts).astype(float)
@@ -437,7 +461,21 @@ DUET_ROWS: tuple[tuple[Scenario, str], ...] = (
     _s("duet A/A, CV 2 %, shared CV 10 %, slot 1 drifting −1 %/pair", FALSE_ADOPTION, **DUET_HOST,
        slot_drift_pct=-1.0),
 )
-SUITE = tuple(scenario for scenario, _ in (*TARGETS, *DUET_ROWS))
+# Rows only a policy that simulates censoring runs (issue 32): times to a target, lognormal with a run-to-run CV,
+# the runs beyond a censoring time censored there.
+CENSORED_FALSE, CENSORED_POWER = "false adoption ≤ 5.0 %", "power ≥ 80 % at ≤ 16 runs/arm"
+CENSORED_ROWS: tuple[tuple[Scenario, str], ...] = (
+    _s("time to target A/A, CV 10 %, 30 % censored, 8 runs/arm", CENSORED_FALSE, cv_off_pct=10.0, censored_pct=30.0,
+       n=8),
+    _s("time to target A/A, CV 10 %, 30 % censored, 16 runs/arm", CENSORED_FALSE, cv_off_pct=10.0,
+       censored_pct=30.0, n=16),
+    _s("time to target −10 %, CV 10 %, 16 runs/arm", CENSORED_POWER, cv_off_pct=10.0, effect_pct=-10.0,
+       censored_pct=0.0, n=16),
+    _s("time to target −10 %, CV 10 %, 30 % censored, 16 runs/arm", CENSORED_POWER, cv_off_pct=10.0,
+       effect_pct=-10.0, censored_pct=30.0, n=16),
+)
+CENSORED_TARGET_OF = {scenario.name: target for scenario, target in CENSORED_ROWS}
+SUITE = tuple(scenario for scenario, _ in (*TARGETS, *DUET_ROWS, *CENSORED_ROWS))
 TARGET_OF = {scenario.name: target for scenario, target in TARGETS}
 DUET_TARGET_OF = {**{name: target for name, target in TARGET_OF.items() if target in (FALSE_ADOPTION, POWER)},
                   **{scenario.name: target for scenario, target in DUET_ROWS}}
@@ -447,6 +485,8 @@ def target_of(policy: str, scenario: Scenario) -> str | None:
     """The issue's target for this policy on this row: the sequential policy's (suite_targets) on TARGETS, the
     duet's (the current duet design) on DUET_TARGET_OF; None elsewhere."""
     descriptor = describe(policy)
+    if simulates_censoring(policy):
+        return CENSORED_TARGET_OF.get(scenario.name)
     if descriptor.suite_targets:
         return TARGET_OF.get(scenario.name)
     if descriptor.mode == DUET_MODE and descriptor.gate:
@@ -459,6 +499,10 @@ def meets(result: SimulationResult) -> bool | None:
     target = target_of(result.policy, result.scenario)
     if target is None:
         return None
+    if target == CENSORED_FALSE and simulates_censoring(result.policy):
+        return result.adopted.pct <= 5.0
+    if target == CENSORED_POWER:
+        return result.adopted.pct >= 80.0 and result.runs_per_arm <= 16
     if runs_at_once(result.policy):  # a duet runs its n pairs: no runs-per-arm target
         return (result.adopted.pct <= 5.0) if target == FALSE_ADOPTION else (result.adopted.pct >= 95.0)
     if target == GUARD_PASS:
@@ -473,6 +517,11 @@ def meets(result: SimulationResult) -> bool | None:
     if target == POWER:
         return ok and result.adopted.pct >= 95.0
     return ok and result.runs_per_arm <= 5
+
+
+def simulates_censoring(policy: str) -> bool:
+    """Whether a policy decides times to a target with censored runs (it runs the suite's censored rows only)."""
+    return bool(getattr(policy_for(policy), "simulates_censoring", False))
 
 
 def suite_pairs(policy: str) -> int:
@@ -498,7 +547,8 @@ def suite_cells(policies: Sequence[str], *, order: str | None = None,
             for scenario in SUITE for policy in policies
             for version in ((versions or {}).get(policy) or (None,))
             if (scenario.guard_drop is None or policy_for(policy).simulates_guard)
-            and (not scenario.changes_slots and not scenario.shared_cv_pct or runs_at_once(policy))]
+            and (not scenario.changes_slots and not scenario.shared_cv_pct or runs_at_once(policy))
+            and (scenario.censored_pct is not None) == simulates_censoring(policy)]
 
 
 def run_suite(policies: Sequence[str], *, draws: int, seed: int, order: str | None = None,

@@ -127,6 +127,9 @@ class ReasonCode(enum.StrEnum):
     PAIRED_GUARD = "paired_guard"
     GUARD_BOUND_TOO_WIDE = "guard_bound_too_wide"
     CLASSIC_BESIDE = "classic_beside"  # the classic verdict, reported beside a policy that decides otherwise
+    # the censored policy (a time to target)
+    AFT_ESTIMATE = "aft_estimate"  # the time ratio of the censored fit, its interval and outcome
+    TOO_CENSORED = "too_censored"  # too many runs never reached the target to fit their times
     BISECT_PROBE = "bisect_probe"  # one run per arm of a `gate bisect` probe: the bisect's posterior reads it
 
 

@@ -69,7 +69,8 @@ def _gate_file_example() -> str:
 
 def test_the_schema_walk_sees_every_table() -> None:
     tables = dict(_schema())
-    assert set(tables) == {"gate", "threshold", "guards", "rules", "driver", "arms", "backend", "duet", "commits"}
+    assert set(tables) == {"gate", "threshold", "guards", "rules", "driver", "arms", "backend", "duet", "commits",
+                           "time_to_target"}
     assert "max_drop" in tables["guards"] and "slots" in tables["duet"] and "name" not in tables["arms"]
     assert "options" not in tables["driver"] and "argv" in tables["driver"]
 

@@ -56,6 +56,7 @@ CONFIG_KEYS = {
     "lr",
     "seed",
     "dtype",
+    "trace_every",
 }
 
 
@@ -214,3 +215,23 @@ def test_resident_step_allocates_nothing() -> None:
         tracemalloc.stop()
     assert peaks["resident"] < 4096, peaks
     assert peaks["host"] > n_bytes // 4, peaks  # host temporaries are tensor-sized
+
+
+def test_a_quality_trace_every_k_steps_follows_the_trainer_contract(tmp_path: Path) -> None:
+    """trace_every = K: the training seconds, the step and the whole data set's loss (and PSNR) every K steps,
+    checked by gatekit's reader of quality traces."""
+    from gatekit.quality import quality_trace
+
+    cfg = {**TINY_IMAGE, "optimizer": "resident", "trace_every": 10}
+    proc, payload = run_trainer(tmp_path, cfg)
+    assert proc.returncode == 0, proc.stderr
+    assert payload is not None
+    trace = payload["trace"]
+    quality = quality_trace(trace)
+    assert quality is not None and quality.axes["step"] == (10.0, 20.0, 30.0)
+    assert set(quality.series) == {"loss", "psnr_db"}
+    assert quality.axes["elapsed_s"][-1] <= payload["metrics"]["train_elapsed_s"] + 1e-6
+    assert trace["loss"][-1] == pytest.approx(payload["metrics"]["final_loss"])  # the last point is the trained model
+    _, plain = run_trainer(tmp_path, {**TINY_IMAGE, "optimizer": "resident"}, name="plain")
+    assert plain is not None and set(plain["trace"]) == {"ms_per_iter"}  # trace_every = 0: no quality trace
+    assert plain["metrics"]["final_loss"] == payload["metrics"]["final_loss"]  # evaluating does not train

@@ -44,6 +44,7 @@ class PolicyDescriptor:
     gate: bool = True  # False: a comparison rule only `gate simulate` runs
     in_suite: bool = False  # `gate simulate --suite` runs it when no --policy is given
     suite_targets: bool = False  # the suite's targets (its `met` column) are this policy's
+    censoring: bool = False  # it decides right-censored times (a time-to-target primary's runs that never got there)
 
     @property
     def fixes_schedule(self) -> bool:
@@ -86,6 +87,8 @@ BUILTIN = (
                      mode=DUET_MODE, order="duet", default_evidence="psi", plan_sizes=_PLAN_PAIRS, plan_step=2,
                      mde_sizes=(12,), version=2, version_key="duet_version", unrecorded_version=1, default_n=12,
                      in_suite=True),
+    # a time to target with right-censored runs (issue 32): the lognormal AFT time ratio
+    PolicyDescriptor("censored", "gatekit.policies.censored:policy", in_suite=True, censoring=True),
     PolicyDescriptor("welch", "gatekit.policies.comparison:welch", gate=False),
     PolicyDescriptor("bootstrap", "gatekit.policies.comparison:bootstrap", gate=False),
     # the duet's version 1, simulated beside the current design (`gate simulate --policy duet-v1`)

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Sequence
 
 from gatekit.finding import Finding
+from gatekit.quality import DERIVED_PRIMARIES
 from gatekit.report.common import delta_ci, is_number, primary_label
 from gatekit.report.rundata import RunFiles
 from gatekit.report.svgplot import Axes, stack
@@ -276,6 +277,39 @@ def ms_per_iter_figure(finding: Finding, run_files: RunFiles) -> FigureImage | N
                   "Line chart of milliseconds per iteration for each run", ax)
 
 
+def quality_figure(finding: Finding, run_files: RunFiles) -> FigureImage | None:
+    """A time-to-target gate's quality curves: each run's target metric against the primary's time axis, the target
+    as a line, and a cross at the end of each run that never reached it (right-censored there)."""
+    target = finding.gate.time_to_target
+    axis = DERIVED_PRIMARIES.get(finding.gate.primary)
+    if target is None or axis is None:
+        return None
+    series, censored = [], []
+    for run in finding.runs:
+        trace = run_files.traces.get(run.label)
+        quality = trace.quality if trace is not None else None
+        if quality is None or axis not in quality.axes or target.metric not in quality.series:
+            continue
+        xs, ys = list(quality.axes[axis]), list(quality.series[target.metric])
+        series.append((run.label, run.arm, (xs, ys)))
+        if run.target is not None and not run.target.reached:
+            censored.append((xs[-1], ys[-1]))
+    if not series:
+        return None
+    ax = _trace_axes(finding, series)
+    ax.xlabel = "training seconds" if axis == "elapsed_s" else "step"
+    ax.ylabel = literal(target.metric)
+    ax.hline(target.target, "#6b7280", dash=":", width=1.0)
+    sign = "≤" if target.direction == "lower" else "≥"
+    ax.add_legend(f"target {literal(target.metric)} {sign} {target.target:g}", "line", "#6b7280", dash=":")
+    if censored:
+        ax.points(censored, "#374151", hollow_cross=True)
+        ax.add_legend("never reached: censored at its last time", "cross", "#374151")
+    return _image("quality.svg", f"each run's {literal(target.metric)} against {ax.xlabel} (trace.{axis}), the "
+                  "target dotted; a cross marks a run that never reached it, censored at its last time",
+                  f"Line chart of {literal(target.metric)} over training for each run", ax)
+
+
 def duet_figure(finding: Finding) -> FigureImage | None:
     """A duet's pairs: each run's window as a bar from the pair's common start, the off and on bars of a
     pair drawn over each other (they ran at the same time), each labelled with its slot."""
@@ -314,7 +348,7 @@ def report_figures(finding: Finding, run_files: RunFiles) -> dict[str, FigureIma
     made = {"runs": runs_figure(finding), "delta": delta_figure(finding),
             "load": load_figure(finding, run_files), "pressure": pressure_figure(finding, run_files),
             "clock": clock_figure(finding, run_files), "ms_per_iter": ms_per_iter_figure(finding, run_files),
-            "duet": duet_figure(finding)}
+            "duet": duet_figure(finding), "quality": quality_figure(finding, run_files)}
     return {kind: image for kind, image in made.items() if image is not None}
 
 

@@ -340,7 +340,7 @@ def build_page(finding: Finding, figures: Mapping[str, FigureImage], run_files: 
     if warnings:
         blocks += [_heading("Warnings"), {"type": "list", "items": warnings, "plain": True}]
     blocks.append(_heading("Run windows"))
-    for kind in ("duet", "load", "pressure", "clock", "ms_per_iter"):
+    for kind in ("quality", "duet", "load", "pressure", "clock", "ms_per_iter"):
         if figures.get(kind):
             blocks.append(_figure(figures[kind], figure_prefix))
     missing = [what for kind, what in (("load", "load timelines"), ("ms_per_iter", "ms_per_iter traces"))

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from gatekit.errors import RunFileError
+from gatekit.quality import QualityTrace, TraceError, quality_trace
 from gatekit.finding import Finding
 from gatekit.report.common import is_number
 from gatekit.runfiles import MAX_RESULT_BYTES, parse_document, read_run_file
@@ -41,6 +42,7 @@ class RunTrace:
     ms_per_iter: tuple[float, ...] = ()
     psi_cpu: tuple[tuple[float, float], ...] = ()  # (end of a sample interval, % of it some task waited for CPU)
     sm_clock_mhz: tuple[tuple[float, float], ...] = ()  # (t_s, the GPU's SM clock) where the backend sampled it
+    quality: QualityTrace | None = None  # the result's quality trace (time axes and quality series), if it has one
 
 
 @dataclass(frozen=True, slots=True)
@@ -206,6 +208,21 @@ def parse_result_trace(raw: bytes, source: str) -> tuple[tuple[float, ...], str]
     return tuple(float(v) for v in values), ""
 
 
+def parse_quality_trace(raw: bytes, source: str) -> tuple[QualityTrace | None, str]:
+    """The quality trace of a result file (gatekit.quality), and a note when it breaks the trainer contract."""
+    try:
+        data: Any = parse_document(raw, Path(source))
+    except RunFileError:
+        return None, ""  # parse_result_trace has said so
+    trace = data.get("trace") if isinstance(data, Mapping) else None
+    if not isinstance(trace, Mapping):
+        return None, ""
+    try:
+        return quality_trace(trace), ""
+    except TraceError as exc:
+        return None, f"{source}: {exc}; its quality curve is left out"
+
+
 def _read(path: Path, limit: int, shown: str) -> tuple[bytes | None, str]:
     """A run file's bytes (None when absent), or a note naming it (`shown`) when it cannot be read safely."""
     try:
@@ -276,13 +293,17 @@ def load_run_files(finding: Finding, finding_path: Path | None, runs_roots: Sequ
             if note:
                 notes.append(note)
         ms: tuple[float, ...] = ()
+        quality: QualityTrace | None = None
         result, note = _read(files.result, MAX_RESULT_BYTES, f"{relative}/{files.result.name}")
         if result is not None:
             ms, note = parse_result_trace(result, f"{relative}/{files.result.name}")
+            quality, quality_note = parse_quality_trace(result, f"{relative}/{files.result.name}")
+            if quality_note:
+                notes.append(quality_note)
         if note:
             notes.append(note if result is not None else f"{note}; its ms_per_iter trace is left out")
         traces[label] = RunTrace(label=label, folder=relative, load1=load1, ms_per_iter=ms, psi_cpu=psi_cpu,
-                                 sm_clock_mhz=sm_clock)
+                                 sm_clock_mhz=sm_clock, quality=quality)
     if missing:
         shown = ", ".join(missing[:2]) + (f" and {len(missing) - 2} more" if len(missing) > 2 else "")
         notes.insert(0, f"run folder(s) not found {where}: {shown}; their load timelines and ms_per_iter traces "

@@ -25,6 +25,7 @@ from gatekit.provenance import (changed_artifacts, file_identities, hash_artifac
                                 touched_artifacts)
 from gatekit.records import RunOutcome, RunRecord, WindowSummary
 from gatekit.report.common import number_text
+from gatekit.quality import with_derived_primary
 from gatekit.sanitize import safe_outcome, show_controls
 from gatekit.sampler import LoadReader, WindowSampler, samples_csv, stopped_gate
 from gatekit.schedule import Slot
@@ -229,6 +230,7 @@ class RunLoop:
         stopped = stopped_gate(run.sampler.samples, run.sampler.interval_s)
         if stopped and not outcome.error:  # retried like a crash: no load rule could see it at n = 3
             outcome = dataclasses.replace(outcome, error=stopped)
+        outcome = with_derived_primary(outcome, self.config.gate.primary, self.config.time_to_target)
         telemetry = [{"t_s": s.t_s, **s.extra} for s in run.sampler.samples]  # t_s: time-weighted summaries
         window = WindowSummary.of(run.sampler.samples,
                                   evidence=tuple(run.backend.window_evidence(telemetry)) + escaped,
