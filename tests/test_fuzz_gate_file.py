@@ -96,7 +96,7 @@ def _load_and_use(path: Path) -> None:
     config = load_gate(path)
     driver = make_driver(config.driver.name, config.driver.options, source=config.path, base_dir=config.base_dir)
     assert driver.name == "command"
-    off, on = list(config.arms)[:2]
+    off, on = (arm.name for arm in config.two_arms(None, None))  # one arm: refused naming `arms`, as gate run does
     spec = DecisionSpec.from_gate(config, off, on)
     assert tomllib.loads(tomlkit.dumps({"decision": spec.to_dict(), "rules": stated_rules(spec)}))
     assert len(plan(off, on, config.gate.n, config.gate.order, config.gate.seed)) == 2 * config.gate.n
