@@ -497,7 +497,25 @@ def read_finding_document(path: Path) -> dict[str, Any]:
         raise FindingError(f"{path}: not a readable finding: {exc}") from None
     if not isinstance(data, dict):
         raise FindingError(f"{path}: not a readable finding: top level is not a table")
+    where = non_finite_key(data)
+    if where is not None:  # JSON's NaN/Infinity or TOML's nan/inf: gatekit writes neither (allow_nan=False)
+        raise FindingError(f"{path}: {where}: is not a finite number; a finding gatekit writes holds only finite "
+                           "numbers, so this one was edited")
     return data
+
+
+def non_finite_key(document: Any, key: str = "") -> str | None:
+    """The dotted key of the first float in a plain document that is nan or ±inf; None when every one is finite."""
+    stack = [(key, document)]
+    while stack:
+        where, value = stack.pop()
+        if isinstance(value, float) and not math.isfinite(value):
+            return where or "(top level)"
+        if isinstance(value, Mapping):
+            stack += [(f"{where}.{k}" if where else str(k), v) for k, v in reversed(list(value.items()))]
+        elif isinstance(value, list):
+            stack += [(f"{where}[{i}]", v) for i, v in reversed(list(enumerate(value)))]
+    return None
 
 
 def load_finding(path: Path) -> Finding:

@@ -24,6 +24,7 @@ import math
 import re
 import types
 import typing
+import unicodedata
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, ClassVar, Iterable, Mapping, TypeVar, Union
@@ -587,8 +588,16 @@ def first_difference(left: Any, right: Any, key: str = "", *, recomputed: bool =
             if not floats_agree(a, b):
                 return f"{where or '(top level)'} {show_value(a)} != {show_value(b)}"
         elif a != b or (type(a) is bool) != (type(b) is bool):
+            if isinstance(a, str) and isinstance(b, str) and _looks_the_same(a, b):
+                return (f"{where or '(top level)'} {json.dumps(a)[:120]} != {json.dumps(b)[:120]} (the same text in "
+                        "another Unicode normal form: NFC and NFD spell one letter with other code points)")
             return f"{where or '(top level)'} {show_value(a)} != {show_value(b)}"
     return None
+
+
+def _looks_the_same(left: str, right: str) -> bool:
+    """Two different strings a terminal shows alike: equal once both are in Unicode's NFC."""
+    return unicodedata.normalize("NFC", left) == unicodedata.normalize("NFC", right)
 
 
 class _Missing:

@@ -539,3 +539,20 @@ def test_a_journal_line_or_record_with_a_key_stated_twice_fails_verify_naming_th
     assert done.returncode == 3, done.stdout
     assert f"{record}: " in done.stderr and "outcome.metrics.train_elapsed_s: is stated twice" in done.stderr, \
         done.stderr
+
+
+@pytest.mark.parametrize("token", ["NaN", "Infinity", "-1e999"])
+def test_a_finding_holding_a_number_that_is_not_finite_is_refused_naming_the_key(tmp_path: Path, token: str) -> None:
+    """A forged finding with a nan or an infinite Δ was drawn into delta.svg as nan/inf; gatekit writes only finite
+    numbers (JSON without NaN), so every reader refuses such a file in one line naming the key, writing nothing."""
+    committed = Path(__file__).resolve().parents[1] / "findings" / "demo-resident-adam-2026-11-30.json"
+    forged = tmp_path / committed.name  # the JSON alone: its twin would already differ
+    forged.write_text(re.sub(r'"delta_pct": [^,\n]+', f'"delta_pct": {token}', committed.read_text(), count=1))
+    assert token in forged.read_text()
+    for command in (["report", str(forged), "--html", "page"], ["report", str(forged), "--md", "page.md"]):
+        done = gate_invoke(*command, cwd=tmp_path)
+        assert done.returncode == 2, done.stdout
+        (line,) = done.stderr.strip().splitlines()
+        assert line == f"gate: error: {forged}: stats.delta_pct: is not a finite number; a finding gatekit writes " \
+                       "holds only finite numbers, so this one was edited", line
+    assert not (tmp_path / "page").exists() and not (tmp_path / "page.md").exists()

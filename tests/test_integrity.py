@@ -278,6 +278,15 @@ def test_recomputed_floats_agree_within_the_stated_tolerance_and_nothing_else_do
     assert first_difference({"p": True}, {"p": 1}, recomputed=True) is not None
 
 
+def test_a_difference_of_unicode_normal_forms_is_shown_escaped_and_named() -> None:
+    # "é" as one code point (NFC) and as e + a combining accent (NFD) print alike: the message shows both escaped
+    from gatekit.records import first_difference
+    assert first_difference({"meta": {"title": "caf\u00e9"}}, {"meta": {"title": "cafe\u0301"}}) == (
+        'meta.title "caf\\u00e9" != "cafe\\u0301" (the same text in another Unicode normal form: NFC and NFD '
+        "spell one letter with other code points)")
+    assert first_difference({"t": "caf\u00e9"}, {"t": "cafe"}) == 't "caf\u00e9" != "cafe"'  # unlike texts: as they are
+
+
 def test_a_legacy_journal_still_analyzes_with_a_warning(tmp_path: Path) -> None:
     series = tmp_path / "series"
     shutil.copytree(V1_SERIES, series)
