@@ -96,6 +96,8 @@ def _load_and_use(path: Path) -> None:
     config = load_gate(path)
     driver = make_driver(config.driver.name, config.driver.options, source=config.path, base_dir=config.base_dir)
     assert driver.name == "command"
+    if len(config.arms) < 2:  # a one-arm gate file is `gate compare`'s (its arm at two commits): nothing to plan
+        return
     off, on = list(config.arms)[:2]
     spec = DecisionSpec.from_gate(config, off, on)
     assert tomllib.loads(tomlkit.dumps({"decision": spec.to_dict(), "rules": stated_rules(spec)}))

@@ -10,12 +10,14 @@ import json
 import math
 import statistics
 import tomllib
+from pathlib import Path
 
 import numpy as np
 import pytest
+import tomlkit
 from scipy import stats as sps
 
-from gatekit.config import GuardSpec, load_gate
+from gatekit.config import DEFAULT_WARMUP, GuardSpec, load_gate
 from gatekit.errors import SeriesInterrupted
 from gatekit.policies import sequential as sq
 from gatekit.policies.descriptors import policy_for
@@ -602,6 +604,32 @@ def test_warmup_run_is_discarded(fake_gate_dir) -> None:
     assert warm["label"] == "off-r0" and not warm["used"] and warm["warmup"] is True
     assert finding["stats"]["n_off"] == 3 and finding["stats"]["mean_off"] == pytest.approx(10.0)
     assert finding["gate"]["warmup"] == 1 and finding["verdict"]["decision"] == "adopted"
+
+
+def test_a_gate_file_that_states_no_warmup_discards_a_cold_first_run(fake_gate_dir) -> None:
+    # The cold first run (+50 %) would inflate σ_off to 29 % and make the gate rejected; the default warm-up
+    # takes it, is stated in the predecision and decides nothing: Δ −10 % from the three warm runs, adopted.
+    g = fake_gate_dir(off={"elapsed": {"off-r0": 15.0, "off-r1": 10.0, "off-r2": 10.1, "off-r3": 9.9}},
+                      on={"elapsed": {"on-r1": 9.0, "on-r2": 9.1, "on-r3": 8.9}})
+    gate = tomllib.loads(g.gate.read_text())
+    del gate["gate"]["warmup"]  # a new gate file: no warm-up stated
+    g.gate.write_text(tomlkit.dumps(gate))
+    assert load_gate(g.gate).gate.warmup == DEFAULT_WARMUP == 1
+    done = gate_invoke("run", "off", "on", cwd=g.root)
+    assert done.returncode == 0, done.stderr
+    assert g.order() == ["off-r0", "off-r1", "on-r1", "off-r2", "on-r2", "off-r3", "on-r3"]
+    finding = g.finding()
+    assert finding["gate"]["warmup"] == 1 and finding["runs"][0]["warmup"] is True
+    assert finding["stats"]["delta_pct"] == pytest.approx(-10.0) and finding["verdict"]["decision"] == "adopted"
+    (series,) = g.series_dirs()
+    assert "Warm-up: 1 run(s) in round 0" in (series / "predecision.toml").read_text()
+    # stated as 0 it stays 0; a duet (its pairs run at once) takes none
+    gate["gate"]["warmup"] = 0
+    g.gate.write_text(tomlkit.dumps(gate))
+    assert load_gate(g.gate).gate.warmup == 0
+    configs = Path(__file__).resolve().parents[1] / "configs"
+    assert load_gate(configs / "resident-graph-duet.toml").gate.warmup == 0
+    assert load_gate(configs / "resident-graph.toml").gate.warmup == DEFAULT_WARMUP
 
 
 def test_a_sequential_series_interrupted_in_stage_two_resumes_exactly(fake_gate_dir) -> None:
