@@ -4,7 +4,7 @@ simulation, an early stop at look 1, equivalence, a group-sequential paired guar
 and (v5) a check for runs that fall into two speed states before each look.
 
 Each round is an adjacent AB or BA pair, so its difference d = log on − log off carries a linear drift only as
-±(drift per run), and the Thue–Morse order balances AB against BA in every block of four rounds: the drift
+±(drift per run), and the order (abba-baab in v6, Thue–Morse before) balances AB against BA: the drift
 cancels from the centre and only widens the spread. A slow run moves one d; the Hodges–Lehmann estimate (the
 median of the Walsh averages) and a capped mean absolute deviation from the median keep it from deciding alone.
 The statistic HL/S has no textbook distribution, so its critical values come from
@@ -754,7 +754,7 @@ def decide(classified: RunTable, guard_values: Mapping[str, Mapping[str, float]]
 # -- the policy object --------------------------------------------------------------------------------
 
 class SequentialPolicy(SimulationDefaults):
-    """Up to three looks (v4: 4, 8, then 12 runs per arm, Thue–Morse order; v3: 4, then 8) on the AB/BA pair
+    """Up to three looks (v4–v6: 4, 8, then 12 runs per arm, v6 in abba-baab order; v3: 4, then 8) on the pair
     differences: a robust estimate, a calibrated boundary, an early stop, equivalence, group-sequential paired
     guards, telemetry-only contamination (the statistics above). One object per design version: a series is
     decided by the version its predecision records."""
