@@ -223,7 +223,7 @@ sign_key_option = click.option(
 @gate_option
 @click.option("--n", type=int, help="Runs per arm (overrides gate.n).")
 @click.option("--order", type=click.Choice(ORDERS), help="Run order (overrides gate.order).")
-@click.option("--seed", type=int, help="Seed of a random or thue-morse order (overrides gate.seed; default: "
+@click.option("--seed", type=int, help="Seed of a random, thue-morse or abba-baab order (overrides gate.seed; default: "
               "derived from the predecision's sha256).")
 @click.option("--policy", type=PolicyChoice(gate_policies),
               help=f"Decision policy (overrides gate.policy): {RUN_POLICY_WORDS}.")
@@ -478,6 +478,12 @@ def _design_version_options(command: Any) -> Any:
 @click.option("--censored-pct", "censored_pct", type=float,
               help="A time to a quality target (--policy censored): runs are censored at the time this share "
                    "(%) of off runs would exceed (0: none).")
+@click.option("--periodic-pct", type=float, default=0.0, show_default=True,
+              help="Interference on every --period-th run (a periodic job): such runs are this much slower, in %.")
+@click.option("--period", type=int, default=0, show_default=True,
+              help="With --periodic-pct: every k-th run by execution position (warm-ups counted) is slowed.")
+@click.option("--phase", type=int, help="With --periodic-pct: the first slowed position, 0 … period − 1 "
+              "(default: drawn per gate).")
 @click.option("--order", type=click.Choice(ORDERS), help="Run order (default: the policy's own).")
 @click.option("--n", type=int, help="Runs per arm of fixed-n policies, pairs of a duet (default: 3; a duet's own "
               "default, 12 pairs for version 2, 8 for version 1).")
@@ -510,7 +516,8 @@ def simulate_cmd(policies: tuple[str, ...], cv_pct: float, cv_on_pct: float | No
                  drift_pct: float, cold_pct: float, outlier_rate: float, outlier_pct: float, tails: float | None,
                  guard_drop: float | None, guard_sd: float, shared_cv_pct: float, slot_effect_pct: float,
                  slot_step_pct: float, slot_step_from: int | None, slot_drift_pct: float,
-                 censored_pct: float | None, order: str | None, n: int | None, warmup: int,
+                 censored_pct: float | None, periodic_pct: float, period: int, phase: int | None,
+                 order: str | None, n: int | None, warmup: int,
                  sigma_k: float, floor_pct: float, max_threshold_pct: float, draws: int, seed: int, suite: bool,
                  bisect: bool, commits: int,
                  max_parallel: int, confidence: float, budget: int, pairs_per_probe: int | None, as_json: bool,
@@ -554,7 +561,8 @@ def simulate_cmd(policies: tuple[str, ...], cv_pct: float, cv_on_pct: float | No
                             outlier_rate=outlier_rate, outlier_pct=outlier_pct, tails=tails, guard_drop=guard_drop,
                             guard_sd=guard_sd, shared_cv_pct=shared_cv_pct, slot_effect_pct=slot_effect_pct,
                             slot_step_pct=slot_step_pct, slot_step_from=slot_step_from,
-                            slot_drift_pct=slot_drift_pct, censored_pct=censored_pct)
+                            slot_drift_pct=slot_drift_pct, censored_pct=censored_pct, periodic_pct=periodic_pct,
+                            period=period, phase=phase)
         return [simulate(policy, scenario if n is not None else replace(scenario, n=default_runs(policy)),
                          draws=draws, seed=seed, thresholds=thresholds, max_threshold_pct=max_threshold_pct,
                          version=version)

@@ -25,11 +25,11 @@ from gatekit.records import PROCESS_WALLCLOCK, Record, RecordError
 from gatekit.slots import DeviceSlot, parse_slots
 from gatekit.storage import read_input
 
-ORDERS = ("abab", "abba", "random", "thue-morse")
+ORDERS = ("abab", "abba", "random", "thue-morse", "abba-baab")
 # interleaved: one run at a time, the arms taking turns; duet: both arms of a pair at once, on twin slots
 MODES = (INTERLEAVED, DUET_MODE)
 DUET_PAIRS_RULE = "a duet runs n pairs, an even number of at least 4 (the slots swap every pair)"
-SEEDED_ORDERS = ("random", "thue-morse")  # orders that draw from the seed
+SEEDED_ORDERS = ("random", "thue-morse", "abba-baab")  # orders that draw from the seed
 # Names the command line offers, here so `gate --help` need not import the modules that implement them
 # (the policies' names are gatekit.policies.descriptors').
 EXPORT_FORMATS = ("gab-json", "bmf")  # --export FORMAT: gatekit.exports.EXPORTERS
@@ -42,6 +42,11 @@ DIRECTIONS = ("lower", "higher")
 LOAD_STATS = ("max", "mean")
 SIGMA_REFS = ("arm", "leave_one_out", "history")
 MAX_WARMUP = 2
+# gate.warmup of an interleaved gate file that states none: one discarded run before round 1. A cold first run
+# (autotune, caches, JIT: +5 to +15 % on a GPU) otherwise inflates σ_off and decides the classic gate — power
+# 0.5 % for a true −2 % at CV 0.5 %, and 43–50 % false regressions in A/A under random or Thue–Morse order
+# (docs/statistics.md, "A cold first run"). A duet (its pairs run at once) and a bisect probe take none.
+DEFAULT_WARMUP = 1
 ALWAYS_MEASURED = PROCESS_WALLCLOCK
 CALIBRATION_FILE = "calibration.toml"  # in the runs folder: the latest `gate calibrate` of this machine
 MAX_RUNS_PER_ARM = 1000  # a bound, so a typo (n = 30000) cannot schedule days of runs
@@ -250,7 +255,8 @@ class GateSpec(Record):
     out: Path = Path("findings")
     runs: Path = Path("runs")
     policy: str = field(default=DEFAULT_POLICY, metadata={"choices": gate_policies})
-    # discarded warm-up runs before round 1 (1: the first arm, 2: both arms)
+    # discarded warm-up runs before round 1 (1: the first arm, 2: both arms); a gate file that states none gets
+    # DEFAULT_WARMUP (load_gate), a gate built in code states its own
     warmup: int = field(default=0, metadata={"check": _warmup})
     record_env: tuple[str, ...] = ()  # arm env variables written down verbatim; all others only as a hash
     mode: str = field(default=INTERLEAVED, metadata={"choices": MODES})
@@ -465,6 +471,8 @@ def load_gate(path: Path | str) -> GateConfig:
     for index, var in enumerate(gate.record_env):
         _check(bool(ENV_NAME_PATTERN.fullmatch(var)), path, f"gate.record_env[{index}]",
                f"{var!r} is not an environment variable name (letters, digits and '_', not starting with a digit)")
+    if "warmup" not in data["gate"] and gate.mode != DUET_MODE and not gate.bisect_probe:
+        gate = replace(gate, warmup=DEFAULT_WARMUP)
     chosen = describe(gate.policy)
     if chosen.fixes_schedule:  # a gate file that sets n or order for it is refused, never silently overridden
         _check("n" not in explicit, path, "gate.n", f"does not apply to policy = \"{gate.policy}\" (it runs "

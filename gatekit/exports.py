@@ -37,8 +37,9 @@ from typing import Any, Callable, Mapping, Sequence
 
 from gatekit.errors import ConfigError, GatekitError, OutputError
 from gatekit.finding import Finding, Stats
+from gatekit.policies.base import verdict_headline, verdict_sentence, words_of
 from gatekit.config import FAIL_ON
-from gatekit.report.common import (commits_lines, decision_words, delta_ci, fmt, fmt_signed, guard_metrics,
+from gatekit.report.common import (commits_lines, delta_ci, fmt, fmt_signed, guard_metrics,
                                    is_number, one_line_why, runs_per_arm, unit_of)
 from gatekit.report.markdown import literal
 from gatekit.stats import mean, sample_sd
@@ -74,10 +75,11 @@ def _summary_one(finding: Finding) -> list[str]:
     primary = gate.primary
     off, on = finding.off_arm, finding.on_arm
     guards = guard_metrics(finding)
-    lines = [f"### gate {literal(gate.id)}: **{literal(decision_words(finding.decision))}**", "",
+    qualified = verdict_sentence(finding)  # an adoption its evidence does not confirm: said in the heading
+    lines = [f"### gate {literal(gate.id)}: **{literal(verdict_headline(finding))}**", "",
              f"{literal(finding.meta.title)} — {literal(on)} vs {literal(off)}, {literal(gate.order)}, "
              f"{literal(runs_per_arm(finding))}", "",
-             f"> {literal(one_line_why(verdict))}", ""]
+             f"> {literal(qualified or one_line_why(verdict))}", ""]
     compared = commits_lines(finding)
     if compared:
         lines += [" · ".join(literal(line) for line in compared), ""]
@@ -122,7 +124,8 @@ def summary_markdown(findings: Sequence[Finding], *, full_report: str = "",
         head += ["## gatekit: " + ", ".join(f"{n} {d}" for d, n in sorted(_counts(findings).items())), "",
                  "| gate | verdict | Δ | threshold |", "| --- | --- | ---: | ---: |"]
         for f in findings:
-            head.append(f"| {literal(f.gate.id)} | {literal(f.decision.value)} | "
+            verdict = f.decision.value + (f" {words_of(f).qualifier}" if words_of(f).qualifier else "")
+            head.append(f"| {literal(f.gate.id)} | {literal(verdict)} | "
                         f"{fmt_signed(f.stats.delta_pct, 2)} % | ±{fmt(f.stats.threshold_pct, 2)} % |")
         head.append("")
     gates = ["\n".join(_summary_one(f) + [""]) for f in findings]
@@ -210,7 +213,8 @@ def junit_xml(findings: Sequence[Finding], *, fail_on: str | None = None) -> str
             outcome.text = _xml_text("\n".join([*verdict.reasons, *[f"warning: {w}" for w in verdict.warnings]]))
         ci = f"; {_ci_text(f)}" if _ci_text(f) else ""
         out = ET.SubElement(case, "system-out")
-        out.text = _xml_text(f"decision {decision.value}; Δ {fmt_signed(s.delta_pct)} % "
+        qualified = verdict_sentence(f)
+        out.text = _xml_text(f"decision {qualified or decision.value}; Δ {fmt_signed(s.delta_pct)} % "
                              f"(threshold ±{fmt(s.threshold_pct)} %){ci}; pairs {s.pairs_consistent}; "
                              f"finding {f.id}")
     suite.set("time", f"{total_time:.3f}")

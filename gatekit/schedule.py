@@ -36,8 +36,14 @@ def round_orders(n: int, order: str, seed: int = 0) -> list[bool]:
     thue-morse: run k goes to arm A or B by the Thue–Morse symbol of k (ABBABAAB…); which arm is A is
     drawn from the seed. Round k's first run is symbol 2k = symbol k, and the symbols of 2^m runs cancel
     polynomial drifts of degree < m (Prouhet): 8 runs cancel linear and quadratic drift, 16 cubic.
+    abba-baab: each block of four runs (two rounds) is ABBA or BAAB by a fresh seeded coin: a linear drift
+    cancels within every block and the arms stay balanced, as with Thue–Morse, but which arm a run position
+    gets is random, so interference on every k-th run (a periodic job) cannot line up with one arm.
     """
     rng = random.Random(seed)
+    if order == "abba-baab":
+        blocks = [rng.random() < 0.5 for _ in range((n + 1) // 2)]
+        return [blocks[k // 2] == (k % 2 == 0) for k in range(n)]
     if order == "thue-morse":
         mirror = rng.random() < 0.5
         return [(thue_morse(k) == 0) != mirror for k in range(n)]

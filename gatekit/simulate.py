@@ -5,7 +5,9 @@ Run times are lognormal: log x = log(1 + effect)·[on] + log(1 + drift)·positio
 Student t with that many degrees of freedom scaled to unit variance, so the CV stays the same) — the effect
 is on the median (geometric mean), which is what a do-nothing change leaves equal. A fraction `outlier_rate`
 of runs, drawn independently, is slowed by `outlier_pct` (a large fraction: runs in two speed states). Lower is
-better. Contamination is not modelled and the primary rule sees every run. The classic rule applies
+better. Interference on every k-th run (`periodic_pct`, `period`, `phase`: a periodic job) slows the runs at
+execution positions p ≡ phase (mod k), warm-ups counted. Contamination is not modelled and the primary rule sees
+every run. The classic rule applies
 rules.max_threshold_pct as a gate does (default that of a gate file which leaves it out,
 DEFAULT_MAX_THRESHOLD_PCT): a threshold above it makes a rejection inconclusive. A guard scenario (`guard_drop`,
 `guard_sd`) draws each round's guard
@@ -69,6 +71,11 @@ class Scenario:
     # a time to target: runs are censored at the time that this share (%) of off runs would exceed (0: none
     # censored); None: not a time-to-target scenario. Only a policy that simulates censoring runs one.
     censored_pct: float | None = None
+    # interference on every k-th run (a periodic job): runs at execution positions p (warm-ups counted) with
+    # p mod period = phase are slowed by periodic_pct; phase None draws it per gate (a job started at any time)
+    periodic_pct: float = 0.0
+    period: int = 0
+    phase: int | None = None
     name: str = ""
 
     @property
@@ -101,6 +108,9 @@ class Scenario:
             parts.append(f"slot 1 {self.slot_step_pct:+g} % {when}")
         if self.slot_drift_pct:
             parts.append(f"slot 1 drift {self.slot_drift_pct:+g} %/pair")
+        if self.periodic_pct and self.period:
+            at = "any phase" if self.phase is None else f"phase {self.phase}"
+            parts.append(f"every {self.period}-th run {self.periodic_pct:+g} % ({at})")
         if self.guard_drop is not None:
             parts.append(f"guard drop {self.guard_drop:g} (limit {self.limit:g}), pair SD {self.guard_sd:g}")
         return ", ".join(parts)
@@ -196,6 +206,9 @@ def _first_off(order: str, rounds: int, draws: int, rng: np.random.Generator) ->
         mirror = rng.random(draws) < 0.5
         symbols = np.array([thue_morse(k) == 0 for k in range(rounds)])
         return symbols[None, :] != mirror[:, None]
+    if order == "abba-baab":  # a coin per block of two rounds: AB then BA, or BA then AB
+        blocks = rng.random((draws, (rounds + 1) // 2)) < 0.5
+        return np.repeat(blocks, 2, axis=1)[:, :rounds] == (np.arange(rounds) % 2 == 0)[None, :]
     return np.broadcast_to(np.array(round_orders(rounds, order)), (draws, rounds))
 
 
@@ -233,11 +246,23 @@ def simulate_runs(scenario: Scenario, order: str, rounds: int, draws: int, rng: 
         slot = scenario.slot1_log(rounds) if scenario.slot_step_pct or scenario.slot_drift_pct \
             else math.log1p(scenario.slot_effect_pct / 100)  # one number: version 1's rows draw as before
         off, on = off + slot * ~on_slot1, on + slot * on_slot1
+    if scenario.periodic_pct and scenario.period:
+        off, on = periodic(scenario, off, on, pos_off, pos_on, rng)
     if scenario.outlier_rate:
         slow = math.log1p(scenario.outlier_pct / 100)
         off = off + slow * (rng.random((draws, rounds)) < scenario.outlier_rate)
         on = on + slow * (rng.random((draws, rounds)) < scenario.outlier_rate)
     return off, on, pos_off, pos_on
+
+
+def periodic(scenario: Scenario, off: np.ndarray, on: np.ndarray, pos_off: np.ndarray, pos_on: np.ndarray,
+             rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """Log run times with every period-th run (by execution position) slowed by periodic_pct."""
+    draws = off.shape[0]
+    phase = (np.full((draws, 1), scenario.phase) if scenario.phase is not None
+             else rng.integers(0, scenario.period, (draws, 1)))
+    slow = math.log1p(scenario.periodic_pct / 100)
+    return (off + slow * (pos_off % scenario.period == phase), on + slow * (pos_on % scenario.period == phase))
 
 
 def _noise(scenario: Scenario, draws: int, rounds: int, rng: np.random.Generator) -> np.ndarray:
@@ -322,6 +347,12 @@ def validate(policy: str, scenario: Scenario, draws: int,
                         ("--cold-first", scenario.cold_first_pct), ("--outlier-pct", scenario.outlier_pct)):
         if not value > -100:
             raise ConfigError(f"{name}: must be above −100 %, got {value}")
+    if scenario.periodic_pct and scenario.period < 2:
+        raise ConfigError(f"--period: interference on every k-th run needs k of at least 2, got {scenario.period}")
+    if scenario.period and not scenario.periodic_pct > -100:
+        raise ConfigError(f"--periodic-pct: must be above −100 %, got {scenario.periodic_pct}")
+    if scenario.phase is not None and not 0 <= scenario.phase < max(scenario.period, 1):
+        raise ConfigError(f"--phase: must be from 0 to the period − 1 ({scenario.period - 1}), got {scenario.phase}")
     if not 0 <= scenario.outlier_rate <= 1:
         raise ConfigError(f"--outlier-rate: must be a fraction from 0 to 1, got {scenario.outlier_rate}")
     if scenario.tails is not None and not scenario.tails > 2:
@@ -353,7 +384,7 @@ def simulate(policy: str, scenario: Scenario, *, draws: int = 100_000, seed: int
     one); reproducible from `seed`. `max_threshold_pct` is the gate's rules.max_threshold_pct (0: no limit),
     applied by the classic rule."""
     rule = validate(policy, scenario, draws, max_threshold_pct, version)
-    order = scenario.order or default_order(policy)
+    order = scenario.order or getattr(rule, "order", None) or default_order(policy)
     rounds = rule.max_rounds(scenario.n)
     rng = np.random.default_rng(seed)
     chunk = max(1, min(draws, CHUNK_VALUES // rule.values_per_gate(rounds)))

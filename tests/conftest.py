@@ -25,7 +25,8 @@ FIXTURES = Path(__file__).parent / "fixtures"
 
 GATE_TEMPLATE = {
     "gate": {"id": "fixture", "title": "Fixture gate", "n": 3, "order": "abab", "primary": "train_elapsed_s",
-             "direction": "lower", "expect_diff": ["optimizer"], "out": "findings", "runs": "runs"},
+             "direction": "lower", "expect_diff": ["optimizer"], "out": "findings", "runs": "runs",
+             "warmup": 0},  # the fixture's runs are warm: tests count and order them without a warm-up run
     "threshold": {"sigma_k": 2.0, "floor_pct": 1.0},
     "guards": [{"metric": "psnr_db", "direction": "higher", "max_drop": 0.05}],
     "rules": {"load_stat": "max", "load_limit": 1000.0, "load_rel_median": 1.5, "sigma_k": 3.0,

@@ -62,7 +62,8 @@ def fake_gate(gate_id: str, title: str, expect_diff: Sequence[str], **sections: 
     fires on load_rel_median instead. `sections` update single tables (e.g. rules={"sigma_ref": ...})."""
     gate: dict[str, Any] = {
         "gate": {"id": gate_id, "title": title, "n": 3, "order": "abab", "primary": "train_elapsed_s",
-                 "direction": "lower", "expect_diff": list(expect_diff), "out": "findings", "runs": "runs"},
+                 "direction": "lower", "expect_diff": list(expect_diff), "out": "findings", "runs": "runs",
+                 "warmup": 0},  # the fake driver's runs are warm: tests count and order them without a warm-up
         "threshold": {"sigma_k": 2.0, "floor_pct": 1.0},
         "guards": [{"metric": "psnr_db", "direction": "higher", "max_drop": 0.05}],
         "rules": {"load_stat": "mean", "load_limit": 1000.0, "load_rel_median": 1.5, "sigma_k": 3.0,

@@ -131,9 +131,12 @@ def test_the_readme_minimal_gate_file_is_about_ten_lines_and_runs(tmp_path: Path
     paths = [Path(p) for p in finding_line.removeprefix("finding: ").split(", ")]
     assert all(p.is_absolute() and p.is_file() for p in paths)
     finding = json.loads(next(p for p in paths if p.suffix == ".json").read_text())
+    # a gate file that states no warm-up discards one run before round 1 (a cold first run decides nothing)
     assert [run["label"] for run in sorted(finding["runs"], key=lambda r: r["order"])] == [
-        "off-r1", "on-r1", "off-r2", "on-r2", "off-r3", "on-r3"]
-    assert all(run["used"] for run in finding["runs"])
+        "off-r0", "off-r1", "on-r1", "off-r2", "on-r2", "off-r3", "on-r3"]
+    assert [run["used"] for run in finding["runs"] if run["label"] == "off-r0"] == [False]
+    assert all(run["used"] for run in finding["runs"] if run["label"] != "off-r0")
+    assert finding["gate"]["warmup"] == 1
     assert finding["verdict"]["decision"] != "invalid"
     assert finding["meta"]["title"] == "my-change"  # no title: the gate id, never "on vs off" twice
 

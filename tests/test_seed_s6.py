@@ -108,3 +108,64 @@ def test_run_labels_that_would_print_over_each_other_are_joined() -> None:
     series = [("off-r1", "off", ([0.0, 0.4], [9.1, 9.1])), ("on-r1", "on", ([0.0, 0.4], [9.1, 9.1])),
               ("off-r2", "off", ([0.0, 12.0], [9.1, 2.0])), ("on-r2", "on", ([0.0], [5.0]))]
     assert end_labels(series) == {(0.4, 9.1): ["off-r1", "on-r1"], (12.0, 2.0): ["off-r2"], (0.0, 5.0): ["on-r2"]}
+
+
+def test_the_seed_adoption_is_said_to_be_the_team_rule_not_confirmed_where_people_look() -> None:
+    # The seed's own gate adopts by the classic rule (Δ −1.4347 % beyond 1 %), but its 3 + 3 runs do not rule out
+    # no change: the Welch 95 % CI of the log-ratio holds 0. Computed here by hand from the six runs.
+    import math
+
+    from scipy import stats as sps
+
+    from gatekit.exports import junit_xml, summary_markdown
+    from gatekit.finding import Finding
+    from gatekit.report.page import verdict_callout
+    from gatekit.report.terminal import summary
+
+    rows = [line.split(",") for line in (FIXTURES / "seed_s6.csv").read_text().splitlines()[1:] if line.strip()]
+    header = (FIXTURES / "seed_s6.csv").read_text().splitlines()[0].split(",")
+    arm, value = header.index("arm"), header.index("train_elapsed_s")
+    logs = {a: [math.log(float(r[value])) for r in rows if r[arm] == a] for a in ("off", "on")}
+    v_off, v_on = (sps.tvar(logs["off"]) / 3, sps.tvar(logs["on"]) / 3)
+    df = (v_off + v_on) ** 2 / (v_off ** 2 / 2 + v_on ** 2 / 2)
+    centre = sum(logs["on"]) / 3 - sum(logs["off"]) / 3
+    half = sps.t.ppf(0.975, df) * math.sqrt(v_off + v_on)
+    low, high = 100 * math.expm1(centre - half), 100 * math.expm1(centre + half)
+    assert low < 0 < high
+
+    data = analyze("seed_s6.csv")
+    assert data["verdict"]["decision"] == "adopted"  # the decision itself stays the team's rule
+    finding = Finding.from_document(data, source="seed")
+    why = f"the 95 % CI of Δ [{low:+.4f} %, {high:+.4f} %] includes 0 %"
+    step = "re-run with `--policy sequential`"
+    verdict_line = next(line for line in summary(finding).splitlines() if line.startswith("VERDICT:"))
+    assert verdict_line.startswith("VERDICT: ADOPTED by the team's rule — not confirmed: ")
+    assert why in verdict_line and step in verdict_line
+    box = verdict_callout(finding)
+    assert box["label"] == "Verdict: ADOPTED by the team's rule — not confirmed" and box["decision"] == "adopted"
+    assert box["text"].startswith("adopted by the team's rule — not confirmed: ") and why in box["text"]
+    markdown = summary_markdown([finding])
+    from gatekit.report.markdown import literal
+    assert "**ADOPTED by the team's rule — not confirmed**" in markdown
+    assert literal(why) in markdown and literal(step) in markdown
+    junit = junit_xml([finding])
+    assert "decision adopted by the team's rule — not confirmed: " in junit and "<failure" not in junit
+
+
+def test_a_noisier_on_arm_is_said_and_a_confirmed_adoption_is_plain() -> None:
+    from dataclasses import replace
+
+    from gatekit.finding import Finding
+    from gatekit.policies.base import verdict_headline, verdict_sentence
+    from gatekit.verdict import Decision
+
+    seed = Finding.from_document(analyze("seed_s6.csv"), source="seed")
+    confirmed = replace(seed, stats=replace(seed.stats, ci_low_pct=-2.5, ci_high_pct=-0.4))
+    assert verdict_headline(confirmed) == "ADOPTED" and verdict_sentence(confirmed) == ""
+    # σ_on 0.9083 % > 2 × σ_off 0.4541 % = 0.9082 %: just beyond; the CI alone excludes 0
+    noisy = replace(confirmed, stats=replace(confirmed.stats, sigma_off_pct=0.4541, sigma_on_pct=0.9083))
+    assert verdict_sentence(noisy).startswith("adopted by the team's rule — not confirmed: σ_on 0.9083 % is more "
+                                              "than twice σ_off 0.4541 %; next step: ")
+    assert verdict_sentence(replace(noisy, stats=replace(noisy.stats, sigma_on_pct=0.9082))) == ""  # not beyond
+    rejected = replace(seed, verdict=replace(seed.verdict, decision=Decision.REJECTED))
+    assert verdict_headline(rejected) == "REJECTED" and verdict_sentence(rejected) == ""  # only adoptions

@@ -22,6 +22,7 @@ from gatekit.config import RulesSpec, ThresholdSpec
 from gatekit.finding import DuetInfo, Finding, Section, SensitivityRow, SequentialInfo
 from gatekit.policies.descriptors import gate_policies, policy_for
 from gatekit.records import RunRecord
+from gatekit.report.common import decision_words
 from gatekit.runtable import RunTable
 from gatekit.verdict import Reason, ReasonCode, Verdict
 
@@ -98,6 +99,10 @@ class PolicyWords:
     arrangement: str | None = None  # the summary's first line: how the runs were arranged (default: the order)
     size: str | None = None  # and how many ran (default: n=<gate.n>)
     lines: tuple[str, ...] = ()  # summary lines after the guards (looks, estimates)
+    # a decision the policy made that the evidence does not confirm (the classic rule adopting while the CI of Δ
+    # holds 0): the headline, the summary, JUnit and the report's verdict box say it beside the decision
+    qualifier: str = ""  # after the decision's words: "by the team's rule — not confirmed"
+    unconfirmed: str = ""  # why, and the next step
     # the summary's classic-figures line begins so where they decide nothing (default: they are the decision)
     classic_label: str = ""
 
@@ -191,6 +196,23 @@ class SimulationDefaults:
 
     def guard_passes(self, scenario: Scenario, draws: int, rng: np.random.Generator) -> np.ndarray:
         raise NotImplementedError(f"the {getattr(self, 'name', 'this')} policy simulates no guard")
+
+
+def verdict_headline(finding: Finding) -> str:
+    """The decision as headlines say it: `ADOPTED`, or `ADOPTED by the team's rule — not confirmed` when the
+    policy qualifies it."""
+    words = decision_words(finding.decision)
+    qualifier = words_of(finding).qualifier
+    return f"{words} {qualifier}" if qualifier else words
+
+
+def verdict_sentence(finding: Finding) -> str:
+    """The qualified decision in full ("adopted by the team's rule — not confirmed: …; next step: …"), or ''
+    when the policy does not qualify it."""
+    words = words_of(finding)
+    if not words.qualifier:
+        return ""
+    return f"{finding.decision.value} {words.qualifier}: {words.unconfirmed}"
 
 
 def words_of(finding: Finding) -> PolicyWords:

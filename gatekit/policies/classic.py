@@ -18,7 +18,7 @@ from gatekit.finding import Finding
 from gatekit.policies.base import Decided, Evidence, PolicyWords, Retry, SimulationDefaults
 from gatekit.records import RunRecord
 from gatekit.runtable import RunTable
-from gatekit.verdict import Verdict, classic_codes
+from gatekit.verdict import Decision, Verdict, classic_codes
 
 
 class ClassicPolicy(SimulationDefaults):
@@ -89,7 +89,33 @@ class ClassicPolicy(SimulationDefaults):
         return f"more than {most} runs per arm are needed: lower the noise first"
 
     def words(self, finding: Finding) -> PolicyWords:
-        return PolicyWords()  # the common lead and summary are the classic figures
+        # the common lead and summary are the classic figures; an adoption the evidence does not confirm is said
+        # where people look, not only among the warnings
+        gaps = unconfirmed_adoption(finding)
+        if not gaps:
+            return PolicyWords()
+        return PolicyWords(qualifier=QUALIFIER, unconfirmed="; ".join(gaps) + f"; next step: {CONFIRM_STEP}")
+
+
+QUALIFIER = "by the team's rule — not confirmed"
+CONFIRM_STEP = ("re-run with `--policy sequential`, which keeps running until its interval excludes no change "
+                "(or says it cannot tell)")
+
+
+def unconfirmed_adoption(finding: Finding) -> list[str]:
+    """Why an adoption by the classic rule is not confirmed by its own evidence: the Welch CI of Δ contains 0 %,
+    or σ_on is more than twice σ_off (the threshold max(k·σ_off, floor) ignores the on arm's noise). Empty for
+    any other decision, or when neither holds."""
+    if finding.decision is not Decision.ADOPTED:
+        return []
+    s = finding.stats
+    gaps = []
+    if s.ci_low_pct is not None and s.ci_high_pct is not None and s.ci_low_pct <= 0 <= s.ci_high_pct:
+        level = f"{100 * s.ci_level:g} % " if s.ci_level is not None else ""
+        gaps.append(f"the {level}CI of Δ [{s.ci_low_pct:+.4f} %, {s.ci_high_pct:+.4f} %] includes 0 %")
+    if s.sigma_on_pct is not None and s.sigma_off_pct is not None and s.sigma_on_pct > 2 * s.sigma_off_pct:
+        gaps.append(f"σ_on {s.sigma_on_pct:.4f} % is more than twice σ_off {s.sigma_off_pct:.4f} %")
+    return gaps
 
 
 CLASSIC = ClassicPolicy()

@@ -1,16 +1,22 @@
-"""The sequential policy (v5): up to three looks (4, 8, then 12 rounds, Thue–Morse order) on the rounds' pair
+"""The sequential policy (v6): up to three looks (4, 8, then 12 rounds, abba-baab order) on the rounds' pair
 differences of log values, a Hodges–Lehmann estimate studentized by a robust scale, a boundary calibrated by
 simulation, an early stop at look 1, equivalence, a group-sequential paired guard, telemetry-only contamination,
 and (v5) a check for runs that fall into two speed states before each look.
 
 Each round is an adjacent AB or BA pair, so its difference d = log on − log off carries a linear drift only as
-±(drift per run), and the Thue–Morse order balances AB against BA in every block of four rounds: the drift
+±(drift per run), and the order (abba-baab in v6, Thue–Morse before) balances AB against BA: the drift
 cancels from the centre and only widens the spread. A slow run moves one d; the Hodges–Lehmann estimate (the
 median of the Walsh averages) and a capped mean absolute deviation from the median keep it from deciding alone.
 The statistic HL/S has no textbook distribution, so its critical values come from
 benchmarks/sequential_calibration.py (normal pair differences, the seed and draws below).
 
-v5 (what a new series preregisters) is v4 with the state check (`state_adjusted`): a GPU moving between
+v6 (what a new series preregisters) is v5 in the abba-baab order: each block of four runs is ABBA or BAAB by a
+seeded coin. Thue–Morse's fixed sequence lines up with interference on every k-th run (a periodic job): at period
+3, phase 0, one arm takes most of the slowed runs, and v5 adopts 49 % of A/A gates and names a regression in
+49 % (+8 %, CV 0.5 %). v6: 5.8 % and 6.7 % in that one cell, at most 2.1 % in every other cell of periods 2–12
+(benchmarks/periodic_interference.py). v5's constants hold unchanged (see V6).
+
+v5 is v4 with the state check (`state_adjusted`): a GPU moving between
 clock states makes each run slow or not independently of its arm, and three of four pair differences in the
 same state look like a real effect with one slow run — which v4 adopted (10 % of A/A gates with half the runs
 20 % slow). Each arm is cut at its largest gap; where both arms show two clear states, each run's state is
@@ -100,6 +106,9 @@ class Design:
     stop_band: tuple[float, float] | None = None  # look 1 stops (inconclusive) when low ≤ improvement HL/S < high
     extend_window: float | None = None  # a later look runs only when HL/S is within this of c on the better side
     states: StateRule | None = None  # v5: the two-speed-state check before each look (None: no check)
+    # the run order its series preregister (gatekit.schedule.round_orders): v6 draws each block of four runs
+    # from ABBA/BAAB, which no periodic interference can line up with; v3–v5 ran the fixed Thue–Morse sequence
+    order: str = "thue-morse"
 
     @property
     def looks(self) -> int:
@@ -118,7 +127,11 @@ V4 = Design(4, (4, 8, 12), (7.7583, 4.0920, 3.1126), 0.98090, 1_000_000, 0.03, s
             extend_window=3.0)
 V5 = Design(5, (4, 8, 12), (7.3801, 4.0984, 3.1185), 0.98088, 1_000_000, 0.03, stop_band=(-2.0, 0.0),
             extend_window=3.0, states=StateRule((7.0, 4.0, 3.5), (7.0, 4.5, 4.0), 0.01, (0.0, 3.0, 2.5)))
-DESIGNS = {3: V3, 4: V4, 5: V5}
+# v6 is v5 with the abba-baab order. Its constants are v5's: under the calibration's null (independent normal
+# runs, no drift) each pair difference has the same distribution whichever arm runs first, so the statistic's
+# null distribution does not depend on the order.
+V6 = replace(V5, version=6, order="abba-baab")
+DESIGNS = {3: V3, 4: V4, 5: V5, 6: V6}
 DESCRIPTOR = describe("sequential")
 CURRENT = DESIGNS[DESCRIPTOR.version]  # type: ignore[index]
 assert CURRENT.runs == DESCRIPTOR.stages, "the descriptor's stages are the current design's looks"
@@ -743,7 +756,7 @@ def decide(classified: RunTable, guard_values: Mapping[str, Mapping[str, float]]
 # -- the policy object --------------------------------------------------------------------------------
 
 class SequentialPolicy(SimulationDefaults):
-    """Up to three looks (v4: 4, 8, then 12 runs per arm, Thue–Morse order; v3: 4, then 8) on the AB/BA pair
+    """Up to three looks (v4–v6: 4, 8, then 12 runs per arm, v6 in abba-baab order; v3: 4, then 8) on the pair
     differences: a robust estimate, a calibrated boundary, an early stop, equivalence, group-sequential paired
     guards, telemetry-only contamination (the statistics above). One object per design version: a series is
     decided by the version its predecision records."""
@@ -760,6 +773,11 @@ class SequentialPolicy(SimulationDefaults):
     def max_rounds(self, n: int) -> int:
         return self.design.runs[-1]
 
+    @property
+    def order(self) -> str:
+        """The run order this design's series preregister (and `gate simulate` runs it in)."""
+        return self.design.order
+
     def stated_rules(self, primary: str, rules_spec: RulesSpec, threshold: ThresholdSpec) -> list[str]:
         if self.design.looks == 2:
             return self._v3_rules(rules_spec, threshold)
@@ -775,7 +793,7 @@ class SequentialPolicy(SimulationDefaults):
             f"HL/S on the better side is at least {low:g} and below {high:g} (on is not ahead). The classic Delta "
             "and threshold are reported beside it and decide nothing.",
             f"At each look: the rounds' pair differences d = ln(on) - ln(off) (each round an adjacent AB or BA "
-            f"pair; the Thue-Morse order balances them, so a linear drift cancels from the centre); estimate HL = "
+            f"pair; {self._order_words()}); estimate HL = "
             f"Hodges-Lehmann median of the Walsh averages of d, scale S = mean(min(|d - median d|, "
             f"{SCALE_CAP:g} median|d - median d|)) / sqrt(n). Adopted iff "
             f"HL/S is beyond c = {c1:g} (look 1), {c2:g} (look 2), {c3:g} (look 3) on the better side (calibrated "
@@ -795,6 +813,12 @@ class SequentialPolicy(SimulationDefaults):
             "then becomes inconclusive — never a pass.",
             self._contamination_rule(rules_spec),
         ]
+
+    def _order_words(self) -> str:
+        if self.design.order == "abba-baab":
+            return ("each block of two rounds is AB then BA, or BA then AB, by a coin drawn from the order seed, so "
+                    "a linear drift cancels within every block and no periodic interference lines up with one arm")
+        return "the Thue-Morse order balances them, so a linear drift cancels from the centre"
 
     @staticmethod
     def _states_rule(rule: StateRule) -> str:

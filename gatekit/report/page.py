@@ -14,8 +14,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 from gatekit.finding import Finding, Section, Stats, plain
-from gatekit.report.common import (MISSING, decision_words, delta_ci, fmt, fmt_signed, guard_metrics, is_number,
+from gatekit.report.common import (MISSING, delta_ci, fmt, fmt_signed, guard_metrics, is_number,
                                    one_line_why, runs_per_arm, tag_text)
+from gatekit.policies.base import verdict_headline, verdict_sentence
 from gatekit.report.narrative import narrative
 from gatekit.report.rundata import RunFiles
 from gatekit.verdict import Decision
@@ -306,8 +307,11 @@ def narrative_blocks(finding: Finding) -> tuple[str, list[Block]]:
 
 def verdict_callout(finding: Finding) -> Block:
     decision = finding.decision
-    return {"type": "callout", "label": f"Verdict: {decision_words(decision)}", "variant": decision.severity,
-            "text": one_line_why(finding.verdict), "plain": True, "role": "verdict", "decision": decision.value}
+    qualified = verdict_sentence(finding)  # an adoption its evidence does not confirm says so in the box
+    return {"type": "callout", "label": f"Verdict: {verdict_headline(finding)}",
+            "variant": "warning" if qualified else decision.severity,
+            "text": qualified or one_line_why(finding.verdict), "plain": True, "role": "verdict",
+            "decision": decision.value}
 
 
 def _figure(image: FigureImage, prefix: str) -> Block:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from gatekit.finding import Finding
-from gatekit.policies.base import words_of
+from gatekit.policies.base import verdict_headline, words_of
 from gatekit.report.common import commits_lines, fmt, fmt_signed, runs_per_arm
 from gatekit.report.common import level_text as _level
 from gatekit.sanitize import show_controls
@@ -64,7 +64,9 @@ def summary(finding: Finding, paths: tuple[str, ...] = ()) -> str:
     lines += [t(line) for line in words.lines]
     for row in finding.sensitivity[1:]:
         lines.append(f"sensitivity: {t(row.variant)}: Δ {fmt_signed(row.delta_pct, unit=' %')} → {row.decision.value}")
-    lines += ["", f"VERDICT: {verdict.decision.value.upper()}"]
+    # an adoption its own evidence does not confirm says why, and the next step, on the verdict's own line
+    unconfirmed = f": {t(words.unconfirmed)}" if words.unconfirmed else ""
+    lines += ["", f"VERDICT: {t(verdict_headline(finding))}{unconfirmed}"]
     lines += [f"  - {t(reason)}" for reason in verdict.reasons]
     lines += [f"  ! {t(warning)}" for warning in verdict.warnings]
     if paths:
