@@ -178,6 +178,7 @@ def check(off: str | None, on: str | None, gate_path: Path) -> None:
     """Validate the gate file and both arms and run preflight, without starting the trainer.
 
     OFF and ON are arm names of the gate file (default: its first two arms) or paths to arm .toml files.
+    Exits 2 when a check fails, or warns (WARN) that runs started now would be flagged by a preregistered limit.
     """
     def work() -> bool:
         config = load_gate(gate_path)
@@ -188,8 +189,8 @@ def check(off: str | None, on: str | None, gate_path: Path) -> None:
         checks = run_checks(config, arms, driver, backend)
         for item in checks:
             # a detail may quote another process's command line: escapes shown, never sent to the terminal
-            _echo(f"{'ok  ' if item.ok else 'FAIL'}  {item.name}: {item.detail}")
-        return all(item.ok for item in checks)
+            _echo(f"{('WARN' if item.flags_runs else 'ok  ') if item.ok else 'FAIL'}  {item.name}: {item.detail}")
+        return all(item.ok and not item.flags_runs for item in checks)
 
     if not _call(work):
         raise SystemExit(2)

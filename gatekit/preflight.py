@@ -148,7 +148,7 @@ def check_pressure(config: GateConfig, reading: Mapping[str, object]) -> list[Ch
     elif over:
         detail += (f"; runs started now would be flagged (rules.evidence = \"{evidence}\"): wait for the machine "
                    "to calm down")
-    return [CheckResult("CPU pressure", True, detail)]
+    return [CheckResult("CPU pressure", True, detail, flags_runs=over and evidence in ("psi", "any"))]
 
 
 def check_history(config: GateConfig) -> list[CheckResult]:

@@ -402,11 +402,13 @@ class WindowSummary(Record):
 
 @dataclass(frozen=True, slots=True)
 class CheckResult(Record):
-    """One preflight check: a name, ok or not, and why."""
+    """One preflight check: a name, ok or not, and why. `flags_runs`: passed, yet runs started now would be
+    flagged by a preregistered limit (`gate run` starts; `gate check` says so and exits non-zero)."""
 
     name: str
     ok: bool
     detail: str = ""
+    flags_runs: bool = field(default=False, metadata={"omit": False})
 
 
 @dataclass(frozen=True, slots=True)

@@ -189,11 +189,12 @@ def test_gate_check_reports_cpu_pressure_where_the_os_has_it(tmp_path: Path) -> 
     assert [c.name for c in busy] == ["CPU pressure"] and busy[0].detail == (
         "cpu stall 42.0 % of the last 10 s > rules.psi_limit_pct 20 %; runs started now would be flagged "
         "(rules.evidence = \"psi\"): wait for the machine to calm down")
+    assert busy[0].ok and busy[0].flags_runs  # gate run starts; gate check warns and exits non-zero
     calm = check_pressure(psi, {"psi_cpu_avg10": 3.0})[0]
-    assert calm.detail == "cpu stall 3.0 % of the last 10 s ≤ rules.psi_limit_pct 20 %"
+    assert calm.detail == "cpu stall 3.0 % of the last 10 s ≤ rules.psi_limit_pct 20 %" and not calm.flags_runs
     write_toml(tmp_path / "load1.toml", {**gate, "rules": {**gate["rules"], "evidence": "load1"}})
     shown_only = check_pressure(load_gate(tmp_path / "load1.toml"), {"psi_cpu_avg10": 42.0})[0]
-    assert shown_only.ok and shown_only.detail == ("cpu stall 42.0 % of the last 10 s > rules.psi_limit_pct 20 % "
+    assert shown_only.ok and not shown_only.flags_runs and shown_only.detail == ("cpu stall 42.0 % of the last 10 s > rules.psi_limit_pct 20 % "
                                                    "(not evidence here: rules.evidence = \"load1\")")
 
 
