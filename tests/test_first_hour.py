@@ -211,6 +211,18 @@ def test_the_demo_gates_suggested_commands_do_not_write_into_tracked_findings() 
         assert not (ROOT / out.group(1)).resolve().is_relative_to(ROOT / "findings")
 
 
+def test_the_demo_starts_on_a_busy_two_core_box_and_says_why_in_its_gate_file() -> None:
+    """The first `make demo` on a shared 2-core box at load 6.89 exited 2 (load_limit 6): the demo states a
+    limit fitted to it, preregistered like any key, with its reason beside it."""
+    from gatekit.preflight import check_load
+    config = load_gate(ROOT / "configs/demo/gate.toml")
+    assert all(check_load(config, load1).ok for load1 in (6.89, 10.0, 15.0))
+    assert not check_load(config, 16.5).ok
+    lines = (ROOT / "configs/demo/gate.toml").read_text().splitlines()
+    at = next(i for i, line in enumerate(lines) if line.startswith("load_limit"))
+    assert lines[at - 1].startswith("#") and "2-core" in " ".join(lines[at - 4:at])
+
+
 # -- 5, 6. the Decision block and numbers ---------------------------------------------------------------
 
 
