@@ -471,3 +471,30 @@ def test_the_echo_warning_for_both_arms_is_one_line(tmp_path: Path) -> None:
     echo = [w for w in result.finding.verdict.warnings if "echoed no effective config" in w]
     assert echo == ["the trainer echoed no effective config, so the arms' difference is unchecked "
                     "(expect_diff = ['mode'])"]
+
+
+def test_the_run_counter_shows_the_most_runs_the_policy_may_take(tmp_path: Path) -> None:
+    """A sequential series printed [8/8] … about 0 s left, then went on to 16 and 24 runs: the counter says the
+    most runs its policy may take from the start, and a classic series, which takes what it scheduled, says that."""
+    from gatekit.series.runloop import progress_counter
+    assert (progress_counter(8, 8, 24), progress_counter(3, 6, 6), progress_counter(7, 8)) == ("[8/≤24]", "[3/6]",
+                                                                                                 "[7/8]")
+    values = [10.0 + 0.5 * (k % 3) for k in range(12)]
+    sequential = {"policy": "sequential"}
+    off = {"config": {"mode": "a"}, "runs": _runs("off", values)}
+    on = {"config": {"mode": "b"}, "runs": _runs("on", values)}
+    root = tmp_path / "s"
+    root.mkdir()
+    gate = fake_gate("small", "Sequential", ["mode"], gate=sequential)
+    del gate["gate"]["n"], gate["gate"]["order"]
+    write_toml(root / "gate.toml", gate)
+    write_toml(root / "off.toml", off)
+    write_toml(root / "on.toml", on)
+    config = load_gate(root / "gate.toml")
+    driver, lines = FakeDriver(), []
+    SeriesRunner(config, config.arms["off"], config.arms["on"], driver=driver, report=lines.append,
+                 load_reader_for=LoadScript()).start()
+    counters = [line.split()[0] for line in lines if line.startswith("[")]
+    assert counters[0] == "[1/≤24]" and len(counters) == len(driver.log)
+    _, driver, lines = _series(tmp_path / "c", off, on)
+    assert [line.split()[0] for line in lines if line.startswith("[")] == [f"[{k}/6]" for k in range(1, 7)]

@@ -70,8 +70,9 @@ class RunLoop:
     def run(self, series_dir: Path, journal: Journal, state: RunLog, slots: list[Slot], *, primary: str,
             start_artifacts: Mapping[str, str], resume_hint: str,
             more: Callable[[RunLog], list[Slot]] = lambda state: [],
-            check: Callable[[RunRecord], Sequence[str] | None] = lambda record: None) -> list[str]:
+            check: Callable[[RunRecord], Sequence[str] | None] = lambda record: None, most: int = 0) -> list[str]:
         """Run every slot not yet in `state`, then whatever `more(state)` adds, until it adds nothing.
+        `most`: the most runs the policy may take (its last look's), shown as `[8/≤24]` and covered by the estimate.
         `check(record)` sees each finished run; what it returns stops the loop there. Returns the messages
         that stopped it early — changed artifacts, or what `check` returned — empty when every slot ran."""
         # The subreaper adopts every descendant whose parent exits, so a run's escapees are found after it.
@@ -79,7 +80,7 @@ class RunLoop:
             self.own_children = reaper.own
             try:
                 return self._run(series_dir, journal, state, slots, primary, start_artifacts, resume_hint, more,
-                                 check)
+                                 check, most)
             except KeyboardInterrupt:  # between runs (a run in flight raises SeriesInterrupted itself)
                 ignore_further_interrupts()
                 journal.record(Interrupted(""))
@@ -90,17 +91,18 @@ class RunLoop:
 
     def _run(self, series_dir: Path, journal: Journal, state: RunLog, slots: list[Slot], primary: str,
              start_artifacts: Mapping[str, str], resume_hint: str, more: Callable[[RunLog], list[Slot]],
-             check: Callable[[RunRecord], Sequence[str] | None]) -> list[str]:
+             check: Callable[[RunRecord], Sequence[str] | None], most: int = 0) -> list[str]:
         series_began = time.monotonic()
         durations: list[float] = []
         while True:
             pending = [s for s in slots if s.label not in state.records]
             for unit in self.units(pending):
-                total = len(slots)
                 index = slots.index(unit[-1]) + 1
+                counter = progress_counter(index, len(slots), most)
                 what = " + ".join(s.label for s in unit)
-                eta = (sum(durations) / len(durations)) * (total - index + 1) if durations else None
-                self.report(f"[{index}/{total}] {what} starting{' together' if len(unit) > 1 else ''}; elapsed "
+                eta = ((sum(durations) / len(durations)) * (max(len(slots), most) - index + 1) if durations
+                       else None)
+                self.report(f"{counter} {what} starting{' together' if len(unit) > 1 else ''}; elapsed "
                             f"{time.monotonic() - series_began:.0f} s"
                             + (f", about {eta:.0f} s left" if eta is not None else ""))
                 # Everything hashed at the start (the driver's artifacts and, for a series, the arm configs).
@@ -270,6 +272,12 @@ class RunLoop:
         # the series folder as the marker: a process naming either run directory is gone already
         unmarked = self._stop_escapees(journal, runs[0].request.run_dir.parent, labels, known, f"the pair {labels}")
         return {label: own + unmarked for label, own in evidence.items()}
+
+
+def progress_counter(index: int, scheduled: int, most: int = 0) -> str:
+    """`[8/24]`, or `[8/≤24]` while the policy may still extend past the runs scheduled so far (a sequential
+    series looks at 8 and may go on to 24): the count a user can trust, not one that grows at every look."""
+    return f"[{index}/≤{most}]" if most > scheduled else f"[{index}/{scheduled}]"
 
 
 def write_record(files: RunFolder, record: RunRecord) -> None:

@@ -204,6 +204,7 @@ class SeriesRunner:
                                          start_artifacts={**state.start.provenance_start.artifacts,
                                                           **_arm_config_hashes(opened.predecision)},
                                          resume_hint=f"resume with: gate run --resume {series_dir}",
+                                         most=2 * self.policy.stages(self.spec.n)[-1],
                                          more=lambda current: self._more_slots(opened, journal),
                                          check=stop_at_unretryable)
         for message in changed:
