@@ -36,6 +36,7 @@ if TYPE_CHECKING:
 
 
 T = TypeVar("T")
+HEARTBEAT_S = 30.0  # seconds between the lines `gate run` prints during a long run (at a terminal only)
 
 
 class PolicyChoice(click.Choice):
@@ -239,6 +240,8 @@ def run(off: str | None, on: str | None, gate_path: Path, n: int | None, order: 
     ON, as `gate check`).
     """
     key = _signing_key(sign_key)
+    # a line every HEARTBEAT_S during a run, for a person at a terminal; none for a pipe, a log or --json
+    heartbeat_s = HEARTBEAT_S if sys.stdout.isatty() and not as_json else 0.0
 
     def work():  # type: ignore[no-untyped-def]
         from gatekit.series.replay import open_series
@@ -255,7 +258,8 @@ def run(off: str | None, on: str | None, gate_path: Path, n: int | None, order: 
                 return finished_series(resume)
             opened = open_series(resume, gate_path if gate_path != Path("gate.toml") else None)
             ci.check(opened.config.gate.primary, str(opened.config.path))
-            return SeriesRunner(opened.config, opened.off, opened.on, report=_progress).resume(opened)
+            return SeriesRunner(opened.config, opened.off, opened.on, report=_progress,
+                                heartbeat_s=heartbeat_s).resume(opened)
         if bool(off) != bool(on):
             raise ConfigError("name both arms or neither: gate run OFF ON (arm names of the gate file or arm "
                               ".toml paths; neither: the gate file's first two arms)")
@@ -263,7 +267,7 @@ def run(off: str | None, on: str | None, gate_path: Path, n: int | None, order: 
                                                      policy=policy, warmup=warmup)
         ci.check(config.gate.primary, str(config.path))
         off_arm, on_arm = _two_arms(config, off, on)
-        return SeriesRunner(config, off_arm, on_arm, report=_progress).start()
+        return SeriesRunner(config, off_arm, on_arm, report=_progress, heartbeat_s=heartbeat_s).start()
 
     _series_done(_call(work), key, sign_key, as_json, ci, fail_on)
 

@@ -498,3 +498,35 @@ def test_the_run_counter_shows_the_most_runs_the_policy_may_take(tmp_path: Path)
     assert counters[0] == "[1/≤24]" and len(counters) == len(driver.log)
     _, driver, lines = _series(tmp_path / "c", off, on)
     assert [line.split()[0] for line in lines if line.startswith("[")] == [f"[{k}/6]" for k in range(1, 7)]
+
+
+def test_a_long_run_prints_a_heartbeat_with_its_elapsed_time_and_window_load() -> None:
+    """Nothing was printed during a run (a real trainer's run takes minutes): a line every 30 s, told by an
+    injected clock, with the run's window load so far; a late call prints one line, not the ones it missed."""
+    from gatekit.records import LoadSample
+    from gatekit.series.runloop import Heartbeat
+    now = [100.0]
+    samples: list[LoadSample] = []
+    beat = Heartbeat("off-r2", lambda: samples, lambda line: None, 30.0, clock=lambda: now[0])
+    beat.start()
+    now[0] = 129.0
+    assert beat.beat() is None
+    now[0] = 130.0
+    assert beat.beat() == "      off-r2 running: elapsed 30 s, no window sample yet"
+    samples += [LoadSample(t_s=0.0, load1=6.5, load5=6.0, load15=5.0), LoadSample(t_s=1.0, load1=4.25, load5=6.0,
+                                                                                  load15=5.0)]
+    assert beat.beat() is None  # once per interval
+    now[0] = 245.0  # called late: one line, and the next one is due at the next multiple of 30 s
+    assert beat.beat() == "      off-r2 running: elapsed 145 s, window load1 max 6.50, last 4.25"
+    now[0] = 249.0
+    assert beat.beat() is None
+    now[0] = 250.0
+    assert beat.beat() is not None
+
+
+def test_the_heartbeat_is_silent_when_off() -> None:
+    from gatekit.series.runloop import Heartbeat
+    lines: list[str] = []
+    with Heartbeat("off-r1", lambda: (), lines.append, 0.0) as beat:
+        assert beat._thread is None
+    assert lines == []

@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import json
+import threading
 import time
 from contextlib import contextmanager
 from pathlib import Path
@@ -23,7 +24,7 @@ from gatekit.preflight import arm_input
 from gatekit.processes import child_pids, child_subreaper, escaped_evidence, stop_escapees, stop_run_processes
 from gatekit.provenance import (changed_artifacts, file_identities, hash_artifacts_timed, hash_files,
                                 touched_artifacts)
-from gatekit.records import RunOutcome, RunRecord, WindowSummary
+from gatekit.records import LoadSample, RunOutcome, RunRecord, WindowSummary
 from gatekit.report.common import number_text
 from gatekit.sanitize import safe_outcome, show_controls
 from gatekit.sampler import LoadReader, WindowSampler, samples_csv, stopped_gate
@@ -66,6 +67,8 @@ class RunLoop:
         # a duet's slot rule, (run is off, pair) → slot 0 or 1: the preregistered design's (SeriesRunner sets it
         # from its policy and predecision); version 1's swap rule until then
         self.slot_index: Callable[[bool, int], int] = slot_for
+        # seconds between heartbeat lines during a run; 0: none (the CLI turns it on for a terminal, not --json)
+        self.heartbeat_s = 0.0
 
     def run(self, series_dir: Path, journal: Journal, state: RunLog, slots: list[Slot], *, primary: str,
             start_artifacts: Mapping[str, str], resume_hint: str,
@@ -164,7 +167,7 @@ class RunLoop:
         run = self._open_run(series_dir, journal, slot, order=order)
         known = self.own_children
         try:
-            with run.sampler:
+            with run.sampler, Heartbeat(slot.label, lambda: run.sampler.samples, self.report, self.heartbeat_s):
                 outcome = safe_outcome(self.driver.run(run.request))
         except KeyboardInterrupt:
             ignore_further_interrupts()
@@ -272,6 +275,52 @@ class RunLoop:
         # the series folder as the marker: a process naming either run directory is gone already
         unmarked = self._stop_escapees(journal, runs[0].request.run_dir.parent, labels, known, f"the pair {labels}")
         return {label: own + unmarked for label, own in evidence.items()}
+
+
+class Heartbeat:
+    """A line every `every_s` while a run is in flight (a real trainer's run takes minutes, and nothing else is
+    printed meanwhile): its elapsed time and its window's load so far. `every_s` 0: silent. The clock is
+    injectable, so what it prints is tested without waiting; the thread only calls `beat` on a timer."""
+
+    def __init__(self, label: str, samples: Callable[[], Sequence[LoadSample]], report: Report, every_s: float,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.label, self.samples, self.report, self.every_s, self.clock = label, samples, report, every_s, clock
+        self.began = self.next_at = 0.0
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        self.began = self.clock()
+        self.next_at = self.began + self.every_s
+
+    def beat(self) -> str | None:
+        """The line due now, if one is (at most one per `every_s`, however late the call)."""
+        now = self.clock()
+        if now < self.next_at:
+            return None
+        while self.next_at <= now:
+            self.next_at += self.every_s
+        loads = [s.load1 for s in self.samples()]
+        load = (f"window load1 max {max(loads):.2f}, last {loads[-1]:.2f}" if loads else "no window sample yet")
+        return f"      {self.label} running: elapsed {now - self.began:.0f} s, {load}"
+
+    def __enter__(self) -> Heartbeat:
+        if self.every_s > 0:
+            self.start()
+            self._thread = threading.Thread(target=self._loop, name=f"heartbeat {self.label}", daemon=True)
+            self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+
+    def _loop(self) -> None:
+        while not self._stop.wait(max(0.0, self.next_at - self.clock())):
+            line = self.beat()
+            if line is not None:
+                self.report(line)
 
 
 def progress_counter(index: int, scheduled: int, most: int = 0) -> str:
