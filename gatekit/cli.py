@@ -171,18 +171,26 @@ def main() -> None:
     """
 
 
+load_limit_option = click.option(
+    "--load-limit", type=float, help="Preflight refuses, and a run window is load evidence, above this load1 "
+    "(overrides rules.load_limit; preregistered like it).")
+
+
 @main.command()
 @click.argument("off", required=False)
 @click.argument("on", required=False)
 @gate_option
-def check(off: str | None, on: str | None, gate_path: Path) -> None:
+@click.option("--policy", type=PolicyChoice(gate_policies),
+              help=f"Check as gate run --policy would run it (overrides gate.policy): {RUN_POLICY_WORDS}.")
+@load_limit_option
+def check(off: str | None, on: str | None, gate_path: Path, policy: str | None, load_limit: float | None) -> None:
     """Validate the gate file and both arms and run preflight, without starting the trainer.
 
     OFF and ON are arm names of the gate file (default: its first two arms) or paths to arm .toml files.
     Exits 2 when a check fails, or warns (WARN) that runs started now would be flagged by a preregistered limit.
     """
     def work() -> bool:
-        config = load_gate(gate_path)
+        config = load_gate(gate_path).with_overrides(policy=policy, load_limit=load_limit)
         arms = _two_arms(config, off, on)
         driver = make_driver(config.driver.name, config.driver.options, source=config.path,
                              base_dir=config.base_dir)
@@ -220,6 +228,7 @@ sign_key_option = click.option(
               help=f"Decision policy (overrides gate.policy): {RUN_POLICY_WORDS}.")
 @click.option("--warmup", type=click.IntRange(0, 2),
               help="Discarded warm-up runs before round 1: 1 the first arm, 2 both (overrides gate.warmup).")
+@load_limit_option
 @click.option("--out", type=click.Path(path_type=Path), help="Folder for the finding (overrides gate.out).")
 @click.option("--runs", "runs_dir", type=click.Path(path_type=Path),
               help="Folder for series directories (overrides gate.runs).")
@@ -231,8 +240,8 @@ sign_key_option = click.option(
 @sign_key_option
 @ci_output_options
 def run(off: str | None, on: str | None, gate_path: Path, n: int | None, order: str | None, seed: int | None,
-        policy: str | None, warmup: int | None, out: Path | None, runs_dir: Path | None, as_json: bool,
-        fail_on: str | None, resume: Path | None, sign_key: Path | None, ci: CiOutputs) -> None:
+        policy: str | None, warmup: int | None, load_limit: float | None, out: Path | None, runs_dir: Path | None,
+        as_json: bool, fail_on: str | None, resume: Path | None, sign_key: Path | None, ci: CiOutputs) -> None:
     """Run the interleaved OFF/ON series, apply the preregistered rules and write the finding.
 
     OFF is the baseline arm and ON the arm with the change; each is an arm name of the gate file or a
@@ -250,9 +259,11 @@ def run(off: str | None, on: str | None, gate_path: Path, n: int | None, order: 
         from gatekit.verify import verify_series
 
         if resume is not None:
-            if off or on or n or order or seed is not None or out or runs_dir or policy or warmup is not None:
+            if (off or on or n or order or seed is not None or out or runs_dir or policy or warmup is not None
+                    or load_limit is not None):
                 raise ConfigError("--resume continues a series exactly as registered; "
-                                  "drop OFF/ON, --n, --order, --seed, --policy, --warmup, --out and --runs")
+                                  "drop OFF/ON, --n, --order, --seed, --policy, --warmup, --load-limit, --out "
+                                  "and --runs")
             verify_series(resume)  # an edited journal or record is exit 3 naming it, before anything runs
             if key is not None and SeriesLayout(resume).done.exists():  # its signature was never written
                 return finished_series(resume)
@@ -264,7 +275,7 @@ def run(off: str | None, on: str | None, gate_path: Path, n: int | None, order: 
             raise ConfigError("name both arms or neither: gate run OFF ON (arm names of the gate file or arm "
                               ".toml paths; neither: the gate file's first two arms)")
         config = load_gate(gate_path).with_overrides(n=n, order=order, seed=seed, out=out, runs=runs_dir,
-                                                     policy=policy, warmup=warmup)
+                                                     policy=policy, warmup=warmup, load_limit=load_limit)
         ci.check(config.gate.primary, str(config.path))
         off_arm, on_arm = _two_arms(config, off, on)
         return SeriesRunner(config, off_arm, on_arm, report=_progress, heartbeat_s=heartbeat_s).start()

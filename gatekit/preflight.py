@@ -130,7 +130,9 @@ def check_load(config: GateConfig, load1: float) -> CheckResult:
     limit = config.rules.load_limit
     ok = load1 <= limit
     return CheckResult("load calm", ok, f"load1 {load1:.2f} {'≤' if ok else '>'} rules.load_limit {limit:g}"
-                       + ("" if ok else "; wait for the machine to calm down"))
+                       + ("" if ok else "; wait for the machine to calm down, or state the limit this machine can "
+                                        "keep: rules.load_limit in the gate file, or --load-limit N on gate run "
+                                        "(preregistered like the key)"))
 
 
 def check_pressure(config: GateConfig, reading: Mapping[str, object]) -> list[CheckResult]:

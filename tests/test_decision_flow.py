@@ -128,7 +128,9 @@ def test_a_loaded_machine_stops_the_series_before_anything_runs(tmp_path: Path) 
         _series(tmp_path / "g", {"runs": _runs(SEED_OFF)}, {"runs": _runs(SEED_ON)}, loaded={"preflight"},
                 rules={"load_limit": 6.0})
     assert str(refused.value) == ("preflight failed, nothing ran: load calm: load1 9.00 > rules.load_limit 6; "
-                                  "wait for the machine to calm down")
+                                  "wait for the machine to calm down, or state the limit this machine can keep: "
+                                  "rules.load_limit in the gate file, or --load-limit N on gate run "
+                                  "(preregistered like the key)")
     assert not (tmp_path / "g" / "runs").exists()  # no series folder, no predecision: nothing was registered
     calm, driver = _series(tmp_path / "calm", {"runs": _runs(SEED_OFF)}, {"runs": _runs(SEED_ON)},
                            rules={"load_limit": 6.0})
@@ -232,3 +234,22 @@ def test_a_finding_written_before_verdicts_explained_themselves_still_verifies(t
     write_twins(["fewer than two used runs in an arm (off 1, on 0)"])  # a different one
     with pytest.raises(Exception, match="differs from the finding recomputed"):
         verify_series(result.series_dir, written)
+
+
+def test_load_limit_on_the_command_line_is_checked_and_preregistered_like_the_key(tmp_path: Path) -> None:
+    """The fix a refused preflight names: --load-limit overrides rules.load_limit, is validated like it, and is
+    what the predecision states (so the series is judged by the limit it ran under)."""
+    from gatekit.errors import ConfigError
+    from gatekit.preflight import check_load
+    from gatekit.prereg import DecisionSpec
+    write_toml(tmp_path / "gate.toml", fake_gate("busy", "Busy", ["mode"], rules={"load_limit": 6.0}))
+    config = load_gate(tmp_path / "gate.toml")
+    assert not check_load(config, 9.0).ok
+    fitted = config.with_overrides(load_limit=12.0)
+    assert fitted.rules.load_limit == 12.0 and check_load(fitted, 9.0).ok
+    frozen = DecisionSpec.from_gate(fitted, "off", "on").to_dict()["rules"]  # what the predecision states
+    assert frozen["load_limit"] == 12.0 and DecisionSpec.from_gate(config, "off", "on").to_dict()["rules"][
+        "load_limit"] == 6.0
+    for bad in (0.0, -1.0, float("nan")):
+        with pytest.raises(ConfigError, match="--load-limit: must be a positive number"):
+            config.with_overrides(load_limit=bad)
