@@ -253,3 +253,26 @@ def test_load_limit_on_the_command_line_is_checked_and_preregistered_like_the_ke
     for bad in (0.0, -1.0, float("nan")):
         with pytest.raises(ConfigError, match="--load-limit: must be a positive number"):
             config.with_overrides(load_limit=bad)
+
+
+def test_arm_configs_that_already_agree_on_the_expected_difference_fail_preflight(tmp_path: Path) -> None:
+    """Both arm files setting the declared expect_diff key to one value would spend every run and end invalid:
+    the preflight (gate check and gate run) says so first; a key only one file states is left to the trainer's
+    echo."""
+    from gatekit.preflight import check_expect_diff
+    write_toml(tmp_path / "gate.toml", fake_gate("same", "Same", ["optimizer", "optim.lr"]))
+    config = load_gate(tmp_path / "gate.toml")
+    arms = [config.arms["off"], config.arms["on"]]
+    write_toml(tmp_path / "off.toml", {"optimizer": "host", "optim": {"lr": 0.1}})
+    write_toml(tmp_path / "on.toml", {"optimizer": "resident", "optim": {"lr": 0.1}})
+    (failed,) = check_expect_diff(config, arms)
+    assert not failed.ok and "both set optim.lr = 0.1, a key gate.expect_diff says the arms differ in" in failed.detail
+    write_toml(tmp_path / "on.toml", {"optimizer": "host", "optim": {"lr": 0.2}})
+    (failed,) = check_expect_diff(config, arms)
+    assert not failed.ok and 'both set optimizer = "host"' in failed.detail
+    write_toml(tmp_path / "on.toml", {"optimizer": "resident", "optim": {"lr": 0.2}})
+    assert [c.ok for c in check_expect_diff(config, arms)] == [True]
+    write_toml(tmp_path / "on.toml", {"optim": {"lr": 0.1}})  # on states no optimizer: the trainer's echo decides
+    assert not check_expect_diff(config, arms)[0].ok  # optim.lr is stated by both, and agrees
+    write_toml(tmp_path / "on.toml", {"layers": 3})
+    assert check_expect_diff(config, arms) == []  # nothing both state: nothing to say
