@@ -55,6 +55,7 @@ demo: $(CORE_STAMP)
 
 bench: $(TEST_STAMP)
 	$(PY) benchmarks/run.py --write docs/benchmarks.md
+	$(PY) benchmarks/import_scale.py --write docs/benchmarks.md
 
 # `gate site` over 2 000 findings: cold, unchanged, after one new finding (docs/benchmarks.md, its own section).
 bench-site: $(CORE_STAMP)

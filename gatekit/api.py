@@ -57,9 +57,9 @@ def analyze(source: PathLike, gate: PathLike | None = None, *, off: str | None =
 
 def run(off: str | None = None, on: str | None = None, gate: PathLike | None = None, *, n: int | None = None,
         order: str | None = None, seed: int | None = None, policy: str | None = None, warmup: int | None = None,
-        out: PathLike | None = None, runs: PathLike | None = None, resume: PathLike | None = None,
-        progress: Progress = _quiet, check: Callable[[GateConfig], None] | None = None,
-        finished: bool = False) -> SeriesResult:
+        load_limit: float | None = None, out: PathLike | None = None, runs: PathLike | None = None,
+        resume: PathLike | None = None, progress: Progress = _quiet, check: Callable[[GateConfig], None] | None = None,
+        finished: bool = False, heartbeat_s: float = 0.0) -> SeriesResult:
     """Run the interleaved OFF/ON series of the gate file (arm names or arm .toml paths, both or neither: its first
     two arms; `gate`: default gate.toml here or in the nearest folder above, up to the repository's root) and write
     its finding; or continue the interrupted series folder `resume`, exactly as registered (with its own gate file
@@ -67,7 +67,8 @@ def run(off: str | None = None, on: str | None = None, gate: PathLike | None = N
     Returns the SeriesResult: `.finding` (the typed Finding), `.series_dir`, `.finding_paths`.
 
     `check` is called with the gate's config before anything runs (gate run checks its CI exports can hold it);
-    `finished` with `resume`: a finished series is returned as it is (gate run --resume --sign-key signs it)."""
+    `finished` with `resume`: a finished series is returned as it is (gate run --resume --sign-key signs it);
+    `heartbeat_s`: a progress line every so many seconds during a run (0: none)."""
     from gatekit.config import find_gate_file, load_gate
     from gatekit.series.replay import open_series
     from gatekit.series.runner import SeriesRunner, finished_series
@@ -75,9 +76,10 @@ def run(off: str | None = None, on: str | None = None, gate: PathLike | None = N
     from gatekit.verify import verify_series
 
     if resume is not None:
-        if off or on or n or order or seed is not None or out or runs or policy or warmup is not None:
+        if (off or on or n or order or seed is not None or out or runs or policy or warmup is not None
+                or load_limit is not None):
             raise ConfigError("--resume continues a series exactly as registered; "
-                              "drop OFF/ON, --n, --order, --seed, --policy, --warmup, --out and --runs")
+                              "drop OFF/ON, --n, --order, --seed, --policy, --warmup, --load-limit, --out and --runs")
         resume = Path(resume)
         verify_series(resume)  # an edited journal or record is exit 3 naming it, before anything runs
         if finished and SeriesLayout(resume).done.exists():
@@ -85,17 +87,18 @@ def run(off: str | None = None, on: str | None = None, gate: PathLike | None = N
         opened = open_series(resume, _path(gate))
         if check is not None:
             check(opened.config)
-        return SeriesRunner(opened.config, opened.off, opened.on, report=progress).resume(opened)
+        return SeriesRunner(opened.config, opened.off, opened.on, report=progress,
+                            heartbeat_s=heartbeat_s).resume(opened)
     if bool(off) != bool(on):
         raise ConfigError("name both arms or neither: gate run OFF ON (arm names of the gate file or arm "
                           ".toml paths; neither: the gate file's first two arms)")
     gate_file = gate if gate is not None else find_gate_file(Path.cwd(), progress)
     config = load_gate(gate_file).with_overrides(n=n, order=order, seed=seed, out=_path(out), runs=_path(runs),
-                                                 policy=policy, warmup=warmup)
+                                                 policy=policy, warmup=warmup, load_limit=load_limit)
     if check is not None:
         check(config)
     off_arm, on_arm = config.two_arms(off, on)
-    return SeriesRunner(config, off_arm, on_arm, report=progress).start()
+    return SeriesRunner(config, off_arm, on_arm, report=progress, heartbeat_s=heartbeat_s).start()
 
 
 def compare(base: str | None, head: str | None = None, gate: PathLike | None = None, *, arm: str | None = None,

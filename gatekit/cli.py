@@ -36,6 +36,7 @@ if TYPE_CHECKING:
 
 
 T = TypeVar("T")
+HEARTBEAT_S = 30.0  # seconds between the lines `gate run` prints during a long run (at a terminal only)
 
 
 class PolicyChoice(click.Choice):
@@ -175,32 +176,42 @@ def main() -> None:
     """
 
 
+load_limit_option = click.option(
+    "--load-limit", type=float, help="Preflight refuses, and a run window is load evidence, above this load1 "
+    "(overrides rules.load_limit; preregistered like it).")
+
+
 @main.command()
 @click.argument("off", required=False)
 @click.argument("on", required=False)
 @gate_option
+@click.option("--policy", type=PolicyChoice(gate_policies),
+              help=f"Check as gate run --policy would run it (overrides gate.policy): {RUN_POLICY_WORDS}.")
+@load_limit_option
 @click.option("--json", "as_json", is_flag=True, help="Print the checks as JSON on stdout ({ok, checks: [{name, ok, "
-              "detail}]}).")
-def check(off: str | None, on: str | None, gate_path: Path | None, as_json: bool) -> None:
+              "warn, detail}]}).")
+def check(off: str | None, on: str | None, gate_path: Path | None, policy: str | None, load_limit: float | None,
+          as_json: bool) -> None:
     """Validate the gate file and both arms and run preflight, without starting the trainer.
 
     OFF and ON are arm names of the gate file (default: its first two arms) or paths to arm .toml files.
+    Exits 2 when a check fails, or warns (WARN) that runs started now would be flagged by a preregistered limit.
     """
     def work() -> bool:
-        config = load_gate(_gate_file(gate_path))
+        config = load_gate(_gate_file(gate_path)).with_overrides(policy=policy, load_limit=load_limit)
         arms = config.two_arms(off, on)
         driver = make_driver(config.driver.name, config.driver.options, source=config.path,
                              base_dir=config.base_dir)
         backend = make_backend(config.backend.name, config.backend.options, source=config.path)
         checks = run_checks(config, arms, driver, backend)
         if as_json:
-            click.echo(json.dumps({"ok": all(item.ok for item in checks),
-                                   "checks": [{"name": item.name, "ok": item.ok, "detail": item.detail}
-                                              for item in checks]}, indent=2))
+            click.echo(json.dumps({"ok": all(item.ok and not item.flags_runs for item in checks),
+                                   "checks": [{"name": item.name, "ok": item.ok, "warn": item.flags_runs,
+                                               "detail": item.detail} for item in checks]}, indent=2))
         for item in checks if not as_json else ():
             # a detail may quote another process's command line: escapes shown, never sent to the terminal
-            _echo(f"{'ok  ' if item.ok else 'FAIL'}  {item.name}: {item.detail}")
-        return all(item.ok for item in checks)
+            _echo(f"{('WARN' if item.flags_runs else 'ok  ') if item.ok else 'FAIL'}  {item.name}: {item.detail}")
+        return all(item.ok and not item.flags_runs for item in checks)
 
     if not _call(work):
         raise SystemExit(2)
@@ -229,6 +240,7 @@ sign_key_option = click.option(
               help=f"Decision policy (overrides gate.policy): {RUN_POLICY_WORDS}.")
 @click.option("--warmup", type=click.IntRange(0, 2),
               help="Discarded warm-up runs before round 1: 1 the first arm, 2 both (overrides gate.warmup).")
+@load_limit_option
 @click.option("--out", type=click.Path(path_type=Path), help="Folder for the finding (overrides gate.out).")
 @click.option("--runs", "runs_dir", type=click.Path(path_type=Path),
               help="Folder for series directories (overrides gate.runs).")
@@ -240,8 +252,8 @@ sign_key_option = click.option(
 @sign_key_option
 @ci_output_options
 def run(off: str | None, on: str | None, gate_path: Path | None, n: int | None, order: str | None, seed: int | None,
-        policy: str | None, warmup: int | None, out: Path | None, runs_dir: Path | None, as_json: bool,
-        fail_on: str | None, resume: Path | None, sign_key: Path | None, ci: CiOutputs) -> None:
+        policy: str | None, warmup: int | None, load_limit: float | None, out: Path | None, runs_dir: Path | None,
+        as_json: bool, fail_on: str | None, resume: Path | None, sign_key: Path | None, ci: CiOutputs) -> None:
     """Run the interleaved OFF/ON series, apply the preregistered rules and write the finding.
 
     OFF is the baseline arm and ON the arm with the change; each is an arm name of the gate file or a
@@ -249,12 +261,15 @@ def run(off: str | None, on: str | None, gate_path: Path | None, n: int | None, 
     ON, as `gate check`).
     """
     key = _signing_key(sign_key)
+    # a line every HEARTBEAT_S during a run, for a person at a terminal; none for a pipe, a log or --json
+    heartbeat_s = HEARTBEAT_S if sys.stdout.isatty() and not as_json else 0.0
 
     def work() -> Any:
         from gatekit import api
 
-        return api.run(off, on, gate_path, n=n, order=order, seed=seed, policy=policy, warmup=warmup, out=out,
-                       runs=runs_dir, resume=resume, progress=_progress, finished=key is not None,
+        return api.run(off, on, gate_path, n=n, order=order, seed=seed, policy=policy, warmup=warmup,
+                       load_limit=load_limit, out=out, runs=runs_dir, resume=resume, progress=_progress,
+                       finished=key is not None, heartbeat_s=heartbeat_s,
                        check=lambda config: ci.check(config.gate.primary, str(config.path)))
 
     _series_done(_call(work), key, sign_key, as_json, ci, fail_on)

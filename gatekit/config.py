@@ -337,8 +337,9 @@ class GateConfig(Record):
 
     def with_overrides(self, *, n: int | None = None, order: str | None = None, seed: int | None = None,
                        out: Path | None = None, runs: Path | None = None, policy: str | None = None,
-                       warmup: int | None = None) -> GateConfig:
-        """Command-line overrides, validated like the file's own values."""
+                       warmup: int | None = None, load_limit: float | None = None) -> GateConfig:
+        """Command-line overrides, validated like the file's own values (and preregistered like them: the
+        predecision is written from the result)."""
         gate = self.gate
         if gate.mode == DUET_MODE:
             allowed = (None, *policies_of_mode(DUET_MODE))
@@ -381,6 +382,10 @@ class GateConfig(Record):
         rules = self.rules
         if policy is not None and not self.evidence_stated:
             rules = replace(rules, evidence=describe(policy).default_evidence)
+        if load_limit is not None:
+            _check(math.isfinite(load_limit) and load_limit > 0, self.path, "--load-limit",
+                   f"must be a positive number, got {load_limit}")
+            rules = replace(rules, load_limit=float(load_limit))
         return replace(self, gate=gate, rules=rules)
 
 

@@ -5,6 +5,7 @@ Its format (`gatekit.finding/2`; /1 files load as /2) and their history are in `
 
 from __future__ import annotations
 
+import io
 import json
 import math
 import tomllib
@@ -13,14 +14,14 @@ from pathlib import Path
 from typing import Any, Mapping
 
 
-from gatekit import tomltext
 from gatekit.bisect.commits import Commit
 from gatekit.config import GuardSpec, RulesSpec
 from gatekit.errors import FindingError, RunFileError
 from gatekit.policies.descriptors import DEFAULT_POLICY
 from gatekit.quality import TargetSpec, TargetTime
 from gatekit.records import (FINDING_SCHEMA, SCHEMA_KEY, Record, RecordError, WindowSummary, canonical_json,
-                             first_difference, kind_of, loads_json, metric_value, schema_problem, upgrade)
+                             dumps_toml, first_difference, kind_of, loads_json, metric_value, schema_problem,
+                             upgrade)
 from gatekit.runfiles import read_run_file
 from gatekit.storage import write_output
 from gatekit.verdict import Decision, GuardResult, Verdict
@@ -434,14 +435,31 @@ class Finding(Record):
         return finding
 
     def to_json(self) -> str:
-        return json.dumps(self.to_dict(), indent=2, ensure_ascii=False, allow_nan=False) + "\n"
+        return _json_text(self.to_dict())
 
     def to_toml(self) -> str:
-        return tomltext.dumps(self.to_dict())
+        return dumps_toml(self.to_dict())
+
+
+def _json_text(document: Mapping[str, Any]) -> str:
+    # json.dumps with an indent collects every chunk in one list before joining (millions of small strings for a
+    # finding of 30 000 runs); a buffer written chunk by chunk holds only the text
+    text = io.StringIO()
+    for chunk in json.JSONEncoder(indent=2, ensure_ascii=False, allow_nan=False).iterencode(document):
+        text.write(chunk)
+    text.write("\n")
+    return text.getvalue()
 
 
 def plain(value: Any) -> Any:
     """Drop None and non-finite floats (neither TOML nor JSON can hold them the same way)."""
+    kind = type(value)  # exact types first, without typing's slower Mapping check: a large finding holds millions
+    if kind is float or kind is str or kind is int or kind is bool:
+        return value
+    if kind is dict:
+        return {str(k): plain(v) for k, v in value.items() if _keep(v)}
+    if kind is list:
+        return [plain(v) for v in value if _keep(v)]
     if isinstance(value, Mapping):
         return {str(k): plain(v) for k, v in value.items() if _keep(v)}
     if isinstance(value, (list, tuple)):
@@ -552,6 +570,7 @@ def _same_data(mine: Mapping[str, Any], document: Mapping[str, Any]) -> bool:
 def write_finding(finding: Finding, out_dir: Path) -> tuple[Path, Path]:
     """Write `<out>/<id>.toml` and `.json` (same content), each atomically."""
     toml_path, json_path = out_dir / f"{finding.id}.toml", out_dir / f"{finding.id}.json"
-    write_output(toml_path, finding.to_toml(), "finding")
-    write_output(json_path, finding.to_json(), "finding")
+    document = finding.to_dict()  # once for both twins: a large finding's document costs seconds to build
+    write_output(toml_path, dumps_toml(document), "finding")
+    write_output(json_path, _json_text(document), "finding")
     return toml_path, json_path

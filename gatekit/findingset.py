@@ -114,9 +114,9 @@ def sort_files(files: Iterable[Path], *, keep_documents: bool = False) -> Sorted
 
 
 def load_folder(folder: Path, note: Callable[[str], None] = lambda line: None) -> list[LoadedFinding]:
-    """Every finding in a folder, each checked against its twin; documents that are not gate findings are left
+    """Every finding in a folder and its subfolders, each checked against its twin; documents that are not gate findings are left
     out (`sort_files`), told to `note` in one line; a folder without findings is an error (nothing to show)."""
-    files = sort_files(finding_files(folder), keep_documents=True)
+    files = sort_files(finding_files(folder, nested=True), keep_documents=True)  # as `gate site` reads a folder
     line = files.note()
     if line is not None:
         note(line)

@@ -52,6 +52,61 @@ def check_arm_config(arm: ArmSpec) -> CheckResult:
     return CheckResult(name, True, str(arm.config))
 
 
+def _config_document(arm: ArmSpec) -> Mapping[str, object] | None:
+    """The arm's TOML/JSON config as data; None for another kind or one that does not parse (which
+    `check_arm_config` reports)."""
+    if arm.config is None or not_a_file(arm.config) is not None:
+        return None
+    try:
+        if arm.config.suffix == ".toml":
+            return load_toml(arm.config)
+        if arm.config.suffix == ".json":
+            data = loads_json(arm.config.read_text(encoding="utf-8"))
+            return data if isinstance(data, dict) else None
+    except (ConfigError, json.JSONDecodeError, UnicodeDecodeError, DuplicateKeyError):
+        return None
+    return None
+
+
+def _lookup(document: Mapping[str, object], key: str) -> object:
+    """A key of a config document, dotted for a nested table (`optim.kind`); MISSING_VALUE where absent."""
+    if key in document:
+        return document[key]
+    value: object = document
+    for part in key.split("."):
+        if not isinstance(value, Mapping) or part not in value:
+            return MISSING_VALUE
+        value = value[part]
+    return value
+
+
+MISSING_VALUE = object()
+
+
+def check_expect_diff(config: GateConfig, arms: Sequence[ArmSpec]) -> list[CheckResult]:
+    """Arm config files that already agree on a declared `gate.expect_diff` key: the arms would not differ in
+    it, so every run would be spent and the series end invalid. Said only where both files state the key (a
+    trainer may derive it from something else; the echoed effective config decides then)."""
+    if len(arms) != 2 or not config.gate.expect_diff or any(arm.checkout is not None for arm in arms):
+        return []  # arms at two commits (compare, bisect) may share a config and differ in code
+    documents = [_config_document(arm) for arm in arms]
+    if any(document is None for document in documents):
+        return []
+    off, on = documents
+    stated = [key for key in config.gate.expect_diff
+              if _lookup(off, key) is not MISSING_VALUE and _lookup(on, key) is not MISSING_VALUE]  # type: ignore[arg-type]
+    if not stated:
+        return []
+    same = [key for key in stated if _lookup(off, key) == _lookup(on, key)]  # type: ignore[arg-type]
+    if not same:
+        return [CheckResult("arms differ", True, f"in {', '.join(stated)} (gate.expect_diff), as their configs say")]
+    shown = ", ".join(f"{key} = {json.dumps(_lookup(off, key), ensure_ascii=False)}" for key in same)  # type: ignore[arg-type]
+    return [CheckResult("arms differ", False,
+                        f"{arms[0].config} and {arms[1].config} both set {shown}, a key gate.expect_diff says the arms "
+                        "differ in; change one arm's config (or gate.expect_diff): as they are, every run would be "
+                        "spent and the series end invalid")]
+
+
 def check_artifacts(paths: Sequence[Path]) -> list[CheckResult]:
     """Each hashed artifact is a regular file; otherwise the check says what it is (not found, a directory,
     a character device like /dev/zero, …)."""
@@ -130,7 +185,9 @@ def check_load(config: GateConfig, load1: float) -> CheckResult:
     limit = config.rules.load_limit
     ok = load1 <= limit
     return CheckResult("load calm", ok, f"load1 {load1:.2f} {'≤' if ok else '>'} rules.load_limit {limit:g}"
-                       + ("" if ok else "; wait for the machine to calm down"))
+                       + ("" if ok else "; wait for the machine to calm down, or state the limit this machine can "
+                                        "keep: rules.load_limit in the gate file, or --load-limit N on gate run "
+                                        "(preregistered like the key)"))
 
 
 def check_pressure(config: GateConfig, reading: Mapping[str, object]) -> list[CheckResult]:
@@ -148,7 +205,7 @@ def check_pressure(config: GateConfig, reading: Mapping[str, object]) -> list[Ch
     elif over:
         detail += (f"; runs started now would be flagged (rules.evidence = \"{evidence}\"): wait for the machine "
                    "to calm down")
-    return [CheckResult("CPU pressure", True, detail)]
+    return [CheckResult("CPU pressure", True, detail, flags_runs=over and evidence in ("psi", "any"))]
 
 
 def check_history(config: GateConfig) -> list[CheckResult]:
@@ -177,6 +234,7 @@ def run_checks(config: GateConfig, arms: Sequence[ArmSpec], driver: Driver, back
     checks = [CheckResult("gate file", True, str(config.path))]
     checks += check_history(config)
     checks += [check_arm_config(arm) for arm in arms]
+    checks += check_expect_diff(config, arms)
     checks += check_artifacts(config.driver.hash)
     checks += driver.preflight([arm_input(arm) for arm in arms])
     reading = read_load()

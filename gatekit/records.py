@@ -46,8 +46,18 @@ class RecordError(ValueError):
         self.path, self.problem = path, problem
 
 
+_SCALAR_TYPES = frozenset((str, int, float, bool, type(None)))
+
+
 def _plain(value: Any) -> Any:
     """Convert records, enums, tuples and mappings to JSON/TOML-ready plain data."""
+    # exact types first: a finding of 30 000 runs holds millions of scalars, and an isinstance check against
+    # typing's Mapping costs a microsecond each (a str-valued enum is a subclass, so it still reaches its case)
+    kind = type(value)
+    if kind in _SCALAR_TYPES:
+        return value
+    if kind is list or kind is tuple:
+        return [_plain(v) for v in value]
     if isinstance(value, Record):
         return value.to_dict()
     if isinstance(value, enum.Enum):
@@ -397,11 +407,13 @@ class WindowSummary(Record):
 
 @dataclass(frozen=True, slots=True)
 class CheckResult(Record):
-    """One preflight check: a name, ok or not, and why."""
+    """One preflight check: a name, ok or not, and why. `flags_runs`: passed, yet runs started now would be
+    flagged by a preregistered limit (`gate run` starts; `gate check` says so and exits non-zero)."""
 
     name: str
     ok: bool
     detail: str = ""
+    flags_runs: bool = field(default=False, metadata={"omit": False})
 
 
 @dataclass(frozen=True, slots=True)
@@ -547,6 +559,92 @@ def _repeated_key(data: Any) -> str:
         elif isinstance(value, list):
             stack += [(f"{where}[{i}]", child) for i, child in reversed(list(enumerate(value)))]
     raise AssertionError("a repeated key was seen")  # loads_json calls this only when one was
+
+
+# -- Writing a plain document as TOML ---------------------------------------------------------------
+
+# tomlkit.dumps of a 6 000-run finding took ~74 % of a large import's CPU (it builds a style-preserving tree
+# and re-indexes it on every insert); a finding is plain data, so it is written here directly, byte for byte
+# as tomlkit writes the same dict: its `item()` layout (scalars before tables, `[[aot]]` elements with dict
+# values last, a blank line before a table with anything above it in its scope, no header on a table of
+# tables only) and its basic-string escapes. tests/test_toml_writer.py compares the two on generated
+# documents; tomlkit stays where comments and layout are edited (the predecision, gate files).
+_TOML_ESCAPES = {**{code: f"\\u{code:04x}" for code in (*range(0x20), 0x7F)},
+                 **{ord(char): escaped for char, escaped in (("\b", "\\b"), ("\t", "\\t"), ("\n", "\\n"),
+                                                             ("\f", "\\f"), ("\r", "\\r"), ('"', '\\"'),
+                                                             ("\\", "\\\\"))}}
+
+
+def _toml_string(text: str) -> str:
+    return f'"{text.translate(_TOML_ESCAPES)}"'
+
+
+def _toml_key(key: str) -> str:
+    if not isinstance(key, str):
+        raise TypeError(f"a TOML key must be a string, not {kind_of(key)}")
+    return key if _BARE_KEY.fullmatch(key) and key.isascii() else _toml_string(key)
+
+
+def _is_table_array(value: Any) -> bool:
+    return isinstance(value, (list, tuple)) and bool(value) and all(isinstance(v, dict) for v in value)
+
+
+def _toml_inline(value: Any, separator: str = ", ") -> str:
+    """A value on one line; a table in an array separates its keys with ", ", a table in such a table with ","
+    (tomlkit builds the second through another path, which writes no space)."""
+    if value is True or value is False:
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return str(value)
+    if isinstance(value, str):
+        return _toml_string(value)
+    if isinstance(value, dict):
+        return "{" + separator.join(f"{_toml_key(k)} = {_toml_inline(v, ',')}" for k, v in value.items()) + "}"
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(_toml_inline(v) for v in value) + "]"
+    raise TypeError(f"{kind_of(value)} is not plain data (strings, numbers, booleans, lists, tables)")
+
+
+def _toml_table(table: dict[str, Any], path: str, preceded: bool, out: list[str]) -> None:
+    """`[path]` and its body; a table holding only tables has no header of its own (tomlkit's super table)."""
+    blank = "\n" if preceded else ""
+    if table and all(isinstance(v, dict) or _is_table_array(v) for v in table.values()):
+        out.append(blank)
+    else:
+        out.append(f"{blank}[{path}]\n")
+    _toml_body(table, path, False, out)
+
+
+def _toml_body(table: dict[str, Any], path: str, table_array_element: bool, out: list[str]) -> None:
+    items = list(table.items())
+    if table_array_element:  # tomlkit puts an element's dict values last (stable), so a header cannot capture
+        items.sort(key=lambda item: isinstance(item[1], dict))
+    nested = []
+    for position, (key, value) in enumerate(items):
+        if isinstance(value, dict) or _is_table_array(value):
+            nested.append((position, key, value))
+        else:
+            out.append(f"{_toml_key(key)} = {_toml_inline(value)}\n")
+    preceded = len(nested) < len(items)
+    for position, key, value in nested:
+        inner = f"{path}.{_toml_key(key)}" if path else _toml_key(key)
+        if isinstance(value, dict):
+            _toml_table(value, inner, preceded, out)
+        else:  # blank line before the first element: by the dict's order, not the written one; before a later
+            # one: when the element before it is not empty (both as tomlkit)
+            for index, element in enumerate(value):
+                blank = "\n" if (value[index - 1] if index else position) else ""
+                out.append(f"{blank}[[{inner}]]\n")
+                _toml_body(element, inner, True, out)
+        preceded = True
+
+
+def dumps_toml(document: dict[str, Any]) -> str:
+    """A plain document (tables, arrays, strings, numbers, booleans) as TOML, exactly as `tomlkit.dumps` writes
+    it, at a fraction of the cost. TypeError for anything else."""
+    out: list[str] = []
+    _toml_body(document, "", False, out)
+    return "".join(out)
 
 
 # -- Comparing documents ------------------------------------------------------------------------

@@ -265,3 +265,15 @@ def test_cli_gate_run_records_the_auto_backend(fake_gate_dir) -> None:
     assert finding["provenance"]["backend"]["name"] == expected
     predecision = tomllib.loads((g.series_dirs()[0] / "predecision.toml").read_text())
     assert predecision["backend"]["requested"] == "auto" and predecision["backend"]["name"] == expected
+
+
+def test_gate_check_takes_the_policy_and_load_limit_gate_run_would(gate_dir) -> None:
+    """gate check checks what gate run would run: --policy and --load-limit are the same overrides, validated
+    the same way (a bad one is exit 2 naming the option). Evidence load1, so the machine's own CPU pressure
+    cannot decide the outcome."""
+    g = gate_dir(rules={"evidence": "load1"})
+    done = gate_invoke("check", "off", "on", "--policy", "sequential", "--load-limit", "1000", cwd=g.root)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "ok    load calm: " in done.stdout and "rules.load_limit 1000" in done.stdout
+    done = gate_invoke("check", "off", "on", "--load-limit", "-1", cwd=g.root)
+    assert done.returncode == 2 and "--load-limit: must be a positive number, got -1.0" in done.stderr

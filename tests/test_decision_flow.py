@@ -128,7 +128,9 @@ def test_a_loaded_machine_stops_the_series_before_anything_runs(tmp_path: Path) 
         _series(tmp_path / "g", {"runs": _runs(SEED_OFF)}, {"runs": _runs(SEED_ON)}, loaded={"preflight"},
                 rules={"load_limit": 6.0})
     assert str(refused.value) == ("preflight failed, nothing ran: load calm: load1 9.00 > rules.load_limit 6; "
-                                  "wait for the machine to calm down")
+                                  "wait for the machine to calm down, or state the limit this machine can keep: "
+                                  "rules.load_limit in the gate file, or --load-limit N on gate run "
+                                  "(preregistered like the key)")
     assert not (tmp_path / "g" / "runs").exists()  # no series folder, no predecision: nothing was registered
     calm, driver = _series(tmp_path / "calm", {"runs": _runs(SEED_OFF)}, {"runs": _runs(SEED_ON)},
                            rules={"load_limit": 6.0})
@@ -189,11 +191,12 @@ def test_gate_check_reports_cpu_pressure_where_the_os_has_it(tmp_path: Path) -> 
     assert [c.name for c in busy] == ["CPU pressure"] and busy[0].detail == (
         "cpu stall 42.0 % of the last 10 s > rules.psi_limit_pct 20 %; runs started now would be flagged "
         "(rules.evidence = \"psi\"): wait for the machine to calm down")
+    assert busy[0].ok and busy[0].flags_runs  # gate run starts; gate check warns and exits non-zero
     calm = check_pressure(psi, {"psi_cpu_avg10": 3.0})[0]
-    assert calm.detail == "cpu stall 3.0 % of the last 10 s ≤ rules.psi_limit_pct 20 %"
+    assert calm.detail == "cpu stall 3.0 % of the last 10 s ≤ rules.psi_limit_pct 20 %" and not calm.flags_runs
     write_toml(tmp_path / "load1.toml", {**gate, "rules": {**gate["rules"], "evidence": "load1"}})
     shown_only = check_pressure(load_gate(tmp_path / "load1.toml"), {"psi_cpu_avg10": 42.0})[0]
-    assert shown_only.ok and shown_only.detail == ("cpu stall 42.0 % of the last 10 s > rules.psi_limit_pct 20 % "
+    assert shown_only.ok and not shown_only.flags_runs and shown_only.detail == ("cpu stall 42.0 % of the last 10 s > rules.psi_limit_pct 20 % "
                                                    "(not evidence here: rules.evidence = \"load1\")")
 
 
@@ -231,3 +234,45 @@ def test_a_finding_written_before_verdicts_explained_themselves_still_verifies(t
     write_twins(["fewer than two used runs in an arm (off 1, on 0)"])  # a different one
     with pytest.raises(Exception, match="differs from the finding recomputed"):
         verify_series(result.series_dir, written)
+
+
+def test_load_limit_on_the_command_line_is_checked_and_preregistered_like_the_key(tmp_path: Path) -> None:
+    """The fix a refused preflight names: --load-limit overrides rules.load_limit, is validated like it, and is
+    what the predecision states (so the series is judged by the limit it ran under)."""
+    from gatekit.errors import ConfigError
+    from gatekit.preflight import check_load
+    from gatekit.prereg import DecisionSpec
+    write_toml(tmp_path / "gate.toml", fake_gate("busy", "Busy", ["mode"], rules={"load_limit": 6.0}))
+    config = load_gate(tmp_path / "gate.toml")
+    assert not check_load(config, 9.0).ok
+    fitted = config.with_overrides(load_limit=12.0)
+    assert fitted.rules.load_limit == 12.0 and check_load(fitted, 9.0).ok
+    frozen = DecisionSpec.from_gate(fitted, "off", "on").to_dict()["rules"]  # what the predecision states
+    assert frozen["load_limit"] == 12.0 and DecisionSpec.from_gate(config, "off", "on").to_dict()["rules"][
+        "load_limit"] == 6.0
+    for bad in (0.0, -1.0, float("nan")):
+        with pytest.raises(ConfigError, match="--load-limit: must be a positive number"):
+            config.with_overrides(load_limit=bad)
+
+
+def test_arm_configs_that_already_agree_on_the_expected_difference_fail_preflight(tmp_path: Path) -> None:
+    """Both arm files setting the declared expect_diff key to one value would spend every run and end invalid:
+    the preflight (gate check and gate run) says so first; a key only one file states is left to the trainer's
+    echo."""
+    from gatekit.preflight import check_expect_diff
+    write_toml(tmp_path / "gate.toml", fake_gate("same", "Same", ["optimizer", "optim.lr"]))
+    config = load_gate(tmp_path / "gate.toml")
+    arms = [config.arms["off"], config.arms["on"]]
+    write_toml(tmp_path / "off.toml", {"optimizer": "host", "optim": {"lr": 0.1}})
+    write_toml(tmp_path / "on.toml", {"optimizer": "resident", "optim": {"lr": 0.1}})
+    (failed,) = check_expect_diff(config, arms)
+    assert not failed.ok and "both set optim.lr = 0.1, a key gate.expect_diff says the arms differ in" in failed.detail
+    write_toml(tmp_path / "on.toml", {"optimizer": "host", "optim": {"lr": 0.2}})
+    (failed,) = check_expect_diff(config, arms)
+    assert not failed.ok and 'both set optimizer = "host"' in failed.detail
+    write_toml(tmp_path / "on.toml", {"optimizer": "resident", "optim": {"lr": 0.2}})
+    assert [c.ok for c in check_expect_diff(config, arms)] == [True]
+    write_toml(tmp_path / "on.toml", {"optim": {"lr": 0.1}})  # on states no optimizer: the trainer's echo decides
+    assert not check_expect_diff(config, arms)[0].ok  # optim.lr is stated by both, and agrees
+    write_toml(tmp_path / "on.toml", {"layers": 3})
+    assert check_expect_diff(config, arms) == []  # nothing both state: nothing to say

@@ -214,6 +214,18 @@ def test_the_demo_gates_suggested_commands_do_not_write_into_tracked_findings() 
         assert not (ROOT / out.group(1)).resolve().is_relative_to(ROOT / "findings")
 
 
+def test_the_demo_starts_on_a_busy_two_core_box_and_says_why_in_its_gate_file() -> None:
+    """The first `make demo` on a shared 2-core box at load 6.89 exited 2 (load_limit 6): the demo states a
+    limit fitted to it, preregistered like any key, with its reason beside it."""
+    from gatekit.preflight import check_load
+    config = load_gate(ROOT / "configs/demo/gate.toml")
+    assert all(check_load(config, load1).ok for load1 in (6.89, 10.0, 15.0))
+    assert not check_load(config, 16.5).ok
+    lines = (ROOT / "configs/demo/gate.toml").read_text().splitlines()
+    at = next(i for i, line in enumerate(lines) if line.startswith("load_limit"))
+    assert lines[at - 1].startswith("#") and "2-core" in " ".join(lines[at - 4:at])
+
+
 # -- 5, 6. the Decision block and numbers ---------------------------------------------------------------
 
 
@@ -462,3 +474,62 @@ def test_the_echo_warning_for_both_arms_is_one_line(tmp_path: Path) -> None:
     echo = [w for w in result.finding.verdict.warnings if "echoed no effective config" in w]
     assert echo == ["the trainer echoed no effective config, so the arms' difference is unchecked "
                     "(expect_diff = ['mode'])"]
+
+
+def test_the_run_counter_shows_the_most_runs_the_policy_may_take(tmp_path: Path) -> None:
+    """A sequential series printed [8/8] … about 0 s left, then went on to 16 and 24 runs: the counter says the
+    most runs its policy may take from the start, and a classic series, which takes what it scheduled, says that."""
+    from gatekit.series.runloop import progress_counter
+    assert (progress_counter(8, 8, 24), progress_counter(3, 6, 6), progress_counter(7, 8)) == ("[8/≤24]", "[3/6]",
+                                                                                                 "[7/8]")
+    values = [10.0 + 0.5 * (k % 3) for k in range(12)]
+    sequential = {"policy": "sequential"}
+    off = {"config": {"mode": "a"}, "runs": _runs("off", values)}
+    on = {"config": {"mode": "b"}, "runs": _runs("on", values)}
+    root = tmp_path / "s"
+    root.mkdir()
+    gate = fake_gate("small", "Sequential", ["mode"], gate=sequential)
+    del gate["gate"]["n"], gate["gate"]["order"]
+    write_toml(root / "gate.toml", gate)
+    write_toml(root / "off.toml", off)
+    write_toml(root / "on.toml", on)
+    config = load_gate(root / "gate.toml")
+    driver, lines = FakeDriver(), []
+    SeriesRunner(config, config.arms["off"], config.arms["on"], driver=driver, report=lines.append,
+                 load_reader_for=LoadScript()).start()
+    counters = [line.split()[0] for line in lines if line.startswith("[")]
+    assert counters[0] == "[1/≤24]" and len(counters) == len(driver.log)
+    _, driver, lines = _series(tmp_path / "c", off, on)
+    assert [line.split()[0] for line in lines if line.startswith("[")] == [f"[{k}/6]" for k in range(1, 7)]
+
+
+def test_a_long_run_prints_a_heartbeat_with_its_elapsed_time_and_window_load() -> None:
+    """Nothing was printed during a run (a real trainer's run takes minutes): a line every 30 s, told by an
+    injected clock, with the run's window load so far; a late call prints one line, not the ones it missed."""
+    from gatekit.records import LoadSample
+    from gatekit.series.runloop import Heartbeat
+    now = [100.0]
+    samples: list[LoadSample] = []
+    beat = Heartbeat("off-r2", lambda: samples, lambda line: None, 30.0, clock=lambda: now[0])
+    beat.start()
+    now[0] = 129.0
+    assert beat.beat() is None
+    now[0] = 130.0
+    assert beat.beat() == "      off-r2 running: elapsed 30 s, no window sample yet"
+    samples += [LoadSample(t_s=0.0, load1=6.5, load5=6.0, load15=5.0), LoadSample(t_s=1.0, load1=4.25, load5=6.0,
+                                                                                  load15=5.0)]
+    assert beat.beat() is None  # once per interval
+    now[0] = 245.0  # called late: one line, and the next one is due at the next multiple of 30 s
+    assert beat.beat() == "      off-r2 running: elapsed 145 s, window load1 max 6.50, last 4.25"
+    now[0] = 249.0
+    assert beat.beat() is None
+    now[0] = 250.0
+    assert beat.beat() is not None
+
+
+def test_the_heartbeat_is_silent_when_off() -> None:
+    from gatekit.series.runloop import Heartbeat
+    lines: list[str] = []
+    with Heartbeat("off-r1", lambda: (), lines.append, 0.0) as beat:
+        assert beat._thread is None
+    assert lines == []

@@ -196,6 +196,20 @@ def test_history_is_in_date_order_and_filters_gates(tmp_path: Path) -> None:
     assert done.returncode == 2 and "no finding of this gate (gates found: golden, other)" in done.stderr
 
 
+def test_history_looks_into_subfolders_as_gate_site_does(tmp_path: Path) -> None:
+    """A host's or a night's folder of findings inside the findings folder is part of the history; a series
+    directory (one with a journal) is not looked into."""
+    folder = tmp_path / "findings"
+    write_json(folder / "a.json", variant("a-2026-11-01", "2026-11-01", mean_on=1.0))
+    write_json(folder / "h200" / "b.json", variant("b-2026-11-02", "2026-11-02", mean_on=2.0))
+    write_json(folder / "h200" / "night" / "c.json", variant("c-2026-11-03", "2026-11-03", mean_on=3.0))
+    write_json(folder / "runs" / "s1" / "d.json", variant("d-2026-11-04", "2026-11-04", mean_on=4.0))
+    (folder / "runs" / "s1" / "journal.jsonl").write_text("")
+    done = gate_invoke("history", str(folder), "--metric", "mean_on", "--json", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert [p["value"] for p in json.loads(done.stdout)["points"]] == [1.0, 2.0, 3.0]
+
+
 def test_history_unknown_metric_is_exit_2(tmp_path: Path) -> None:
     folder = _folder(tmp_path, [1.0, 2.0])
     done = gate_invoke("history", str(folder), "--metric", "nope", cwd=tmp_path)

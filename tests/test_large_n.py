@@ -5,6 +5,7 @@ differences instead of forming all n² of them. Checked against exact arithmetic
 from __future__ import annotations
 
 import math
+import re
 from fractions import Fraction
 from pathlib import Path
 
@@ -154,6 +155,35 @@ def test_linear_toml_text_is_tomlkits_own() -> None:
 
     from gatekit import tomltext
 
-    document = {"a": ["x", 'quote " and \\ slash', "ünïcode", "tab\tnew\nline"], "b": [1, 2.5, -0.0, True, 1e30],
-                "c": {"d": [3], "e": [{"f": ["g", "h"]}, {"f": []}], "i": [[1, 2], ["j"]]}, "k": [], "l": "m"}
-    assert tomltext.dumps(document) == tomlkit.dumps(document)
+    for values in (["x", 'quote " and \\ slash', "ünïcode", "tab\tnew\nline"], [1, 2.5, -0.0, True, 1e30], [3]):
+        assert tomlkit.dumps({"a": tomltext.scalar_array(values)}) == tomlkit.dumps({"a": values})
+
+
+def test_the_terminal_summary_shows_the_first_and_last_runs_and_counts_the_rest() -> None:
+    """A 4 000-run import printed 4 000 table rows; the summary shows the first and the last TABLE_EDGE_ROWS
+    and one line counting the runs between (and how many of them were used)."""
+    import dataclasses
+
+    from gatekit.analysis import analyze
+    from gatekit.importers.hyperfine import evidence_from_hyperfine
+    from gatekit.report.terminal import TABLE_EDGE_ROWS, TABLE_MAX_ROWS, summary
+    source = Path(__file__).parent / "fixtures" / "imports" / "hyperfine" / "hyperfine_true_n.json"
+    finding = analyze(evidence_from_hyperfine(source))
+    runs = list(finding.runs)
+    hidden = runs[TABLE_EDGE_ROWS:-TABLE_EDGE_ROWS]
+    unused = hidden[7].label
+    runs[runs.index(hidden[7])] = dataclasses.replace(hidden[7], used=False, reason="contaminated")
+    text = summary(dataclasses.replace(finding, runs=tuple(runs)))
+    assert table_labels(text) == [run.label for run in runs[:TABLE_EDGE_ROWS] + runs[-TABLE_EDGE_ROWS:]]
+    assert f" {unused} " not in text
+    (counted,) = [line for line in text.splitlines() if "runs not shown" in line]
+    assert f"{len(hidden)} runs not shown" in counted and counted.rstrip().endswith(f"{len(hidden) - 1} used")
+
+    small = dataclasses.replace(finding, runs=tuple(runs[:TABLE_MAX_ROWS]))
+    assert "runs not shown" not in summary(small)
+    assert table_labels(summary(small)) == [run.label for run in runs[:TABLE_MAX_ROWS]]
+
+
+def table_labels(text: str) -> list[str]:
+    """The run column of the summary's table rows (order, arm, run, ...; these arms hold no spaces)."""
+    return [line.split()[2] for line in text.splitlines() if re.match(r"\s*\d+\s", line)]

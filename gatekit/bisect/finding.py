@@ -15,14 +15,13 @@ from typing import Any, Mapping, Sequence
 
 from scipy import stats as scipy_stats
 
-from gatekit import tomltext
 from gatekit.bisect import posterior
 from gatekit.bisect.commits import Commit
 from gatekit.bisect.records import BISECT_FINDING, BISECT_JOURNAL, BisectState, ProbeEnd, ProbeStatus
 from gatekit.bisect.search import Outcome
 from gatekit.errors import FindingError, RunFileError, SeriesError
 from gatekit.finding import ConfigChange, plain
-from gatekit.records import BISECT_SCHEMA, SCHEMA_KEY, Record, first_difference, from_schema_document
+from gatekit.records import BISECT_SCHEMA, SCHEMA_KEY, Record, dumps_toml, first_difference, from_schema_document
 from gatekit.runfiles import MAX_RESULT_BYTES, parse_document, read_run_file
 from gatekit.storage import write_output
 
@@ -112,7 +111,7 @@ class BisectFinding(Record):
         return json.dumps(self.to_dict(), indent=2, ensure_ascii=False, allow_nan=False) + "\n"
 
     def to_toml(self) -> str:
-        return tomltext.dumps(self.to_dict())
+        return dumps_toml(self.to_dict())
 
 
 def effect_interval(pairs: tuple[posterior.Pair, ...], commits: int, culprit: int,

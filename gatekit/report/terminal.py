@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from gatekit.finding import Finding
+from gatekit.finding import Finding, RunRow
 from gatekit.policies.base import verdict_headline, words_of
 from gatekit.report.common import commits_lines, fmt, fmt_signed, runs_per_arm
 from gatekit.report.common import level_text as _level
@@ -19,6 +19,20 @@ def render_table(header: list[str], rows: list[list[str]], right: set[int]) -> l
     return [line(header), line(["-" * w for w in widths]), *[line(r) for r in rows]]
 
 
+# Above this many runs, the table shows the first and the last TABLE_EDGE_ROWS and counts the rest (a 6 000-run
+# import once printed 6 000 rows); every run stays in the finding, its report and `gate analyze`.
+TABLE_MAX_ROWS = 40
+TABLE_EDGE_ROWS = 10
+
+
+def _shown_runs(finding: Finding) -> list[RunRow | None]:
+    """The runs the table shows, None where the ones not shown are counted."""
+    runs = list(finding.runs)
+    if len(runs) <= TABLE_MAX_ROWS:
+        return list(runs)
+    return [*runs[:TABLE_EDGE_ROWS], None, *runs[-TABLE_EDGE_ROWS:]]
+
+
 def summary(finding: Finding, paths: tuple[str, ...] = ()) -> str:
     """The finding on one screen: the runs, the statistics, the guards, the looks and the verdict."""
     # every string from the finding or a trainer, before it reaches the terminal: a newline in one is escaped
@@ -30,7 +44,13 @@ def summary(finding: Finding, paths: tuple[str, ...] = ()) -> str:
     guard_names = list(finding.guards)
     header = ["#", "arm", "run", t(primary), *[t(g) for g in guard_names], "load1 mean/max", "used"]
     rows = []
-    for run in finding.runs:
+    for run in _shown_runs(finding):
+        if run is None:
+            hidden = finding.runs[TABLE_EDGE_ROWS:-TABLE_EDGE_ROWS]
+            used = sum(1 for r in hidden if r.used)
+            rows.append(["…", "", f"{len(hidden)} runs not shown", "", *[""] * len(guard_names), "",
+                         f"{used} used"])
+            continue
         window = run.window
         rows.append([str(run.order), t(run.arm), t(run.label), fmt(run.value_of(primary)),
                      *[fmt(run.metrics.get(g)) for g in guard_names],

@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import json
+import threading
 import time
 from contextlib import contextmanager
 from pathlib import Path
@@ -23,7 +24,7 @@ from gatekit.preflight import arm_input
 from gatekit.processes import child_pids, child_subreaper, escaped_evidence, stop_escapees, stop_run_processes
 from gatekit.provenance import (changed_artifacts, file_identities, hash_artifacts_timed, hash_files,
                                 touched_artifacts)
-from gatekit.records import RunOutcome, RunRecord, WindowSummary
+from gatekit.records import LoadSample, RunOutcome, RunRecord, WindowSummary
 from gatekit.report.common import number_text
 from gatekit.quality import with_derived_primary
 from gatekit.sanitize import safe_outcome, show_controls
@@ -67,12 +68,15 @@ class RunLoop:
         # a duet's slot rule, (run is off, pair) → slot 0 or 1: the preregistered design's (SeriesRunner sets it
         # from its policy and predecision); version 1's swap rule until then
         self.slot_index: Callable[[bool, int], int] = slot_for
+        # seconds between heartbeat lines during a run; 0: none (the CLI turns it on for a terminal, not --json)
+        self.heartbeat_s = 0.0
 
     def run(self, series_dir: Path, journal: Journal, state: RunLog, slots: list[Slot], *, primary: str,
             start_artifacts: Mapping[str, str], resume_hint: str,
             more: Callable[[RunLog], list[Slot]] = lambda state: [],
-            check: Callable[[RunRecord], Sequence[str] | None] = lambda record: None) -> list[str]:
+            check: Callable[[RunRecord], Sequence[str] | None] = lambda record: None, most: int = 0) -> list[str]:
         """Run every slot not yet in `state`, then whatever `more(state)` adds, until it adds nothing.
+        `most`: the most runs the policy may take (its last look's), shown as `[8/≤24]` and covered by the estimate.
         `check(record)` sees each finished run; what it returns stops the loop there. Returns the messages
         that stopped it early — changed artifacts, or what `check` returned — empty when every slot ran."""
         # The subreaper adopts every descendant whose parent exits, so a run's escapees are found after it.
@@ -80,7 +84,7 @@ class RunLoop:
             self.own_children = reaper.own
             try:
                 return self._run(series_dir, journal, state, slots, primary, start_artifacts, resume_hint, more,
-                                 check)
+                                 check, most)
             except KeyboardInterrupt:  # between runs (a run in flight raises SeriesInterrupted itself)
                 ignore_further_interrupts()
                 journal.record(Interrupted(""))
@@ -91,17 +95,18 @@ class RunLoop:
 
     def _run(self, series_dir: Path, journal: Journal, state: RunLog, slots: list[Slot], primary: str,
              start_artifacts: Mapping[str, str], resume_hint: str, more: Callable[[RunLog], list[Slot]],
-             check: Callable[[RunRecord], Sequence[str] | None]) -> list[str]:
+             check: Callable[[RunRecord], Sequence[str] | None], most: int = 0) -> list[str]:
         series_began = time.monotonic()
         durations: list[float] = []
         while True:
             pending = [s for s in slots if s.label not in state.records]
             for unit in self.units(pending):
-                total = len(slots)
                 index = slots.index(unit[-1]) + 1
+                counter = progress_counter(index, len(slots), most)
                 what = " + ".join(s.label for s in unit)
-                eta = (sum(durations) / len(durations)) * (total - index + 1) if durations else None
-                self.report(f"[{index}/{total}] {what} starting{' together' if len(unit) > 1 else ''}; elapsed "
+                eta = ((sum(durations) / len(durations)) * (max(len(slots), most) - index + 1) if durations
+                       else None)
+                self.report(f"{counter} {what} starting{' together' if len(unit) > 1 else ''}; elapsed "
                             f"{time.monotonic() - series_began:.0f} s"
                             + (f", about {eta:.0f} s left" if eta is not None else ""))
                 # Everything hashed at the start (the driver's artifacts and, for a series, the arm configs).
@@ -163,7 +168,7 @@ class RunLoop:
         run = self._open_run(series_dir, journal, slot, order=order)
         known = self.own_children
         try:
-            with run.sampler:
+            with run.sampler, Heartbeat(slot.label, lambda: run.sampler.samples, self.report, self.heartbeat_s):
                 outcome = safe_outcome(self.driver.run(run.request))
         except KeyboardInterrupt:
             ignore_further_interrupts()
@@ -272,6 +277,58 @@ class RunLoop:
         # the series folder as the marker: a process naming either run directory is gone already
         unmarked = self._stop_escapees(journal, runs[0].request.run_dir.parent, labels, known, f"the pair {labels}")
         return {label: own + unmarked for label, own in evidence.items()}
+
+
+class Heartbeat:
+    """A line every `every_s` while a run is in flight (a real trainer's run takes minutes, and nothing else is
+    printed meanwhile): its elapsed time and its window's load so far. `every_s` 0: silent. The clock is
+    injectable, so what it prints is tested without waiting; the thread only calls `beat` on a timer."""
+
+    def __init__(self, label: str, samples: Callable[[], Sequence[LoadSample]], report: Report, every_s: float,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.label, self.samples, self.report, self.every_s, self.clock = label, samples, report, every_s, clock
+        self.began = self.next_at = 0.0
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        self.began = self.clock()
+        self.next_at = self.began + self.every_s
+
+    def beat(self) -> str | None:
+        """The line due now, if one is (at most one per `every_s`, however late the call)."""
+        now = self.clock()
+        if now < self.next_at:
+            return None
+        while self.next_at <= now:
+            self.next_at += self.every_s
+        loads = [s.load1 for s in self.samples()]
+        load = (f"window load1 max {max(loads):.2f}, last {loads[-1]:.2f}" if loads else "no window sample yet")
+        return f"      {self.label} running: elapsed {now - self.began:.0f} s, {load}"
+
+    def __enter__(self) -> Heartbeat:
+        if self.every_s > 0:
+            self.start()
+            self._thread = threading.Thread(target=self._loop, name=f"heartbeat {self.label}", daemon=True)
+            self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+
+    def _loop(self) -> None:
+        while not self._stop.wait(max(0.0, self.next_at - self.clock())):
+            line = self.beat()
+            if line is not None:
+                self.report(line)
+
+
+def progress_counter(index: int, scheduled: int, most: int = 0) -> str:
+    """`[8/24]`, or `[8/≤24]` while the policy may still extend past the runs scheduled so far (a sequential
+    series looks at 8 and may go on to 24): the count a user can trust, not one that grows at every look."""
+    return f"[{index}/≤{most}]" if most > scheduled else f"[{index}/{scheduled}]"
 
 
 def write_record(files: RunFolder, record: RunRecord) -> None:

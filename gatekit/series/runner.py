@@ -54,7 +54,7 @@ class SeriesRunner:
 
     def __init__(self, config: GateConfig, off: ArmSpec, on: ArmSpec, *, driver: Driver | None = None,
                  backend: ChosenBackend | None = None, report: Report = lambda text: None,
-                 load_reader_for: Callable[[str], LoadReader] | None = None) -> None:
+                 load_reader_for: Callable[[str], LoadReader] | None = None, heartbeat_s: float = 0.0) -> None:
         self.config = config
         self.off, self.on = off, on
         self.driver = driver or make_driver(config.driver.name, config.driver.options, source=config.path,
@@ -63,6 +63,7 @@ class SeriesRunner:
         self.report = report
         self.loop = RunLoop(config, {off.name: off, on.name: on}, self.driver, self.backend, report,
                             load_reader_for or (lambda label: read_system_load))
+        self.loop.heartbeat_s = heartbeat_s  # a line every so many seconds during a run (0: none)
         self.spec = DecisionSpec.from_gate(config, off.name, on.name)
         self.policy = policy_for(self.spec.policy, self.spec.design_version)
 
@@ -208,6 +209,7 @@ class SeriesRunner:
                                          start_artifacts={**state.start.provenance_start.artifacts,
                                                           **_arm_config_hashes(opened.predecision)},
                                          resume_hint=f"resume with: gate run --resume {series_dir}",
+                                         most=2 * self.policy.stages(self.spec.n)[-1],
                                          more=lambda current: self._more_slots(opened, journal),
                                          check=stop_at_unretryable)
         for message in changed:
