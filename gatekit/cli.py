@@ -891,9 +891,9 @@ def campaign_cmd(campaign_file: Path, engine: str, address: str | None, max_para
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON on stdout.")
 @click.option("--fail-on", type=click.Choice(["culprit"]), help="Exit 1 when a culprit is named (CI).")
 def bisect_cmd(good: str | None, bad: str | None, gate_path: Path | None, arm: str | None, build_command: str | None,
-               engine: str, address: str | None, max_parallel: int | None, gpus: int | None, budget: int,
-               confidence: float, pairs_per_probe: int | None, resume: Path | None, out: Path | None, as_json: bool,
-               fail_on: str | None) -> None:
+               build_timeout_s: float, engine: str, address: str | None, max_parallel: int | None, gpus: int | None,
+               budget: int, confidence: float, pairs_per_probe: int | None, resume: Path | None, out: Path | None,
+               as_json: bool, fail_on: str | None) -> None:
     """Find the commit between GOOD and BAD that changed the gate's primary metric (docs/bisect.md).
 
     Run in the repository. Each probed commit gets its own worktree and runs the arm interleaved with GOOD;
@@ -908,7 +908,7 @@ def bisect_cmd(good: str | None, bad: str | None, gate_path: Path | None, arm: s
         gate_file = _gate_file(gate_path) if resume is None else gate_path or Path("gate.toml")  # resume: its own
         options = BisectOptions(gate_path=gate_file, arm=arm, build=build_command, engine=engine, address=address,
                                 max_parallel=max_parallel, budget=budget, confidence=confidence, resume=resume,
-                                out=out, gpus=gpus, pairs_per_probe=pairs_per_probe)
+                                out=out, gpus=gpus, pairs_per_probe=pairs_per_probe, build_timeout_s=build_timeout_s)
         return run_bisect(good, bad, options, report=_progress)
 
     result = _call(work)

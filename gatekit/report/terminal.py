@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from gatekit.finding import Finding, RunRow
-from gatekit.policies.base import verdict_headline, words_of
+from gatekit.policies.base import words_of
 from gatekit.report.common import commits_lines, fmt, fmt_signed, runs_per_arm
 from gatekit.report.common import level_text as _level
 from gatekit.sanitize import show_controls
@@ -86,7 +86,8 @@ def summary(finding: Finding, paths: tuple[str, ...] = ()) -> str:
         lines.append(f"sensitivity: {t(row.variant)}: Δ {fmt_signed(row.delta_pct, unit=' %')} → {row.decision.value}")
     # an adoption its own evidence does not confirm says why, and the next step, on the verdict's own line
     unconfirmed = f": {t(words.unconfirmed)}" if words.unconfirmed else ""
-    lines += ["", f"VERDICT: {t(verdict_headline(finding))}{unconfirmed}"]
+    qualified = f" {words.qualifier}" if words.qualifier else ""  # the decision as scripts grep it: GUARD_FAILED
+    lines += ["", f"VERDICT: {finding.decision.value.upper()}{t(qualified)}{unconfirmed}"]
     lines += [f"  - {t(reason)}" for reason in verdict.reasons]
     lines += [f"  ! {t(warning)}" for warning in verdict.warnings]
     if paths:
