@@ -14,16 +14,17 @@ classic rules'. With nothing censored the rule is the two-sample t interval on l
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
 from scipy import stats as scipy_stats
 
-from gatekit import rules, survival
+from gatekit import survival
 from gatekit.config import RulesSpec, ThresholdSpec
 from gatekit.errors import ConfigError
 from gatekit.finding import Finding
-from gatekit.policies.base import Decided, Evidence, PolicyWords, Retry, SimulationDefaults, classic_beside
+from gatekit.policies.base import Decided, Evidence, PolicyWords, SimulationDefaults, classic_beside
+from gatekit.policies.classic import SeedContamination
 from gatekit.policies.sequential import look_codes
 from gatekit.records import RunRecord
 from gatekit.runtable import RunTable
@@ -57,7 +58,7 @@ def too_censored(censored: np.ndarray, on: np.ndarray) -> np.ndarray:
     return result
 
 
-class CensoredPolicy(SimulationDefaults):
+class CensoredPolicy(SeedContamination, SimulationDefaults):
     """A time to target with censored runs: the lognormal AFT time ratio and its interval against the floor."""
 
     name = "censored"
@@ -86,16 +87,6 @@ class CensoredPolicy(SimulationDefaults):
             f"{survival.MIN_REACHED_PER_ARM} reached in an arm → inconclusive (too_censored).",
             "Guards: the classic guards on the arm means; a failed guard fails the gate, a regression stands.",
         ]
-
-    def classify(self, runs: RunTable, rules_spec: RulesSpec, replaced: Mapping[int, rules.Replacement],
-                 cores: int | None) -> RunTable:
-        return rules.classify(runs, rules_spec, replaced)
-
-    def retries(self, classified: RunTable, rules_spec: RulesSpec, off_arm: str, on_arm: str) -> list[Retry]:
-        return [Retry(round_, flagged) for round_, flagged in rules.rounds_needing_retry(classified, rules_spec).items()]
-
-    def unresolved(self, classified: RunTable) -> RunTable:
-        return classified.filter(lambda row: row.problem)
 
     def warnings(self, evidence: Evidence) -> list[str]:
         return list(evidence.guard_warnings)

@@ -21,7 +21,23 @@ from gatekit.runtable import RunTable
 from gatekit.verdict import Decision, Verdict, classic_codes
 
 
-class ClassicPolicy(SimulationDefaults):
+class SeedContamination:
+    """The seed's contamination rules as a policy applies them (docs/statistics.md): a run is flagged on load
+    evidence AND 3σ from its arm, a flagged or failed run's pair is retried once, and one left flagged is
+    unresolved. The classic policy and every policy that keeps its rules (censored) share this one home."""
+
+    def classify(self, runs: RunTable, rules_spec: RulesSpec, replaced: Mapping[int, rules.Replacement],
+                 cores: int | None) -> RunTable:
+        return rules.classify(runs, rules_spec, replaced)
+
+    def retries(self, classified: RunTable, rules_spec: RulesSpec, off_arm: str, on_arm: str) -> list[Retry]:
+        return [Retry(round_, flagged) for round_, flagged in rules.rounds_needing_retry(classified, rules_spec).items()]
+
+    def unresolved(self, classified: RunTable) -> RunTable:
+        return classified.filter(lambda row: row.problem)
+
+
+class ClassicPolicy(SeedContamination, SimulationDefaults):
     """The team's rule (DESIGN step 6): Δ against max(k·σ_off, floor), contamination = load evidence AND
     deviation beyond sigma_k, a contaminated or failed pair re-run once."""
 
@@ -36,16 +52,6 @@ class ClassicPolicy(SimulationDefaults):
 
     def stated_rules(self, primary: str, rules_spec: RulesSpec, threshold: ThresholdSpec) -> list[str]:
         return []  # the classic rules are the predecision's common rules
-
-    def classify(self, runs: RunTable, rules_spec: RulesSpec, replaced: Mapping[int, rules.Replacement],
-                 cores: int | None) -> RunTable:
-        return rules.classify(runs, rules_spec, replaced)
-
-    def retries(self, classified: RunTable, rules_spec: RulesSpec, off_arm: str, on_arm: str) -> list[Retry]:
-        return [Retry(round_, flagged) for round_, flagged in rules.rounds_needing_retry(classified, rules_spec).items()]
-
-    def unresolved(self, classified: RunTable) -> RunTable:
-        return classified.filter(lambda row: row.problem)
 
     def warnings(self, evidence: Evidence) -> list[str]:
         # That rule (ii) cannot fire at this n is a property of the rules, not of this evidence: the predecision
