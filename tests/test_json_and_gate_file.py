@@ -21,7 +21,8 @@ def test_check_json_lists_each_check(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     report = json.loads(done.stdout)
     assert report["ok"] is True and report["checks"]
-    assert all(set(item) == {"name", "ok", "detail"} and item["ok"] for item in report["checks"])
+    assert all(set(item) == {"name", "ok", "warn", "detail"} and item["ok"] and not item["warn"]
+               for item in report["checks"])
     plain = gate_invoke("check", cwd=gate_dir.root)
     assert len(plain.stdout.splitlines()) == len(report["checks"])
 
