@@ -337,12 +337,7 @@ def stop_escapees(run_dir: Path, known: Iterable[int]) -> list[Escapee]:
     each with all its descendants: frozen, recorded (pid, command line) and killed (`freeze_and_kill`),
     then reaped. `known` must not hold a process of any run: one that survived its run is found again.
     """
-    skip = set(known)
-    with signals_deferred():
-        frozen = freeze_and_kill(lambda: [*adopted_children(skip), *processes_in_run_dirs(run_dir)])
-        reap(frozen)
-        reap_orphaned_zombies(skip)
-    return [Escapee(pid, command) for pid, command in frozen.items()]
+    return _sweep(lambda skip: [*adopted_children(skip), *processes_in_run_dirs(run_dir)], known)
 
 
 def group_members(pgid: int) -> list[int]:
@@ -366,9 +361,15 @@ def stop_command_tree(pgid: int, known: Iterable[int]) -> list[Escapee]:
     say which they were. `known` are this process's children that are not the command's (those it had when it
     became the subreaper). The command itself must have been waited for. The sweep of a run, for a command
     that is not a run (a bisect's build): it has no GATEKIT_RUN_DIR to be found by."""
+    return _sweep(lambda skip: [*group_members(pgid), *adopted_children(skip)], known)
+
+
+def _sweep(found: Callable[[set[int]], list[int]], known: Iterable[int]) -> list[Escapee]:
+    """Freeze and kill what `found(known)` lists (asked again until nothing is left), reap it and the orphaned
+    zombies, and say which processes they were: the one sweep of a run and of a build."""
     skip = set(known)
     with signals_deferred():
-        frozen = freeze_and_kill(lambda: [*group_members(pgid), *adopted_children(skip)])
+        frozen = freeze_and_kill(lambda: found(skip))
         reap(frozen)
         reap_orphaned_zombies(skip)
     return [Escapee(pid, command) for pid, command in frozen.items()]
