@@ -182,6 +182,16 @@ class Policy(SimulatedPolicy, Protocol):
         ...
 
 
+class OneLook:
+    """A policy that decides once, on the gate file's n runs per arm (classic, duet, censored): no look before."""
+
+    def stages(self, n: int) -> tuple[int, ...]:
+        return (n,)
+
+    def max_rounds(self, n: int) -> int:
+        return n
+
+
 class SimulationDefaults:
     """The simulation a policy has unless it says otherwise: any scenario, 4 floats a round, no guard."""
 

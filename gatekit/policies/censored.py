@@ -23,7 +23,7 @@ from gatekit import survival
 from gatekit.config import RulesSpec, ThresholdSpec
 from gatekit.errors import ConfigError
 from gatekit.finding import Finding
-from gatekit.policies.base import Decided, Evidence, PolicyWords, SimulationDefaults, classic_beside
+from gatekit.policies.base import Decided, Evidence, OneLook, PolicyWords, SimulationDefaults, classic_beside
 from gatekit.policies.classic import SeedContamination
 from gatekit.policies.sequential import look_codes
 from gatekit.records import RunRecord
@@ -58,17 +58,11 @@ def too_censored(censored: np.ndarray, on: np.ndarray) -> np.ndarray:
     return result
 
 
-class CensoredPolicy(SeedContamination, SimulationDefaults):
+class CensoredPolicy(SeedContamination, OneLook, SimulationDefaults):
     """A time to target with censored runs: the lognormal AFT time ratio and its interval against the floor."""
 
     name = "censored"
     simulates_censoring = True
-
-    def stages(self, n: int) -> tuple[int, ...]:
-        return (n,)
-
-    def max_rounds(self, n: int) -> int:
-        return n
 
     def stated_rules(self, primary: str, rules_spec: RulesSpec, threshold: ThresholdSpec) -> list[str]:
         level = 100 * (1 - 2 * ALPHA)

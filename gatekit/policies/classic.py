@@ -15,7 +15,7 @@ import numpy as np
 from gatekit import diagnostics, rules
 from gatekit.config import RulesSpec, ThresholdSpec
 from gatekit.finding import Finding
-from gatekit.policies.base import Decided, Evidence, PolicyWords, Retry, SimulationDefaults
+from gatekit.policies.base import Decided, Evidence, OneLook, PolicyWords, Retry, SimulationDefaults
 from gatekit.records import RunRecord
 from gatekit.runtable import RunTable
 from gatekit.verdict import Decision, Verdict, classic_codes
@@ -37,18 +37,12 @@ class SeedContamination:
         return classified.filter(lambda row: row.problem)
 
 
-class ClassicPolicy(SeedContamination, SimulationDefaults):
+class ClassicPolicy(SeedContamination, OneLook, SimulationDefaults):
     """The team's rule (DESIGN step 6): Δ against max(k·σ_off, floor), contamination = load evidence AND
     deviation beyond sigma_k, a contaminated or failed pair re-run once."""
 
     name = "classic"
     applies_max_threshold = True
-
-    def stages(self, n: int) -> tuple[int, ...]:
-        return (n,)
-
-    def max_rounds(self, n: int) -> int:
-        return n
 
     def stated_rules(self, primary: str, rules_spec: RulesSpec, threshold: ThresholdSpec) -> list[str]:
         return []  # the classic rules are the predecision's common rules

@@ -48,7 +48,7 @@ from gatekit.diagnostics import log_values, pct
 from gatekit.errors import ConfigError
 from gatekit.finding import DuetInfo, Finding, PairedGuard
 from gatekit.policies import sequential
-from gatekit.policies.base import (Decided, Evidence, PolicyWords, Retry, SimulationDefaults, classic_beside,
+from gatekit.policies.base import (Decided, Evidence, OneLook, PolicyWords, Retry, SimulationDefaults, classic_beside,
                                    guard_values)
 from gatekit.policies.descriptors import describe
 from gatekit.policies.sequential import guard_reason, look_codes, paired_guard, unreplaced_flags, with_guards
@@ -534,7 +534,7 @@ def _reasons(info: DuetInfo, estimate: DuetEstimate, primary: str, design: DuetD
 
 # -- the policy object --------------------------------------------------------------------------------
 
-class DuetPolicy(SimulationDefaults):
+class DuetPolicy(OneLook, SimulationDefaults):
     """Both arms of a pair at once on twin slots in the design's slot order: the pairs' log-ratios with the
     slot effect estimated and removed (version 1: OLS and a Student t interval with n − 2 df; version 2: the
     Huber M-estimate and calibrated critical values), the sequential policy's floor-aware outcomes, paired
@@ -550,12 +550,6 @@ class DuetPolicy(SimulationDefaults):
     def on_slot1(self, pairs: int, draws: int, rng: np.random.Generator) -> np.ndarray:
         """`gate simulate`: where on ran, per simulated gate and pair (DuetDesign.on_slot1)."""
         return self.design.on_slot1(pairs, draws, rng)
-
-    def stages(self, n: int) -> tuple[int, ...]:
-        return (n,)
-
-    def max_rounds(self, n: int) -> int:
-        return n
 
     def stated_rules(self, primary: str, rules_spec: RulesSpec, threshold: ThresholdSpec) -> list[str]:
         floor, alpha, level = threshold.floor_pct, TEST_ALPHA, INTERVAL_LEVEL
