@@ -125,6 +125,33 @@ def test_every_page_shows_its_verdict_and_every_image_loads(site: Path, browser:
         visit.close()
 
 
+FIRST_SCREEN = {"width": 1280, "height": 800}
+
+
+def test_the_verdict_its_why_and_the_next_step_are_in_the_first_screen(site: Path, browser: Any) -> None:
+    """A reader who does not scroll sees the decision, why (the rule's reason and the noise source) and what to do
+    next: each is visible and ends above the fold of a 1280 × 800 window, on every finding's page."""
+    pages = sorted(site.glob("*/index.html"))
+    for path in pages:
+        page = browser.new_page(viewport=FIRST_SCREEN)
+        page.goto(path.as_uri())
+        page.wait_for_load_state("load")
+        verdict = page.locator(".verdict")
+        parts = {"verdict": verdict.locator(".callout-label"), "why": verdict.locator("p:not(.callout-label)"),
+                 "noise": verdict.locator("li", has_text="Noise: "),
+                 "next step": verdict.locator("li", has_text="Next step: ")}
+        for name, part in parts.items():
+            assert part.count() == 1 and part.is_visible(), (path, name)
+            box = part.bounding_box()
+            assert box is not None and 0 <= box["y"] and box["y"] + box["height"] <= FIRST_SCREEN["height"], \
+                (path, name, box)
+        if path.parent.name.startswith("fixture-"):  # the gate run: its windows were sampled
+            assert "the machine was quiet during the runs (load1 up to" in parts["noise"].text_content()
+            ARTIFACTS.mkdir(parents=True, exist_ok=True)
+            page.screenshot(path=str(ARTIFACTS / "report-first-screen.png"))
+        page.close()
+
+
 def test_pages_fit_a_phone(site: Path, browser: Any) -> None:
     (path,) = site.glob("fixture-*/index.html")
     visit = Visit(browser, width=390)

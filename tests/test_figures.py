@@ -12,7 +12,8 @@ from xml.etree import ElementTree
 import pytest
 
 from gatekit.finding import load_finding
-from gatekit.report.figures import clock_figure, delta_figure, duet_figure, load_figure, report_figures, runs_figure
+from gatekit.report.figures import (TRACE_POINTS, binned_medians, clock_figure, delta_figure, duet_figure, load_figure,
+                                    ms_per_iter_figure, report_figures, runs_figure)
 from gatekit.report.rundata import RunFiles, RunTrace, load_run_files, parse_clock_trace
 from gatekit.report.svgplot import Axes, nice_ticks, tick_text
 from tests.conftest import gate_invoke
@@ -75,6 +76,29 @@ def test_the_load_figure_draws_a_line_per_window_and_a_point_for_a_single_sample
     marks = _plotted(_parse(image.data))
     assert len([p for p in marks.iter(f"{SVG}path") if p.get("class") == "series"]) == len(labels) - 1
     assert len(list(marks.iter(f"{SVG}circle"))) == 1
+
+
+def test_binned_medians_by_hand() -> None:
+    assert binned_medians([3.0, 1.0, 2.0], bins=5) == ([1.0, 2.0, 3.0], [3.0, 1.0, 2.0], 1)  # few: as they are
+    # 7 values into at most 3 bins: k = 3; bins [5, 1, 3] [2, 9, 4] [7]; centres 2, 5, 7
+    assert binned_medians([5.0, 1.0, 3.0, 2.0, 9.0, 4.0, 7.0], bins=3) == ([2.0, 5.0, 7.0], [3.0, 4.0, 7.0], 3)
+    assert binned_medians([1.0, 4.0, 2.0, 8.0], bins=1) == ([2.5], [3.0], 4)  # an even bin: the middle two's mean
+
+
+def test_a_long_ms_per_iter_trace_is_drawn_as_binned_medians_not_every_point() -> None:
+    """6 runs × 8000 iterations (the overplot a report once drew point by point): each line has at most
+    TRACE_POINTS points, and the axis and caption say what a point is."""
+    finding = finding_of(golden_data())
+    labels = [run.label for run in finding.runs][:6]
+    traces = {label: RunTrace(label, f"runs/x/{label}", ms_per_iter=tuple(10.0 + (i % 7) for i in range(8000)))
+              for label in labels}
+    image = ms_per_iter_figure(finding, RunFiles(traces=traces))
+    assert image is not None and "median of up to 32 consecutive iterations" in image.caption
+    lines = [p for p in _plotted(_parse(image.data)).iter(f"{SVG}path") if p.get("class") == "series"]
+    assert len(lines) == 6
+    for line in lines:  # "M x,y L x,y L …": one command per point
+        assert line.get("d").count("L") + 1 == 8000 // 32 <= TRACE_POINTS
+    assert "ms per iteration (median of 32)" in _texts(_parse(image.data))
 
 
 def test_a_duet_figure_has_two_bars_per_pair_and_hatches_unused_runs() -> None:

@@ -61,6 +61,44 @@ def test_report_html_and_markdown_match_golden() -> None:
         assert root.tag == "{http://www.w3.org/2000/svg}svg" and root.get("width") == "720"
 
 
+def test_key_numbers_read_to_three_significant_figures() -> None:
+    from gatekit.report.page import sig
+
+    assert [sig(v) for v in (-24.5857, 17.7123, 0.76249, 10.0167, 9.996, 124.605, 1234.5, 0.000123456, 0.0)] == [
+        "-24.6", "17.7", "0.762", "10.0", "10.0", "125", "1230", "0.000123", "0"]
+    assert sig(5.3245, signed=True, unit=" %") == "+5.32 %" and sig(None) == sig(float("nan")) == "—"
+
+
+def test_a_busy_machine_is_named_as_the_noise_source_and_an_undecided_verdict_gives_its_own_next_step() -> None:
+    """What the issue's report hid three screens down (load 5.6 on 2 cores, CPU pressure ~100 %) is in the
+    verdict box, with the next step the verdict's last reason gives."""
+    from gatekit.report.page import NEXT_STEPS, next_step_text, noise_source, verdict_callout
+    from gatekit.verdict import MORE_RUNS, QUIETER_MACHINE, Decision
+
+    quiet = finding_of(golden_data())
+    assert noise_source(quiet) == ("Noise: the machine was quiet during the runs (load1 up to 1.30 on 2 cores); "
+                                   "σ off 0.762 %, σ on 0.805 %")
+    assert next_step_text(quiet) == "Next step: " + NEXT_STEPS[Decision.ADOPTED]
+    data = golden_data()
+    data["stats"].update(sigma_off_pct=17.7123, sigma_on_pct=12.0)
+    data["runs"][2]["window"].update(load1_max=5.6, psi_cpu_pct=99.8)
+    data["runs"][3]["load_evidence"] = True
+    data["verdict"].update(decision="inconclusive", reasons=["too noisy to tell",
+                                                             f"next step: {MORE_RUNS}; or {QUIETER_MACHINE}"],
+                           reason_codes=["too_noisy", "next_step"])
+    busy = finding_of(data)
+    assert noise_source(busy) == ("Noise: the machine was busy during the runs (load1 up to 5.60 on 2 cores, "
+                                  "CPU pressure up to 99.8 % of a window, 1 of 8 runs flagged by the load rule); "
+                                  "σ off 17.7 %, σ on 12.0 %")
+    callout = verdict_callout(busy)
+    assert callout["text"] == "too noisy to tell"
+    assert callout["items"] == [noise_source(busy), f"Next step: {MORE_RUNS}; or {QUIETER_MACHINE}"]
+    del data["runs"][3]["load_evidence"]
+    for run in data["runs"]:
+        run["window"] = {"samples": 0}
+    assert "no run window was sampled" in noise_source(finding_of(data))
+
+
 def test_page_has_every_part_the_issue_lists() -> None:
     files = report_files(prepare([(finding_of(golden_data()), NO_RUNS, "f.json")]))
     page = files["golden-2026-11-30/index.html"].decode()
@@ -106,8 +144,9 @@ def test_narrative_sections_render_like_the_seed_finding() -> None:
     (prepared,) = prepare([(finding_of(data), NO_RUNS, "seed.json")])
     page = report_files([prepared])[f"{prepared.folder}/index.html"].decode()
     narrative = page.split("<h2>Narrative</h2>", 1)[1]
-    # the finding's lead opens the page; people's sections follow under Narrative, generated ones are not repeated
-    assert page.index('<p class="lead">') < page.index("Verdict: ADOPTED") < page.index("<h2>Narrative</h2>")
+    # the verdict opens the page, then the finding's lead; people's sections follow under Narrative, generated ones
+    # are not repeated
+    assert page.index("Verdict: ADOPTED") < page.index('<p class="lead">') < page.index("<h2>Narrative</h2>")
     assert "<h2>1. <code>read_mean_ssim</code> の呼び出し経路と消費箇所の分類</h2>" in narrative
     assert "<th>呼び出し元</th>" in narrative and "<td><code>train_loop.rs</code> L266</td>" in narrative
     assert "<dt><code>loss_history</code></dt><dd><strong>唯一の実質的な消費者はさらに 2 段先</strong></dd>" in narrative

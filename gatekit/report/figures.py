@@ -260,21 +260,43 @@ def clock_figure(finding: Finding, run_files: RunFiles) -> FigureImage | None:
     return _image("clock.svg", caption, "Line chart of the GPU SM clock over each run window", ax)
 
 
+# A trace line shows at most this many points per run: 6 runs × 8000 iterations drawn point by point overplot
+# into a solid block (and a megabyte of SVG); the median of each bin keeps the trend and drops the jitter.
+TRACE_POINTS = 250
+
+
+def binned_medians(values: Sequence[float], bins: int = TRACE_POINTS) -> tuple[list[float], list[float], int]:
+    """(x, y, k): the median of every k consecutive values (k the smallest that gives at most `bins` points),
+    x the 1-based position of each bin's centre; the values themselves (k = 1) when they are few enough."""
+    k = max(1, math.ceil(len(values) / bins))
+    xs, ys = [], []
+    for start in range(0, len(values), k):
+        chunk = sorted(values[start:start + k])
+        middle = len(chunk) // 2
+        ys.append(chunk[middle] if len(chunk) % 2 else (chunk[middle - 1] + chunk[middle]) / 2)
+        xs.append(start + (len(chunk) + 1) / 2)
+    return xs, ys, k
+
+
 def ms_per_iter_figure(finding: Finding, run_files: RunFiles) -> FigureImage | None:
-    """The trainer's own per-iteration times (`trace.ms_per_iter`), one line per run."""
-    series = []
+    """The trainer's own per-iteration times (`trace.ms_per_iter`), one line per run: the median of every k
+    iterations where a run has more than TRACE_POINTS of them."""
+    series, binned = [], 1
     for run in finding.runs:
         trace = run_files.traces.get(run.label)
         if trace is not None and trace.ms_per_iter:
-            ys = list(trace.ms_per_iter)
-            series.append((run.label, run.arm, (list(range(1, len(ys) + 1)), ys)))
+            xs, ys, k = binned_medians(list(trace.ms_per_iter))
+            binned = max(binned, k)
+            series.append((run.label, run.arm, (xs, ys)))
     if not series:
         return None
     ax = _trace_axes(finding, series)
     ax.xlabel = "iteration"
-    ax.ylabel = "ms per iteration"
-    return _image("ms_per_iter.svg", "ms per iteration as each trainer reported it (trace.ms_per_iter)",
-                  "Line chart of milliseconds per iteration for each run", ax)
+    ax.ylabel = "ms per iteration" + (f" (median of {binned})" if binned > 1 else "")
+    caption = "ms per iteration as each trainer reported it (trace.ms_per_iter)"
+    if binned > 1:
+        caption += f", each line the median of up to {binned} consecutive iterations ({TRACE_POINTS} points a run at most)"
+    return _image("ms_per_iter.svg", caption, "Line chart of milliseconds per iteration for each run", ax)
 
 
 def quality_figure(finding: Finding, run_files: RunFiles) -> FigureImage | None:

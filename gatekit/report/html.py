@@ -37,6 +37,8 @@ a{color:var(--link)}
 nav.crumbs{font-size:.9rem;margin-bottom:.75rem}
 .eyebrow{color:var(--muted);font-size:.85rem;margin:0 0 .25rem;overflow-wrap:anywhere}
 h1{font-size:1.6rem;line-height:1.25;margin:.1rem 0 .5rem;overflow-wrap:anywhere}
+details{margin:.5rem 0 1rem}
+summary{cursor:pointer;color:var(--link);font-weight:600}
 h2{font-size:1.2rem;margin:2rem 0 .6rem;padding-bottom:.25rem;border-bottom:1px solid var(--line)}
 .subtitle{color:var(--muted);margin:.25rem 0 .5rem;overflow-wrap:anywhere}
 .tags{list-style:none;padding:0;margin:.5rem 0 1rem;display:flex;flex-wrap:wrap;gap:.35rem}
@@ -174,8 +176,9 @@ def render_block(block: Mapping[str, Any]) -> str:
         decision = f' data-decision="{esc(block["decision"])}"' if "decision" in block else ""
         body = f"<p>{inline(block.get('text', ''), plain)}</p>" if block.get("text") else ""
         items = block.get("items")
-        if items:
-            body += "<ul>" + "".join(f"<li>{inline(i, plain)}</li>" for i in items) + "</ul>"
+        if items:  # gatekit's own words may mark `code` (marked_items) though the text beside them is plain
+            items_plain = plain and not block.get("marked_items")
+            body += "<ul>" + "".join(f"<li>{inline(i, items_plain)}</li>" for i in items) + "</ul>"
         label = f'<p class="callout-label">{inline(block.get("label", ""), plain)}</p>' if block.get("label") else ""
         return (f'<aside class="callout callout-{_variant(block.get("variant"))}{extra}"{role}{decision}>'
                 f"{label}{body}</aside>")
@@ -194,6 +197,9 @@ def render_block(block: Mapping[str, Any]) -> str:
         src = esc(url)
         return (f'<figure><div class="figure-scroll"><a href="{src}"><img src="{src}" '
                 f'alt="{esc(block.get("alt", ""))}"{size}></a></div>{caption}</figure>')
+    if kind == "details":  # folded: the page's own depth (every statistic), one click away
+        inner = "\n".join(render_block(b) for b in block.get("blocks", []) if isinstance(b, Mapping))
+        return f"<details><summary>{inline(block.get('summary', ''), plain)}</summary>\n{inner}\n</details>"
     if kind == "links":
         items = []
         for item in block.get("items", []):
@@ -254,8 +260,17 @@ def blocks_html(title: str, eyebrow: str, subtitle: str, blocks: Sequence[Mappin
               + (f'<ul class="tags">{tag_items}</ul>' if tag_items else "") + "</header>")
     body = "\n".join(render_block(block) for block in blocks)
     origin = f" from {esc(source)}" if source else ""
-    footer = f"<footer>Rendered by {esc(generator)}{origin}. Figures are PNG files beside this page.</footer>"
+    footer = f"<footer>Rendered by {esc(generator)}{origin}.{_figures_note(blocks)}</footer>"
     return _document(document_title or title, f"{header}\n{body}\n{footer}")
+
+
+def _figures_note(blocks: Sequence[Mapping[str, Any]]) -> str:
+    """What the footer says of the page's figures: their files and format, as the figure blocks name them."""
+    names = [str(b.get("src", "")) for b in blocks if b.get("type") == "figure" and safe_url(b.get("src"))]
+    if not names:
+        return ""
+    kinds = sorted({name.rsplit(".", 1)[-1].upper() for name in names if "." in name})
+    return f" Figures: {', '.join(esc(n) for n in names)} ({', '.join(kinds) or 'image'} files beside this page)."
 
 
 def index_html(entries: Sequence[Mapping[str, Any]], *, title: str = "Findings", generator: str = "gatekit") -> str:

@@ -7,6 +7,7 @@ breaks a table. Narrative text keeps its inline `code` and **bold** (code spans 
 
 from __future__ import annotations
 
+import html
 import re
 from typing import TYPE_CHECKING, Any, Mapping
 from urllib.parse import quote
@@ -92,7 +93,8 @@ def render_block(block: Mapping[str, Any]) -> str:
         if block.get("text"):
             lines += [">"] if lines else []
             lines.append(f"> {_text(block['text'], plain)}")
-        lines += [f"> - {_text(item, plain)}" for item in block.get("items", []) or []]
+        items_plain = plain and not block.get("marked_items")  # gatekit's own words may mark `code`
+        lines += [f"> - {_text(item, items_plain)}" for item in block.get("items", []) or []]
         return "\n".join(lines)
     if kind == "list":
         return "\n".join(f"- {_text(item, plain)}" for item in block.get("items", []))
@@ -102,6 +104,10 @@ def render_block(block: Mapping[str, Any]) -> str:
         if not url:
             return f"{literal(block.get('alt', ''))} ({IMAGE_LEFT_OUT})\n\n{caption}"
         return f"![{literal(block.get('alt', ''))}]({destination(url)})\n\n{caption}"
+    if kind == "details":  # GitHub folds it as the HTML page does; the summary is HTML there, escaped as such
+        inner = "\n\n".join(render_block(b) for b in block.get("blocks", []) if isinstance(b, Mapping))
+        summary = html.escape(show_controls(str(block.get("summary", ""))), quote=True)
+        return f"<details><summary>{summary}</summary>\n\n{inner}\n\n</details>"
     if kind == "links":
         items = []
         for item in block.get("items", []):

@@ -10,6 +10,7 @@ people added are rendered in order under "Narrative".
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
@@ -19,7 +20,7 @@ from gatekit.report.common import (MISSING, delta_ci, fmt, fmt_signed, guard_met
 from gatekit.policies.base import verdict_headline, verdict_sentence
 from gatekit.report.narrative import narrative
 from gatekit.report.rundata import RunFiles
-from gatekit.verdict import Decision
+from gatekit.verdict import MORE_RUNS, NEXT_STEP, Decision
 
 if TYPE_CHECKING:  # figures import matplotlib; the page only reads their names and sizes
     from gatekit.report.figures import FigureImage
@@ -110,6 +111,32 @@ def _further_stats(s: Stats) -> list[tuple[str, Any]]:
     typed = [(f.name, getattr(s, f.name)) for f in dataclasses.fields(s)
              if f.name not in _SHOWN_STATS and f.name != "extra_keys"]
     return typed + list(s.extra_keys.items())
+
+
+def sig(value: Any, digits: int = 3, unit: str = "", signed: bool = False) -> str:
+    """A key number to `digits` significant figures (−24.6, 0.763, 17.7, 1230; never an exponent),
+    MISSING when absent or not finite: what a reader compares at a glance (the folded table keeps 4 decimals)."""
+    if not is_number(value):
+        return MISSING
+    rounded = float(f"{value:.{digits}g}")  # rounded first, so 9.996 reads 10.0, not 10.00
+    decimals = 0 if rounded == 0 else max(0, digits - 1 - math.floor(math.log10(abs(rounded))))
+    return f"{rounded:{'+' if signed else ''}.{decimals}f}" + unit
+
+
+def key_numbers(finding: Finding) -> list[Block]:
+    """The figures a decision rests on, to 3 significant figures: each arm's runs, mean and σ, then Δ against
+    the threshold, the CI of Δ and the pairs."""
+    gate, s = finding.gate, finding.stats
+    arm_rows = [["runs used", fmt(s.n_off), fmt(s.n_on)],
+                ["mean", sig(s.mean_off), sig(s.mean_on)],
+                ["σ (% of mean)", sig(s.sigma_off_pct), sig(s.sigma_on_pct)]]
+    items = [("Δ = (on − off) / off", f"{sig(s.delta_pct, signed=True)} %"),
+             ("threshold", f"± {sig(s.threshold_pct)} % = {gate.threshold.rule}, {gate.direction} is better"),
+             ("pairs where on is better", fmt(s.pairs_consistent))]
+    ci = delta_ci(s)
+    if ci is not None:
+        items.insert(1, (f"{ci[2]} of Δ", f"[{sig(ci[0], signed=True)}, {sig(ci[1], signed=True)}] %"))
+    return [_table(["", finding.off_arm, finding.on_arm], ["left", "right", "right"], arm_rows), _kv(items)]
 
 
 def stats_blocks(finding: Finding) -> list[Block]:
@@ -305,13 +332,74 @@ def narrative_blocks(finding: Finding) -> tuple[str, list[Block]]:
     return lead, blocks
 
 
+# CPU pressure above this share of a window: some task waited for a CPU a tenth of the time, so the trainer ran
+# beside other work (a quiet machine reads well under 1 %).
+BUSY_PRESSURE_PCT = 10.0
+
+
+def noise_source(finding: Finding) -> str:
+    """Why the runs spread as they did, from what the finding recorded: the arms' σ and what the machine did
+    during the run windows (load1 against its cores, CPU pressure, steal, runs flagged, backend evidence)."""
+    s = finding.stats
+    spread = f"σ off {sig(s.sigma_off_pct)} %, σ on {sig(s.sigma_on_pct)} %"
+    windows = [run.window for run in finding.runs if run.window.samples]
+    if not windows:
+        return (f"Noise: {spread}; no run window was sampled (a CSV or an imported file), so what the machine "
+                "did during the runs is not recorded")
+    facts, busy = [], False
+    loads = [w.load1_max for w in windows if is_number(w.load1_max)]
+    cores = finding.provenance.host.get("cpu_count")
+    if loads:
+        on_cores = f" on {cores} cores" if is_number(cores) and cores > 0 else ""
+        facts.append(f"load1 up to {sig(max(loads))}{on_cores}")
+        busy = bool(on_cores) and max(loads) > cores
+    pressure = [w.psi_cpu_pct for w in windows if is_number(w.psi_cpu_pct)]
+    if pressure:
+        facts.append(f"CPU pressure up to {sig(max(pressure))} % of a window")
+        busy = busy or max(pressure) >= BUSY_PRESSURE_PCT
+    steal = [w.steal_pct for w in windows if is_number(w.steal_pct) and w.steal_pct > 0]
+    if steal:
+        facts.append(f"CPU steal up to {sig(max(steal))} %")
+    flagged = sum(1 for run in finding.runs if run.load_evidence)
+    if flagged:
+        facts.append(f"{flagged} of {len(finding.runs)} runs flagged by the load rule")
+        busy = True
+    evidence = sum(1 for run in finding.runs if run.window.evidence)
+    if evidence:
+        facts.append(f"backend evidence in {evidence} run windows (another process on the device)")
+        busy = True
+    state = "the machine was busy during the runs" if busy else "the machine was quiet during the runs"
+    return f"Noise: {state} ({', '.join(facts) or 'no load recorded'}); {spread}"
+
+
+# What to do after each decision, when the verdict's reasons give no next step of their own.
+NEXT_STEPS = {
+    Decision.ADOPTED: "adopt the change; this finding is its evidence (`gate verify SERIES FINDING` re-checks it)",
+    Decision.REGRESSION: "do not merge: on is slower beyond the threshold; `gate bisect GOOD BAD` finds the commit "
+                         "when the cause is not known",
+    Decision.REJECTED: "keep off: no change of the threshold's size is shown; if a smaller one matters, `gate plan` "
+                       "gives the runs per arm that can show it",
+    Decision.EQUIVALENT: "the change is neutral within the floor: merge it for its other merits",
+    Decision.GUARD_FAILED: "fix the quality loss first (see Quality guards): a failed guard blocks whatever Δ says",
+    Decision.INCONCLUSIVE: MORE_RUNS,
+    Decision.INVALID: "fix what the reasons name, then run the gate again (`gate check` lists problems before any run)",
+}
+
+
+def next_step_text(finding: Finding) -> str:
+    """The verdict's own next step (an undecided verdict's last reason), else the one for its decision."""
+    own = [reason.removeprefix(NEXT_STEP) for reason in finding.verdict.reasons if reason.startswith(NEXT_STEP)]
+    return "Next step: " + (own[0] if own else NEXT_STEPS[finding.decision])
+
+
 def verdict_callout(finding: Finding) -> Block:
+    """The first thing on the page: the decision, its rule-level reason, the noise source and the next step."""
     decision = finding.decision
     qualified = verdict_sentence(finding)  # an adoption its evidence does not confirm says so in the box
     return {"type": "callout", "label": f"Verdict: {verdict_headline(finding)}",
             "variant": "warning" if qualified else decision.severity,
-            "text": qualified or one_line_why(finding.verdict), "plain": True, "role": "verdict",
-            "decision": decision.value}
+            "text": qualified or one_line_why(finding.verdict),
+            "items": [noise_source(finding), next_step_text(finding)], "marked_items": True, "plain": True, "role": "verdict", "decision": decision.value}
 
 
 def _figure(image: FigureImage, prefix: str) -> Block:
@@ -324,14 +412,16 @@ def build_page(finding: Finding, figures: Mapping[str, FigureImage], run_files: 
     """Every part of the report, in reading order. `related` maps finding ids to links that exist."""
     meta, gate, verdict = finding.meta, finding.gate, finding.verdict
     lead, narrative_sections = narrative_blocks(finding)
-    blocks: list[Block] = []
+    blocks: list[Block] = [verdict_callout(finding)]  # the verdict, why and next step lead, in the first screen
+    blocks += [_heading("Key numbers"), *key_numbers(finding)]
     if lead:
         blocks.append({"type": "lead", "text": lead})
-    blocks.append(verdict_callout(finding))
     if figures.get("runs"):
         blocks.append(_figure(figures["runs"], figure_prefix))
     blocks += [_heading("Runs in execution order"), run_table(finding)]
-    blocks += [_heading("Decision"), *stats_blocks(finding)]
+    blocks += [_heading("Decision"),
+               {"type": "details", "summary": "Every statistic, to 4 decimals", "blocks": stats_blocks(finding),
+                "plain": True}]
     if figures.get("delta"):
         blocks.append(_figure(figures["delta"], figure_prefix))
     guards = guards_table(finding)
