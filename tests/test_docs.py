@@ -319,6 +319,19 @@ def test_the_readme_is_a_short_read_that_links_every_docs_page() -> None:
         assert f"](docs/{page.name})" in README, f"docs/{page.name} is not linked from the README"
 
 
+# The first hour: the README, then the PR gate, then CI. Depth goes to the pages they link, not into these.
+FIRST_HOUR = (ROOT / "README.md", DOCS / "compare.md", DOCS / "ci.md")
+FIRST_HOUR_WORDS = 3000
+
+
+def test_the_first_hour_path_is_a_read_a_newcomer_finishes() -> None:
+    contents = README.split("\n## Contents\n", 1)[1].split("\n## ", 1)[0]
+    assert "](#a-first-gate)" in contents and "](#the-pr-gate)" in contents and "](docs/ci.md)" in contents
+    words = sum(len(page.read_text().split()) for page in FIRST_HOUR)  # what `wc -w` counts
+    assert words < FIRST_HOUR_WORDS, f"the first-hour path is {words} words: move depth to the reference pages"
+    assert f"under {FIRST_HOUR_WORDS:,} words" in contents
+
+
 def test_troubleshooting_quotes_the_verdicts_own_words() -> None:
     from gatekit.verdict import MORE_RUNS, NEXT_STEP, QUIETER_MACHINE, TOO_FEW_USED, too_noisy_reason
     text = " ".join((DOCS / "troubleshooting.md").read_text().split())
