@@ -348,11 +348,11 @@ def noise_source(finding: Finding) -> str:
                 "did during the runs is not recorded")
     facts, busy = [], False
     loads = [w.load1_max for w in windows if is_number(w.load1_max)]
-    cores = finding.provenance.host.get("cpu_count")
+    count = finding.provenance.host.get("cpu_count")
+    cores = float(count) if is_number(count) and count > 0 else None
     if loads:
-        on_cores = f" on {cores} cores" if is_number(cores) and cores > 0 else ""
-        facts.append(f"load1 up to {sig(max(loads))}{on_cores}")
-        busy = bool(on_cores) and max(loads) > cores
+        facts.append(f"load1 up to {sig(max(loads))}" + (f" on {count} cores" if cores else ""))
+        busy = cores is not None and max(loads) > cores  # more runnable tasks than cores: some waited
     pressure = [w.psi_cpu_pct for w in windows if is_number(w.psi_cpu_pct)]
     if pressure:
         facts.append(f"CPU pressure up to {sig(max(pressure))} % of a window")
