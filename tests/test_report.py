@@ -67,6 +67,10 @@ def test_key_numbers_read_to_three_significant_figures() -> None:
     assert [sig(v) for v in (-24.5857, 17.7123, 0.76249, 10.0167, 9.996, 124.605, 1234.5, 0.000123456, 0.0)] == [
         "-24.6", "17.7", "0.762", "10.0", "10.0", "125", "1230", "0.000123", "0"]
     assert sig(5.3245, signed=True, unit=" %") == "+5.32 %" and sig(None) == sig(float("nan")) == "—"
+    from gatekit.report.page import three_figures
+    assert three_figures("train_elapsed_s Δ -32.5262 % clears the threshold ±2.1787 % (lower is better)") == \
+        "train_elapsed_s Δ -32.5 % clears the threshold ±2.18 % (lower is better)"
+    assert three_figures("n=3, 1.155σ, v1.23456.7, psnr_db +0.0531 dB") == "n=3, 1.155σ, v1.23456.7, psnr_db +0.0531 dB"
 
 
 def test_a_busy_machine_is_named_as_the_noise_source_and_an_undecided_verdict_gives_its_own_next_step() -> None:

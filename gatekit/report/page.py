@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
@@ -392,13 +393,22 @@ def next_step_text(finding: Finding) -> str:
     return "Next step: " + (own[0] if own else NEXT_STEPS[finding.decision])
 
 
+_FOUR_DECIMALS = re.compile(r"(?<![\w.])([-+]?)(\d+\.\d{4,})(?![\w.])")
+
+
+def three_figures(text: str) -> str:
+    """A reason as the verdict box shows it: its numbers of 4 or more decimals to 3 significant figures
+    ("Δ -32.5262 % clears the threshold ±2.1787 %" → "Δ -32.5 % … ±2.18 %"); the Reasons list keeps them whole."""
+    return _FOUR_DECIMALS.sub(lambda m: m.group(1) + sig(float(m.group(2))), text)
+
+
 def verdict_callout(finding: Finding) -> Block:
     """The first thing on the page: the decision, its rule-level reason, the noise source and the next step."""
     decision = finding.decision
     qualified = verdict_sentence(finding)  # an adoption its evidence does not confirm says so in the box
     return {"type": "callout", "label": f"Verdict: {verdict_headline(finding)}",
             "variant": "warning" if qualified else decision.severity,
-            "text": qualified or one_line_why(finding.verdict),
+            "text": three_figures(qualified or one_line_why(finding.verdict)),
             "items": [noise_source(finding), next_step_text(finding)], "marked_items": True, "plain": True, "role": "verdict", "decision": decision.value}
 
 
