@@ -70,7 +70,8 @@ def test_key_numbers_read_to_three_significant_figures() -> None:
     from gatekit.report.page import three_figures
     assert three_figures("train_elapsed_s Δ -32.5262 % clears the threshold ±2.1787 % (lower is better)") == \
         "train_elapsed_s Δ -32.5 % clears the threshold ±2.18 % (lower is better)"
-    assert three_figures("n=3, 1.155σ, v1.23456.7, psnr_db +0.0531 dB") == "n=3, 1.155σ, v1.23456.7, psnr_db +0.0531 dB"
+    untouched = "n=3, 1.155σ, v1.23456.7, psnr_db +0.0531 dB"  # 3 decimals, a version, 3 figures already
+    assert three_figures(untouched) == untouched
 
 
 def test_a_busy_machine_is_named_as_the_noise_source_and_an_undecided_verdict_gives_its_own_next_step() -> None:
@@ -101,6 +102,18 @@ def test_a_busy_machine_is_named_as_the_noise_source_and_an_undecided_verdict_gi
     for run in data["runs"]:
         run["window"] = {"samples": 0}
     assert "no run window was sampled" in noise_source(finding_of(data))
+
+
+def test_the_footer_names_the_figures_gatekit_drew_and_their_format() -> None:
+    """It said "Figures are PNG files" under SVG figures; it names what is beside the page, and an image a
+    section people added links to (elsewhere, any format) is none of them."""
+    data = golden_data()
+    data["sections"] = [*data["sections"], {"type": "figure", "src": "img/photo.png", "caption": "a photo",
+                                            "role": "drawn"}]
+    page = report_files(prepare([(finding_of(data), NO_RUNS, "f.json")]))["golden-2026-11-30/index.html"].decode()
+    footer = page.split("<footer>", 1)[1]
+    assert "Figures: runs.svg, delta.svg (SVG files beside this page)." in footer
+    assert "photo" not in footer and "PNG" not in footer and 'src="img/photo.png"' in page
 
 
 def test_page_has_every_part_the_issue_lists() -> None:

@@ -295,7 +295,8 @@ def ms_per_iter_figure(finding: Finding, run_files: RunFiles) -> FigureImage | N
     ax.ylabel = "ms per iteration" + (f" (median of {binned})" if binned > 1 else "")
     caption = "ms per iteration as each trainer reported it (trace.ms_per_iter)"
     if binned > 1:
-        caption += f", each line the median of up to {binned} consecutive iterations ({TRACE_POINTS} points a run at most)"
+        caption += (f", each line the median of up to {binned} consecutive iterations ({TRACE_POINTS} points a run "
+                    "at most)")
     return _image("ms_per_iter.svg", caption, "Line chart of milliseconds per iteration for each run", ax)
 
 

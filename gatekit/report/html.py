@@ -265,8 +265,10 @@ def blocks_html(title: str, eyebrow: str, subtitle: str, blocks: Sequence[Mappin
 
 
 def _figures_note(blocks: Sequence[Mapping[str, Any]]) -> str:
-    """What the footer says of the page's figures: their files and format, as the figure blocks name them."""
-    names = [str(b.get("src", "")) for b in blocks if b.get("type") == "figure" and safe_url(b.get("src"))]
+    """What the footer says of the figures gatekit drew beside the page (`role = "drawn"`; people's sections
+    cannot carry a role): their files and format."""
+    names = [str(b.get("src", "")) for b in blocks
+             if b.get("type") == "figure" and b.get("role") == "drawn" and safe_url(b.get("src"))]
     if not names:
         return ""
     kinds = sorted({name.rsplit(".", 1)[-1].upper() for name in names if "." in name})

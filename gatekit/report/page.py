@@ -409,12 +409,14 @@ def verdict_callout(finding: Finding) -> Block:
     return {"type": "callout", "label": f"Verdict: {verdict_headline(finding)}",
             "variant": "warning" if qualified else decision.severity,
             "text": three_figures(qualified or one_line_why(finding.verdict)),
-            "items": [noise_source(finding), next_step_text(finding)], "marked_items": True, "plain": True, "role": "verdict", "decision": decision.value}
+            "items": [noise_source(finding), next_step_text(finding)], "marked_items": True, "plain": True,
+            "role": "verdict", "decision": decision.value}
 
 
 def _figure(image: FigureImage, prefix: str) -> Block:
-    return {"type": "figure", "src": prefix + image.name, "alt": image.alt, "caption": image.caption,
-            "width": image.width, "height": image.height}
+    # role: a figure gatekit drew beside the page (the footer names these; a section's image is not one)
+    return {"type": "figure", "role": "drawn", "src": prefix + image.name, "alt": image.alt,
+            "caption": image.caption, "width": image.width, "height": image.height}
 
 
 def build_page(finding: Finding, figures: Mapping[str, FigureImage], run_files: RunFiles, *,
