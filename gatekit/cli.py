@@ -21,7 +21,7 @@ from gatekit.driver import (BACKEND_GROUP, DRIVER_GROUP, installed_backends, ins
 from gatekit.engines import ENGINES
 from gatekit.errors import (EXIT_FAIL_ON, EXIT_INVALID, MACHINE_ERRNOS, ConfigError, DriverError, GatekitError,
                             SeriesInterrupted, write_failed)
-from gatekit.policies.descriptors import (DEFAULT_POLICY, INTERLEAVED, describe, gate_policies, policies_of_mode,
+from gatekit.policies.descriptors import (DEFAULT_POLICY, IMPORT_POLICY, INTERLEAVED, describe, gate_policies, policies_of_mode,
                                           simulation_policies, suite_policies)
 from gatekit.preflight import run_checks
 from gatekit.sanitize import show_controls  # control characters and bidi overrides shown as escapes
@@ -1025,20 +1025,26 @@ def import_options(command: Callable) -> Callable:
                          show_default=True, help="Folder for the finding."),
             click.option("--json", "as_json", is_flag=True, help="Print the finding as JSON on stdout."),
             click.option("--fail-on", type=click.Choice(sorted(FAIL_ON)), help="Exit 1 on this outcome."),
+            click.option("--policy", "import_policy", metavar="NAME",
+                         help=f"Decide by this policy: {IMPORT_POLICY} (default: ranks, fit for thousands of "
+                              "heavy-tailed runs) or classic (the gate's rule)."),
+            click.option("--floor-pct", type=float, metavar="PCT",
+                         help="The smallest change that counts, in percent (default 1)."),
             ci_output_options)):
         command = option(command)
     return command
 
 
 def _import(evidence: Callable[[], SeriesEvidence], *, out: Path, as_json: bool, fail_on: str | None,
-            ci: CiOutputs) -> None:
-    """Analyze imported evidence like a gate's own, write the finding and its CI outputs, exit by outcome."""
+            import_policy: str | None, floor_pct: float | None, ci: CiOutputs) -> None:
+    """Analyze imported evidence like a gate's own, under the policy and floor asked for, write the finding and
+    its CI outputs, exit by outcome."""
     def work() -> Any:
         from gatekit.analysis import analyze
         from gatekit.finding import write_finding
-        from gatekit.importers.common import refuse_to_replace
+        from gatekit.importers.common import decided_by, refuse_to_replace
 
-        finding = analyze(evidence())
+        finding = analyze(decided_by(evidence(), policy=import_policy, floor_pct=floor_pct))
         refuse_to_replace(finding, out)
         return finding, write_finding(finding, out)
 
