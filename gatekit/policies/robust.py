@@ -16,6 +16,7 @@ import math
 from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
+from scipy import special
 
 from gatekit import ranks
 from gatekit.config import RulesSpec, ThresholdSpec
@@ -143,6 +144,14 @@ class RobustPolicy(SeedContamination, OneLook, SimulationDefaults):
         if info is None or info.p_better is None or info.p_worse is None:
             return 1.0, 1.0
         return info.p_better, info.p_worse
+
+    def one_sided_p_arrays(self, off_log: np.ndarray, on_log: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """`one_sided_p` of many simulated gates: the rank-sum test, normal with continuity (lower is better)."""
+        m, n = off_log.shape[-1], on_log.shape[-1]
+        above = ranks.count_at_least(off_log, on_log, 0.0)  # pairs where on is the slower
+        sd = math.sqrt(m * n * (m + n + 1) / 12)
+        return (special.ndtr((above + 0.5 - m * n / 2) / sd),
+                special.ndtr((m * n - above + 0.5 - m * n / 2) / sd))
 
     def check_scenario(self, scenario: Scenario) -> None:
         if scenario.guard_drop is not None:
