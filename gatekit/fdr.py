@@ -23,7 +23,7 @@ from gatekit.policies.descriptors import gate_policies, policy_for
 from gatekit.verdict import Decision, Reason, ReasonCode, Verdict
 
 
-def benjamini_hochberg(p_values: Sequence[float], q: float) -> np.ndarray:
+def benjamini_hochberg(p_values: Sequence[float] | np.ndarray, q: float) -> np.ndarray:
     """Which hypotheses BH rejects at level q: those with p ≤ p_(k*), k* the largest k with p_(k) ≤ k·q/m
     (NaN p: never rejected)."""
     p = np.asarray(p_values, float)

@@ -74,7 +74,7 @@ def kth_of_differences(off: np.ndarray, on: np.ndarray, k: int) -> float:
     return kth_difference(np.sort(off), on, k)
 
 
-def shift_interval(off_logs: Sequence[float], on_logs: Sequence[float], alpha: float) -> ShiftInterval:
+def shift_interval(off_logs: Sequence[float] | np.ndarray, on_logs: Sequence[float] | np.ndarray, alpha: float) -> ShiftInterval:
     """Hodges–Lehmann shift and the Mann–Whitney inversion interval [D_(k), D_(mn+1−k)] (two-sided 1 − 2α)."""
     off, on = np.asarray(off_logs, float), np.asarray(on_logs, float)
     shift = hodges_lehmann_log(off.tolist(), on.tolist())
@@ -85,7 +85,7 @@ def shift_interval(off_logs: Sequence[float], on_logs: Sequence[float], alpha: f
     return ShiftInterval(shift, kth_of_differences(off, on, k), kth_of_differences(off, on, total + 1 - k), k)
 
 
-def rank_sum_p(off_logs: Sequence[float], on_logs: Sequence[float]) -> tuple[float, float]:
+def rank_sum_p(off_logs: Sequence[float] | np.ndarray, on_logs: Sequence[float] | np.ndarray) -> tuple[float, float]:
     """One-sided Mann–Whitney p-values (scipy: exact for small samples without ties, else normal with the tie
     correction): (on lower than off, on higher than off)."""
     if not len(off_logs) or not len(on_logs):
