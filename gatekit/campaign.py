@@ -223,7 +223,7 @@ class CampaignHead(Record):
     runs: Path = Path("runs")
     # the false-discovery level the campaign's decisions are controlled at (gatekit.fdr); absent: each gate's own
     fdr: float | None = field(default=None, metadata={"omit": None, "check": lambda v: None if 0 < v < 1 else
-                                                        f"must be a level between 0 and 1 (e.g. 0.05), got {v}"})
+                                                        f"must be a level between 0 and 1 (e.g. 0.05), got {v:g}"})
 
 
 @dataclass(frozen=True, slots=True)
