@@ -628,11 +628,20 @@ def describe(result: CampaignResult) -> list[str]:
 
 
 def as_document(result: CampaignResult) -> dict[str, Any]:
-    """What `gate campaign --json` prints: the folder, the site, and each gate's latest outcome (the journal's
-    record of it; null: never run) in file order."""
+    """What `gate campaign --json` prints: the folder, the site, the false-discovery level (null: none), and each
+    gate's latest outcome (the journal's record of it, the gate's own decision; null: never run) in file order,
+    with the decision the campaign reports (`campaign_decision`: under `fdr`, BH's; null: not finished)."""
+    reported = {f.path.resolve(): f.finding.decision.value for f in result.findings if f.path is not None}
+
+    def campaign_decision(outcome: GateOutcome | None) -> str | None:
+        if outcome is None or outcome.finding_path is None:
+            return None
+        return reported.get(outcome.finding_path.resolve())
+
     return {"campaign": str(result.folder), "site": None if result.site_index is None else str(result.site_index),
-            "gates": [{"key": gate.key, "outcome": None if outcome is None else outcome.to_dict()}
-                      for gate, outcome in result.outcomes]}
+            "fdr": result.campaign.fdr,
+            "gates": [{"key": gate.key, "outcome": None if outcome is None else outcome.to_dict(),
+                       "campaign_decision": campaign_decision(outcome)} for gate, outcome in result.outcomes]}
 
 
 def resume_hint(result: CampaignResult) -> str:

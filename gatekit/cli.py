@@ -869,7 +869,8 @@ def site_cmd(findings_dir: Path, site_dir: Path, runs_roots: tuple[Path, ...], j
 @click.option("--fail-on", type=click.Choice(sorted(FAIL_ON)),
               help="Exit 1 when any gate has this outcome: regression, unproven or not-adopted (as gate run).")
 @click.option("--json", "as_json", is_flag=True,
-              help="Print the campaign as JSON on stdout ({campaign, site, gates: [{key, outcome}]}).")
+              help="Print the campaign as JSON on stdout ({campaign, site, fdr, gates: [{key, outcome, "
+                   "campaign_decision}]}).")
 @ci_output_options
 def campaign_cmd(campaign_file: Path, engine: str, address: str | None, max_parallel: int | None,
                  resume: Path | None, fail_on: str | None, as_json: bool, ci: CiOutputs) -> None:

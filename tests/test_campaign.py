@@ -494,6 +494,11 @@ def test_a_campaign_at_fdr_5_pct_reports_an_adoption_bh_does_not_keep(tmp_path: 
     assert ends == {"01-alpha-off-on": "adopted", "02-gamma-off-on": "adopted"}
     (gamma,) = (tmp_path / "findings").glob("gamma-*.json")
     assert json.loads(gamma.read_text())["verdict"]["decision"] == "adopted"
+    as_json = gate_invoke("campaign", str(path), "--resume", str(campaign_folder(done.stdout)), "--json", cwd=tmp_path)
+    document = json.loads(as_json.stdout)
+    assert document["fdr"] == 0.05
+    assert [(g["outcome"]["decision"], g["campaign_decision"]) for g in document["gates"]] == [
+        ("adopted", "adopted"), ("adopted", "inconclusive")]
     # the same campaign without fdr: each gate's own decision, as before
     path.write_text(path.read_text().replace("fdr = 0.05\n", ""))
     assert gate_invoke("campaign", str(path), "--fail-on", "not-adopted", cwd=tmp_path).returncode == 0
