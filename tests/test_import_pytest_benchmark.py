@@ -187,3 +187,33 @@ def test_an_unversioned_commit_is_not_a_revision(tmp_path: Path) -> None:
     _, finding = _import(str(BEFORE), "--off", "test_sum", "--on", "test_sort_numbers", cwd=tmp_path)
     assert not finding["meta"].get("commit") and "rev" not in finding["provenance"]["git"].get("start", {})
     assert finding["provenance"]["pytest_benchmark"]["commit_info"]["id"] == "unversioned"
+
+
+@pytest.mark.parametrize("speedup", [15, 35])
+def test_a_heavy_tailed_speed_up_is_adopted_by_ranks_not_by_the_classic_threshold(tmp_path: Path,
+                                                                                   speedup: int) -> None:
+    """Issue 30's pytest-benchmark cases: a 15× and a 35× speed-up over hundreds of rounds where 2 % of rounds are
+    5–30× slower (a GC pause, a page fault): σ_off is hundreds of percent, so the classic rule, with its
+    threshold 2σ_off, cannot tell (inconclusive); the default robust policy adopts, its interval near the truth."""
+    import numpy as np
+
+    rng = np.random.default_rng(speedup)
+
+    def rounds(median: float, n: int) -> list[float]:
+        times = median * np.exp(0.05 * rng.standard_normal(n))
+        slow = rng.random(n) < 0.02
+        times[slow] *= rng.uniform(5, 30, int(slow.sum()))
+        return times.tolist()
+
+    data = json.loads(SORT.read_text())
+    off, on = (b for b in data["benchmarks"] if b["name"] in ("test_sort[shuffled]", "test_sort[presorted]"))
+    off["stats"]["data"], on["stats"]["data"] = rounds(1e-3, 600), rounds(1e-3 / speedup, 600)
+    source = tmp_path / "tail.json"
+    source.write_text(json.dumps(data))
+    names = ("--off", "test_sort[shuffled]", "--on", "test_sort[presorted]")
+    _, classic = _import(str(source), *names, "--policy", "classic", "--out", "classic", cwd=tmp_path)
+    assert classic["verdict"]["decision"] == "inconclusive" and classic["stats"]["threshold_pct"] > 100
+    _, robust = _import(str(source), *names, cwd=tmp_path)
+    assert robust["verdict"]["decision"] == "adopted"
+    truth = 100 * (1 / speedup - 1)
+    assert robust["ranks"]["low_pct"] < truth + 0.5 and truth - 0.5 < robust["ranks"]["high_pct"]
