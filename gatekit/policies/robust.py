@@ -64,6 +64,11 @@ def _pct(log_shift: float, direction: str) -> float | None:
     return 100 * math.expm1(log_shift if direction == "lower" else -log_shift)
 
 
+def _p_words(p: float) -> str:
+    """A p-value as a reason says it: one that underflows a float is "< 1e-300", not 0."""
+    return "< 1e-300" if p < 1e-300 else f"{p:.3g}"
+
+
 class RobustPolicy(SeedContamination, OneLook, SimulationDefaults):
     """Hodges–Lehmann shift of log values with its Mann–Whitney interval against the floor."""
 
@@ -126,7 +131,8 @@ class RobustPolicy(SeedContamination, OneLook, SimulationDefaults):
         estimate = Reason(ReasonCode.RANK_ESTIMATE,
                           f"{primary}: Hodges–Lehmann shift {shift_pct:+.4f} % (on vs off, {off_logs.size} + "
                           f"{on_logs.size} runs), {level:g} % Mann–Whitney interval {span}, one-sided p on better "
-                          f"{p_better:.3g}, worse {p_worse:.3g}; floor ±{floor_pct:g} % → {CODE_NAMES[code]}")
+                          f"{_p_words(p_better)}, worse {_p_words(p_worse)}; floor ±{floor_pct:g} % → "
+                          f"{CODE_NAMES[code]}")
         reasons: list[Reason] = [estimate]
         if code == INCONCLUSIVE and low_pct is not None and high_pct is not None:
             reasons.insert(0, too_noisy_reason((high_pct - low_pct) / 2, basis="half the width of its interval"))
