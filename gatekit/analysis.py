@@ -332,6 +332,7 @@ def analyze(evidence: SeriesEvidence) -> Finding:
         verdict=assessment.verdict,
         sequential=assessment.decided.sequential,
         duet=assessment.decided.duet,
+        ranks=assessment.decided.ranks,
     )
     return dataclasses.replace(finding, sections=narrative(finding))
 

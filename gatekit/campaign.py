@@ -88,6 +88,7 @@ class Campaign:
     runs: Path
     gates: tuple[GateEntry, ...]
     sha256: str
+    fdr: float | None = None  # [campaign] fdr: None keeps each gate's own decision
 
 
 @dataclass(frozen=True, slots=True)
@@ -220,6 +221,9 @@ class CampaignHead(Record):
     id: str = field(metadata={"check": name_problem})
     out: Path = Path("findings")
     runs: Path = Path("runs")
+    # the false-discovery level the campaign's decisions are controlled at (gatekit.fdr); absent: each gate's own
+    fdr: float | None = field(default=None, metadata={"omit": None, "check": lambda v: None if 0 < v < 1 else
+                                                        f"must be a level between 0 and 1 (e.g. 0.05), got {v:g}"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -278,7 +282,8 @@ def load_campaign(path: Path | str) -> Campaign:
         if twin is not None:
             raise _problem(path, prefix, f"runs the same gate and arms as gates[{twin.index}]; list each gate once")
         gates.append(entry)
-    return Campaign(path, head.id, resolve_path(base, head.out), resolve_path(base, head.runs), tuple(gates), sha256)
+    return Campaign(path, head.id, resolve_path(base, head.out), resolve_path(base, head.runs), tuple(gates), sha256,
+                    head.fdr)
 
 
 # -- the journal ------------------------------------------------------------------------------------
@@ -568,7 +573,7 @@ def write_campaign_outputs(result: CampaignResult, *, site: bool = True) -> Camp
 
     paths = [o.finding_path for _, o in result.outcomes
              if o is not None and o.status is GateStatus.FINISHED and o.finding_path is not None]
-    loaded = load_many(paths)
+    loaded = controlled(load_many(paths), result.campaign.fdr)
     folder = result.folder
     written: list[Path] = []
     site_index: Path | None = None
@@ -588,14 +593,32 @@ def write_campaign_outputs(result: CampaignResult, *, site: bool = True) -> Camp
     return CampaignResult(result.campaign, folder, result.outcomes, tuple(loaded), site_index, tuple(written))
 
 
+def controlled(loaded: Sequence[LoadedFinding], fdr: float | None) -> list[LoadedFinding]:
+    """The finished gates' findings as the campaign reports them: under `[campaign] fdr`, an adoption or
+    regression that Benjamini–Hochberg does not keep at that level is inconclusive (gatekit.fdr); the finding
+    files stay the gates' own."""
+    if fdr is None or not loaded:
+        return list(loaded)
+    from gatekit.fdr import control
+    from gatekit.findingset import LoadedFinding
+
+    return [LoadedFinding(c.finding, f.path) for f, c in zip(loaded, control([f.finding for f in loaded], fdr))]
+
+
 def describe(result: CampaignResult) -> list[str]:
-    """The lines `gate campaign` prints on stdout: one per gate, then the folder and the site."""
+    """The lines `gate campaign` prints on stdout: one per gate (the campaign's decision where its false-discovery
+    control withdrew the gate's own), then the folder and the site."""
     lines = []
+    reported = {f.path.resolve(): f.finding for f in result.findings if f.path is not None}
     for gate, outcome in result.outcomes:
         if outcome is None:
             lines.append(f"{gate.key}: not run")
         elif outcome.status is GateStatus.FINISHED:
-            lines.append(f"{gate.key}: {outcome.decision} {outcome.finding_path}")
+            finding = reported.get(outcome.finding_path.resolve()) if outcome.finding_path is not None else None
+            decision = outcome.decision
+            if finding is not None and finding.decision.value != decision:
+                decision = f"{finding.decision.value} ({finding.verdict.reasons[0]})"
+            lines.append(f"{gate.key}: {decision} {outcome.finding_path}")
         else:
             lines.append(f"{gate.key}: {outcome.status.value}: {outcome.detail or f'exit {outcome.exit_code}'}")
     lines.append(f"campaign: {result.folder}")
@@ -605,11 +628,20 @@ def describe(result: CampaignResult) -> list[str]:
 
 
 def as_document(result: CampaignResult) -> dict[str, Any]:
-    """What `gate campaign --json` prints: the folder, the site, and each gate's latest outcome (the journal's
-    record of it; null: never run) in file order."""
+    """What `gate campaign --json` prints: the folder, the site, the false-discovery level (null: none), and each
+    gate's latest outcome (the journal's record of it, the gate's own decision; null: never run) in file order,
+    with the decision the campaign reports (`campaign_decision`: under `fdr`, BH's; null: not finished)."""
+    reported = {f.path.resolve(): f.finding.decision.value for f in result.findings if f.path is not None}
+
+    def campaign_decision(outcome: GateOutcome | None) -> str | None:
+        if outcome is None or outcome.finding_path is None:
+            return None
+        return reported.get(outcome.finding_path.resolve())
+
     return {"campaign": str(result.folder), "site": None if result.site_index is None else str(result.site_index),
-            "gates": [{"key": gate.key, "outcome": None if outcome is None else outcome.to_dict()}
-                      for gate, outcome in result.outcomes]}
+            "fdr": result.campaign.fdr,
+            "gates": [{"key": gate.key, "outcome": None if outcome is None else outcome.to_dict(),
+                       "campaign_decision": campaign_decision(outcome)} for gate, outcome in result.outcomes]}
 
 
 def resume_hint(result: CampaignResult) -> str:

@@ -21,7 +21,7 @@ from gatekit.driver import (BACKEND_GROUP, DRIVER_GROUP, installed_backends, ins
 from gatekit.engines import ENGINES
 from gatekit.errors import (EXIT_FAIL_ON, EXIT_INVALID, MACHINE_ERRNOS, ConfigError, DriverError, GatekitError,
                             SeriesInterrupted, write_failed)
-from gatekit.policies.descriptors import (DEFAULT_POLICY, INTERLEAVED, describe, gate_policies, policies_of_mode,
+from gatekit.policies.descriptors import (DEFAULT_POLICY, IMPORT_POLICY, INTERLEAVED, describe, gate_policies, policies_of_mode,
                                           simulation_policies, suite_policies)
 from gatekit.preflight import run_checks
 from gatekit.sanitize import show_controls  # control characters and bidi overrides shown as escapes
@@ -526,6 +526,14 @@ def _design_version_options(command: Any) -> Any:
 @click.option("--pairs-per-probe", type=click.IntRange(1, 100),
               help="With --bisect: pairs (a run of the probed commit beside one of GOOD) per probe, as gate bisect's "
                    "option [default: gate bisect's, 1].")
+@click.option("--campaign", "campaign", is_flag=True,
+              help="Simulate campaigns of --campaign-gates gates (null ones, and real ones of --effect), each "
+                   "decided by its policy, then by the campaign's Benjamini–Hochberg at --fdr: FDR and power, "
+                   "own rule beside controlled; --draws counts campaigns [default: 2000].")
+@click.option("--campaign-gates", default="90,10", show_default=True, metavar="NULLS,REALS",
+              help="With --campaign: gates of no change, and gates of the true --effect, in each campaign.")
+@click.option("--fdr", type=float, default=0.05, show_default=True,
+              help="With --campaign: the false-discovery level, as a campaign file's [campaign] fdr.")
 @click.option("--json", "as_json", is_flag=True, help="Print the results as JSON on stdout.")
 def simulate_cmd(policies: tuple[str, ...], cv_pct: float, cv_on_pct: float | None, effect_pct: float,
                  drift_pct: float, cold_pct: float, outlier_rate: float, outlier_pct: float, tails: float | None,
@@ -535,8 +543,8 @@ def simulate_cmd(policies: tuple[str, ...], cv_pct: float, cv_on_pct: float | No
                  order: str | None, n: int | None, warmup: int,
                  sigma_k: float, floor_pct: float, max_threshold_pct: float, draws: int, seed: int, suite: bool,
                  bisect: bool, commits: int,
-                 max_parallel: int, confidence: float, budget: int, pairs_per_probe: int | None, as_json: bool,
-                 **design_versions: tuple[int, ...]) -> None:
+                 max_parallel: int, confidence: float, budget: int, pairs_per_probe: int | None, campaign: bool,
+                 campaign_gates: str, fdr: float, as_json: bool, **design_versions: tuple[int, ...]) -> None:
     """Monte-Carlo of a decision policy: false adoption, power and runs per arm, with their MC errors.
 
     Run times are lognormal with the given CVs (Student t on the log scale with --tails); the true effect is
@@ -553,7 +561,14 @@ def simulate_cmd(policies: tuple[str, ...], cv_pct: float, cv_on_pct: float | No
 
     --bisect simulates `gate bisect` instead (docs/bisect.md), e.g.
     gate simulate --bisect --commits 128 --effect 2 --cv 0.5 --draws 1000
+
+    --campaign simulates a campaign's false-discovery control (docs/campaigns.md), e.g.
+    gate simulate --campaign --policy sequential --effect -2 --cv 0.5
     """
+    if campaign:
+        _simulate_campaign(policies, cv_pct, effect_pct, order, n, floor_pct, sigma_k, max_threshold_pct, draws, seed,
+                           campaign_gates, fdr, as_json)
+        return
     if bisect:
         _simulate_bisect(commits, effect_pct, cv_pct, max_parallel, confidence, budget, pairs_per_probe, n or 3, draws,
                          seed, as_json)
@@ -589,6 +604,38 @@ def simulate_cmd(policies: tuple[str, ...], cv_pct: float, cv_on_pct: float | No
     else:
         _echo(table(results), lines=True)
     _stderr(f"{len(results)} simulation(s) of {draws} gates in {time.monotonic() - began:.1f} s; "
+            "± is one Monte-Carlo standard error")
+
+
+def _simulate_campaign(policies: tuple[str, ...], cv_pct: float, effect_pct: float, order: str | None, n: int | None,
+                       floor_pct: float, sigma_k: float, max_threshold_pct: float, draws: int, seed: int,
+                       campaign_gates: str, fdr: float, as_json: bool) -> None:
+    from gatekit.fdr_simulation import CampaignScenario, simulate_campaigns, table as campaign_table
+    from gatekit.simulate import Scenario, default_runs
+
+    began = time.monotonic()
+    if click.get_current_context().get_parameter_source("draws") == click.core.ParameterSource.DEFAULT:
+        draws = 2_000  # each campaign is a hundred gates
+
+    def work() -> Any:
+        try:
+            nulls, reals = (int(part) for part in campaign_gates.split(","))
+        except ValueError:
+            raise ConfigError(f"--campaign-gates: write NULLS,REALS (e.g. 90,10), got {campaign_gates!r}") from None
+        thresholds = ThresholdSpec(sigma_k=sigma_k, floor_pct=floor_pct)
+        return [simulate_campaigns(policy, CampaignScenario(Scenario(cv_off_pct=cv_pct, effect_pct=effect_pct,
+                                                                     order=order, n=n or default_runs(policy)),
+                                                            nulls, reals, fdr),
+                                   campaigns=draws, seed=seed, thresholds=thresholds,
+                                   max_threshold_pct=max_threshold_pct)
+                for policy in policies or (DEFAULT_POLICY,)]
+
+    results = _call(work)
+    if as_json:
+        click.echo(json.dumps({"campaign_simulations": [r.to_dict() for r in results]}, indent=2, allow_nan=False))
+    else:
+        _echo(campaign_table(results), lines=True)
+    _stderr(f"{len(results)} simulation(s) of {draws} campaigns in {time.monotonic() - began:.1f} s; "
             "± is one Monte-Carlo standard error")
 
 
@@ -822,7 +869,8 @@ def site_cmd(findings_dir: Path, site_dir: Path, runs_roots: tuple[Path, ...], j
 @click.option("--fail-on", type=click.Choice(sorted(FAIL_ON)),
               help="Exit 1 when any gate has this outcome: regression, unproven or not-adopted (as gate run).")
 @click.option("--json", "as_json", is_flag=True,
-              help="Print the campaign as JSON on stdout ({campaign, site, gates: [{key, outcome}]}).")
+              help="Print the campaign as JSON on stdout ({campaign, site, fdr, gates: [{key, outcome, "
+                   "campaign_decision}]}).")
 @ci_output_options
 def campaign_cmd(campaign_file: Path, engine: str, address: str | None, max_parallel: int | None,
                  resume: Path | None, fail_on: str | None, as_json: bool, ci: CiOutputs) -> None:
@@ -1025,20 +1073,26 @@ def import_options(command: Callable) -> Callable:
                          show_default=True, help="Folder for the finding."),
             click.option("--json", "as_json", is_flag=True, help="Print the finding as JSON on stdout."),
             click.option("--fail-on", type=click.Choice(sorted(FAIL_ON)), help="Exit 1 on this outcome."),
+            click.option("--policy", "import_policy", metavar="NAME",
+                         help=f"Decide by this policy: {IMPORT_POLICY} (default: ranks, fit for thousands of "
+                              "heavy-tailed runs) or classic (the gate's rule)."),
+            click.option("--floor-pct", type=float, metavar="PCT",
+                         help="The smallest change that counts, in percent (default 1)."),
             ci_output_options)):
         command = option(command)
     return command
 
 
 def _import(evidence: Callable[[], SeriesEvidence], *, out: Path, as_json: bool, fail_on: str | None,
-            ci: CiOutputs) -> None:
-    """Analyze imported evidence like a gate's own, write the finding and its CI outputs, exit by outcome."""
+            import_policy: str | None, floor_pct: float | None, ci: CiOutputs) -> None:
+    """Analyze imported evidence like a gate's own, under the policy and floor asked for, write the finding and
+    its CI outputs, exit by outcome."""
     def work() -> Any:
         from gatekit.analysis import analyze
         from gatekit.finding import write_finding
-        from gatekit.importers.common import refuse_to_replace
+        from gatekit.importers.common import decided_by, refuse_to_replace
 
-        finding = analyze(evidence())
+        finding = analyze(decided_by(evidence(), policy=import_policy, floor_pct=floor_pct))
         refuse_to_replace(finding, out)
         return finding, write_finding(finding, out)
 

@@ -142,7 +142,7 @@ def hodges_lehmann_log(off_logs: Sequence[float], on_logs: Sequence[float]) -> f
     """Hodges–Lehmann shift (1963): the median of all n_off·n_on differences on_j − off_i.
 
     Beyond HL_OUTER_MAX differences (10 000 runs per arm would be 10⁸, 800 MB) the two middle order
-    statistics are selected without forming the differences (`_kth_difference`), with the same result."""
+    statistics are selected without forming the differences (`kth_difference`), with the same result."""
     if not len(off_logs) or not len(on_logs):
         return math.nan
     off, on = np.asarray(off_logs, float), np.asarray(on_logs, float)
@@ -150,11 +150,11 @@ def hodges_lehmann_log(off_logs: Sequence[float], on_logs: Sequence[float]) -> f
     if total <= HL_OUTER_MAX:
         return float(np.median(np.subtract.outer(on, off)))
     off_sorted = np.sort(off)
-    middle = [_kth_difference(off_sorted, on, k) for k in sorted({(total + 1) // 2, total // 2 + 1})]
+    middle = [kth_difference(off_sorted, on, k) for k in sorted({(total + 1) // 2, total // 2 + 1})]
     return float(sum(middle) / len(middle))
 
 
-def _kth_difference(off_sorted: np.ndarray, on: np.ndarray, k: int) -> float:
+def kth_difference(off_sorted: np.ndarray, on: np.ndarray, k: int) -> float:
     """The k-th smallest (1-based) of all differences on_j − off_i as floating point computes them, without
     forming them: bisect on the value t with an exact count of differences ≤ t, then step up through the
     few distinct differences left in the bracket."""

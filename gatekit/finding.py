@@ -315,6 +315,24 @@ class SequentialInfo(Record):
 
 
 @dataclass(frozen=True, slots=True)
+class RankInfo(Record):
+    """The robust policy's preregistered constants and its estimate, as the finding records them
+    (gatekit.policies.robust): the Hodges–Lehmann shift of log values, its Mann–Whitney interval, the p-values."""
+
+    version: int
+    method: str
+    alpha: float  # one-sided: the interval is the two-sided 1 − 2α one
+    floor_pct: float
+    n_off: int
+    n_on: int
+    shift_pct: float | None  # on vs off as a ratio − 1, in percent; None: no positive values to compare
+    low_pct: float | None = None  # None: too few runs for an interval at this α
+    high_pct: float | None = None
+    p_better: float | None = None  # one-sided Mann–Whitney p, H1: on better in the gate's direction
+    p_worse: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class DuetInfo(Record):
     """The duet policy's estimate, slot effect and constants, as the finding records them (gatekit.policies.duet)."""
 
@@ -378,6 +396,7 @@ class Finding(Record):
     verdict: Verdict
     sequential: SequentialInfo | None = None
     duet: DuetInfo | None = None  # the duet policy's estimate and slot effect
+    ranks: RankInfo | None = None  # the robust policy's shift, interval and p-values
     sections: tuple[Section, ...] = ()
     extra_keys: Mapping[str, Any] = field(default_factory=dict)
     upgraded_from: str | None = field(default=None, compare=False, metadata={"internal": True})

@@ -506,7 +506,24 @@ CENSORED_ROWS: tuple[tuple[Scenario, str], ...] = (
        effect_pct=-10.0, censored_pct=30.0, n=16),
 )
 CENSORED_TARGET_OF = {scenario.name: target for scenario, target in CENSORED_ROWS}
-SUITE = tuple(scenario for scenario, _ in (*TARGETS, *DUET_ROWS, *CENSORED_ROWS))
+# Rows only a large-n policy runs (issue 30, imports): hundreds of runs per arm, a heavy tail of runs many times
+# slower (hyperfine's 2 % of runs 5–30× slower), no change and a true change.
+LARGE_N_FALSE, LARGE_N_POWER = "false adoption ≤ 5.0 %", "power ≥ 95 %"
+HEAVY_TAIL = {"cv_off_pct": 5.0, "outlier_rate": 0.02, "outlier_pct": 1000.0}
+LARGE_N_ROWS: tuple[tuple[Scenario, str], ...] = (
+    _s("large n A/A, CV 5 %, 2 % of runs 11× slower, 200 runs/arm", LARGE_N_FALSE, **HEAVY_TAIL, n=200),
+    _s("large n A/A, CV 5 %, t tails df 3, 200 runs/arm", LARGE_N_FALSE, cv_off_pct=5.0, tails=3.0, n=200),
+    _s("large n A/A, CV 5 %, 20 % of runs 11× slower, 200 runs/arm", LARGE_N_FALSE, cv_off_pct=5.0,
+       outlier_rate=0.2, outlier_pct=1000.0, n=200),
+    _s("large n −10 %, CV 5 %, 2 % of runs 11× slower, 200 runs/arm", LARGE_N_POWER, **HEAVY_TAIL, effect_pct=-10.0,
+       n=200),
+    _s("large n −3 %, CV 5 %, 2 % of runs 11× slower, 200 runs/arm", LARGE_N_POWER, **HEAVY_TAIL, effect_pct=-3.0,
+       n=200),
+    _s("large n −0.8 %, CV 1 %, 200 runs/arm (below the 1 % floor)", LARGE_N_FALSE, cv_off_pct=1.0, effect_pct=-0.8,
+       n=200),
+)
+LARGE_N_TARGET_OF = {scenario.name: target for scenario, target in LARGE_N_ROWS}
+SUITE = tuple(scenario for scenario, _ in (*TARGETS, *DUET_ROWS, *CENSORED_ROWS, *LARGE_N_ROWS))
 TARGET_OF = {scenario.name: target for scenario, target in TARGETS}
 DUET_TARGET_OF = {**{name: target for name, target in TARGET_OF.items() if target in (FALSE_ADOPTION, POWER)},
                   **{scenario.name: target for scenario, target in DUET_ROWS}}
@@ -516,6 +533,8 @@ def target_of(policy: str, scenario: Scenario) -> str | None:
     """The issue's target for this policy on this row: the sequential policy's (suite_targets) on TARGETS, the
     duet's (the current duet design) on DUET_TARGET_OF; None elsewhere."""
     descriptor = describe(policy)
+    if descriptor.large_n:
+        return LARGE_N_TARGET_OF.get(scenario.name)
     if simulates_censoring(policy):
         return CENSORED_TARGET_OF.get(scenario.name)
     if descriptor.suite_targets:
@@ -530,6 +549,8 @@ def meets(result: SimulationResult) -> bool | None:
     target = target_of(result.policy, result.scenario)
     if target is None:
         return None
+    if describe(result.policy).large_n:  # one look at all its runs: no runs-per-arm target
+        return result.adopted.pct <= 5.0 if target == LARGE_N_FALSE else result.adopted.pct >= 95.0
     if target == CENSORED_FALSE and simulates_censoring(result.policy):
         return result.adopted.pct <= 5.0
     if target == CENSORED_POWER:
@@ -579,7 +600,8 @@ def suite_cells(policies: Sequence[str], *, order: str | None = None,
             for version in ((versions or {}).get(policy) or (None,))
             if (scenario.guard_drop is None or policy_for(policy).simulates_guard)
             and (not scenario.changes_slots and not scenario.shared_cv_pct or runs_at_once(policy))
-            and (scenario.censored_pct is not None) == simulates_censoring(policy)]
+            and (scenario.censored_pct is not None) == simulates_censoring(policy)
+            and (scenario.name in LARGE_N_TARGET_OF) == describe(policy).large_n]
 
 
 def run_suite(policies: Sequence[str], *, draws: int, seed: int, order: str | None = None,

@@ -130,6 +130,8 @@ class ReasonCode(enum.StrEnum):
     # the censored policy (a time to target)
     AFT_ESTIMATE = "aft_estimate"  # the time ratio of the censored fit, its interval and outcome
     TOO_CENSORED = "too_censored"  # too many runs never reached the target to fit their times
+    RANK_ESTIMATE = "rank_estimate"  # the robust policy's Hodges–Lehmann shift, its interval and outcome
+    CAMPAIGN_FDR = "campaign_fdr"  # a campaign's false-discovery control withdrew the gate's own decision
     BISECT_PROBE = "bisect_probe"  # one run per arm of a `gate bisect` probe: the bisect's posterior reads it
 
 

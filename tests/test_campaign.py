@@ -463,3 +463,51 @@ def test_a_ray_task_that_raises_fails_its_gate_without_a_lost_worker(tmp_path: P
     (outcome,) = run_ray([task], address=None, started=lambda task, pinning: None, finished=ended.append)
     assert ended == [outcome] and outcome.status is GateStatus.FAILED
     assert outcome.detail.startswith("the Ray task failed: FileNotFoundError") and "nowhere" in outcome.detail
+
+
+# -- the campaign's false discovery rate -----------------------------------------------------------------------
+
+NOISY_ADOPTION = {"on-r1": 9.0, "on-r2": 10.5, "on-r3": 9.3}  # Δ −4 % beyond the 1 % threshold; Welch p ≈ 0.2
+
+
+def test_a_campaign_at_fdr_5_pct_reports_an_adoption_bh_does_not_keep(tmp_path: Path) -> None:
+    """Issue 30: with `fdr = 0.05` an adoption by the gate's rule whose p does not survive Benjamini–Hochberg over
+    the campaign is inconclusive in the printed lines, the summary, JUnit and the exit code; the clear one stands,
+    and the finding file and the journal keep the gate's own decision."""
+    path = make_campaign(tmp_path, [("alpha", {"elapsed": FAST}), ("gamma", {"elapsed": NOISY_ADOPTION})])
+    path.write_text(path.read_text().replace('runs = "runs"\n', 'runs = "runs"\nfdr = 0.05\n', 1))
+    assert load_campaign(path).fdr == 0.05
+    done = gate_invoke("campaign", str(path), "--fail-on", "not-adopted", "--summary-md", "summary.md", "--junit",
+                       "junit.xml", cwd=tmp_path)
+    assert done.returncode == 1, done.stderr  # gamma is not adopted at the campaign's level
+    lines = done.stdout.splitlines()
+    assert lines[0].startswith("01-alpha-off-on: adopted ")
+    assert lines[1].startswith("02-gamma-off-on: inconclusive (adopted by its rule, not significant at campaign "
+                               "FDR 5 %: campaign p ")
+    summary = (tmp_path / "summary.md").read_text()
+    assert "| alpha | adopted |" in summary and "| gamma | inconclusive |" in summary
+    junit = (tmp_path / "junit.xml").read_text()
+    assert junit.count("<failure") == 1 and 'type="inconclusive"' in junit  # --fail-on not-adopted
+    assert "not significant at campaign FDR 5 %" in junit
+    ends = {e["outcome"]["key"]: e["outcome"]["decision"] for e in journal(campaign_folder(done.stdout))
+            if e["event"] == "gate_end"}
+    assert ends == {"01-alpha-off-on": "adopted", "02-gamma-off-on": "adopted"}
+    (gamma,) = (tmp_path / "findings").glob("gamma-*.json")
+    assert json.loads(gamma.read_text())["verdict"]["decision"] == "adopted"
+    as_json = gate_invoke("campaign", str(path), "--resume", str(campaign_folder(done.stdout)), "--json", cwd=tmp_path)
+    document = json.loads(as_json.stdout)
+    assert document["fdr"] == 0.05
+    assert [(g["outcome"]["decision"], g["campaign_decision"]) for g in document["gates"]] == [
+        ("adopted", "adopted"), ("adopted", "inconclusive")]
+    # the same campaign without fdr: each gate's own decision, as before
+    path.write_text(path.read_text().replace("fdr = 0.05\n", ""))
+    assert gate_invoke("campaign", str(path), "--fail-on", "not-adopted", cwd=tmp_path).returncode == 0
+
+
+def test_a_campaign_fdr_outside_0_1_is_exit_2(tmp_path: Path) -> None:
+    path = make_campaign(tmp_path, [("alpha", {"elapsed": FAST})])
+    path.write_text(path.read_text().replace('runs = "runs"\n', 'runs = "runs"\nfdr = 5\n', 1))
+    done = gate_invoke("campaign", "campaign.toml", cwd=tmp_path)
+    assert done.returncode == 2
+    (line,) = done.stderr.strip().splitlines()
+    assert line == f"gate: error: {path}: campaign.fdr: must be a level between 0 and 1 (e.g. 0.05), got 5"

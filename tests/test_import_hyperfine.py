@@ -24,6 +24,7 @@ import pytest
 
 from gatekit.analysis import analyze
 from gatekit.finding import Finding
+from gatekit.importers.common import decided_by
 from gatekit.importers.hyperfine import ZERO_TIMES_LIMIT_FRAC, evidence_from_hyperfine
 from tests.conftest import FIXTURES, gate_invoke
 from tests.findings_kit import GOLDEN
@@ -52,7 +53,7 @@ def _error(done: Any) -> str:
 
 def test_hyperfine_import_matches_golden(tmp_path: Path) -> None:
     done = gate_invoke("import", "hyperfine", "hyperfine_sleep.json", "--date", DATE, "--out", str(tmp_path),
-                       "--json", cwd=FIXTURES)
+                       "--json", "--policy", "classic", cwd=FIXTURES)
     assert done.returncode == 0, done.stderr
     golden = GOLDEN / "exports" / "hyperfine-finding.json"  # the exports' goldens are derived from it
     if os.environ.get("GATEKIT_REGOLD"):
@@ -193,7 +194,8 @@ def test_hyperfine_2_measurements_and_guards(tmp_path: Path) -> None:
     assert user_delta > 0.01  # gzip -9 spends far more CPU than gzip -1
     done = gate_invoke("import", "hyperfine", str(source), "--param", "level", "--guard",
                        f"memory_usage_byte:{abs(memory_delta) + 4096}", "--guard", f"user:{user_delta / 2}",
-                       "--guard", f"system:{1e6}", "--date", DATE, "--out", str(tmp_path), "--json", cwd=tmp_path)
+                       "--guard", f"system:{1e6}", "--date", DATE, "--out", str(tmp_path), "--json",
+                       "--policy", "classic", cwd=tmp_path)
     assert done.returncode in (0, 1), done.stderr
     finding = json.loads(done.stdout)
     assert finding["provenance"]["hyperfine"]["version"] == "2.x"
@@ -327,7 +329,8 @@ def test_thousands_of_runs_of_a_fast_command() -> None:
     """hyperfine -N --runs 2000 'true' '/bin/true': every run imported; the commands ran one after the other,
     so no run is paired with one of the other arm and there is no sign test over pairs."""
     off, on = _raw("hyperfine_true_n.json")
-    finding = _analysed(HYPERFINE / "hyperfine_true_n.json")
+    finding = analyze(decided_by(evidence_from_hyperfine(HYPERFINE / "hyperfine_true_n.json", date=DATE),
+                                 policy="classic"))
     assert finding.stats.n_off == len(off["times"]) == 2000 and finding.stats.n_on == 2000
     assert finding.stats.mean_off == pytest.approx(off["mean"])
     assert finding.stats.mean_on == pytest.approx(on["mean"])
@@ -338,6 +341,12 @@ def test_thousands_of_runs_of_a_fast_command() -> None:
     assert finding.stats.threshold_pct > 10
     assert finding.verdict.decision.value == "inconclusive"
     assert finding.verdict.reasons[0].startswith("too noisy to tell")
+    # by default the ranks decide: the interval of the shift of 2 000 + 2 000 runs is a few percent wide, and
+    # lies wholly beyond the 1 % floor (on, /bin/true, is the slower here)
+    robust = _analysed(HYPERFINE / "hyperfine_true_n.json")
+    assert robust.gate.policy == "robust" and robust.ranks is not None
+    assert robust.ranks.low_pct is not None and robust.ranks.low_pct > 1.0
+    assert robust.verdict.decision.value == "regression"
 
 
 # -- times of 0.0 -------------------------------------------------------------------------------------

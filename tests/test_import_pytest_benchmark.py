@@ -31,7 +31,7 @@ def _import(*args: str, cwd: Path) -> tuple[Any, dict[str, Any]]:
     ("test_sort.py::test_sort[shuffled]", "test_sort.py::test_sort[presorted]"),  # by fullname
 ])
 def test_rounds_are_runs_and_decision_is_the_classic_rule(tmp_path: Path, off_name: str, on_name: str) -> None:
-    done, finding = _import(str(SORT), "--off", off_name, "--on", on_name, cwd=tmp_path)
+    done, finding = _import(str(SORT), "--off", off_name, "--on", on_name, "--policy", "classic", cwd=tmp_path)
     off, on = _bench("test_sort[shuffled]")["stats"]["data"], _bench("test_sort[presorted]")["stats"]["data"]
     assert finding["gate"]["arms"] == {"off": "test_sort[shuffled]", "on": "test_sort[presorted]"}
     assert [r["metrics"]["time_s"] for r in finding["runs"]] == off + on
@@ -52,7 +52,8 @@ def test_rounds_are_runs_and_decision_is_the_classic_rule(tmp_path: Path, off_na
 
 
 def test_machine_and_commit_info_become_provenance(tmp_path: Path) -> None:
-    _, finding = _import(str(SORT), "--off", "test_sort[presorted]", "--on", "test_sum", cwd=tmp_path)
+    _, finding = _import(str(SORT), "--off", "test_sort[presorted]", "--on", "test_sum", "--policy", "classic",
+                         cwd=tmp_path)
     raw = json.loads(SORT.read_text())
     assert finding["meta"]["commit"] == raw["commit_info"]["id"]
     assert finding["meta"]["branch"] == raw["commit_info"]["branch"]
@@ -129,6 +130,22 @@ def test_analyze_on_a_pytest_benchmark_file_names_the_import_command(tmp_path: P
                                   "gate import pytest-benchmark FILE --off NAME --on NAME"
 
 
+def test_by_default_ranks_decide_what_the_classic_threshold_cannot(tmp_path: Path) -> None:
+    """Issue 30: sorting already-sorted numbers is ~150× faster, but σ_off of a dozen rounds is 125 %, so the
+    classic threshold 2σ_off = 250 % calls it inconclusive; the import's default, the robust policy, adopts it,
+    and records its name, version, floor and α in the finding."""
+    _, finding = _import(str(BEFORE), str(AFTER), "--benchmark", "test_sort_numbers", cwd=tmp_path)
+    assert finding["gate"]["policy"] == "robust" and finding["verdict"]["decision"] == "adopted"
+    ranks = finding["ranks"]
+    assert (ranks["version"], ranks["alpha"], ranks["floor_pct"]) == (1, 0.05, 1.0)
+    assert ranks["high_pct"] < -99 and ranks["p_better"] < 1e-4
+    assert finding["verdict"]["reason_codes"][0] == "rank_estimate"
+    assert "inconclusive" in finding["verdict"]["reasons"][-1]  # the classic rule, beside it
+    _, floored = _import(str(BEFORE), str(AFTER), "--benchmark", "test_sort_numbers", "--floor-pct", "99.95",
+                         "--out", "floored", cwd=tmp_path)
+    assert floored["gate"]["threshold"]["floor_pct"] == 99.95 and floored["verdict"]["decision"] != "adopted"
+
+
 STORAGE = FOLDER / "storage"  # .benchmarks of two saved runs, `--benchmark-save=before` and `=after`
 BEFORE, AFTER = (STORAGE / "Linux-CPython-3.11-64bit" / name for name in ("0001_before.json", "0002_after.json"))
 
@@ -137,7 +154,8 @@ BEFORE, AFTER = (STORAGE / "Linux-CPython-3.11-64bit" / name for name in ("0001_
 def test_two_saved_runs_compare_one_benchmark(tmp_path: Path, runs: tuple[str, str]) -> None:
     """`pytest-benchmark compare 0001 0002`, its main workflow: one benchmark, the run before a change against
     the run after it; runs named by id are found in the storage folder as `compare` finds them."""
-    _, finding = _import(*runs, "--storage", str(STORAGE), "--benchmark", "test_sort_numbers", cwd=tmp_path)
+    _, finding = _import(*runs, "--storage", str(STORAGE), "--benchmark", "test_sort_numbers", "--policy", "classic",
+                         cwd=tmp_path)
     off, on = (_bench("test_sort_numbers", path)["stats"]["data"] for path in (BEFORE, AFTER))
     assert finding["gate"]["arms"] == {"off": "0001_before", "on": "0002_after"}
     assert [r["metrics"]["time_s"] for r in finding["runs"]] == off + on
@@ -169,3 +187,33 @@ def test_an_unversioned_commit_is_not_a_revision(tmp_path: Path) -> None:
     _, finding = _import(str(BEFORE), "--off", "test_sum", "--on", "test_sort_numbers", cwd=tmp_path)
     assert not finding["meta"].get("commit") and "rev" not in finding["provenance"]["git"].get("start", {})
     assert finding["provenance"]["pytest_benchmark"]["commit_info"]["id"] == "unversioned"
+
+
+@pytest.mark.parametrize("speedup", [15, 35])
+def test_a_heavy_tailed_speed_up_is_adopted_by_ranks_not_by_the_classic_threshold(tmp_path: Path,
+                                                                                   speedup: int) -> None:
+    """Issue 30's pytest-benchmark cases: a 15× and a 35× speed-up over hundreds of rounds where 2 % of rounds are
+    5–30× slower (a GC pause, a page fault): σ_off is hundreds of percent, so the classic rule, with its
+    threshold 2σ_off, cannot tell (inconclusive); the default robust policy adopts, its interval near the truth."""
+    import numpy as np
+
+    rng = np.random.default_rng(speedup)
+
+    def rounds(median: float, n: int) -> list[float]:
+        times = median * np.exp(0.05 * rng.standard_normal(n))
+        slow = rng.random(n) < 0.02
+        times[slow] *= rng.uniform(5, 30, int(slow.sum()))
+        return times.tolist()
+
+    data = json.loads(SORT.read_text())
+    off, on = (b for b in data["benchmarks"] if b["name"] in ("test_sort[shuffled]", "test_sort[presorted]"))
+    off["stats"]["data"], on["stats"]["data"] = rounds(1e-3, 600), rounds(1e-3 / speedup, 600)
+    source = tmp_path / "tail.json"
+    source.write_text(json.dumps(data))
+    names = ("--off", "test_sort[shuffled]", "--on", "test_sort[presorted]")
+    _, classic = _import(str(source), *names, "--policy", "classic", "--out", "classic", cwd=tmp_path)
+    assert classic["verdict"]["decision"] == "inconclusive" and classic["stats"]["threshold_pct"] > 100
+    _, robust = _import(str(source), *names, cwd=tmp_path)
+    assert robust["verdict"]["decision"] == "adopted"
+    truth = 100 * (1 / speedup - 1)
+    assert robust["ranks"]["low_pct"] < truth + 0.5 and truth - 0.5 < robust["ranks"]["high_pct"]

@@ -3,6 +3,7 @@ arms of imported runs turned into series evidence."""
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import hashlib
 import json
@@ -17,6 +18,7 @@ from gatekit.config import (ALWAYS_MEASURED, DEFAULT_MAX_THRESHOLD_PCT, NAME_PAT
                             ThresholdSpec)
 from gatekit.errors import ConfigError, GatekitError
 from gatekit.finding import Finding, load_finding
+from gatekit.policies.descriptors import IMPORT_POLICY, INTERLEAVED, describe, gate_policies
 from gatekit.prereg import DecisionSpec
 from gatekit.records import DuplicateKeyError, RunOutcome, RunRecord, WindowSummary, loads_json
 from gatekit.runfiles import json_problem
@@ -191,7 +193,7 @@ def imported_evidence(*, tool: str, sources: Sequence[tuple[Path, bytes]], off: 
         gate_id=identity.gate_id, title=identity.title, off_arm=off.name, on_arm=on.name,
         n=min(len(off.runs), len(on.runs)), order="abab" if interleaved else "blocked", seed=0,
         primary=primary, direction=direction, expect_diff=tuple(sorted(set(off.config) | set(on.config))),
-        threshold=threshold, guards=tuple(guards),
+        threshold=threshold, guards=tuple(guards), policy=IMPORT_POLICY, sequential_version=describe(IMPORT_POLICY).version,
         rules=RulesSpec(require_window_samples=has_load, max_threshold_pct=DEFAULT_MAX_THRESHOLD_PCT))
     slots = [(arm, k, run) for arm in (off, on) for k, run in enumerate(arm.runs, 1)]
     if interleaved:
@@ -217,6 +219,30 @@ def imported_evidence(*, tool: str, sources: Sequence[tuple[Path, bytes]], off: 
         records=tuple(records), date=identity.date,
         provenance={"imported_from": imported_from, **(provenance or {})},
         warnings=tuple(f"imported from {tool}: {w}" for w in warnings), related_runs=tuple(str(p) for p, _ in sources))
+
+
+def import_policies() -> tuple[str, ...]:
+    """The policies an import can be decided by: those that decide one look at the runs there are (no stages of
+    their own, no duet pairs, no censored times)."""
+    return tuple(name for name in gate_policies() if (d := describe(name)).mode == INTERLEAVED
+                 and not d.fixes_schedule and not d.censoring)
+
+
+def decided_by(evidence: SeriesEvidence, *, policy: str | None = None,
+               floor_pct: float | None = None) -> SeriesEvidence:
+    """Imported evidence preregistered for another policy (`--policy`, default IMPORT_POLICY) or floor
+    (`--floor-pct`, default the gate's 1 %), both stated in the finding's gate section."""
+    spec = evidence.spec
+    if policy is not None:
+        if policy not in import_policies():
+            raise ConfigError(f"--policy: an import is decided by one of {', '.join(import_policies())}, got "
+                              f"{policy!r}")
+        spec = dataclasses.replace(spec, policy=policy, sequential_version=describe(policy).version)
+    if floor_pct is not None:
+        if not (math.isfinite(floor_pct) and 0 <= floor_pct < 100):
+            raise ConfigError(f"--floor-pct: must be a percentage from 0 to below 100, got {floor_pct!r}")
+        spec = dataclasses.replace(spec, threshold=dataclasses.replace(spec.threshold, floor_pct=floor_pct))
+    return dataclasses.replace(evidence, spec=spec)
 
 
 def _check_values(arm: ImportedArm, source: Path, tool: str, primary: str) -> None:

@@ -19,7 +19,7 @@ import numpy as np
 
 from gatekit import diagnostics, rules
 from gatekit.config import RulesSpec, ThresholdSpec
-from gatekit.finding import DuetInfo, Finding, Section, SensitivityRow, SequentialInfo
+from gatekit.finding import DuetInfo, Finding, RankInfo, Section, SensitivityRow, SequentialInfo
 from gatekit.policies.descriptors import gate_policies, policy_for
 from gatekit.records import RunRecord
 from gatekit.report.common import decision_words
@@ -66,12 +66,14 @@ class Evidence:
 @dataclass(frozen=True, slots=True)
 class Decided:
     """A policy's decision: the verdict, the sequential looks (None for a fixed-n policy), whether the
-    series must extend before it can decide, and the duet estimate with its slot effect (duet policy only)."""
+    series must extend before it can decide, the duet estimate with its slot effect (duet policy only), and the
+    rank estimate (robust policy only)."""
 
     verdict: Verdict
     sequential: SequentialInfo | None = None
     extend: bool = False
     duet: DuetInfo | None = None
+    ranks: RankInfo | None = None
 
 
 def guard_values(classified: RunTable, records: Sequence[RunRecord],

@@ -97,18 +97,18 @@ class CensoredPolicy(SeedContamination, OneLook, SimulationDefaults):
         beside = classic_beside(classic)
         count = {name: (sum(row.censored for row in rows), len(rows)) for name, rows in ((off_arm, off), (on_arm, on))}
         censored_words = ", ".join(f"{name} {cut}/{total}" for name, (cut, total) in count.items())
-        guard_results = _guard_results(used, records, guards, off_arm, on_arm)
+        checked = guard_results(used, records, guards, off_arm, on_arm)
         guard_lines = [Reason(ReasonCode.GUARD_HELD if g.passed else ReasonCode.GUARD_BEYOND_LIMIT,
                               f"guard {g.metric}: Δ {g.delta:+.4f} " + ("within" if g.passed else "beyond")
                               + f" limit {g.limit:+g}") if g.delta is not None else
-                       Reason(ReasonCode.GUARD_MISSING, f"guard {g.metric} failed: {g.note}") for g in guard_results]
+                       Reason(ReasonCode.GUARD_MISSING, f"guard {g.metric} failed: {g.note}") for g in checked]
         if too_censored(flags, arm)[0]:
             reason = Reason(ReasonCode.TOO_CENSORED,
                             f"too many runs censored (never reached the target) to fit their times: {censored_words} "
                             f"(at most {100 * MAX_CENSORED_FRAC:g} % of an arm, at least "
                             f"{survival.MIN_REACHED_PER_ARM} reached) → inconclusive; run longer or set a target the "
                             "runs reach")
-            failed = any(not g.passed for g in guard_results)
+            failed = any(not g.passed for g in checked)
             decision = Decision.GUARD_FAILED if failed else Decision.INCONCLUSIVE
             return Decided(Verdict(decision, (reason, *guard_lines, beside), tuple(warnings)))
         fit = survival.fit([row.value for row in off], [row.censored for row in off],
@@ -126,7 +126,7 @@ class CensoredPolicy(SeedContamination, OneLook, SimulationDefaults):
         if code == INCONCLUSIVE:
             reasons.insert(0, too_noisy_reason(100 * math.expm1((high - low) / 2),
                                                basis="half the width of its interval"))
-        failed = any(not g.passed for g in guard_results)
+        failed = any(not g.passed for g in checked)
         if code == REGRESSION:
             decision = Decision.REGRESSION
         elif failed:
@@ -170,7 +170,7 @@ class CensoredPolicy(SeedContamination, OneLook, SimulationDefaults):
         return PolicyWords()
 
 
-def _guard_results(used: RunTable, records: Sequence[RunRecord], guards: Sequence[Any], off_arm: str,
+def guard_results(used: RunTable, records: Sequence[RunRecord], guards: Sequence[Any], off_arm: str,
                    on_arm: str) -> list[Any]:
     """The classic guards on the used runs' arm means."""
     by_label = {r.label: r for r in records}

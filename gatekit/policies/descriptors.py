@@ -45,6 +45,7 @@ class PolicyDescriptor:
     in_suite: bool = False  # `gate simulate --suite` runs it when no --policy is given
     suite_targets: bool = False  # the suite's targets (its `met` column) are this policy's
     censoring: bool = False  # it decides right-censored times (a time-to-target primary's runs that never got there)
+    large_n: bool = False  # made for thousands of runs per arm (imports): the suite runs it on its large-n rows only
 
     @property
     def fixes_schedule(self) -> bool:
@@ -89,6 +90,9 @@ BUILTIN = (
                      in_suite=True),
     # a time to target with right-censored runs (issue 32): the lognormal AFT time ratio
     PolicyDescriptor("censored", "gatekit.policies.censored:policy", in_suite=True, censoring=True),
+    # thousands of heavy-tailed values (imports, issue 30): the Hodges–Lehmann shift and its Mann–Whitney interval
+    PolicyDescriptor("robust", "gatekit.policies.robust:policy", version=1, version_key="robust_version",
+                     in_suite=True, large_n=True),
     PolicyDescriptor("welch", "gatekit.policies.comparison:welch", gate=False),
     PolicyDescriptor("bootstrap", "gatekit.policies.comparison:bootstrap", gate=False),
     # the duet's version 1, simulated beside the current design (`gate simulate --policy duet-v1`)
@@ -96,6 +100,7 @@ BUILTIN = (
                      plan_sizes=(), default_n=8, in_suite=True),
 )
 DEFAULT_POLICY = BUILTIN[0].name  # a gate file without gate.policy
+IMPORT_POLICY = "robust"  # what `gate import` decides by without --policy (docs/importers.md says why)
 _REGISTRY: dict[str, PolicyDescriptor] = {d.name: d for d in BUILTIN}  # the one mutable part: register()
 
 
