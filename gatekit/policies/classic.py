@@ -111,7 +111,7 @@ def unconfirmed_adoption(finding: Finding) -> list[str]:
         return []
     s = finding.stats
     gaps = []
-    floor = finding.gate.threshold.floor_pct
+    floor = finding.gate.threshold.floor_pct or 0.0
     if s.ci_low_pct is not None and s.ci_high_pct is not None:
         level = f"{100 * s.ci_level:g} % " if s.ci_level is not None else ""
         ci = f"the {level}CI of Δ [{s.ci_low_pct:+.4f} %, {s.ci_high_pct:+.4f} %]"
