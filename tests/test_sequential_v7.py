@@ -81,3 +81,14 @@ def test_v7_keeps_v5_s_critical_values_and_records_its_rules() -> None:
     assert v7.critical == v5.critical and v7.states == v5.states and v7.order == "block-shuffle"
     assert v7.floor_critical == (1.0, 1.0, 1.0) and v7.mean_equivalence
     assert DESIGNS[6].floor_critical is None and not DESIGNS[6].mean_equivalence  # old series keep their rules
+
+
+def test_earlier_versions_state_their_rules_in_their_own_words() -> None:
+    from gatekit.config import RulesSpec, ThresholdSpec
+    from gatekit.policies.sequential import policy
+    v6, v7 = (" ".join(policy(v).stated_rules("t", RulesSpec(), ThresholdSpec())) for v in (6, 7))
+    assert "AND HL is at least 1 % better" in v6 and "worse side AND at least 1 % worse" in v6
+    assert "plain mean" not in v6 and "block of two rounds" in v6
+    assert "AND HL - q S (q = 1, 1, 1 at looks 1, 2, 3) is at least 1 % better" in v7
+    assert "AND HL + q S (q = 1, 1, 1 at looks 1, 2, 3) is at least 1 % worse" in v7
+    assert "t interval of the plain mean of d" in v7 and "two AB and two BA rounds" in v7

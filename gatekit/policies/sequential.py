@@ -843,8 +843,8 @@ class SequentialPolicy(SimulationDefaults):
             f"by simulation under normal noise: looks 1 and 2 spend {100 * self.design.early_alpha:g} % in equal "
             f"shares, look 3 the rest of {100 * CALIBRATION_ALPHA:g} %: one-sided alpha at most "
             f"{alpha:g} over all looks) AND {self._floor_words()} is at least {floor:g} % better AND every guard "
-            f"passes. Regression iff HL/S is beyond c on the worse side AND {self._floor_words(worse=True)} is at "
-            f"least {floor:g} % worse.",
+            f"passes. Regression iff HL/S is beyond c on the worse side AND {self._worse_floor_words()}at least "
+            f"{floor:g} % worse.",
             f"Equivalent iff HL +/- c S lies inside +/-{floor:g} %{self._mean_words(floor)}. Rejected iff that "
             "interval "
             f"excludes an improvement of {floor:g} % (at any look). At the last look run anything else is "
@@ -864,6 +864,10 @@ class SequentialPolicy(SimulationDefaults):
             return "HL"
         q = ", ".join(f"{k:g}" for k in self.design.floor_critical)
         return f"HL {'+' if worse else '-'} q S (q = {q} at looks 1, 2, 3)"
+
+    def _worse_floor_words(self) -> str:
+        # versions before 7 said "AND at least …": their predecisions keep those words
+        return "" if self.design.floor_critical is None else f"{self._floor_words(worse=True)} is "
 
     def _mean_words(self, floor: float) -> str:
         if not self.design.mean_equivalence:
