@@ -234,8 +234,8 @@ sign_key_option = click.option(
 @gate_option
 @click.option("--n", type=int, help="Runs per arm (overrides gate.n).")
 @click.option("--order", type=click.Choice(ORDERS), help="Run order (overrides gate.order).")
-@click.option("--seed", type=int, help="Seed of a random, thue-morse or abba-baab order (overrides gate.seed; default: "
-              "derived from the predecision's sha256).")
+@click.option("--seed", type=int, help="Seed of a random, thue-morse, abba-baab or block-shuffle order (overrides "
+              "gate.seed; default: derived from the predecision's sha256).")
 @click.option("--policy", type=PolicyChoice(gate_policies),
               help=f"Decision policy (overrides gate.policy): {RUN_POLICY_WORDS}.")
 @click.option("--warmup", type=click.IntRange(0, 2),
@@ -477,6 +477,8 @@ def _design_version_options(command: Any) -> Any:
 @click.option("--outlier-rate", type=float, default=0.0, show_default=True,
               help="Fraction of runs (each drawn independently) slowed by --outlier-pct.")
 @click.option("--outlier-pct", type=float, default=0.0, show_default=True, help="How much an outlier run is slower, %.")
+@click.option("--outlier-on-only", is_flag=True,
+              help="Only the on arm's runs are slowed by --outlier-rate/--outlier-pct (a change of the mean).")
 @click.option("--tails", type=float, help="Student-t noise with this many degrees of freedom (> 2), same CV.")
 @click.option("--guard-drop", type=float, help="Guard scenario (sequential): true quality drop; the limit equals it.")
 @click.option("--guard-sd", type=float, default=0.0, show_default=True, help="SD of a round's guard difference.")
@@ -511,6 +513,9 @@ def _design_version_options(command: Any) -> Any:
 @click.option("--draws", type=int, default=100_000, show_default=True, help="Simulated gates per scenario and policy.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the simulation.")
 @click.option("--suite", is_flag=True, help="Every scenario of docs/statistics.md instead of the one given.")
+@click.option("--workers", type=click.IntRange(min=1), default=1, show_default=True,
+              help="With --suite: processes simulating its cells at once (each cell has its own seed: the same "
+                   "numbers with any count).")
 @_design_version_options
 @click.option("--bisect", "bisect", is_flag=True,
               help="Simulate `gate bisect` over --commits commits (a step of --effect at a random one) beside a "
@@ -536,13 +541,14 @@ def _design_version_options(command: Any) -> Any:
               help="With --campaign: the false-discovery level, as a campaign file's [campaign] fdr.")
 @click.option("--json", "as_json", is_flag=True, help="Print the results as JSON on stdout.")
 def simulate_cmd(policies: tuple[str, ...], cv_pct: float, cv_on_pct: float | None, effect_pct: float,
-                 drift_pct: float, cold_pct: float, outlier_rate: float, outlier_pct: float, tails: float | None,
+                 drift_pct: float, cold_pct: float, outlier_rate: float, outlier_pct: float, outlier_on_only: bool,
+                 tails: float | None,
                  guard_drop: float | None, guard_sd: float, shared_cv_pct: float, slot_effect_pct: float,
                  slot_step_pct: float, slot_step_from: int | None, slot_drift_pct: float,
                  censored_pct: float | None, periodic_pct: float, period: int, phase: int | None,
                  order: str | None, n: int | None, warmup: int,
                  sigma_k: float, floor_pct: float, max_threshold_pct: float, draws: int, seed: int, suite: bool,
-                 bisect: bool, commits: int,
+                 workers: int, bisect: bool, commits: int,
                  max_parallel: int, confidence: float, budget: int, pairs_per_probe: int | None, campaign: bool,
                  campaign_gates: str, fdr: float, as_json: bool, **design_versions: tuple[int, ...]) -> None:
     """Monte-Carlo of a decision policy: false adoption, power and runs per arm, with their MC errors.
@@ -584,11 +590,13 @@ def simulate_cmd(policies: tuple[str, ...], cv_pct: float, cv_on_pct: float | No
     def work() -> Any:
         if suite:
             return run_suite(policies or suite_policies(), draws=draws, seed=seed, order=order,
-                             thresholds=thresholds, max_threshold_pct=max_threshold_pct, versions=versions)
+                             thresholds=thresholds, max_threshold_pct=max_threshold_pct, versions=versions,
+                             workers=workers)
         scenario = Scenario(cv_off_pct=cv_pct, cv_on_pct=cv_on_pct, effect_pct=effect_pct,
                             drift_pct_per_run=drift_pct, cold_first_pct=cold_pct, order=order, n=n or 3,
                             warmup=warmup,
-                            outlier_rate=outlier_rate, outlier_pct=outlier_pct, tails=tails, guard_drop=guard_drop,
+                            outlier_rate=outlier_rate, outlier_pct=outlier_pct, outlier_on_only=outlier_on_only,
+                            tails=tails, guard_drop=guard_drop,
                             guard_sd=guard_sd, shared_cv_pct=shared_cv_pct, slot_effect_pct=slot_effect_pct,
                             slot_step_pct=slot_step_pct, slot_step_from=slot_step_from,
                             slot_drift_pct=slot_drift_pct, censored_pct=censored_pct, periodic_pct=periodic_pct,

@@ -39,8 +39,19 @@ def round_orders(n: int, order: str, seed: int = 0) -> list[bool]:
     abba-baab: each block of four runs (two rounds) is ABBA or BAAB by a fresh seeded coin: a linear drift
     cancels within every block and the arms stay balanced, as with Thue–Morse, but which arm a run position
     gets is random, so interference on every k-th run (a periodic job) cannot line up with one arm.
+    block-shuffle: each block of four rounds holds two AB and two BA rounds in a seeded random order (one of
+    six): a linear drift cancels within every block (and so at every look of 4, 8, 12 rounds). In abba-baab runs
+    0 and 3 of a block always share an arm, so a job every third run hits one arm twice in every third block;
+    here any two rounds of a block are only weakly tied (correlation −1/3), and the hits spread over the arms.
     """
     rng = random.Random(seed)
+    if order == "block-shuffle":
+        firsts: list[bool] = []
+        while len(firsts) < n:
+            block = [True, True, False, False]
+            rng.shuffle(block)
+            firsts.extend(block)
+        return firsts[:n]
     if order == "abba-baab":
         blocks = [rng.random() < 0.5 for _ in range((n + 1) // 2)]
         return [blocks[k // 2] == (k % 2 == 0) for k in range(n)]

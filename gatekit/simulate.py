@@ -57,6 +57,7 @@ class Scenario:
     warmup: int = 0
     outlier_rate: float = 0.0  # fraction of runs slowed by outlier_pct
     outlier_pct: float = 0.0
+    outlier_on_only: bool = False  # only the on arm's runs fall into the slow state (a change of the mean)
     tails: float | None = None  # Student-t degrees of freedom of the log noise; None: normal
     guard_drop: float | None = None  # true quality drop (higher-is-better guard, limit guard_limit)
     guard_sd: float = 0.0  # SD of a round's guard difference on − off
@@ -94,7 +95,8 @@ class Scenario:
         if self.warmup:
             parts.append(f"warm-up {self.warmup}")
         if self.outlier_rate:
-            parts.append(f"outliers {100 * self.outlier_rate:g} % × {self.outlier_pct:+g} %")
+            parts.append(f"{'on arm only: ' if self.outlier_on_only else ''}outliers {100 * self.outlier_rate:g} % × "
+                         f"{self.outlier_pct:+g} %")
         if self.tails is not None:
             parts.append(f"t tails df {self.tails:g}")
         if self.shared_cv_pct:
@@ -177,8 +179,8 @@ class SimulationResult:
     @property
     def meaning(self) -> str:
         """What the adoption rate measures in this scenario."""
-        if self.scenario.effect_pct < 0:
-            return "power"
+        if self.scenario.effect_pct < 0:  # a change smaller than the floor is not one to adopt
+            return "power" if -self.scenario.effect_pct >= self.thresholds.floor_pct else "adoption below the floor"
         return "false adoption"
 
     def to_dict(self) -> dict[str, Any]:
@@ -209,6 +211,9 @@ def _first_off(order: str, rounds: int, draws: int, rng: np.random.Generator) ->
     if order == "abba-baab":  # a coin per block of two rounds: AB then BA, or BA then AB
         blocks = rng.random((draws, (rounds + 1) // 2)) < 0.5
         return np.repeat(blocks, 2, axis=1)[:, :rounds] == (np.arange(rounds) % 2 == 0)[None, :]
+    if order == "block-shuffle":  # each block of four rounds: two AB and two BA in a random order
+        ranks = np.argsort(rng.random((draws, (rounds + 3) // 4, 4)), axis=-1)
+        return (ranks < 2).reshape(draws, -1)[:, :rounds]
     return np.broadcast_to(np.array(round_orders(rounds, order)), (draws, rounds))
 
 
@@ -250,7 +255,8 @@ def simulate_runs(scenario: Scenario, order: str, rounds: int, draws: int, rng: 
         off, on = periodic(scenario, off, on, pos_off, pos_on, rng)
     if scenario.outlier_rate:
         slow = math.log1p(scenario.outlier_pct / 100)
-        off = off + slow * (rng.random((draws, rounds)) < scenario.outlier_rate)
+        off_slow = rng.random((draws, rounds)) < scenario.outlier_rate  # drawn either way: the same stream
+        off = off if scenario.outlier_on_only else off + slow * off_slow
         on = on + slow * (rng.random((draws, rounds)) < scenario.outlier_rate)
     return off, on, pos_off, pos_on
 
@@ -418,6 +424,11 @@ FAST = "runs/arm ≤ 5"
 # speed states and cannot tell them apart goes on to the next
 FALSE_EITHER = "false adoption and regression ≤ 5.0 % each"
 POWER_ANY_RUNS = "power ≥ 95 % (runs/arm not bounded)"
+# issue 30: a change of the mean (a slow state in one arm only) is never called equivalent, and a true change below
+# the floor is rarely adopted (the floor applies to a bound, not to the estimate)
+NOT_EQUIVALENT = "equivalent ≤ 5.0 % (runs/arm not bounded)"
+BELOW_FLOOR = "adopted ≤ 5.0 % (below the floor; runs/arm not bounded)"
+PERIODIC = {"cv_off_pct": 0.5, "periodic_pct": 8.0}
 OUTLIERS = {"outlier_rate": 0.05, "outlier_pct": 10.0}
 TWO_STATE_RATES, TWO_STATE_PCTS = (0.2, 0.3, 0.5), (5.0, 10.0, 20.0)  # runs slow with probability p by m %
 
@@ -472,6 +483,22 @@ TARGETS: tuple[tuple[Scenario, str], ...] = (
       for cv in (0.5, 2.0) for rate in TWO_STATE_RATES for pct in TWO_STATE_PCTS),
     _s("−2 %, CV 0.5 %, two states 20 % × +5 %", POWER_ANY_RUNS, cv_off_pct=0.5, effect_pct=-2.0, outlier_rate=0.2,
        outlier_pct=5.0),
+    # issue 30: interference on every k-th run (a periodic job) at several periods and phases, and magnitudes
+    _s("A/A, CV 0.5 %, every 3rd run +8 % (phase 0)", FALSE_EITHER, **PERIODIC, period=3, phase=0),
+    _s("A/A, CV 0.5 %, every 3rd run +8 % (any phase)", FALSE_EITHER, **PERIODIC, period=3),
+    _s("A/A, CV 0.5 %, every 5th run +15 % (phase 2)", FALSE_EITHER, cv_off_pct=0.5, periodic_pct=15.0, period=5,
+       phase=2),
+    _s("A/A, CV 2 %, every 7th run +8 % (any phase)", FALSE_EITHER, cv_off_pct=2.0, periodic_pct=8.0, period=7),
+    _s("A/A, CV 0.5 %, every 12th run +8 % (phase 11)", FALSE_EITHER, **PERIODIC, period=12, phase=11),
+    # a slow state in the on arm only: a change of the mean, never equivalent
+    _s("on arm only: 50 % of runs +10 %, CV 0.5 %", NOT_EQUIVALENT, cv_off_pct=0.5, outlier_rate=0.5,
+       outlier_pct=10.0, outlier_on_only=True),
+    _s("on arm only: 50 % of runs +5 %, CV 2 %", NOT_EQUIVALENT, cv_off_pct=2.0, outlier_rate=0.5, outlier_pct=5.0,
+       outlier_on_only=True),
+    _s("on arm only: 30 % of runs +20 %, CV 0.5 %", NOT_EQUIVALENT, cv_off_pct=0.5, outlier_rate=0.3,
+       outlier_pct=20.0, outlier_on_only=True),
+    _s("−0.8 %, CV 0.2 % (below the 1 % floor)", BELOW_FLOOR, cv_off_pct=0.2, effect_pct=-0.8),
+    _s("−0.5 %, CV 0.5 % (below the 1 % floor)", BELOW_FLOOR, cv_off_pct=0.5, effect_pct=-0.5),
 )
 DUET_HOST = {"cv_off_pct": 2.0, "shared_cv_pct": 10.0}  # issue 18's duet host: 2 % own noise, 10 % shared
 # Rows only a duet runs (its slots change speed: a GPU moving between clock states, unflagged by telemetry).
@@ -564,6 +591,10 @@ def meets(result: SimulationResult) -> bool | None:
         return result.adopted.pct <= 5.0 and result.rates["regression"].pct <= 5.0
     if target == POWER_ANY_RUNS:
         return result.adopted.pct >= 95.0
+    if target == NOT_EQUIVALENT:
+        return result.rates["equivalent"].pct <= 5.0
+    if target == BELOW_FLOOR:
+        return result.adopted.pct <= 5.0
     if target == FALSE_ADOPTION:
         return ok and result.adopted.pct <= 5.0
     if target == POWER:
@@ -607,14 +638,26 @@ def suite_cells(policies: Sequence[str], *, order: str | None = None,
 def run_suite(policies: Sequence[str], *, draws: int, seed: int, order: str | None = None,
               thresholds: ThresholdSpec = ThresholdSpec(),
               max_threshold_pct: float = DEFAULT_MAX_THRESHOLD_PCT,
-              versions: Mapping[str, Sequence[int]] | None = None) -> list[SimulationResult]:
+              versions: Mapping[str, Sequence[int]] | None = None, workers: int = 1) -> list[SimulationResult]:
     """Every scenario of SUITE under every policy (the same seed for each, so columns are comparable); guard
     scenarios only under a policy that simulates its guard (the sequential policy's paired guard), the rows
     whose slots change speed only under a duet. `versions` runs a policy once per design version named (side
-    by side, e.g. {"sequential": (5, 4)})."""
-    return [simulate(policy, scenario, draws=draws, seed=seed, thresholds=thresholds,
-                     max_threshold_pct=max_threshold_pct, version=version)
-            for policy, scenario, version in suite_cells(policies, order=order, versions=versions)]
+    by side, e.g. {"sequential": (5, 4)}). `workers` > 1 spreads the cells over that many processes: each cell
+    is its own simulation from `seed`, so the results are the same."""
+    cells = [(policy, scenario, draws, seed, thresholds, max_threshold_pct, version)
+             for policy, scenario, version in suite_cells(policies, order=order, versions=versions)]
+    if workers <= 1 or len(cells) <= 1:
+        return [_suite_cell(cell) for cell in cells]
+    from concurrent.futures import ProcessPoolExecutor  # only a parallel suite needs it
+
+    with ProcessPoolExecutor(min(workers, len(cells))) as pool:
+        return list(pool.map(_suite_cell, cells))
+
+
+def _suite_cell(cell: tuple[str, Scenario, int, int, ThresholdSpec, float, int | None]) -> SimulationResult:
+    policy, scenario, draws, seed, thresholds, max_threshold_pct, version = cell
+    return simulate(policy, scenario, draws=draws, seed=seed, thresholds=thresholds,
+                    max_threshold_pct=max_threshold_pct, version=version)
 
 
 def table(results: Sequence[SimulationResult]) -> str:

@@ -160,8 +160,15 @@ def test_a_noisier_on_arm_is_said_and_a_confirmed_adoption_is_plain() -> None:
     from gatekit.verdict import Decision
 
     seed = Finding.from_document(analyze("seed_s6.csv"), source="seed")
-    confirmed = replace(seed, stats=replace(seed.stats, ci_low_pct=-2.5, ci_high_pct=-0.4))
+    confirmed = replace(seed, stats=replace(seed.stats, ci_low_pct=-2.5, ci_high_pct=-1.2))
     assert verdict_headline(confirmed) == "ADOPTED" and verdict_sentence(confirmed) == ""
+    # a CI that excludes 0 but reaches inside the 1 % floor: a change below the floor is not ruled out
+    short = replace(seed, stats=replace(seed.stats, ci_low_pct=-2.5, ci_high_pct=-0.4))
+    assert verdict_sentence(short).startswith(
+        "adopted by the team's rule — not confirmed: the 95 % CI of Δ [-2.5000 %, -0.4000 %] reaches inside the "
+        "±1 % floor (a change smaller than the floor is not ruled out); next step: ")
+    at_floor = replace(seed, stats=replace(seed.stats, ci_low_pct=-2.5, ci_high_pct=-1.0))
+    assert verdict_sentence(at_floor) == ""  # the floor itself is outside "inside"
     # σ_on 0.9083 % > 2 × σ_off 0.4541 % = 0.9082 %: just beyond; the CI alone excludes 0
     noisy = replace(confirmed, stats=replace(confirmed.stats, sigma_off_pct=0.4541, sigma_on_pct=0.9083))
     assert verdict_sentence(noisy).startswith("adopted by the team's rule — not confirmed: σ_on 0.9083 % is more "
