@@ -15,13 +15,17 @@
 #                                                  # committed gates as a campaign, all with the clock state
 #   bash benchmarks/gpu_session.sh ray OUT         # the campaign through a local Ray (ray installed), then the
 #                                                  # same campaign through the local engine, on this host's GPUs
+#   bash benchmarks/gpu_session.sh ttq OUT         # the time-to-target example (docs/time-to-target.md): the numpy
+#                                                  # pair on CPU, then the torch pair where torch sees CUDA; each
+#                                                  # pair's time-to-target gate and its wall-time gate on the same
+#                                                  # arms, every series verified (about 5 minutes on an idle host)
 #
 # Every gate writes its findings and series folders under OUT (nothing into the repository's findings/);
 # OUT/wall.txt gets "name seconds exit-code" per gate.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
-STEP=${1:?setup, one-gpu, two-gpus, cache, duet, clocks or ray}
+STEP=${1:?setup, one-gpu, two-gpus, cache, duet, clocks, ray or ttq}
 OUT=$(realpath -m "${2:-gpu-out}")
 GATE=(${GATE:-$PY -m gatekit.cli})
 
@@ -141,8 +145,40 @@ ray)
     timed campaign-ray "${GATE[@]}" campaign "$(campaign_file campaign-ray)" --engine ray
     timed campaign-local "${GATE[@]}" campaign "$(campaign_file campaign-local)" --max-parallel "$gpus"
     ;;
+ttq)
+    # An idle host, BLAS threads pinned to 1 (the numpy trainer's default, stated here so host.txt records it).
+    # Expected: each time-to-target gate a regression (exit 1 under --fail-on regression), each wall-time gate on
+    # the same arms rejected or equivalent (exit 0). OUT/exits.txt "gate exit-code", OUT/verify.txt per series.
+    mkdir -p "$OUT"
+    export OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 MKL_NUM_THREADS=1
+    {
+        nproc; uptime; env | grep -E '^(OPENBLAS|OMP|MKL)_NUM_THREADS=' | sort | tr '\n' ' '; echo
+        "$PY" -c 'import numpy; print("numpy", numpy.__version__)'
+        "$PY" -c 'import torch; print("torch", torch.__version__, "cuda", torch.cuda.is_available(),
+                  torch.cuda.get_device_name(0) if torch.cuda.is_available() else "")' 2>&1 | tail -1
+    } > "$OUT/host.txt"
+    gates=(numpy:gate.toml numpy-wall-time:wall-time.toml)
+    if "$PY" -c 'import sys, torch; sys.exit(not torch.cuda.is_available())' 2>/dev/null; then
+        gates+=(torch:torch.toml torch-wall-time:torch-wall-time.toml)
+    else
+        echo "torch pair skipped: $PY has no torch that sees CUDA" | tee "$OUT/torch-skipped.txt"
+    fi
+    for entry in "${gates[@]}"; do
+        name=${entry%%:*}
+        timed "$name" "${GATE[@]}" run --gate "configs/time-to-target/${entry#*:}" --out "$OUT/findings" \
+            --runs "$OUT/runs" --fail-on regression
+        echo "$name $(tail -1 "$OUT/wall.txt" | cut -d' ' -f3)" >> "$OUT/exits.txt"
+    done
+    for series in "$OUT"/runs/*/; do
+        id=$(basename "$series" | sed -E 's/-[0-9]{8}-[0-9]{6}$//')
+        finding=$(ls "$OUT/findings/$id"-[0-9]*.json 2>/dev/null | head -1)
+        echo "$(basename "$series") $("${GATE[@]}" verify "$series" $finding > /dev/null 2>&1; echo $?)" \
+            >> "$OUT/verify.txt"
+    done
+    cat "$OUT/exits.txt" "$OUT/verify.txt"
+    ;;
 *)
-    echo "unknown step $STEP (setup, one-gpu, two-gpus, cache, duet, clocks, ray)" >&2
+    echo "unknown step $STEP (setup, one-gpu, two-gpus, cache, duet, clocks, ray, ttq)" >&2
     exit 2
     ;;
 esac
