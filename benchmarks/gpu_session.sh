@@ -16,9 +16,10 @@
 #   bash benchmarks/gpu_session.sh ray OUT         # the campaign through a local Ray (ray installed), then the
 #                                                  # same campaign through the local engine, on this host's GPUs
 #   bash benchmarks/gpu_session.sh ttq OUT         # the time-to-target example (docs/time-to-target.md): the numpy
-#                                                  # pair on CPU, then the torch pair where torch sees CUDA; each
-#                                                  # pair's time-to-target gate and its wall-time gate on the same
-#                                                  # arms, every series verified (5-6 minutes on an idle host)
+#                                                  # pair on CPU (also pinned to a core, and the wall time under
+#                                                  # the sequential policy), then the torch pair where torch sees
+#                                                  # CUDA; each pair's time-to-target gate and its wall-time gate
+#                                                  # on the same arms, every series verified (about 6 minutes)
 #
 # Every gate writes its findings and series folders under OUT (nothing into the repository's findings/);
 # OUT/wall.txt gets "name seconds exit-code" per gate.
@@ -149,7 +150,8 @@ ttq)
     # An idle host, BLAS threads pinned to 1 (the numpy trainer's default, stated here so host.txt records it).
     # Expected: each time-to-target gate a regression (exit 1 under --fail-on regression), each wall-time gate on
     # the same arms rejected or equivalent (exit 0); the numpy wall-time gate also under the sequential policy,
-    # which can say equivalent. OUT/exits.txt "gate exit-code", OUT/verify.txt "series exit-code" (0: verified).
+    # which can say equivalent. OUT/exits.txt "gate exit-code", OUT/verify.txt "series finding exit-code" (0:
+    # verified).
     mkdir -p "$OUT"
     export OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 MKL_NUM_THREADS=1
     {
@@ -167,6 +169,19 @@ ttq)
     ttq_gate numpy gate.toml
     ttq_gate numpy-wall-time wall-time.toml
     ttq_gate numpy-wall-time-sequential wall-time.toml --policy sequential
+    # each numpy gate again with every trainer pinned to one core (the last): where cores differ in speed (a VM's
+    # vCPUs, a busy SMT sibling) the core a run lands on can matter more than its length; the 300-step runs of
+    # findings/h200-2026-12-02-ttq took 50 to 84 ms on an idle host
+    if command -v taskset > /dev/null; then
+        core=$(( $(nproc) - 1 ))
+        for file in gate wall-time; do
+            sed -e 's|^id = "\(.*\)"|id = "\1-pinned"|' \
+                -e "s|^argv = \[\"{python}\"|argv = [\"taskset\", \"-c\", \"$core\", \"{python}\"|" \
+                "configs/time-to-target/$file.toml" > "configs/time-to-target/$file-pinned-generated.toml"
+        done
+        ttq_gate numpy-pinned gate-pinned-generated.toml
+        ttq_gate numpy-wall-time-pinned wall-time-pinned-generated.toml
+    fi
     if "$PY" -c 'import sys, torch; sys.exit(not torch.cuda.is_available())' 2>/dev/null; then
         ttq_gate torch torch.toml
         ttq_gate torch-wall-time torch-wall-time.toml
