@@ -15,13 +15,18 @@
 #                                                  # committed gates as a campaign, all with the clock state
 #   bash benchmarks/gpu_session.sh ray OUT         # the campaign through a local Ray (ray installed), then the
 #                                                  # same campaign through the local engine, on this host's GPUs
+#   bash benchmarks/gpu_session.sh ttq OUT         # the time-to-target example (docs/time-to-target.md): the numpy
+#                                                  # pair on CPU (also pinned to a core, and the wall time under
+#                                                  # the sequential policy), then the torch pair where torch sees
+#                                                  # CUDA; each pair's time-to-target gate and its wall-time gate
+#                                                  # on the same arms, every series verified (about 6 minutes)
 #
 # Every gate writes its findings and series folders under OUT (nothing into the repository's findings/);
 # OUT/wall.txt gets "name seconds exit-code" per gate.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
-STEP=${1:?setup, one-gpu, two-gpus, cache, duet, clocks or ray}
+STEP=${1:?setup, one-gpu, two-gpus, cache, duet, clocks, ray or ttq}
 OUT=$(realpath -m "${2:-gpu-out}")
 GATE=(${GATE:-$PY -m gatekit.cli})
 
@@ -141,8 +146,59 @@ ray)
     timed campaign-ray "${GATE[@]}" campaign "$(campaign_file campaign-ray)" --engine ray
     timed campaign-local "${GATE[@]}" campaign "$(campaign_file campaign-local)" --max-parallel "$gpus"
     ;;
+ttq)
+    # An idle host, BLAS threads pinned to 1 (the numpy trainer's default, stated here so host.txt records it).
+    # Expected: each time-to-target gate a regression (exit 1 under --fail-on regression), each wall-time gate on
+    # the same arms rejected or equivalent (exit 0); the numpy wall-time gate also under the sequential policy,
+    # which can say equivalent. OUT/exits.txt "gate exit-code", OUT/verify.txt "series finding exit-code" (0:
+    # verified).
+    mkdir -p "$OUT"
+    export OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 MKL_NUM_THREADS=1
+    {
+        nproc; uptime; env | grep -E '^(OPENBLAS|OMP|MKL)_NUM_THREADS=' | sort | tr '\n' ' '; echo
+        "$PY" -c 'import numpy; print("numpy", numpy.__version__)'
+        "$PY" -c 'import torch; print("torch", torch.__version__, "cuda", torch.cuda.is_available(),
+                  torch.cuda.get_device_name(0) if torch.cuda.is_available() else "")' 2>&1 | tail -1
+    } > "$OUT/host.txt"
+    ttq_gate() {  # ttq_gate NAME FILE [ARGS...]: gate run on configs/time-to-target/FILE, its exit in exits.txt
+        local name=$1 file=$2; shift 2
+        timed "$name" "${GATE[@]}" run --gate "configs/time-to-target/$file" --out "$OUT/findings" \
+            --runs "$OUT/runs" --fail-on regression "$@"
+        echo "$name $(tail -1 "$OUT/wall.txt" | cut -d' ' -f3)" >> "$OUT/exits.txt"
+    }
+    ttq_gate numpy gate.toml
+    ttq_gate numpy-wall-time wall-time.toml
+    ttq_gate numpy-wall-time-sequential wall-time.toml --policy sequential
+    # each numpy gate again with every trainer pinned to one core (the last): where cores differ in speed (a VM's
+    # vCPUs, a busy SMT sibling) the core a run lands on can matter more than its length; the 300-step runs of
+    # findings/h200-2026-12-02-ttq took 50 to 84 ms on an idle host
+    if command -v taskset > /dev/null; then
+        core=$(( $(nproc) - 1 ))
+        for file in gate wall-time; do
+            sed -e 's|^id = "\(.*\)"|id = "\1-pinned"|' \
+                -e "s|^argv = \[\"{python}\"|argv = [\"taskset\", \"-c\", \"$core\", \"{python}\"|" \
+                "configs/time-to-target/$file.toml" > "configs/time-to-target/$file-pinned-generated.toml"
+        done
+        ttq_gate numpy-pinned gate-pinned-generated.toml
+        ttq_gate numpy-wall-time-pinned wall-time-pinned-generated.toml
+    fi
+    if "$PY" -c 'import sys, torch; sys.exit(not torch.cuda.is_available())' 2>/dev/null; then
+        ttq_gate torch torch.toml
+        ttq_gate torch-wall-time torch-wall-time.toml
+    else
+        echo "torch pair skipped: $PY has no torch that sees CUDA" | tee "$OUT/torch-skipped.txt"
+    fi
+    for series in "$OUT"/runs/*/; do
+        [ -e "$series/predecision.toml" ] || continue
+        name=$(basename "$series")
+        finding=$(grep -l "\"series_id\": \"$name\"" "$OUT"/findings/*.json 2>/dev/null | head -1)
+        echo "$name ${finding:+$(basename "$finding")} $("${GATE[@]}" verify "$series" $finding > /dev/null 2>&1;
+            echo $?)" >> "$OUT/verify.txt"
+    done
+    cat "$OUT/exits.txt" "$OUT/verify.txt"
+    ;;
 *)
-    echo "unknown step $STEP (setup, one-gpu, two-gpus, cache, duet, clocks, ray)" >&2
+    echo "unknown step $STEP (setup, one-gpu, two-gpus, cache, duet, clocks, ray, ttq)" >&2
     exit 2
     ;;
 esac

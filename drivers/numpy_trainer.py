@@ -96,6 +96,7 @@ MNIST_INPUT = 784
 MNIST_CLASSES = 10
 FOURIER_SCALE = 10.0  # std of the random frequencies, in cycles per image
 ALIGN_ELEMS = 16  # flat-buffer offsets are padded to 64 B (float32) for SIMD
+MAX_TRACE_POINTS = 100_000  # gatekit.quality's bound on a quality trace (drivers do not import the core)
 
 
 class ConfigError(Exception):
@@ -174,6 +175,10 @@ def load_config(path: Path) -> dict[str, Any]:
             cfg[key] = CHECKS[key](value)
         except ValueError as exc:
             raise ConfigError(key, str(exc)) from exc
+    points = cfg["steps"] // cfg["trace_every"] if cfg["trace_every"] else 0
+    if points > MAX_TRACE_POINTS:
+        raise ConfigError("trace_every", f"steps / trace_every = {points} points, more than the "
+                          f"{MAX_TRACE_POINTS} a quality trace may hold")
     return cfg
 
 

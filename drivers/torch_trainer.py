@@ -20,7 +20,9 @@ kernel directly (`FusedAdam`): torch.optim would import torch._dynamo, about a s
 
 Run: python -m gatekit_drivers.torch_trainer --config configs/torch/resident.toml
 Trainer contract: GATEKIT_RESULT (JSON) gets metrics, the effective config, is_resident, the path taken
-and trace.ms_per_iter; stdout gets `train elapsed: X s`, `final loss: X`, `psnr: X dB`.
+and trace.ms_per_iter; stdout gets `train elapsed: X s`, `final loss: X`, `psnr: X dB`. `trace_every = K` adds a
+quality trace for time-to-target gates: every K timed steps the training seconds so far (trace.elapsed_s), the step
+(trace.step) and the whole data set's loss (trace.loss; image-fit also trace.psnr_db), evaluated outside the clock.
 """
 
 from __future__ import annotations
@@ -106,6 +108,7 @@ BETA1, BETA2, EPS = 0.9, 0.999, 1e-8
 # else), so runs that differ only in optimizer, capture, lr, steps... share one cached data set.
 DATA_KEYS = {"mnist-mlp": ("problem", "seed", "batch", "dataset_batches"), "image-fit": ("problem", "image_size")}
 DATASET_CACHE_FORMAT = 1  # bump when what a cache file holds changes
+MAX_TRACE_POINTS = 100_000  # gatekit.quality's bound on a quality trace (drivers do not import the core)
 
 
 class TrainerConfigError(Exception):
@@ -134,6 +137,7 @@ class TrainerConfig:
     image_size: int = 256
     dataset_batches: int = 64  # mnist-mlp: distinct synthetic batches cycled through
     on_unavailable: str = "fail"
+    trace_every: int = 0  # every K timed steps a quality-trace point (0: none), evaluated outside the clock
 
     @classmethod
     def from_mapping(cls, data: dict[str, Any], source: str) -> TrainerConfig:
@@ -163,6 +167,12 @@ class TrainerConfig:
                 raise TrainerConfigError(f"{source}: key '{key}': must be at least 1")
         if config.warmup_steps < 0:
             raise TrainerConfigError(f"{source}: key 'warmup_steps': must be 0 or more")
+        if config.trace_every < 0:
+            raise TrainerConfigError(f"{source}: key 'trace_every': must be 0 (no trace) or more")
+        if config.trace_every and config.steps // config.trace_every > MAX_TRACE_POINTS:
+            raise TrainerConfigError(f"{source}: key 'trace_every': steps / trace_every = "
+                                     f"{config.steps // config.trace_every} points, more than the "
+                                     f"{MAX_TRACE_POINTS} a quality trace may hold")
         return config
 
 
@@ -434,6 +444,15 @@ def scheduled_lr(config: TrainerConfig, step_index: int) -> float:
 
 # -- the trainer ------------------------------------------------------------------------------------
 
+@dataclass(frozen=True)
+class Timed:
+    """What `Trainer.train` measured over its timed steps."""
+
+    elapsed_s: float
+    step_ms: list[float]
+    last_loss: float
+    quality: dict[str, list[float]]  # the quality trace: elapsed_s, step, loss (and psnr_db); {} when not traced
+
 def resolve_path(config: TrainerConfig) -> tuple[TrainerConfig, list[str]]:
     """The path that can actually run here; unavailable parts fail or fall back, and say so."""
     notes: list[str] = []
@@ -571,17 +590,27 @@ class Trainer:
         elif self.device.type == "mps":
             torch.mps.synchronize()
 
-    def train(self, steps: int) -> tuple[float, list[float], float]:
-        """Run `steps` steps; returns (elapsed_s, per-step ms, last loss read back).
+    def train(self, steps: int, trace_every: int = 0) -> Timed:
+        """Run `steps` steps: the device-synchronized elapsed time, per-step ms, the last loss read back and, every
+        `trace_every` steps (0: never), a quality-trace point.
 
-        Elapsed is device-synchronized at both ends. Per-step times come from CUDA events on cuda (device
-        time between step boundaries), from the host clock with a sync per step elsewhere.
+        Per-step times come from CUDA events on cuda (device time between step boundaries), from the host clock
+        with a sync per step elsewhere. A trace point synchronizes, notes the training seconds so far and the
+        step, and evaluates the whole data set (loss; image-fit also PSNR); the evaluation is left out of every
+        clock: of `elapsed_s`, of the trace's times and of the next step's time.
         """
         readback = self.config.readback_every
         last_loss = math.nan
         use_events = self.device.type == "cuda"
         events = [torch.cuda.Event(enable_timing=True) for _ in range(steps + 1)] if use_events else []
+        resumed: dict[int, Any] = {}  # step → the event after a trace point's evaluation, where its time begins
         host_ms: list[float] = []
+        quality: dict[str, list[float]] = {}
+        if trace_every:
+            quality = {"elapsed_s": [], "step": [], "loss": []}
+            if self.problem.image is not None:
+                quality["psnr_db"] = []
+        evaluating_s = 0.0
         self.synchronize()
         started = time.perf_counter()
         if use_events:
@@ -596,11 +625,25 @@ class Trainer:
             else:
                 self.synchronize()
                 host_ms.append((time.perf_counter() - step_began) * 1e3)
+            if trace_every and (i + 1) % trace_every == 0:
+                self.synchronize()
+                reached = time.perf_counter()
+                loss_now, psnr_now = self.problem.evaluate()
+                quality["elapsed_s"].append(round(reached - started - evaluating_s, 6))
+                quality["step"].append(i + 1)
+                quality["loss"].append(loss_now)
+                if psnr_now is not None:
+                    quality["psnr_db"].append(psnr_now)
+                self.synchronize()
+                if use_events and i + 1 < steps:
+                    resumed[i + 1] = torch.cuda.Event(enable_timing=True)
+                    resumed[i + 1].record()
+                evaluating_s += time.perf_counter() - reached
         self.synchronize()
-        elapsed = time.perf_counter() - started
+        elapsed = time.perf_counter() - started - evaluating_s
         if use_events:
-            host_ms = [events[i].elapsed_time(events[i + 1]) for i in range(steps)]
-        return elapsed, host_ms, last_loss
+            host_ms = [resumed.get(i, events[i]).elapsed_time(events[i + 1]) for i in range(steps)]
+        return Timed(elapsed, host_ms, last_loss, quality)
 
     def state_dict(self) -> dict[str, Any]:
         """Parameters, Adam moments and step count: what a resume must restore bit-exactly."""
@@ -657,7 +700,8 @@ def run(config: TrainerConfig, cache_dir: Path | None = None) -> dict[str, Any]:
     if effective.warmup_steps:
         trainer.train(effective.warmup_steps)
     warmup_s = time.perf_counter() - warmup_started
-    elapsed, step_ms, last_loss = trainer.train(effective.steps)
+    timed = trainer.train(effective.steps, effective.trace_every)
+    elapsed, step_ms, last_loss = timed.elapsed_s, timed.step_ms, timed.last_loss
     eval_started = time.perf_counter()
     final_loss, psnr = trainer.problem.evaluate()
     eval_s = time.perf_counter() - eval_started
@@ -683,7 +727,7 @@ def run(config: TrainerConfig, cache_dir: Path | None = None) -> dict[str, Any]:
         "requested": asdict(config),
     }
     return {"metrics": metrics, "config": echoed, "is_resident": trainer.is_resident, "path": path,
-            "trace": {"ms_per_iter": [round(ms, 5) for ms in step_ms]}}
+            "trace": {"ms_per_iter": [round(ms, 5) for ms in step_ms], **timed.quality}}
 
 
 def device_name(device: torch.device) -> str:

@@ -170,8 +170,9 @@ def test_stdout_lines_without_result_file(tmp_path: Path) -> None:
         ({"optimizer": "sgd"}, "optimizer"),
         ({"steps": 0}, "steps"),
         ({"lr": "fast"}, "lr"),
+        ({"steps": 100_001, "trace_every": 1}, "trace_every"),
     ],
-    ids=["unknown-key", "bad-choice", "out-of-range", "wrong-type"],
+    ids=["unknown-key", "bad-choice", "out-of-range", "wrong-type", "trace-too-long"],
 )
 def test_bad_config_exits_2_with_one_line(
     tmp_path: Path, extra: dict[str, Any], key: str

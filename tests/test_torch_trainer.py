@@ -224,6 +224,45 @@ def test_graph_replay_matches_eager_resident_on_cuda() -> None:
     assert np.allclose(a, b, rtol=1e-4)
 
 
+
+# -- the quality trace of time-to-target gates ---------------------------------------------------------
+
+@pytest.mark.parametrize("problem, series", [({}, {"loss"}), (SMALL_IMAGE, {"loss", "psnr_db"})])
+def test_a_quality_trace_every_k_steps_follows_the_trainer_contract(problem: dict, series: set) -> None:
+    """trace_every = K: the training seconds, the step and the whole data set's loss (image-fit: and PSNR) every K
+    timed steps, checked by gatekit's reader of quality traces; evaluating them trains nothing."""
+    from gatekit.quality import quality_trace
+
+    base = {"device": "cpu", "steps": 30, "warmup_steps": 2, "dataset_batches": 4, **problem}
+    traced = run(TrainerConfig(**base, trace_every=10))  # type: ignore[arg-type]
+    quality = quality_trace(traced["trace"])
+    assert quality is not None and quality.axes["step"] == (10.0, 20.0, 30.0) and set(quality.series) == series
+    assert quality.axes["elapsed_s"][-1] <= traced["metrics"]["train_elapsed_s"] + 1e-6
+    assert traced["trace"]["loss"][-1] == traced["metrics"]["final_loss"]  # the last point is the trained model
+    assert len(traced["trace"]["ms_per_iter"]) == 30
+    plain = run(TrainerConfig(**base))  # type: ignore[arg-type]
+    assert set(plain["trace"]) == {"ms_per_iter"}  # trace_every = 0: no quality trace
+    assert _losses(plain) == _losses(traced)  # evaluating at the trace points moved no weight
+
+
+def test_a_trace_longer_than_gatekit_reads_is_refused_at_the_config(tmp_path: Path) -> None:
+    with pytest.raises(TrainerConfigError, match="key 'trace_every': steps / trace_every = 200000 points, more "
+                                                  "than the 100000"):
+        TrainerConfig.from_mapping({"steps": 200_000, "trace_every": 1}, "arm.toml")
+    with pytest.raises(TrainerConfigError, match="key 'trace_every': must be 0"):
+        TrainerConfig.from_mapping({"trace_every": -1}, "arm.toml")
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (CI has none)")
+def test_a_graph_captured_run_writes_its_quality_trace() -> None:
+    config = TrainerConfig(device="cuda", capture="graph", steps=40, warmup_steps=2, trace_every=10, **SMALL_IMAGE)
+    document = run(config)  # type: ignore[arg-type]
+    trace = document["trace"]
+    assert trace["step"] == [10, 20, 30, 40] and len(trace["psnr_db"]) == 4
+    assert trace["elapsed_s"][-1] <= document["metrics"]["train_elapsed_s"] + 1e-6
+    assert len(trace["ms_per_iter"]) == 40 and all(ms > 0 for ms in trace["ms_per_iter"])
+
+
 # -- the data-set cache and the start-up overhead ----------------------------------------------------
 
 CACHED = {"device": "cpu", "steps": 15, "warmup_steps": 2, "dataset_batches": 4}
