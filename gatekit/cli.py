@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, Callable, TypeVar
 import click
 
 from gatekit import __version__
-from gatekit.bisect.commits import BUILD_TIMEOUT_S
+from gatekit.commits import BUILD_TIMEOUT_S
 from gatekit.config import (DEFAULT_MAX_THRESHOLD_PCT, EXPORT_FORMATS, FAIL_ON, ORDERS, ThresholdSpec,
                             load_gate)
 from gatekit.distribution import install_hint
@@ -21,7 +21,7 @@ from gatekit.driver import (BACKEND_GROUP, DRIVER_GROUP, installed_backends, ins
 from gatekit.engines import ENGINES
 from gatekit.errors import (EXIT_FAIL_ON, EXIT_INVALID, MACHINE_ERRNOS, ConfigError, DriverError, GatekitError,
                             SeriesInterrupted, write_failed)
-from gatekit.policies.descriptors import (DEFAULT_POLICY, INTERLEAVED, describe, gate_policies, policies_of_mode,
+from gatekit.policy_descriptors import (DEFAULT_POLICY, INTERLEAVED, describe, gate_policies, policies_of_mode,
                                           simulation_policies, suite_policies)
 from gatekit.preflight import run_checks
 from gatekit.sanitize import show_controls  # control characters and bidi overrides shown as escapes
@@ -765,7 +765,7 @@ def report_cmd(findings: tuple[Path, ...], html_dir: Path | None, md_file: Path 
 
 def _bisect_reports(bisects: list[tuple[Path, Path]], html_dir: Path) -> list[Path]:
     from gatekit.bisect.finding import finding_paths, load_bisect_finding
-    from gatekit.report.bisect import bisect_report_files
+    from gatekit.bisect.report import bisect_report_files
     from gatekit.report.common import safe_name
     from gatekit.report.site import GENERATOR, write_files
 

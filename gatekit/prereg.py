@@ -18,7 +18,7 @@ from gatekit import __version__, rules, stats, tomltext
 from gatekit.config import (SEEDED_ORDERS, CommitsSpec, GateConfig, GuardSpec, RulesSpec, ThresholdSpec,
                             resolve_history_sigma)
 from gatekit.errors import SeriesError
-from gatekit.policies.descriptors import DEFAULT_POLICY, INTERLEAVED, describe, gate_policies, policy_for
+from gatekit.policy_descriptors import DEFAULT_POLICY, INTERLEAVED, describe, gate_policies, policy_for
 from gatekit.quality import TargetSpec, stated_target
 from gatekit.provenance import sha256_bytes, sha256_file
 from gatekit.records import PREDECISION_SCHEMA, SCHEMA_KEY, Record, schema_problem, upgrade

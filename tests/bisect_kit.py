@@ -11,7 +11,7 @@ from typing import Sequence
 
 import numpy as np
 
-from gatekit.bisect.commits import BuildResult, BuildStatus, Commit
+from gatekit.commits import BuildResult, BuildStatus, Commit
 from gatekit.bisect.posterior import credible_set, posterior
 from gatekit.bisect.records import (BISECT_JOURNAL, BISECT_PLAN, BisectStart, BisectStop, MeasuredPair, ProbeEnd,
                                     ProbeStart, ProbeStatus, plan_toml, replay)

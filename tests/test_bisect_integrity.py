@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from gatekit.bisect.commits import add_worktree, describe, worktree_paths
+from gatekit.commits import add_worktree, describe, worktree_paths
 from gatekit.bisect.records import BISECT_JOURNAL, replay
 from gatekit.bisect.run import remove_own_worktrees
 from gatekit.bisect.verify import verify_bisect

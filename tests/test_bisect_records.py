@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from gatekit.bisect.commits import BuildResult, BuildStatus
+from gatekit.commits import BuildResult, BuildStatus
 from gatekit.bisect.posterior import Pair
 from gatekit.bisect.records import (BISECT_JOURNAL, BISECT_JOURNAL_SCHEMA, BISECT_PLAN, BisectResume, BisectStart,
                                     BisectStop, MeasuredPair, ProbeEnd, ProbeStart, ProbeStatus, plan_toml, read_plan,

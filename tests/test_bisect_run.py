@@ -22,7 +22,7 @@ from typing import Callable
 
 import pytest
 
-from gatekit.bisect.commits import Commit
+from gatekit.commits import Commit
 from gatekit.bisect.records import BISECT_JOURNAL, ProbeStatus, replay
 from gatekit.bisect.run import BisectOptions, measured_pairs, probe_gate_toml, run_bisect
 from gatekit.bisect.search import Outcome

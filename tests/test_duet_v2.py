@@ -16,7 +16,7 @@ from gatekit.analysis import records_table
 from gatekit.cli import main
 from gatekit.config import RulesSpec, ThresholdSpec
 from gatekit.policies import duet
-from gatekit.policies.descriptors import describe, policy_for
+from gatekit.policy_descriptors import describe, policy_for
 from gatekit.prereg import DecisionSpec
 from gatekit.records import RunOutcome, RunRecord, WindowSummary
 from gatekit.simulate import Scenario, simulate

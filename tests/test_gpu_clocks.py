@@ -25,7 +25,7 @@ from gatekit.errors import PreflightError
 from gatekit.preflight import check_locked_clocks
 from gatekit.records import first_difference
 from gatekit.prereg import read_predecision
-from gatekit.series.replay import evidence_from_state, read_state
+from gatekit.series_replay import evidence_from_state, read_state
 from gatekit.series.runner import SeriesRunner
 from gatekit.verify import analyze_series
 from gatekit_drivers.backends.cuda import CudaBackend, is_idle

@@ -20,7 +20,7 @@ from scipy import stats as sps
 from gatekit.config import DEFAULT_WARMUP, GuardSpec, load_gate
 from gatekit.errors import SeriesInterrupted
 from gatekit.policies import sequential as sq
-from gatekit.policies.descriptors import policy_for
+from gatekit.policy_descriptors import policy_for
 from gatekit.records import upgrade
 from gatekit.schedule import extension, order_seed, plan, thue_morse
 from gatekit.series.runner import SeriesRunner

@@ -16,7 +16,7 @@ from typing import Any, Mapping, Sequence
 from scipy import stats as scipy_stats
 
 from gatekit.bisect import posterior
-from gatekit.bisect.commits import Commit
+from gatekit.commits import Commit
 from gatekit.bisect.records import BISECT_FINDING, BISECT_JOURNAL, BisectState, ProbeEnd, ProbeStatus
 from gatekit.bisect.search import Outcome
 from gatekit.errors import FindingError, RunFileError, SeriesError

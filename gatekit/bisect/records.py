@@ -22,7 +22,7 @@ from typing import Any, ClassVar, Mapping
 
 import tomlkit
 
-from gatekit.bisect.commits import BuildResult, Commit
+from gatekit.commits import BuildResult, Commit
 from gatekit.bisect.posterior import Pair
 from gatekit.bisect.search import Outcome
 from gatekit.errors import ConfigError, SeriesError

@@ -32,7 +32,7 @@ from typing import Callable, Iterator, Sequence
 
 import tomlkit
 
-from gatekit.bisect.commits import BUILD_TIMEOUT_S, BuildResult, BuildStatus, Commit, add_worktree, build, \
+from gatekit.commits import BUILD_TIMEOUT_S, BuildResult, BuildStatus, Commit, add_worktree, build, \
     commit_range, remove_worktree, repository, worktree_paths
 from gatekit.bisect.records import (BISECT_FINDING, BISECT_JOURNAL, BISECT_PLAN, BisectInterrupted, BisectResume,
                                     BisectStart, BisectState, BisectStop, MeasuredPair, ProbeEnd, ProbeStart, ProbeStatus, plan_toml,
@@ -46,7 +46,7 @@ from gatekit.engines import ENGINES, GateOutcome, GateStatus, GateTask, Pinning,
 from gatekit.errors import (EXIT_FAIL_ON, EXIT_INVALID, ConfigError, GatekitError, OutputError, SeriesError,
                             SeriesInterrupted, write_failed)
 from gatekit.finding import ConfigChange
-from gatekit.policies.descriptors import DUET_MODE
+from gatekit.policy_descriptors import DUET_MODE
 from gatekit.series.runloop import now
 from gatekit.signals import interrupt_on_sigterm, signals_deferred
 from gatekit.provenance import sha256_file

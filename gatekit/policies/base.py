@@ -20,9 +20,9 @@ import numpy as np
 from gatekit import diagnostics, rules
 from gatekit.config import RulesSpec, ThresholdSpec
 from gatekit.finding import DuetInfo, Finding, Section, SensitivityRow, SequentialInfo
-from gatekit.policies.descriptors import gate_policies, policy_for
+from gatekit.policy_descriptors import gate_policies, policy_for
 from gatekit.records import RunRecord
-from gatekit.report.common import decision_words
+from gatekit.verdict import decision_words
 from gatekit.runtable import RunTable
 from gatekit.verdict import Reason, ReasonCode, Verdict
 

@@ -25,13 +25,13 @@ from gatekit.processes import child_pids, child_subreaper, escaped_evidence, sto
 from gatekit.provenance import (changed_artifacts, file_identities, hash_artifacts_timed, hash_files,
                                 touched_artifacts)
 from gatekit.records import LoadSample, RunOutcome, RunRecord, WindowSummary
-from gatekit.report.common import number_text
+from gatekit.formatting import number_text
 from gatekit.quality import with_derived_primary
 from gatekit.sanitize import safe_outcome, show_controls
 from gatekit.sampler import LoadReader, WindowSampler, samples_csv, stopped_gate
 from gatekit.schedule import Slot
-from gatekit.series.events import DuetPair, Escaped, Interrupted, RunEnd, RunStart
-from gatekit.series.replay import RunLog
+from gatekit.series_events import DuetPair, Escaped, Interrupted, RunEnd, RunStart
+from gatekit.series_replay import RunLog
 from gatekit.signals import ignore_further_interrupts, interrupt_on_sigterm
 from gatekit.slots import DeviceSlot, slot_for
 from gatekit.storage import Journal, RunFolder, SeriesLayout, atomic_write_text, pid_lock
