@@ -598,9 +598,3 @@ def resolve_history_sigma(config: GateConfig) -> RulesSpec:
         raise ConfigError(f"{path}: cv_pct: must be a positive number; run `gate calibrate` again")
     return replace(rules, sigma_history_pct=float(cv))
 
-
-def read_arm_config(arm: ArmSpec) -> dict[str, Any] | None:
-    """Parse an arm's config file to prove it is valid TOML; None when the arm has none."""
-    if arm.config is None:
-        return None
-    return load_toml(arm.config)

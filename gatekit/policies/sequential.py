@@ -138,11 +138,8 @@ CURRENT = DESIGNS[DESCRIPTOR.version]  # type: ignore[index]
 assert CURRENT.runs == DESCRIPTOR.stages, "the descriptor's stages are the current design's looks"
 
 # the current design's constants under their familiar names
-VERSION = CURRENT.version
 CRITICAL = CURRENT.critical
 GUARD_LOOK_LEVEL = CURRENT.guard_look_level
-GUARD_LEVEL = GUARD_LOOK_LEVEL
-CALIBRATION_DRAWS = CURRENT.calibration_draws
 
 
 # -- the look, vectorised ----------------------------------------------------------------------------
@@ -425,7 +422,7 @@ def design_codes(off_log: np.ndarray, on_log: np.ndarray, *, floor_pct: float, d
 
 # -- guards ------------------------------------------------------------------------------------------
 
-def paired_guard(spec: GuardSpec, pairs: Sequence[tuple[float, float]], level: float = GUARD_LEVEL) -> PairedGuard:
+def paired_guard(spec: GuardSpec, pairs: Sequence[tuple[float, float]], level: float = GUARD_LOOK_LEVEL) -> PairedGuard:
     """Pass iff the one-sided `level` bound of mean(on − off) clears the limit (lower bound ≥ −max_drop when
     higher is better); fail iff the opposite bound is beyond it; otherwise inconclusive, never a pass. The
     default level is the per-look level that holds a false pass to ALPHA over both looks."""
@@ -445,7 +442,7 @@ def paired_guard(spec: GuardSpec, pairs: Sequence[tuple[float, float]], level: f
     return PairedGuard(spec.metric, spec.direction, limit, len(diffs), m, bound, far, level, status=status)
 
 
-def guard_pass_arrays(diffs: np.ndarray, drop_limit: float, level: float = GUARD_LEVEL) -> np.ndarray:
+def guard_pass_arrays(diffs: np.ndarray, drop_limit: float, level: float = GUARD_LOOK_LEVEL) -> np.ndarray:
     """Vectorised pass of a higher-is-better guard: the one-sided `level` bound of mean(on − off) over the
     last axis is at least −drop_limit (what paired_guard says "pass" to)."""
     n = diffs.shape[-1]
