@@ -159,7 +159,18 @@ def _write_ci_outputs(ci: CiOutputs, findings: list[Finding], **how) -> None:  #
     _call(lambda: ci.write(findings, note=_stderr, **how))
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+class GateGroup(click.Group):
+    """`gate`'s commands. `gate simulate --bisect …`, from before `gate simulate-bisect` was a command of its
+    own, still runs it (with the same options), saying so."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        if args[:1] == ["simulate"] and "--bisect" in args:
+            _stderr("gate simulate --bisect is deprecated: run gate simulate-bisect (the same options)")
+            args = ["simulate-bisect", *(arg for arg in args[1:] if arg != "--bisect")]
+        return super().parse_args(ctx, args)
+
+
+@click.group(cls=GateGroup, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.version_option(__version__, prog_name="gate")
 def main() -> None:
     """gatekit: a preregistered, interleaved A/B gate for ML training code.
@@ -512,20 +523,6 @@ def _design_version_options(command: Any) -> Any:
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the simulation.")
 @click.option("--suite", is_flag=True, help="Every scenario of docs/statistics.md instead of the one given.")
 @_design_version_options
-@click.option("--bisect", "bisect", is_flag=True,
-              help="Simulate `gate bisect` over --commits commits (a step of --effect at a random one) beside a "
-                   "Pinpoint-style baseline: rate of naming the right culprit, runs and rounds.")
-@click.option("--commits", type=click.IntRange(2, 100_000), default=128, show_default=True,
-              help="With --bisect: commits from GOOD (excluded) to BAD.")
-@click.option("--max-parallel", type=click.IntRange(1, 64), default=1, show_default=True,
-              help="With --bisect: probes at once (one wall round).")
-@click.option("--confidence", type=click.FloatRange(0.5, 0.9999), default=0.95, show_default=True,
-              help="With --bisect: the posterior a commit must hold to be named the culprit.")
-@click.option("--budget", type=click.IntRange(8), default=400, show_default=True,
-              help="With --bisect: runs at most, endpoints and references included.")
-@click.option("--pairs-per-probe", type=click.IntRange(1, 100),
-              help="With --bisect: pairs (a run of the probed commit beside one of GOOD) per probe, as gate bisect's "
-                   "option [default: gate bisect's, 1].")
 @click.option("--json", "as_json", is_flag=True, help="Print the results as JSON on stdout.")
 def simulate_cmd(policies: tuple[str, ...], cv_pct: float, cv_on_pct: float | None, effect_pct: float,
                  drift_pct: float, cold_pct: float, outlier_rate: float, outlier_pct: float, tails: float | None,
@@ -534,9 +531,7 @@ def simulate_cmd(policies: tuple[str, ...], cv_pct: float, cv_on_pct: float | No
                  censored_pct: float | None, periodic_pct: float, period: int, phase: int | None,
                  order: str | None, n: int | None, warmup: int,
                  sigma_k: float, floor_pct: float, max_threshold_pct: float, draws: int, seed: int, suite: bool,
-                 bisect: bool, commits: int,
-                 max_parallel: int, confidence: float, budget: int, pairs_per_probe: int | None, as_json: bool,
-                 **design_versions: tuple[int, ...]) -> None:
+                 as_json: bool, **design_versions: tuple[int, ...]) -> None:
     """Monte-Carlo of a decision policy: false adoption, power and runs per arm, with their MC errors.
 
     Run times are lognormal with the given CVs (Student t on the log scale with --tails); the true effect is
@@ -551,13 +546,8 @@ def simulate_cmd(policies: tuple[str, ...], cv_pct: float, cv_on_pct: float | No
     A time to a quality target (--policy censored --censored-pct 30 --cv 10 --n 16) censors the runs beyond the
     time that share of off runs would exceed.
 
-    --bisect simulates `gate bisect` instead (docs/bisect.md), e.g.
-    gate simulate --bisect --commits 128 --effect 2 --cv 0.5 --draws 1000
+    `gate simulate-bisect` simulates a bisect.
     """
-    if bisect:
-        _simulate_bisect(commits, effect_pct, cv_pct, max_parallel, confidence, budget, pairs_per_probe, n or 3, draws,
-                         seed, as_json)
-        return
     from dataclasses import replace
 
     from gatekit.simulate import Scenario, default_runs, run_suite, simulate, table
@@ -592,23 +582,45 @@ def simulate_cmd(policies: tuple[str, ...], cv_pct: float, cv_on_pct: float | No
             "± is one Monte-Carlo standard error")
 
 
-def _simulate_bisect(commits: int, effect_pct: float, cv_pct: float, max_parallel: int, confidence: float,
-                     budget: int, pairs_per_probe: int | None, n: int, draws: int, seed: int,
-                     as_json: bool) -> None:
+@main.command("simulate-bisect")
+@click.option("--commits", type=click.IntRange(2, 100_000), default=128, show_default=True,
+              help="Commits from GOOD (excluded) to BAD.")
+@click.option("--effect", "effect_pct", type=float, required=True,
+              help="The step in % at the culprit, a commit drawn at random for each bisect (not 0).")
+@click.option("--cv", "cv_pct", type=float, default=0.5, show_default=True,
+              help="Coefficient of variation of the run times, in %.")
+@click.option("--max-parallel", type=click.IntRange(1, 64), default=1, show_default=True,
+              help="Probes at once (one wall round).")
+@click.option("--confidence", type=click.FloatRange(0.5, 0.9999), default=0.95, show_default=True,
+              help="The posterior a commit must hold to be named the culprit.")
+@click.option("--budget", type=click.IntRange(8), default=400, show_default=True,
+              help="Runs at most, endpoints and references included.")
+@click.option("--pairs-per-probe", type=click.IntRange(1, 100),
+              help="Pairs (a run of the probed commit beside one of GOOD) per probe, as gate bisect's option "
+                   "[default: gate bisect's, 1].")
+@click.option("--n", "endpoint_pairs", type=click.IntRange(1), default=3, show_default=True,
+              help="Pairs of GOOD and BAD compared first, as the gate's n.")
+@click.option("--draws", type=click.IntRange(1), default=1000, show_default=True,
+              help="Simulated bisects per method.")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the simulation.")
+@click.option("--json", "as_json", is_flag=True, help="Print the results as JSON on stdout.")
+def simulate_bisect_cmd(commits: int, effect_pct: float, cv_pct: float, max_parallel: int, confidence: float,
+                        budget: int, pairs_per_probe: int | None, endpoint_pairs: int, draws: int, seed: int,
+                        as_json: bool) -> None:
+    """Monte-Carlo of `gate bisect` beside a Pinpoint-style baseline: how often each names the right culprit,
+    its runs and rounds (docs/bisect.md). Run times are lognormal with the given CV; a step of --effect at a
+    random commit. Example: gate simulate-bisect --commits 128 --effect 2 --cv 0.5
+    """
     from gatekit.bisect.search import PROBE_PAIRS
-    from gatekit.bisect.simulation import DEFAULT_DRAWS, BisectScenario, simulate_bisect, table as bisect_table
+    from gatekit.bisect.simulation import BisectScenario, simulate_bisect, table as bisect_table
 
     began = time.monotonic()
-    if click.get_current_context().get_parameter_source("draws") == click.core.ParameterSource.DEFAULT:
-        draws = DEFAULT_DRAWS  # one bisect is a loop of posteriors, not a vectorised gate
 
     def work() -> Any:
         if effect_pct == 0:
-            raise ConfigError("--bisect: --effect must not be 0 (there is no culprit to find)")
-        if draws < 1:
-            raise ConfigError(f"--draws: must be at least 1, got {draws}")
+            raise ConfigError("--effect: must not be 0 (there is no culprit to find)")
         scenario = BisectScenario(commits=commits, effect_pct=effect_pct, cv_pct=cv_pct, max_parallel=max_parallel,
-                                  confidence=confidence, budget=budget, endpoint_pairs=n,
+                                  confidence=confidence, budget=budget, endpoint_pairs=endpoint_pairs,
                                   pairs_per_probe=pairs_per_probe or PROBE_PAIRS)
         return simulate_bisect(scenario, draws=draws, seed=seed)
 
