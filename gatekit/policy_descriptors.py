@@ -36,12 +36,9 @@ class PolicyDescriptor:
     order: str = "abab"  # its run order when the gate states none ("duet": pairs run together, not interleaved)
     stages: tuple[int, ...] | None = None  # runs per arm at each look when the policy fixes them; None: the gate's n
     version: int | None = None  # the design a new series preregisters (None: the policy has one design)
-    # the predecision key that records the version (a predecision/1 may lack it: records.upgrade says which
-    # version that was)
+    # the predecision key (a field of prereg.DecisionSpec) that records the version; a predecision written before
+    # the key existed is upgraded when read (records.UPGRADES says which version it preregistered)
     version_key: str | None = None
-    # the version a predecision that does not state version_key preregistered (None: every predecision of this
-    # format states it); the key is then left out when the spec is written again, so its bytes read the same
-    unrecorded_version: int | None = None
     default_n: int | None = None  # runs per arm (pairs) when the gate file states no n (None: the gate's default)
     default_evidence: str = "load1"  # rules.evidence when the gate file states none
     plan_sizes: tuple[int, ...] = PLAN_SIZES  # runs per arm (pairs) `gate plan` tries, in order
@@ -90,7 +87,7 @@ SEQUENTIAL = PolicyDescriptor("sequential", "gatekit.policies.sequential:policy"
 # duet v2 (Thue–Morse slots, Huber fit) from issue 18; a duet predecision without duet_version is v1
 DUET = PolicyDescriptor("duet", "gatekit.policies.duet:policy",
                         mode=DUET_MODE, order="duet", default_evidence="psi", plan_sizes=_PLAN_PAIRS, plan_step=2,
-                        mde_sizes=(12,), version=2, version_key="duet_version", unrecorded_version=1, default_n=12,
+                        mde_sizes=(12,), version=2, version_key="duet_version", default_n=12,
                         in_suite=True)
 # a time to target with right-censored runs (issue 32): the lognormal AFT time ratio
 CENSORED = PolicyDescriptor("censored", "gatekit.policies.censored:policy", in_suite=True, censoring=True)

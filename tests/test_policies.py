@@ -31,10 +31,12 @@ POLICIES_PACKAGE = ROOT / "gatekit" / "policies"
 DESCRIPTORS = ROOT / "gatekit" / "policy_descriptors.py"  # the registry: below config, so outside the package
 # the names as written in code; the registry's own list, so a new built-in is checked as soon as it exists
 NAMES = frozenset(simulation_policies())
-# The one name use outside the package, with its reason. The upgrade of a predecision/1 states what that frozen
-# format meant (a sequential spec without `sequential_version` preregistered v3); it lives with the other
+# The name uses outside the package, with their reason. The upgrades of a predecision/1 and /2 state what those
+# frozen formats meant (a sequential spec without `sequential_version` preregistered v3, a duet spec without
+# `duet_version` v1); they live with the other
 # upgrades in records.py, the foundation, which imports nothing above it and so cannot ask a descriptor.
-HISTORICAL = {("gatekit/records.py", 'decision.get("policy") == "sequential"')}
+HISTORICAL = {("gatekit/records.py", 'decision.get("policy") == "sequential"'),
+              ("gatekit/records.py", 'decision.get("policy") == "duet"')}
 
 
 @dataclass(frozen=True)
