@@ -477,13 +477,13 @@ def _design_version_options(command: Any) -> Any:
 @click.option("--policy", "policies", type=PolicyChoice(simulation_policies), multiple=True,
               help=f"Policy to simulate; repeat for several (default: {DEFAULT_POLICY}; with --suite "
                    f"{' and '.join(suite_policies())}).")
-@click.option("--cv", "cv_pct", type=float, default=0.5, show_default=True,
+@click.option("--cv", "cv_off_pct", type=float, default=0.5, show_default=True,
               help="Coefficient of variation of the off arm's run times, in %.")
 @click.option("--cv-on", "cv_on_pct", type=float, help="CV of the on arm in % (default: --cv).")
 @click.option("--effect", "effect_pct", type=float, default=0.0, show_default=True,
               help="True change of on against off in % (negative: on is faster).")
-@click.option("--drift", "drift_pct", type=float, default=0.0, show_default=True, help="Drift per run, in %.")
-@click.option("--cold-first", "cold_pct", type=float, default=0.0, show_default=True,
+@click.option("--drift", "drift_pct_per_run", type=float, default=0.0, show_default=True, help="Drift per run, in %.")
+@click.option("--cold-first", "cold_first_pct", type=float, default=0.0, show_default=True,
               help="The series' first run is this much slower, in %.")
 @click.option("--outlier-rate", type=float, default=0.0, show_default=True,
               help="Fraction of runs (each drawn independently) slowed by --outlier-pct.")
@@ -524,14 +524,9 @@ def _design_version_options(command: Any) -> Any:
 @click.option("--suite", is_flag=True, help="Every scenario of docs/statistics.md instead of the one given.")
 @_design_version_options
 @click.option("--json", "as_json", is_flag=True, help="Print the results as JSON on stdout.")
-def simulate_cmd(policies: tuple[str, ...], cv_pct: float, cv_on_pct: float | None, effect_pct: float,
-                 drift_pct: float, cold_pct: float, outlier_rate: float, outlier_pct: float, tails: float | None,
-                 guard_drop: float | None, guard_sd: float, shared_cv_pct: float, slot_effect_pct: float,
-                 slot_step_pct: float, slot_step_from: int | None, slot_drift_pct: float,
-                 censored_pct: float | None, periodic_pct: float, period: int, phase: int | None,
-                 order: str | None, n: int | None, warmup: int,
-                 sigma_k: float, floor_pct: float, max_threshold_pct: float, draws: int, seed: int, suite: bool,
-                 as_json: bool, **design_versions: tuple[int, ...]) -> None:
+def simulate_cmd(policies: tuple[str, ...], order: str | None, n: int | None, sigma_k: float, floor_pct: float,
+                 max_threshold_pct: float, draws: int, seed: int, suite: bool, as_json: bool,
+                 **options: Any) -> None:
     """Monte-Carlo of a decision policy: false adoption, power and runs per arm, with their MC errors.
 
     Run times are lognormal with the given CVs (Student t on the log scale with --tails); the true effect is
@@ -553,21 +548,17 @@ def simulate_cmd(policies: tuple[str, ...], cv_pct: float, cv_on_pct: float | No
     from gatekit.simulate import Scenario, default_runs, run_suite, simulate, table
 
     thresholds = ThresholdSpec(sigma_k=sigma_k, floor_pct=floor_pct)
-    versions = {name.removeprefix(VERSION_OPTION_PREFIX): chosen for name, chosen in design_versions.items()}
+    # the options are the scenario's fields by name (--cv is cv_off_pct, …) and each policy's --NAME-version
+    versions = {name.removeprefix(VERSION_OPTION_PREFIX): chosen for name, chosen in options.items()
+                if name.startswith(VERSION_OPTION_PREFIX)}
+    scenario_fields = {name: value for name, value in options.items() if not name.startswith(VERSION_OPTION_PREFIX)}
     began = time.monotonic()
 
     def work() -> Any:
         if suite:
             return run_suite(policies or suite_policies(), draws=draws, seed=seed, order=order,
                              thresholds=thresholds, max_threshold_pct=max_threshold_pct, versions=versions)
-        scenario = Scenario(cv_off_pct=cv_pct, cv_on_pct=cv_on_pct, effect_pct=effect_pct,
-                            drift_pct_per_run=drift_pct, cold_first_pct=cold_pct, order=order, n=n or 3,
-                            warmup=warmup,
-                            outlier_rate=outlier_rate, outlier_pct=outlier_pct, tails=tails, guard_drop=guard_drop,
-                            guard_sd=guard_sd, shared_cv_pct=shared_cv_pct, slot_effect_pct=slot_effect_pct,
-                            slot_step_pct=slot_step_pct, slot_step_from=slot_step_from,
-                            slot_drift_pct=slot_drift_pct, censored_pct=censored_pct, periodic_pct=periodic_pct,
-                            period=period, phase=phase)
+        scenario = Scenario(order=order, n=n or 3, **scenario_fields)
         return [simulate(policy, scenario if n is not None else replace(scenario, n=default_runs(policy)),
                          draws=draws, seed=seed, thresholds=thresholds, max_threshold_pct=max_threshold_pct,
                          version=version)
