@@ -29,8 +29,8 @@ from typing import Any, Callable, Iterable
 import numpy as np
 
 from gatekit.diagnostics import ci_arrays, p_better_arrays, welch_arrays
-from gatekit.policy_descriptors import policy_for
 from gatekit.policies.sequential import SEQUENTIAL, gain_bounds
+from gatekit.policy_descriptors import policy_for
 from gatekit.simulate import (CENSORED_ROWS, SUITE, TARGETS, Rate, Scenario, SimulationResult, ThresholdSpec, meets, runs_at_once,
                               simulate, simulate_runs, suite_pairs)
 from gatekit.verdict import ADOPTED, CONTINUE, EQUIVALENT, INCONCLUSIVE, REGRESSION, REJECTED

@@ -15,10 +15,10 @@ from gatekit.finding import (Arms, CommitsInfo, ConfigChange, CycleCheck, Findin
 from gatekit.policies.base import Decided, Evidence, Policy
 from gatekit.policy_descriptors import describe, policy_for
 from gatekit.prereg import DecisionSpec
-from gatekit.records import RunRecord, is_time_metric, startup_overhead_s
 from gatekit.quality import TargetSpec, target_of
-from gatekit.runtable import RunTable, records_table
+from gatekit.records import RunRecord, is_time_metric, startup_overhead_s
 from gatekit.report.narrative import narrative
+from gatekit.runtable import RunTable, records_table
 from gatekit.schedule import WARMUP_ROUND, needs_seed, order_seed
 from gatekit.verdict import (BISECT_PROBE, TOO_FEW_USED, Decision, Reason, ReasonCode, Verdict, decide,
                              evaluate_guard, next_step)

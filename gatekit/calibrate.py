@@ -32,8 +32,8 @@ from gatekit.provenance import hash_artifacts, host_fingerprint, software_versio
 from gatekit.records import CALIBRATION_SCHEMA, Event, RunRecord
 from gatekit.sampler import LoadReader, read_system_load
 from gatekit.schedule import Slot
-from gatekit.series_replay import RunLog
 from gatekit.series.runloop import RunLoop, new_series_dir, now, runs_lock
+from gatekit.series_replay import RunLog
 from gatekit.simulate import Scenario, SimulationResult, simulate
 from gatekit.storage import Journal, SeriesLayout, write_output
 

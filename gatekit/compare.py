@@ -25,9 +25,9 @@ from typing import Any, Callable
 
 import tomlkit
 
+from gatekit.bisect.run import GATE_COPY, arm_at_commits_toml, gate_subdir
 from gatekit.commits import BuildStatus, Commit, add_worktree, build, describe, git, remove_worktree, \
     repository, resolve
-from gatekit.bisect.run import GATE_COPY, arm_at_commits_toml, gate_subdir
 from gatekit.config import GateConfig, load_gate, resolve_path
 from gatekit.errors import BuildError, ConfigError, GatekitError, SeriesError
 from gatekit.policy_descriptors import DUET_MODE

@@ -22,9 +22,8 @@ from gatekit.config import RulesSpec, ThresholdSpec
 from gatekit.finding import DuetInfo, Finding, Section, SensitivityRow, SequentialInfo
 from gatekit.policy_descriptors import gate_policies, policy_for
 from gatekit.records import RunRecord
-from gatekit.verdict import decision_words
 from gatekit.runtable import RunTable
-from gatekit.verdict import Reason, ReasonCode, Verdict
+from gatekit.verdict import Reason, ReasonCode, Verdict, decision_words
 
 if TYPE_CHECKING:
     from gatekit.simulate import Scenario

@@ -56,14 +56,13 @@ from scipy import stats as sps
 from gatekit import rules, stats
 from gatekit.config import GuardSpec, RulesSpec, ThresholdSpec
 from gatekit.diagnostics import ArrayOrScalar, log_values, pct
-from gatekit.finding import Finding, Look, PairedGuard, SequentialInfo
+from gatekit.finding import Finding, Look, PairedGuard, SequentialInfo, generated_section
+from gatekit.formatting import MISSING, fmt, fmt_signed, level_text
 from gatekit.policies.base import (Decided, Evidence, PolicyWords, Retry, SimulationDefaults, classic_beside,
                                    guard_values)
 from gatekit.policy_descriptors import describe, stages_words
 from gatekit.records import RunRecord
 from gatekit.runtable import RunTable, TableRow
-from gatekit.finding import generated_section
-from gatekit.formatting import MISSING, fmt, fmt_signed, level_text
 from gatekit.verdict import (ADOPTED, CODE_NAMES, CONTINUE, EQUIVALENT, INCONCLUSIVE, REGRESSION, REJECTED,
                              Decision, Reason, ReasonCode, Verdict, too_noisy_reason)
 

@@ -11,8 +11,8 @@ from dataclasses import dataclass
 from typing import Any, Sequence
 
 from gatekit.finding import Finding
-from gatekit.quality import DERIVED_PRIMARIES
 from gatekit.formatting import is_number
+from gatekit.quality import DERIVED_PRIMARIES
 from gatekit.report.common import delta_ci, primary_label
 from gatekit.report.rundata import RunFiles
 from gatekit.report.svgplot import Axes

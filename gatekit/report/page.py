@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 from gatekit.finding import Finding, Section, Stats, plain
 from gatekit.formatting import MISSING, fmt, fmt_signed, is_number
-from gatekit.report.common import delta_ci, guard_metrics, one_line_why, runs_per_arm, tag_text
 from gatekit.policies.base import verdict_headline, verdict_sentence
+from gatekit.report.common import delta_ci, guard_metrics, one_line_why, runs_per_arm, tag_text
 from gatekit.report.narrative import narrative
 from gatekit.report.rundata import RunFiles
 from gatekit.verdict import Decision
