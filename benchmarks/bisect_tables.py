@@ -1,4 +1,4 @@
-"""The bisect planning table of docs/benchmarks.md: `gate simulate --bisect` for each scenario below, one
+"""The bisect planning table of docs/benchmarks.md: `gate simulate-bisect` for each scenario below, one
 process per scenario, the same code and seed as the command (so each row is reproducible by the command
 printed beside it).
 
@@ -44,7 +44,7 @@ def main() -> None:
     print(table([result for result, _ in done]))
     print()
     for (effect, cv, parallel), (_, seconds) in zip(scenarios, done):
-        print(f"gate simulate --bisect --commits {COMMITS} --effect {effect:g} --cv {cv:g} --max-parallel {parallel} "
+        print(f"gate simulate-bisect --commits {COMMITS} --effect {effect:g} --cv {cv:g} --max-parallel {parallel} "
               f"--pairs-per-probe {args.pairs_per_probe} --draws {args.draws}   # {seconds:.0f} s")
     print(f"\nMachine: {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs; python "
           f"{platform.python_version()}")

@@ -29,8 +29,8 @@ from typing import Any, Callable, Iterable
 import numpy as np
 
 from gatekit.diagnostics import ci_arrays, p_better_arrays, welch_arrays
-from gatekit.policies.descriptors import describe, policy_for
 from gatekit.policies.sequential import SEQUENTIAL, gain_bounds
+from gatekit.policy_descriptors import describe, policy_for
 from gatekit.simulate import (CENSORED_ROWS, LARGE_N_ROWS, NOT_EQUIVALENT, SUITE, TARGETS, Rate, Scenario, SimulationResult,
                               ThresholdSpec, meets, runs_at_once, simulate, simulate_runs, suite_pairs, target_of)
 from gatekit.verdict import ADOPTED, CONTINUE, EQUIVALENT, INCONCLUSIVE, REGRESSION, REJECTED

@@ -13,12 +13,12 @@ from gatekit import diagnostics, rules, stats
 from gatekit.finding import (Arms, CommitsInfo, ConfigChange, CycleCheck, Finding, GateInfo, GuardRow, Meta,
                              Predecision, Provenance, RulesInfo, RunRow, Stats, ThresholdRule)
 from gatekit.policies.base import Decided, Evidence, Policy
-from gatekit.policies.descriptors import describe, policy_for
+from gatekit.policy_descriptors import describe, policy_for
 from gatekit.prereg import DecisionSpec
-from gatekit.records import RunRecord, is_time_metric, startup_overhead_s
 from gatekit.quality import TargetSpec, target_of
-from gatekit.runtable import RunTable, records_table
+from gatekit.records import RunRecord, is_time_metric, startup_overhead_s
 from gatekit.report.narrative import narrative
+from gatekit.runtable import RunTable, records_table
 from gatekit.schedule import WARMUP_ROUND, needs_seed, order_seed
 from gatekit.verdict import (BISECT_PROBE, TOO_FEW_USED, Decision, Reason, ReasonCode, Verdict, decide,
                              evaluate_guard, next_step)

@@ -70,7 +70,7 @@ def run(off: str | None = None, on: str | None = None, gate: PathLike | None = N
     `finished` with `resume`: a finished series is returned as it is (gate run --resume --sign-key signs it);
     `heartbeat_s`: a progress line every so many seconds during a run (0: none)."""
     from gatekit.config import find_gate_file, load_gate
-    from gatekit.series.replay import open_series
+    from gatekit.series_replay import open_series
     from gatekit.series.runner import SeriesRunner, finished_series
     from gatekit.storage import SeriesLayout
     from gatekit.verify import verify_series

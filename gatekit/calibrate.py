@@ -26,14 +26,14 @@ from gatekit.diagnostics import MDE_POWER, ols_slope
 from gatekit.driver import ChosenBackend, Driver, make_backend, make_driver
 from gatekit.errors import CalibrationError, ConfigError, GatekitError, OutputError, PreflightError, ProvenanceError
 from gatekit.finding import plain
-from gatekit.policies.descriptors import DEFAULT_POLICY, describe, gate_policies, policy_for
+from gatekit.policy_descriptors import DEFAULT_POLICY, describe, gate_policies, policy_for
 from gatekit.preflight import run_checks
 from gatekit.provenance import hash_artifacts, host_fingerprint, software_versions
 from gatekit.records import CALIBRATION_SCHEMA, Event, RunRecord
 from gatekit.sampler import LoadReader, read_system_load
 from gatekit.schedule import Slot
-from gatekit.series.replay import RunLog
 from gatekit.series.runloop import RunLoop, new_series_dir, now, runs_lock
+from gatekit.series_replay import RunLog
 from gatekit.simulate import Scenario, SimulationResult, simulate
 from gatekit.storage import Journal, SeriesLayout, write_output
 

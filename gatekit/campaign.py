@@ -395,7 +395,7 @@ def check_gate_series(folder: Path, start: CampaignStart, outcome: GateOutcome, 
     the chain head) names the gate's id, both verify, and the decision is the one the outcome says. Another
     gate's honest series copied in cannot stand for it. VerificationError naming `where` and the gate."""
     from gatekit.finding import load_finding
-    from gatekit.series.events import SeriesStart
+    from gatekit.series_events import SeriesStart
     from gatekit.storage import SeriesLayout
     from gatekit.verify import verify_series
 

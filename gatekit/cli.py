@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, Callable, TypeVar
 import click
 
 from gatekit import __version__
-from gatekit.bisect.commits import BUILD_TIMEOUT_S
+from gatekit.commits import BUILD_TIMEOUT_S
 from gatekit.config import (DEFAULT_MAX_THRESHOLD_PCT, EXPORT_FORMATS, FAIL_ON, ORDERS, ThresholdSpec,
                             load_gate)
 from gatekit.distribution import install_hint
@@ -21,8 +21,8 @@ from gatekit.driver import (BACKEND_GROUP, DRIVER_GROUP, installed_backends, ins
 from gatekit.engines import ENGINES
 from gatekit.errors import (EXIT_FAIL_ON, EXIT_INVALID, MACHINE_ERRNOS, ConfigError, DriverError, GatekitError,
                             SeriesInterrupted, write_failed)
-from gatekit.policies.descriptors import (DEFAULT_POLICY, IMPORT_POLICY, INTERLEAVED, describe, gate_policies, policies_of_mode,
-                                          simulation_policies, suite_policies)
+from gatekit.policy_descriptors import (DEFAULT_POLICY, IMPORT_POLICY, INTERLEAVED, describe, gate_policies,
+                                        policies_of_mode, simulation_policies, suite_policies)
 from gatekit.preflight import run_checks
 from gatekit.sanitize import show_controls  # control characters and bidi overrides shown as escapes
 
@@ -159,7 +159,18 @@ def _write_ci_outputs(ci: CiOutputs, findings: list[Finding], **how) -> None:  #
     _call(lambda: ci.write(findings, note=_stderr, **how))
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+class GateGroup(click.Group):
+    """`gate`'s commands. `gate simulate --bisect …`, from before `gate simulate-bisect` was a command of its
+    own, still runs it (with the same options), saying so."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        if args[:1] == ["simulate"] and "--bisect" in args:
+            _stderr("gate simulate --bisect is deprecated: run gate simulate-bisect (the same options)")
+            args = ["simulate-bisect", *(arg for arg in args[1:] if arg != "--bisect")]
+        return super().parse_args(ctx, args)
+
+
+@click.group(cls=GateGroup, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.version_option(__version__, prog_name="gate")
 def main() -> None:
     """gatekit: a preregistered, interleaved A/B gate for ML training code.
@@ -466,13 +477,13 @@ def _design_version_options(command: Any) -> Any:
 @click.option("--policy", "policies", type=PolicyChoice(simulation_policies), multiple=True,
               help=f"Policy to simulate; repeat for several (default: {DEFAULT_POLICY}; with --suite "
                    f"{' and '.join(suite_policies())}).")
-@click.option("--cv", "cv_pct", type=float, default=0.5, show_default=True,
+@click.option("--cv", "cv_off_pct", type=float, default=0.5, show_default=True,
               help="Coefficient of variation of the off arm's run times, in %.")
 @click.option("--cv-on", "cv_on_pct", type=float, help="CV of the on arm in % (default: --cv).")
 @click.option("--effect", "effect_pct", type=float, default=0.0, show_default=True,
               help="True change of on against off in % (negative: on is faster).")
-@click.option("--drift", "drift_pct", type=float, default=0.0, show_default=True, help="Drift per run, in %.")
-@click.option("--cold-first", "cold_pct", type=float, default=0.0, show_default=True,
+@click.option("--drift", "drift_pct_per_run", type=float, default=0.0, show_default=True, help="Drift per run, in %.")
+@click.option("--cold-first", "cold_first_pct", type=float, default=0.0, show_default=True,
               help="The series' first run is this much slower, in %.")
 @click.option("--outlier-rate", type=float, default=0.0, show_default=True,
               help="Fraction of runs (each drawn independently) slowed by --outlier-pct.")
@@ -517,20 +528,6 @@ def _design_version_options(command: Any) -> Any:
               help="With --suite: processes simulating its cells at once (each cell has its own seed: the same "
                    "numbers with any count).")
 @_design_version_options
-@click.option("--bisect", "bisect", is_flag=True,
-              help="Simulate `gate bisect` over --commits commits (a step of --effect at a random one) beside a "
-                   "Pinpoint-style baseline: rate of naming the right culprit, runs and rounds.")
-@click.option("--commits", type=click.IntRange(2, 100_000), default=128, show_default=True,
-              help="With --bisect: commits from GOOD (excluded) to BAD.")
-@click.option("--max-parallel", type=click.IntRange(1, 64), default=1, show_default=True,
-              help="With --bisect: probes at once (one wall round).")
-@click.option("--confidence", type=click.FloatRange(0.5, 0.9999), default=0.95, show_default=True,
-              help="With --bisect: the posterior a commit must hold to be named the culprit.")
-@click.option("--budget", type=click.IntRange(8), default=400, show_default=True,
-              help="With --bisect: runs at most, endpoints and references included.")
-@click.option("--pairs-per-probe", type=click.IntRange(1, 100),
-              help="With --bisect: pairs (a run of the probed commit beside one of GOOD) per probe, as gate bisect's "
-                   "option [default: gate bisect's, 1].")
 @click.option("--campaign", "campaign", is_flag=True,
               help="Simulate campaigns of --campaign-gates gates (null ones, and real ones of --effect), each "
                    "decided by its policy, then by the campaign's Benjamini–Hochberg at --fdr: FDR and power, "
@@ -540,17 +537,9 @@ def _design_version_options(command: Any) -> Any:
 @click.option("--fdr", type=float, default=0.05, show_default=True,
               help="With --campaign: the false-discovery level, as a campaign file's [campaign] fdr.")
 @click.option("--json", "as_json", is_flag=True, help="Print the results as JSON on stdout.")
-def simulate_cmd(policies: tuple[str, ...], cv_pct: float, cv_on_pct: float | None, effect_pct: float,
-                 drift_pct: float, cold_pct: float, outlier_rate: float, outlier_pct: float, outlier_on_only: bool,
-                 tails: float | None,
-                 guard_drop: float | None, guard_sd: float, shared_cv_pct: float, slot_effect_pct: float,
-                 slot_step_pct: float, slot_step_from: int | None, slot_drift_pct: float,
-                 censored_pct: float | None, periodic_pct: float, period: int, phase: int | None,
-                 order: str | None, n: int | None, warmup: int,
-                 sigma_k: float, floor_pct: float, max_threshold_pct: float, draws: int, seed: int, suite: bool,
-                 workers: int, bisect: bool, commits: int,
-                 max_parallel: int, confidence: float, budget: int, pairs_per_probe: int | None, campaign: bool,
-                 campaign_gates: str, fdr: float, as_json: bool, **design_versions: tuple[int, ...]) -> None:
+def simulate_cmd(policies: tuple[str, ...], order: str | None, n: int | None, sigma_k: float, floor_pct: float,
+                 max_threshold_pct: float, draws: int, seed: int, suite: bool, workers: int, campaign: bool,
+                 campaign_gates: str, fdr: float, as_json: bool, **options: Any) -> None:
     """Monte-Carlo of a decision policy: false adoption, power and runs per arm, with their MC errors.
 
     Run times are lognormal with the given CVs (Student t on the log scale with --tails); the true effect is
@@ -565,26 +554,24 @@ def simulate_cmd(policies: tuple[str, ...], cv_pct: float, cv_on_pct: float | No
     A time to a quality target (--policy censored --censored-pct 30 --cv 10 --n 16) censors the runs beyond the
     time that share of off runs would exceed.
 
-    --bisect simulates `gate bisect` instead (docs/bisect.md), e.g.
-    gate simulate --bisect --commits 128 --effect 2 --cv 0.5 --draws 1000
-
     --campaign simulates a campaign's false-discovery control (docs/campaigns.md), e.g.
     gate simulate --campaign --policy sequential --effect -2 --cv 0.5
+
+    `gate simulate-bisect` simulates a bisect.
     """
     if campaign:
-        _simulate_campaign(policies, cv_pct, effect_pct, order, n, floor_pct, sigma_k, max_threshold_pct, draws, seed,
-                           campaign_gates, fdr, as_json)
-        return
-    if bisect:
-        _simulate_bisect(commits, effect_pct, cv_pct, max_parallel, confidence, budget, pairs_per_probe, n or 3, draws,
-                         seed, as_json)
+        _simulate_campaign(policies, options["cv_off_pct"], options["effect_pct"], order, n, floor_pct, sigma_k,
+                           max_threshold_pct, draws, seed, campaign_gates, fdr, as_json)
         return
     from dataclasses import replace
 
     from gatekit.simulate import Scenario, default_runs, run_suite, simulate, table
 
     thresholds = ThresholdSpec(sigma_k=sigma_k, floor_pct=floor_pct)
-    versions = {name.removeprefix(VERSION_OPTION_PREFIX): chosen for name, chosen in design_versions.items()}
+    # the options are the scenario's fields by name (--cv is cv_off_pct, …) and each policy's --NAME-version
+    versions = {name.removeprefix(VERSION_OPTION_PREFIX): chosen for name, chosen in options.items()
+                if name.startswith(VERSION_OPTION_PREFIX)}
+    scenario_fields = {name: value for name, value in options.items() if not name.startswith(VERSION_OPTION_PREFIX)}
     began = time.monotonic()
 
     def work() -> Any:
@@ -592,15 +579,7 @@ def simulate_cmd(policies: tuple[str, ...], cv_pct: float, cv_on_pct: float | No
             return run_suite(policies or suite_policies(), draws=draws, seed=seed, order=order,
                              thresholds=thresholds, max_threshold_pct=max_threshold_pct, versions=versions,
                              workers=workers)
-        scenario = Scenario(cv_off_pct=cv_pct, cv_on_pct=cv_on_pct, effect_pct=effect_pct,
-                            drift_pct_per_run=drift_pct, cold_first_pct=cold_pct, order=order, n=n or 3,
-                            warmup=warmup,
-                            outlier_rate=outlier_rate, outlier_pct=outlier_pct, outlier_on_only=outlier_on_only,
-                            tails=tails, guard_drop=guard_drop,
-                            guard_sd=guard_sd, shared_cv_pct=shared_cv_pct, slot_effect_pct=slot_effect_pct,
-                            slot_step_pct=slot_step_pct, slot_step_from=slot_step_from,
-                            slot_drift_pct=slot_drift_pct, censored_pct=censored_pct, periodic_pct=periodic_pct,
-                            period=period, phase=phase)
+        scenario = Scenario(order=order, n=n or 3, **scenario_fields)
         return [simulate(policy, scenario if n is not None else replace(scenario, n=default_runs(policy)),
                          draws=draws, seed=seed, thresholds=thresholds, max_threshold_pct=max_threshold_pct,
                          version=version)
@@ -647,23 +626,45 @@ def _simulate_campaign(policies: tuple[str, ...], cv_pct: float, effect_pct: flo
             "± is one Monte-Carlo standard error")
 
 
-def _simulate_bisect(commits: int, effect_pct: float, cv_pct: float, max_parallel: int, confidence: float,
-                     budget: int, pairs_per_probe: int | None, n: int, draws: int, seed: int,
-                     as_json: bool) -> None:
+@main.command("simulate-bisect")
+@click.option("--commits", type=click.IntRange(2, 100_000), default=128, show_default=True,
+              help="Commits from GOOD (excluded) to BAD.")
+@click.option("--effect", "effect_pct", type=float, required=True,
+              help="The step in % at the culprit, a commit drawn at random for each bisect (not 0).")
+@click.option("--cv", "cv_pct", type=float, default=0.5, show_default=True,
+              help="Coefficient of variation of the run times, in %.")
+@click.option("--max-parallel", type=click.IntRange(1, 64), default=1, show_default=True,
+              help="Probes at once (one wall round).")
+@click.option("--confidence", type=click.FloatRange(0.5, 0.9999), default=0.95, show_default=True,
+              help="The posterior a commit must hold to be named the culprit.")
+@click.option("--budget", type=click.IntRange(8), default=400, show_default=True,
+              help="Runs at most, endpoints and references included.")
+@click.option("--pairs-per-probe", type=click.IntRange(1, 100),
+              help="Pairs (a run of the probed commit beside one of GOOD) per probe, as gate bisect's option "
+                   "[default: gate bisect's, 1].")
+@click.option("--n", "endpoint_pairs", type=click.IntRange(1), default=3, show_default=True,
+              help="Pairs of GOOD and BAD compared first, as the gate's n.")
+@click.option("--draws", type=click.IntRange(1), default=1000, show_default=True,
+              help="Simulated bisects per method.")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the simulation.")
+@click.option("--json", "as_json", is_flag=True, help="Print the results as JSON on stdout.")
+def simulate_bisect_cmd(commits: int, effect_pct: float, cv_pct: float, max_parallel: int, confidence: float,
+                        budget: int, pairs_per_probe: int | None, endpoint_pairs: int, draws: int, seed: int,
+                        as_json: bool) -> None:
+    """Monte-Carlo of `gate bisect` beside a Pinpoint-style baseline: how often each names the right culprit,
+    its runs and rounds (docs/bisect.md). Run times are lognormal with the given CV; a step of --effect at a
+    random commit. Example: gate simulate-bisect --commits 128 --effect 2 --cv 0.5
+    """
     from gatekit.bisect.search import PROBE_PAIRS
-    from gatekit.bisect.simulation import DEFAULT_DRAWS, BisectScenario, simulate_bisect, table as bisect_table
+    from gatekit.bisect.simulation import BisectScenario, simulate_bisect, table as bisect_table
 
     began = time.monotonic()
-    if click.get_current_context().get_parameter_source("draws") == click.core.ParameterSource.DEFAULT:
-        draws = DEFAULT_DRAWS  # one bisect is a loop of posteriors, not a vectorised gate
 
     def work() -> Any:
         if effect_pct == 0:
-            raise ConfigError("--bisect: --effect must not be 0 (there is no culprit to find)")
-        if draws < 1:
-            raise ConfigError(f"--draws: must be at least 1, got {draws}")
+            raise ConfigError("--effect: must not be 0 (there is no culprit to find)")
         scenario = BisectScenario(commits=commits, effect_pct=effect_pct, cv_pct=cv_pct, max_parallel=max_parallel,
-                                  confidence=confidence, budget=budget, endpoint_pairs=n,
+                                  confidence=confidence, budget=budget, endpoint_pairs=endpoint_pairs,
                                   pairs_per_probe=pairs_per_probe or PROBE_PAIRS)
         return simulate_bisect(scenario, draws=draws, seed=seed)
 
@@ -820,7 +821,7 @@ def report_cmd(findings: tuple[Path, ...], html_dir: Path | None, md_file: Path 
 
 def _bisect_reports(bisects: list[tuple[Path, Path]], html_dir: Path) -> list[Path]:
     from gatekit.bisect.finding import finding_paths, load_bisect_finding
-    from gatekit.report.bisect import bisect_report_files
+    from gatekit.bisect.report import bisect_report_files
     from gatekit.report.common import safe_name
     from gatekit.report.site import GENERATOR, write_files
 

@@ -25,12 +25,12 @@ from typing import Any, Callable
 
 import tomlkit
 
-from gatekit.bisect.commits import BuildStatus, Commit, add_worktree, build, describe, git, remove_worktree, \
-    repository, resolve
 from gatekit.bisect.run import GATE_COPY, arm_at_commits_toml, gate_subdir
+from gatekit.commits import BuildStatus, Commit, add_worktree, build, describe, git, remove_worktree, \
+    repository, resolve
 from gatekit.config import GateConfig, load_gate, resolve_path
 from gatekit.errors import BuildError, ConfigError, GatekitError, SeriesError
-from gatekit.policies.descriptors import DUET_MODE
+from gatekit.policy_descriptors import DUET_MODE
 from gatekit.series.runloop import now
 from gatekit.series.runner import SeriesResult
 from gatekit.storage import atomic_write_text, read_input
@@ -75,7 +75,7 @@ def run_compare(base: str | None, head: str | None, options: CompareOptions, *, 
                 report: Report = lambda line: None) -> CompareResult:
     """Compare the gate's arm at BASE (or its merge-base with HEAD) against HEAD in the repository of `cwd`, or
     continue the comparison in `options.resume`; the series' finding names both commits."""
-    from gatekit.series.replay import open_series
+    from gatekit.series_replay import open_series
     from gatekit.series.runner import SeriesRunner
     from gatekit.verify import verify_series
 

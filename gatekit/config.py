@@ -16,9 +16,9 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from gatekit.bisect.commits import Commit
+from gatekit.commits import Commit
 from gatekit.errors import ConfigError
-from gatekit.policies.descriptors import (DEFAULT_POLICY, DUET_MODE, INTERLEAVED, describe, gate_policies,
+from gatekit.policy_descriptors import (DEFAULT_POLICY, DUET_MODE, INTERLEAVED, describe, gate_policies,
                                           policies_of_mode)
 from gatekit.quality import DERIVED_PRIMARIES, TargetSpec
 from gatekit.records import PROCESS_WALLCLOCK, Record, RecordError
@@ -31,7 +31,7 @@ MODES = (INTERLEAVED, DUET_MODE)
 DUET_PAIRS_RULE = "a duet runs n pairs, an even number of at least 4 (the slots swap every pair)"
 SEEDED_ORDERS = ("random", "thue-morse", "abba-baab", "block-shuffle")  # orders that draw from the seed
 # Names the command line offers, here so `gate --help` need not import the modules that implement them
-# (the policies' names are gatekit.policies.descriptors').
+# (the policies' names are gatekit.policy_descriptors').
 EXPORT_FORMATS = ("gab-json", "bmf")  # --export FORMAT: gatekit.exports.EXPORTERS
 # --fail-on NAME: the decisions (verdict.Decision values) that exit 1 — an invalid finding exits 3 whatever is asked.
 # unproven: anything that does not rule out a slowdown beyond the gate's tolerance (docs/ci.md says which to use).
@@ -598,9 +598,3 @@ def resolve_history_sigma(config: GateConfig) -> RulesSpec:
         raise ConfigError(f"{path}: cv_pct: must be a positive number; run `gate calibrate` again")
     return replace(rules, sigma_history_pct=float(cv))
 
-
-def read_arm_config(arm: ArmSpec) -> dict[str, Any] | None:
-    """Parse an arm's config file to prove it is valid TOML; None when the arm has none."""
-    if arm.config is None:
-        return None
-    return load_toml(arm.config)

@@ -28,7 +28,6 @@ ArrayOrScalar = np.ndarray | float
 CI_LEVEL = 0.95
 MDE_ALPHA = 0.05  # one-sided
 MDE_POWER = 0.80
-DF_MODES = ("satterthwaite", "conservative")
 
 
 # -- Welch on log values ---------------------------------------------------------------------------

@@ -35,12 +35,12 @@ from functools import partial
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
+from gatekit.config import FAIL_ON
 from gatekit.errors import ConfigError, GatekitError, OutputError
 from gatekit.finding import Finding, Stats
+from gatekit.formatting import fmt, fmt_signed, is_number
 from gatekit.policies.base import verdict_headline, verdict_sentence, words_of
-from gatekit.config import FAIL_ON
-from gatekit.report.common import (commits_lines, delta_ci, fmt, fmt_signed, guard_metrics,
-                                   is_number, one_line_why, runs_per_arm, unit_of)
+from gatekit.report.common import commits_lines, delta_ci, guard_metrics, one_line_why, runs_per_arm, unit_of
 from gatekit.report.markdown import literal
 from gatekit.stats import mean, sample_sd
 from gatekit.storage import write_output

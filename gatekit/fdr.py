@@ -19,7 +19,7 @@ from typing import Sequence
 import numpy as np
 
 from gatekit.finding import Finding
-from gatekit.policies.descriptors import gate_policies, policy_for
+from gatekit.policy_descriptors import gate_policies, policy_for
 from gatekit.verdict import Decision, Reason, ReasonCode, Verdict
 
 

@@ -19,7 +19,7 @@ import numpy as np
 from gatekit.config import DEFAULT_MAX_THRESHOLD_PCT, ThresholdSpec
 from gatekit.diagnostics import p_better_arrays, welch_arrays
 from gatekit.errors import ConfigError
-from gatekit.policies.descriptors import describe
+from gatekit.policy_descriptors import describe
 from gatekit.simulate import Rate, Scenario, runs_at_once, simulate_runs, validate
 from gatekit.verdict import ADOPTED, REGRESSION
 

@@ -14,10 +14,10 @@ from pathlib import Path
 from typing import Any, Mapping
 
 
-from gatekit.bisect.commits import Commit
+from gatekit.commits import Commit
 from gatekit.config import GuardSpec, RulesSpec
 from gatekit.errors import FindingError, RunFileError
-from gatekit.policies.descriptors import DEFAULT_POLICY
+from gatekit.policy_descriptors import DEFAULT_POLICY
 from gatekit.quality import TargetSpec, TargetTime
 from gatekit.records import (FINDING_SCHEMA, SCHEMA_KEY, Record, RecordError, WindowSummary, canonical_json,
                              dumps_toml, first_difference, kind_of, loads_json, metric_value, schema_problem,
@@ -378,6 +378,11 @@ class Section(Record):
     items: tuple[Any, ...] | None = None
     generated: bool = field(default=False, metadata={"omit": False})  # written by gatekit, not by a person
     extra_keys: Mapping[str, Any] = field(default_factory=dict)
+
+
+def generated_section(type_: str, **content: Any) -> Section:
+    """A narrative section gatekit wrote (marked `generated`, so a report tells it from the ones people add)."""
+    return Section(type_, generated=True, **content)
 
 
 @dataclass(frozen=True, slots=True)

@@ -65,7 +65,7 @@ from gatekit import stats
 from gatekit.errors import ConfigError
 from gatekit.finding import Finding, Stats
 from gatekit.findingset import LoadedFinding, by_date
-from gatekit.report.common import fmt, is_number
+from gatekit.formatting import fmt, is_number
 from gatekit.sanitize import show_controls
 
 MIN_SEGMENT = 2  # the rank statistic's shortest side of a split

@@ -17,8 +17,8 @@ import tomllib
 from gatekit import __version__, rules, stats, tomltext
 from gatekit.config import (SEEDED_ORDERS, CommitsSpec, GateConfig, GuardSpec, RulesSpec, ThresholdSpec,
                             resolve_history_sigma)
-from gatekit.errors import SeriesError
-from gatekit.policies.descriptors import DEFAULT_POLICY, INTERLEAVED, describe, gate_policies, policy_for
+from gatekit.errors import ConfigError, SeriesError
+from gatekit.policy_descriptors import DEFAULT_POLICY, INTERLEAVED, describe, policy_for
 from gatekit.quality import TargetSpec, stated_target
 from gatekit.provenance import sha256_bytes, sha256_file
 from gatekit.records import PREDECISION_SCHEMA, SCHEMA_KEY, Record, schema_problem, upgrade
@@ -48,53 +48,34 @@ class DecisionSpec(Record):
     warmup: int = field(default=0, kw_only=True)
     threshold: ThresholdSpec = field(kw_only=True)
     guards: tuple[GuardSpec, ...] = field(kw_only=True)
-    rules: RulesSpec = field(kw_only=True)
+    # every limit stated, those at their defaults too (a clock rule only where it is on: `stated_limits`)
+    rules: RulesSpec = field(kw_only=True, metadata={"encode": lambda limits: stated_limits(limits)})
     # an interleaved series reads exactly as before duets existed
     mode: str = field(default=INTERLEAVED, kw_only=True, metadata={"omit": INTERLEAVED})
     slots: tuple[str, ...] = field(default=(), kw_only=True, metadata={"omit": ()})  # a duet's two, slot 0 first
-    # The policy's design version, under its descriptor's version_key (the key is named for the one policy
-    # that has versions today); None: the policy's current design, or a policy with one design.
-    sequential_version: int | None = field(default=None, kw_only=True, metadata={"omit": None})
     # a `gate bisect` probe (gate.bisect_probe): one run per arm is a measurement for the bisect, not a decision
     bisect_probe: bool = field(default=False, kw_only=True, metadata={"omit": False})
     # the arms are one arm at two commits (gate compare, gate bisect): config differences between them are recorded
     commits: CommitsSpec | None = field(default=None, kw_only=True, metadata={"omit": None})
     # a derived primary's quality target (time_to_target_s, steps_to_target); absent for every other primary
     time_to_target: TargetSpec | None = field(default=None, kw_only=True, metadata={"omit": None})
+    # A versioned policy's design, each under the key its descriptor names (`version_key`), stated for every
+    # spec of that policy; an older predecision that lacks it is upgraded when read (records.UPGRADES).
+    sequential_version: int | None = field(default=None, kw_only=True, metadata={"omit": None})
+    duet_version: int | None = field(default=None, kw_only=True, metadata={"omit": None})
+    robust_version: int | None = field(default=None, kw_only=True, metadata={"omit": None})
 
     @property
     def design_version(self) -> int | None:
         """The design the series is decided by: the recorded version, else the policy's current one."""
-        return self.sequential_version if self.sequential_version is not None else describe(self.policy).version
-
-    def to_dict(self) -> dict[str, Any]:
-        data = Record.to_dict(self)
-        data["rules"] = dataclasses.asdict(self.rules)  # every limit stated, those at their defaults too
-        for key in CLOCK_RULE_KEYS:  # a spec without the clock rules reads exactly as before they existed
-            if data["rules"][key] == getattr(RulesSpec(), key):
-                data["rules"].pop(key)
-        data.pop("sequential_version", None)
         descriptor = describe(self.policy)
-        # stated for every spec of a versioned policy (predecision/2), except the version a spec that lacks the
-        # key stands for (duet v1, written before duet_version existed): such a file reads as it was written
-        if descriptor.version_key and self.design_version != descriptor.unrecorded_version:
-            data[descriptor.version_key] = self.design_version
-        return data
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> DecisionSpec:
-        """The `decision` table; the design version is read under the policy's version_key (absent: the version
-        its descriptor says a spec without the key preregistered)."""
-        data = dict(data)
-        policy = data.get("policy", DEFAULT_POLICY)
-        descriptor = describe(policy) if isinstance(policy, str) and policy in gate_policies() else None
-        key = descriptor.version_key if descriptor else None
-        if key and key != "sequential_version":
-            if key in data:
-                data["sequential_version"] = data.pop(key)
-            elif descriptor is not None and descriptor.unrecorded_version is not None:
-                data["sequential_version"] = descriptor.unrecorded_version
-        return super(DecisionSpec, cls).from_dict(data)
+        if descriptor.version_key is None:
+            return descriptor.version
+        if descriptor.version_key not in VERSION_KEYS:
+            raise ConfigError(f"policy {self.policy}: its version_key {descriptor.version_key!r} is no key of the "
+                              f"predecision (one of {', '.join(VERSION_KEYS)})")
+        recorded = getattr(self, descriptor.version_key)
+        return recorded if recorded is not None else descriptor.version
 
     @classmethod
     def from_gate(cls, config: GateConfig, off_arm: str, on_arm: str) -> DecisionSpec:
@@ -107,8 +88,27 @@ class DecisionSpec(Record):
                    expect_diff=g.expect_diff, threshold=config.threshold, guards=config.guards,
                    rules=resolve_history_sigma(config), policy=g.policy, warmup=g.warmup, mode=g.mode,
                    slots=tuple(s.text for s in config.duet.slots) if config.duet else (),
-                   sequential_version=describe(g.policy).version, bisect_probe=g.bisect_probe,
-                   commits=config.commits, time_to_target=config.time_to_target)
+                   bisect_probe=g.bisect_probe, commits=config.commits, time_to_target=config.time_to_target,
+                   **_recorded_version(g.policy))
+
+
+VERSION_KEYS = ("sequential_version", "duet_version", "robust_version")  # DecisionSpec's fields a descriptor's version_key may name
+
+
+def _recorded_version(policy: str) -> dict[str, int]:
+    """The design a new series of `policy` preregisters, under its descriptor's key (none: one design)."""
+    descriptor = describe(policy)
+    return {descriptor.version_key: descriptor.version} if descriptor.version_key and descriptor.version else {}
+
+
+def stated_limits(rules: RulesSpec) -> dict[str, Any]:
+    """The rules as the predecision states them: every limit, those at their defaults too, except a clock rule
+    that is off (a spec without the clock rules reads exactly as before they existed)."""
+    data = dataclasses.asdict(rules)
+    for key in CLOCK_RULE_KEYS:
+        if data[key] == getattr(RulesSpec(), key):
+            data.pop(key)
+    return data
 
 
 def stated_rules(spec: DecisionSpec) -> list[str]:

@@ -5,7 +5,8 @@ Every record is a frozen dataclass with one `to_dict` / `from_dict` pair, derive
 field's type and names the dotted key of anything wrong (`runs[2].label: is missing`). Field metadata
 tunes the mapping: `key` (the name in the document, e.g. "pass"), `omit` (a value left out of the
 document, e.g. an empty evidence list), `flatten` (a nested record whose keys sit in the parent's table),
-`internal` (state of the object, never in the document).
+`internal` (state of the object, never in the document), `encode` (value -> plain data, where a document
+states a nested record otherwise than its own `to_dict`: the predecision states every rule's limit).
 A record with an `extra_keys` field keeps the keys it does not know, so a newer or hand-extended document
 round-trips without loss. A `Path` field is a string in the document (an empty one, for an optional path: none).
 
@@ -213,7 +214,8 @@ class Record:
             if f.metadata.get("flatten"):
                 data.update(value.to_dict())
                 continue
-            data[f.metadata.get("key", f.name)] = _plain(value)
+            encode = f.metadata.get("encode")
+            data[f.metadata.get("key", f.name)] = encode(value) if encode else _plain(value)
         for f in dataclasses.fields(self):  # type: ignore[arg-type]
             if _is_rest(f):
                 data.update({k: v for k, v in getattr(self, f.name).items() if k not in data})
@@ -734,6 +736,8 @@ def show_value(value: Any) -> str:
 #                          Later additions, absent = off: `rules.min_clock_share`, `rules.confirm_cycles`.
 #                          `decision.duet_version` (a duet spec without it is duet v1: parity slots, OLS).
 #                          `decision.time_to_target` (metric, target, direction), for a derived primary only.
+#   gatekit.predecision/3  `decision.duet_version` is stated for every duet spec, as `sequential_version` is for
+#                          every sequential one (a /2 duet spec without it is version 1).
 #   gatekit.calibration/1  a `gate calibrate` result (calibration.toml): its runs' values, CV, warm-up, drift.
 #   gatekit.signature/1    an Ed25519 signature of a finding's JSON bytes and its journal's chain head (<id>.sig).
 #   gatekit.signature/2    the same of the finding's content (`content_sha256`: its canonical form, the same for
@@ -755,7 +759,7 @@ def show_value(value: Any) -> str:
 
 SCHEMA_KEY = "schema"
 FINDING_SCHEMA = "gatekit.finding/2"
-PREDECISION_SCHEMA = "gatekit.predecision/2"
+PREDECISION_SCHEMA = "gatekit.predecision/3"
 JOURNAL_SCHEMA = "gatekit.journal/3"
 CALIBRATION_SCHEMA = "gatekit.calibration/1"
 SIGNATURE_SCHEMA = "gatekit.signature/2"
@@ -767,6 +771,8 @@ UNCHAINED_JOURNAL = "gatekit.journal/1"
 CHAINED_JOURNAL_WITHOUT_SCHEMA = "gatekit.journal/2"
 # a sequential predecision written before `sequential_version` existed preregistered version 3 (4, then 8 rounds)
 UNRECORDED_SEQUENTIAL_VERSION = 3
+# a duet predecision written before `duet_version` existed preregistered version 1 (parity slots, OLS)
+UNRECORDED_DUET_VERSION = 1
 
 
 def _finding_1_to_2(document: dict[str, Any]) -> dict[str, Any]:
@@ -781,6 +787,13 @@ def _predecision_1_to_2(document: dict[str, Any]) -> dict[str, Any]:
     return document
 
 
+def _predecision_2_to_3(document: dict[str, Any]) -> dict[str, Any]:
+    decision = document.get("decision")
+    if isinstance(decision, Mapping) and decision.get("policy") == "duet" and "duet_version" not in decision:
+        return {**document, "decision": {**decision, "duet_version": UNRECORDED_DUET_VERSION}}
+    return document
+
+
 def _journal_1_to_2(event: dict[str, Any]) -> dict[str, Any]:
     return event  # the events are those of /2; only the chain is missing, and nothing can add it afterwards
 
@@ -792,16 +805,17 @@ def _journal_2_to_3(event: dict[str, Any]) -> dict[str, Any]:
 # schema -> (the next version, the function that turns a document, or a journal's event, into it)
 UPGRADES: dict[str, tuple[str, Callable[[dict[str, Any]], dict[str, Any]]]] = {
     "gatekit.finding/1": (FINDING_SCHEMA, _finding_1_to_2),
-    "gatekit.predecision/1": (PREDECISION_SCHEMA, _predecision_1_to_2),
+    "gatekit.predecision/1": ("gatekit.predecision/2", _predecision_1_to_2),
+    "gatekit.predecision/2": (PREDECISION_SCHEMA, _predecision_2_to_3),
     UNCHAINED_JOURNAL: (CHAINED_JOURNAL_WITHOUT_SCHEMA, _journal_1_to_2),
     CHAINED_JOURNAL_WITHOUT_SCHEMA: (JOURNAL_SCHEMA, _journal_2_to_3),
 }
 
 
-# the journal format that comes with a predecision format: a gatekit that writes predecision/2 writes chained
-# journals that name their format, so a series of that predecision with an older journal was downgraded.
+# the journal format that comes with a predecision format: a gatekit that writes predecision/2 or later writes
+# chained journals that name their format, so a series of that predecision with an older journal was downgraded.
 # (predecision/1 came with journal/1 or /2: an unchained journal beside it may be honest, and is not evidence.)
-JOURNAL_OF_PREDECISION: dict[str, str] = {PREDECISION_SCHEMA: JOURNAL_SCHEMA}
+JOURNAL_OF_PREDECISION: dict[str, str] = {"gatekit.predecision/2": JOURNAL_SCHEMA, PREDECISION_SCHEMA: JOURNAL_SCHEMA}
 
 
 def upgrade(document: Mapping[str, Any], schema: str) -> dict[str, Any]:

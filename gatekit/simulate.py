@@ -35,7 +35,7 @@ from scipy import special
 
 from gatekit.config import DEFAULT_MAX_THRESHOLD_PCT, ORDERS, ThresholdSpec
 from gatekit.errors import ConfigError
-from gatekit.policies.descriptors import DUET_MODE, describe, policy_for, simulation_policies
+from gatekit.policy_descriptors import DUET_MODE, describe, policy_for, simulation_policies
 from gatekit.schedule import round_orders, thue_morse
 from gatekit.verdict import CODE_NAMES
 

@@ -55,6 +55,11 @@ _SEVERITY = {Decision.ADOPTED: "success", Decision.REJECTED: "info", Decision.RE
              Decision.INCONCLUSIVE: "warning"}
 DECISIONS = tuple(d.value for d in Decision)
 
+
+def decision_words(decision: Decision) -> str:
+    """A decision as a reader scans for it: `guard_failed` → `GUARD FAILED`."""
+    return decision.value.replace("_", " ").upper()
+
 # Outcome codes of the vectorised rules (`gate simulate` decides 100 000 gates at once with them).
 CONTINUE, ADOPTED, REGRESSION, EQUIVALENT, REJECTED, INCONCLUSIVE = range(6)
 CODE_NAMES = {CONTINUE: "continue", ADOPTED: "adopted", REGRESSION: "regression", EQUIVALENT: "equivalent",

@@ -98,7 +98,7 @@ def analyze_series(series_dir: Path, config: GateConfig | None = None) -> Findin
     """Recompute a series' finding offline: the evidence verified first (`verify_series`: the journal's
     hash chain, the predecision hash, every record.json; exit 3 on tampering), then the journal replayed
     once (and, given the gate's config, the gate file and arm configs checked too)."""
-    from gatekit.series.replay import analyze_unverified
+    from gatekit.series_replay import analyze_unverified
 
     verify_series(series_dir)
     return analyze_unverified(series_dir, config)
@@ -245,7 +245,7 @@ def _verify_finding(series_dir: Path, finding_path: Path, head: str | None) -> t
     """The finding's recomputed sections equal the journal's recomputation; its chain head is the journal's.
     Returns the notes on how it was compared (an older finding's reasons, by their prose)."""
     from gatekit.finding import load_finding, twin_difference
-    from gatekit.series.replay import analyze_unverified
+    from gatekit.series_replay import analyze_unverified
     from gatekit.verdict import without_retired_warnings
 
     try:  # a finding that cannot be read (a key stated twice, a forged schema) is evidence that does not verify

@@ -11,11 +11,11 @@ from typing import Sequence
 
 import numpy as np
 
-from gatekit.bisect.commits import BuildResult, BuildStatus, Commit
 from gatekit.bisect.posterior import credible_set, posterior
 from gatekit.bisect.records import (BISECT_JOURNAL, BISECT_PLAN, BisectStart, BisectStop, MeasuredPair, ProbeEnd,
                                     ProbeStart, ProbeStatus, plan_toml, replay)
 from gatekit.bisect.search import Outcome
+from gatekit.commits import BuildResult, BuildStatus, Commit
 from gatekit.provenance import sha256_file
 from gatekit.records import Event
 from gatekit.storage import Journal, atomic_write_text

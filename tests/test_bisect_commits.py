@@ -1,4 +1,4 @@
-"""gatekit.bisect.commits on a real git repository made here: the range, worktrees, and builds that pass,
+"""gatekit.commits on a real git repository made here: the range, worktrees, and builds that pass,
 skip (exit 125) or fail."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from gatekit.bisect.commits import BuildStatus, add_worktree, build, commit_range, remove_worktree, resolve
+from gatekit.commits import BuildStatus, add_worktree, build, commit_range, remove_worktree, resolve
 from gatekit.errors import ConfigError, GatekitError
 
 

@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from gatekit.bisect.commits import add_worktree, describe, worktree_paths
 from gatekit.bisect.records import BISECT_JOURNAL, replay
 from gatekit.bisect.run import remove_own_worktrees
 from gatekit.bisect.verify import verify_bisect
+from gatekit.commits import add_worktree, describe, worktree_paths
 from tests.conftest import gate_invoke
 from tests.test_bisect_run import CULPRIT, Repo, _git, make_repo
 

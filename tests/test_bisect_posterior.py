@@ -115,7 +115,7 @@ def test_simulation_finds_the_culprit_with_fewer_runs_than_the_baseline() -> Non
 
 
 def test_gate_simulate_bisect(tmp_path) -> None:
-    done = gate_invoke("simulate", "--bisect", "--commits", "16", "--effect", "5", "--cv", "0.5", "--draws", "10",
+    done = gate_invoke("simulate-bisect", "--commits", "16", "--effect", "5", "--cv", "0.5", "--draws", "10",
                        "--json", cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     result = json.loads(done.stdout)["bisect_simulation"]
@@ -123,10 +123,19 @@ def test_gate_simulate_bisect(tmp_path) -> None:
     assert result["runs_ratio"] == result["gatekit"]["mean_runs"] / result["baseline"]["mean_runs"]
     ours = result["gatekit"]
     assert ours["right_when_bisected"] == ours["right_culprit"] / (1 - ours["no_change"])
-    table = gate_invoke("simulate", "--bisect", "--commits", "16", "--effect", "5", "--draws", "5", cwd=tmp_path)
+    table = gate_invoke("simulate-bisect", "--commits", "16", "--effect", "5", "--draws", "5", cwd=tmp_path)
     assert "| 16 | 5 % | 0.5 % | 1 | pinpoint-style |" in table.stdout and "right when bisected" in table.stdout
-    bad = gate_invoke("simulate", "--bisect", "--effect", "0", cwd=tmp_path)
-    assert bad.returncode == 2 and "--effect must not be 0" in bad.stderr
+    bad = gate_invoke("simulate-bisect", "--effect", "0", cwd=tmp_path)
+    assert bad.returncode == 2 and "--effect: must not be 0" in bad.stderr
+    assert gate_invoke("simulate-bisect", cwd=tmp_path).returncode == 2  # --effect is required
+
+
+def test_gate_simulate_bisect_flag_still_runs_the_command_and_says_it_is_deprecated(tmp_path) -> None:
+    args = ("--commits", "16", "--effect", "5", "--draws", "5", "--seed", "2", "--json")
+    old = gate_invoke("simulate", "--bisect", *args, cwd=tmp_path)
+    assert old.returncode == 0 and "deprecated: run gate simulate-bisect" in old.stderr
+    assert old.stdout == gate_invoke("simulate-bisect", *args, cwd=tmp_path).stdout
+    assert gate_invoke("simulate", "--bisect", "--policy", "classic", cwd=tmp_path).returncode == 2  # not its option
 
 
 def test_a_change_the_endpoints_cannot_show_stops_both_methods_there() -> None:

@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from gatekit.bisect.commits import BuildResult, BuildStatus
 from gatekit.bisect.posterior import Pair
 from gatekit.bisect.records import (BISECT_JOURNAL, BISECT_JOURNAL_SCHEMA, BISECT_PLAN, BisectResume, BisectStart,
                                     BisectStop, MeasuredPair, ProbeEnd, ProbeStart, ProbeStatus, plan_toml, read_plan,
                                     replay)
 from gatekit.bisect.search import Outcome
+from gatekit.commits import BuildResult, BuildStatus
 from gatekit.errors import SeriesError, VerificationError
 from gatekit.records import RecordError
 from gatekit.storage import Journal, atomic_write_text, line_sha256

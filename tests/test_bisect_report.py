@@ -10,11 +10,11 @@ from xml.etree import ElementTree
 
 import pytest
 
-from gatekit.bisect.commits import Commit
 from gatekit.bisect.finding import BisectFinding, build_finding, finding_paths, write_bisect_finding
 from gatekit.bisect.records import BisectStop, replay
+from gatekit.bisect.report import bisect_report_files
 from gatekit.bisect.search import Outcome
-from gatekit.report.bisect import bisect_report_files
+from gatekit.commits import Commit
 from tests.bisect_kit import COMMITS, N, probe_events, start_event, stop_of, write_events, write_example
 from tests.conftest import gate_invoke
 from tests.findings_kit import PAYLOAD

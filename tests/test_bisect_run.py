@@ -22,11 +22,11 @@ from typing import Callable
 
 import pytest
 
-from gatekit.bisect.commits import Commit
 from gatekit.bisect.records import BISECT_JOURNAL, ProbeStatus, replay
 from gatekit.bisect.run import BisectOptions, measured_pairs, probe_gate_toml, run_bisect
 from gatekit.bisect.search import Outcome
 from gatekit.bisect.verify import verify_bisect
+from gatekit.commits import Commit
 from gatekit.config import load_gate
 from tests.conftest import gate_job_argv, write_toml
 

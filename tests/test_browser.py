@@ -208,7 +208,7 @@ def test_hostile_strings_run_no_script(site: Path, browser: Any) -> None:
 
 def test_a_bisect_page_shows_its_verdict_loads_its_figure_fits_a_phone_and_runs_no_script(tmp_path: Path,
                                                                                           browser: Any) -> None:
-    from gatekit.bisect.commits import Commit
+    from gatekit.commits import Commit
     from gatekit.bisect.finding import build_finding, write_bisect_finding
     from gatekit.bisect.records import replay
     from tests.bisect_kit import COMMITS, probe_events, start_event, stop_of, write_events

@@ -42,8 +42,8 @@ def test_option_choices_name_what_the_library_implements() -> None:
     # without importing the modules that implement them
     from gatekit import config
     from gatekit.exports import EXPORTERS
-    from gatekit.policies.descriptors import gate_policies, simulation_policies
-    from gatekit.policies.descriptors import policy_for
+    from gatekit.policy_descriptors import gate_policies, simulation_policies
+    from gatekit.policy_descriptors import policy_for
     from gatekit.simulate import Scenario, simulate
 
     assert tuple(EXPORTERS) == config.EXPORT_FORMATS

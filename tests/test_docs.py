@@ -19,6 +19,7 @@ from gatekit.config import GateConfig, load_gate
 from gatekit.driver import load_backend, make_backend
 from gatekit.records import Record
 from gatekit_drivers.command import PLACEHOLDERS
+from tests.test_layering import ALL_SOURCES, imports_of, module_name
 
 ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text()
@@ -196,7 +197,7 @@ STATISTICS = (ROOT / "docs" / "statistics.md").read_text()
 
 def test_every_policy_order_and_sigma_ref_value_is_documented() -> None:
     from gatekit.config import ORDERS, SIGMA_REFS
-    from gatekit.policies.descriptors import simulation_policies
+    from gatekit.policy_descriptors import simulation_policies
     for value in (*ORDERS, *SIGMA_REFS):
         assert value in GATE_FILE, f"{value} missing from docs/gate-file.md"
     policies = (DOCS / "policies.md").read_text()
@@ -236,14 +237,80 @@ def test_every_module_file_and_folder_the_architecture_map_names_exists() -> Non
 
 
 def test_every_gate_policy_object_is_on_the_architecture_map() -> None:
-    from gatekit.policies.descriptors import gate_policies, policy_for
+    from gatekit.policy_descriptors import gate_policies, policy_for
 
     for name in gate_policies():
         assert f"`{type(policy_for(name)).__name__}`" in ARCHITECTURE, f"policy {name}'s object is not on the map"
 
 
+def architecture_layers(text: str) -> dict[str, tuple[int, str]]:
+    """{module: (its layer's index, the layer)} from the module map's rows. A row names its modules in
+    backticks: `report/page.py` (a folder, which the names after it in the row are in where such a file
+    exists), `stats.py`, or `importers/` (every module in that folder); a row with no layer is in the one
+    above it."""
+    placed: dict[str, tuple[int, str]] = {}
+    layers: list[str] = []
+    for line in text.split("\n## One gate")[0].splitlines():
+        cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
+        if not line.startswith("| ") or cells[0] in ("layer", "---") or len(cells) < 3:
+            continue
+        if cells[0]:
+            layers.append(cells[0])
+        folder, row = "", set()
+        for token in re.findall(r"`([\w./-]+\.py|[\w./-]+/)`", cells[1]):
+            if token.endswith("/"):
+                folder, files = token, sorted((ROOT / "gatekit" / token).glob("*.py"))
+            else:
+                folder = token.rpartition("/")[0] + "/" if "/" in token else folder
+                inside = ROOT / "gatekit" / folder / token.rpartition("/")[2]
+                files = [inside if folder and inside.is_file() else ROOT / "gatekit" / token]
+            for path in files:
+                module = module_name(path)
+                if path.name != "__init__.py" and module not in row:  # a row may name its folder's modules again
+                    assert module not in placed, f"docs/architecture.md places {module} in two rows"
+                    placed[module] = (len(layers) - 1, layers[-1])
+                    row.add(module)
+    return placed
+
+
+def upward_imports(text: str) -> set[tuple[str, str]]:
+    """The (importer, imported) modules the map allows to import upward: its `- `a.py` → `b.py`` list."""
+    allowed = text.split("Upward imports, each on purpose")[1].split("\n## ")[0]
+    return {(module_name(ROOT / "gatekit" / a), module_name(ROOT / "gatekit" / b))
+            for a, b in re.findall(r"^- `([\w/]+\.py)` → `([\w/]+\.py)`", allowed, re.M)}
+
+
+def test_imports_only_go_down_the_architecture_layers() -> None:
+    placed = architecture_layers(ARCHITECTURE)
+    sources = [p for p in ALL_SOURCES if ROOT / "gatekit" in p.parents and p.name != "__init__.py"]
+    assert {module_name(p) for p in sources} <= placed.keys(), "a module has no layer on docs/architecture.md"
+    allowed, upward, used = upward_imports(ARCHITECTURE), [], set()
+    for path in sources:
+        here = module_name(path)
+        for i in imports_of(path, here):
+            if i.module in placed and placed[i.module][0] < placed[here][0]:
+                if (here, i.module) in allowed:
+                    used.add((here, i.module))
+                else:
+                    upward.append(f"{i}  ({placed[here][1]} imports {placed[i.module][1]})")
+    assert not upward, ("docs/architecture.md: these imports go up its layers; move the module (or its row), or "
+                        "list the import under its upward imports with the reason:\n" + "\n".join(upward))
+    assert used == allowed, f"docs/architecture.md allows upward imports that no longer exist: {allowed - used}"
+
+
+def test_the_layer_check_reads_folders_rows_and_exceptions() -> None:
+    text = ("| layer | module | idea |\n| --- | --- | --- |\n| top | `cli.py` | x |\n"
+            "| low | `report/terminal.py`, `page.py`, `csvinput.py` | y |\n|  | `importers/` | z |\n"
+            "Upward imports, each on purpose (...):\n\n- `stats.py` → `cli.py`: why.\n\n## One gate\n")
+    placed = architecture_layers(text)
+    assert placed["gatekit.cli"] == (0, "top")
+    assert placed["gatekit.report.page"] == placed["gatekit.csvinput"] == placed["gatekit.importers.pyperf"] == (
+        1, "low")
+    assert upward_imports(text) == {("gatekit.stats", "gatekit.cli")}
+
+
 def _resolves(token: str, modules: dict[str, object]) -> bool | None:
-    """Whether `series.replay.read_state` or `RunLoop.run_slot` names something in gatekit; None when the
+    """Whether `series_replay.read_state` or `RunLoop.run_slot` names something in gatekit; None when the
     token is not such a name (a key, a file, an event)."""
     parts = token.split(".")
     if parts[0] in modules:
@@ -271,8 +338,8 @@ def test_every_function_and_class_the_architecture_names_exists() -> None:
 
     modules = {info.name.removeprefix("gatekit."): importlib.import_module(info.name)
                for info in pkgutil.walk_packages(gatekit.__path__, "gatekit.")}
-    assert _resolves("series.replay.read_state", modules) and _resolves("RunLoop.run_slot", modules)
-    assert _resolves("series.replay.no_such_reader", modules) is False  # the check can fail
+    assert _resolves("series_replay.read_state", modules) and _resolves("RunLoop.run_slot", modules)
+    assert _resolves("series_replay.no_such_reader", modules) is False  # the check can fail
     files = (".py", ".json", ".jsonl", ".toml", ".csv", ".md", ".html")  # campaign.jsonl is a file, not a name
     tokens = {t for t in re.findall(r"`([A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*)`", ARCHITECTURE) if not t.endswith(files)}
     missing = sorted(t for t in tokens if _resolves(t, modules) is False)

@@ -20,7 +20,7 @@ from gatekit.analysis import records_table
 from gatekit.cli import main
 from gatekit.config import GuardSpec, RulesSpec, ThresholdSpec
 from gatekit.finding import DuetInfo
-from gatekit.policies.descriptors import policy_for
+from gatekit.policy_descriptors import policy_for
 from gatekit.records import RunOutcome, RunRecord, WindowSummary
 from gatekit.runtable import RunTable
 from gatekit.simulate import Scenario, simulate

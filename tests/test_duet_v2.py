@@ -16,9 +16,9 @@ from gatekit.analysis import records_table
 from gatekit.cli import main
 from gatekit.config import RulesSpec, ThresholdSpec
 from gatekit.policies import duet
-from gatekit.policies.descriptors import describe, policy_for
+from gatekit.policy_descriptors import describe, policy_for
 from gatekit.prereg import DecisionSpec
-from gatekit.records import RunOutcome, RunRecord, WindowSummary
+from gatekit.records import RunOutcome, RunRecord, WindowSummary, upgrade
 from gatekit.simulate import Scenario, simulate
 from gatekit.verdict import CODE_NAMES, Decision, Verdict
 
@@ -188,11 +188,14 @@ def test_a_v1_predecision_is_decided_by_v1_and_reads_as_written() -> None:
     spec = dict(gate_id="g", title="t", off_arm="off", on_arm="on", n=4, order="abab", seed=0, primary=PRIMARY,
                 direction="lower", expect_diff=[], policy="duet", mode="duet", slots=["cpu:0", "cpu:1"],
                 threshold={"sigma_k": 2.0, "floor_pct": 1.0}, guards=[], rules=RulesSpec().to_dict())
-    old = DecisionSpec.from_dict(spec)  # written before duet_version existed
+    # a predecision/2 written before duet_version existed: its reader upgrades it (records.UPGRADES)
+    old = DecisionSpec.from_dict(upgrade({"decision": spec}, "gatekit.predecision/2")["decision"])
     assert old.design_version == 1 and policy_for("duet", old.design_version).design is duet.DESIGNS[1]
-    assert "duet_version" not in old.to_dict() and "sequential_version" not in old.to_dict()
+    assert old.to_dict()["duet_version"] == 1 and "sequential_version" not in old.to_dict()
+    assert old.sequential_version is None  # the duet's version has a key of its own
     new = DecisionSpec.from_dict({**spec, "duet_version": 2})
     assert new.design_version == 2 and new.to_dict()["duet_version"] == 2
+    assert DecisionSpec.from_dict(spec).design_version == 2  # in memory, no version is the current one
     assert describe("duet").version == 2 and policy_for("duet").design is duet.CURRENT
     # v1's rule itself (OLS, Student t) is checked against scipy in tests/test_duet_stats.py, and a recorded v1
     # series re-analyses to its finding in tests/test_recorded_series.py

@@ -22,7 +22,7 @@ import pytest
 from gatekit.config import load_gate
 from gatekit.errors import ConfigError
 from gatekit.finding import Stats
-from gatekit.report.common import MISSING, fmt, fmt_signed, number_text
+from gatekit.formatting import MISSING, fmt, fmt_signed, number_text
 from gatekit.report.page import _SHOWN_STATS, STAT_LABELS, stats_blocks
 from gatekit.report.terminal import summary
 from gatekit.sanitize import show_controls

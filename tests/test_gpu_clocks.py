@@ -23,10 +23,10 @@ from gatekit.config import load_gate
 from gatekit.driver import ChosenBackend
 from gatekit.errors import PreflightError
 from gatekit.preflight import check_locked_clocks
-from gatekit.records import first_difference
 from gatekit.prereg import read_predecision
-from gatekit.series.replay import evidence_from_state, read_state
+from gatekit.records import first_difference
 from gatekit.series.runner import SeriesRunner
+from gatekit.series_replay import evidence_from_state, read_state
 from gatekit.verify import analyze_series
 from gatekit_drivers.backends.cuda import CudaBackend, is_idle
 from tests.nvml_replay import ReplayNvml, descendants_of_this_process, recorded_process_memory, run_label

@@ -13,9 +13,9 @@ import pytest
 
 from gatekit.config import load_gate
 from gatekit.errors import OutputError, SeriesInterrupted
-from gatekit.series.replay import open_series
 from gatekit.provenance import sha256_file
 from gatekit.series.runner import SeriesRunner
+from gatekit.series_replay import open_series
 from gatekit.storage import SeriesLayout
 from tests.conftest import gate_invoke
 

@@ -39,7 +39,7 @@ class Import:
         return f"{where}:{self.line}: {self.text}" + (f"  [{self.name}]" if self.name else "")
 
 
-def _module_name(path: Path) -> str:
+def module_name(path: Path) -> str:
     for folder, package in PACKAGES.items():
         if folder in path.parents:
             parts = [package, *path.relative_to(folder).with_suffix("").parts]
@@ -65,7 +65,7 @@ def _source_file(module: str) -> Path | None:
 def imports_of(path: Path, here: str | None = None) -> list[Import]:
     """Every gatekit / gatekit_drivers import of one source file (module `here`), relative ones resolved."""
     source = path.read_text(encoding="utf-8")
-    here = here or _module_name(path)
+    here = here or module_name(path)
     package = here if _is_package(path) else here.rpartition(".")[0]
     found = []
     lines = source.splitlines()
@@ -104,7 +104,7 @@ def _broken(rule_holds, paths: list[Path]) -> list[str]:  # type: ignore[no-unty
 
 
 def test_the_sources_are_found() -> None:
-    names = {_module_name(p) for p in ALL_SOURCES}
+    names = {module_name(p) for p in ALL_SOURCES}
     assert {"gatekit.cli", "gatekit.storage", "gatekit_drivers.command", "gatekit_drivers.backends.cpu"} <= names
     for module in FOUNDATION_MODULES:
         assert (ROOT / "gatekit" / f"{module}.py").is_file(), module
@@ -129,7 +129,7 @@ def test_the_foundation_imports_nothing_above_it(module: str) -> None:
 
 def test_nothing_imports_the_cli() -> None:
     # `python -m gatekit` (gatekit/__main__.py) is the edge too: it runs the cli's click group
-    sources = [p for p in ALL_SOURCES if _module_name(p) not in ("gatekit.cli", "gatekit.__main__")]
+    sources = [p for p in ALL_SOURCES if module_name(p) not in ("gatekit.cli", "gatekit.__main__")]
     broken = _broken(lambda i: i.module != "gatekit.cli" and not i.module.startswith("gatekit.cli."), sources)
     assert not broken, "the CLI is the edge; nothing imports it:\n" + "\n".join(broken)
 
@@ -138,7 +138,7 @@ def test_no_private_name_is_imported_from_another_module() -> None:
     def public(i: Import) -> bool:
         if i.name is None or not i.name.startswith("_") or (i.name.startswith("__") and i.name.endswith("__")):
             return True  # a module, a public name, or a dunder such as __version__
-        return i.module == _module_name(i.path)
+        return i.module == module_name(i.path)
 
     broken = _broken(public, ALL_SOURCES)
     assert not broken, ("a name starting with '_' is private to its module; make it public (and documented) "
@@ -166,9 +166,9 @@ def import_graph(paths: list[Path]) -> dict[str, dict[str, Import]]:
 
     Importing `a.b.c` runs the `__init__` of `a` and `a.b` first, so a module depends on the packages above
     what it imports, too (never on its own package: Python has already started that one)."""
-    graph: dict[str, dict[str, Import]] = {_module_name(p): {} for p in paths}
+    graph: dict[str, dict[str, Import]] = {module_name(p): {} for p in paths}
     for path in paths:
-        here = _module_name(path)
+        here = module_name(path)
         for i in imports_of(path, here):
             parts = i.module.split(".")
             for target in (".".join(parts[:k]) for k in range(len(parts), 0, -1)):
@@ -253,6 +253,59 @@ def test_the_cycle_check_finds_lazy_and_package_cycles(tmp_path: Path) -> None:
     assert graph["gatekit.d"].keys() == {"gatekit.pkg.b", "gatekit.pkg"}
     assert [[(i.path.name, i.line, i.module) for i in cycle] for cycle in cycles] == [
         [("a.py", 1, "gatekit.pkg.b"), ("b.py", 2, "gatekit.c"), ("c.py", 1, "gatekit.a")]]
+
+
+def folder_of(module: str) -> str:
+    """The node a module is in the folder graph: a subpackage of gatekit (`gatekit.report`) stands for every
+    module in it; a module directly in gatekit/ (`gatekit.config`), or a plugin module, stands for itself."""
+    parts = module.split(".")
+    return ".".join(parts[:2]) if parts[0] == "gatekit" else module
+
+
+def folder_graph(paths: list[Path]) -> dict[str, dict[str, Import]]:
+    """{folder: {folder it imports: the first import statement that does}}. The package `gatekit` itself is
+    left out: its `__init__` imports nothing eagerly, and every module is inside it."""
+    graph: dict[str, dict[str, Import]] = {}
+    for module, targets in import_graph(paths).items():
+        here = folder_of(module)
+        if here == "gatekit":
+            continue
+        edges = graph.setdefault(here, {})
+        for target, statement in targets.items():
+            there = folder_of(target)
+            if there not in (here, "gatekit"):
+                edges.setdefault(there, statement)
+    for edges in list(graph.values()):
+        for there in edges:
+            graph.setdefault(there, {})
+    return graph
+
+
+def test_no_folder_import_cycle() -> None:
+    """Files may be free of cycles while their folders tangle (series/ -> report/ -> bisect/ -> series/ once
+    did): a helper that both need lives in the lowest layer that needs it."""
+    cycles = import_cycles(folder_graph(ALL_SOURCES))
+    shown = ["\n".join(f"  {statement}" for statement in cycle) for cycle in cycles]
+    assert not cycles, ("folders import each other (a subpackage counts as one node; each module of gatekit/ "
+                        "as its own); move what both need below both:\n" + "\n\n".join(shown))
+
+
+def test_the_folder_check_finds_a_cycle_no_file_has(tmp_path: Path) -> None:
+    files = {"gatekit/pkg/__init__.py": "",
+             "gatekit/pkg/low.py": "",
+             "gatekit/pkg/high.py": "from gatekit.mid import thing\n",
+             "gatekit/mid.py": "from gatekit.pkg.low import x\n",
+             "gatekit/top.py": "import gatekit.mid\n"}
+    for name, text in files.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text, encoding="utf-8")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(f"{__name__}.PACKAGES", {tmp_path / "gatekit": "gatekit"})
+        sources = _sources(tmp_path / "gatekit")
+        assert import_cycles(import_graph(sources)) == []
+        cycles = import_cycles(folder_graph(sources))
+    assert [[(i.path.name, i.module) for i in cycle] for cycle in cycles] == [
+        [("mid.py", "gatekit.pkg.low"), ("high.py", "gatekit.mid")]]
 
 
 # The file names of a series folder (DESIGN "Series directory"); their one home is storage.SeriesLayout.

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from gatekit.calibrate import plan_runs, policy_mde
-from gatekit.policies.descriptors import describe
 from gatekit.config import ThresholdSpec
+from gatekit.policy_descriptors import describe
 from gatekit.simulate import Scenario, simulate
 from tests.conftest import gate_invoke
 

@@ -1,5 +1,6 @@
 """A policy is one home: nothing outside gatekit/policies/ compares policy names, and a policy registered from
-outside (here: a tiny module written by the test) is usable by the gate file, `--policy`, `gate run`,
+outside (here: a tiny module written by the test, registered in-process or installed as a distribution with
+a `gatekit.policies` entry point) is usable by the gate file, `--policy`, `gate run`,
 `gate simulate` and `gate plan` without any other file knowing it.
 
 The name check parses every module with `ast` (nothing is imported) and reports file, line and the code.
@@ -9,25 +10,33 @@ from __future__ import annotations
 
 import ast
 import json
+import os
+import subprocess
+import sys
+import tomllib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
+from gatekit import policy_descriptors as descriptors
 from gatekit.config import load_gate
-from gatekit.policies import descriptors
-from gatekit.policies.descriptors import PolicyDescriptor, describe, policy_for, simulation_policies
+from gatekit.errors import ConfigError
+from gatekit.policy_descriptors import PolicyDescriptor, describe, policy_for, simulation_policies
 from tests.conftest import gate_invoke, make_gate
 
 ROOT = Path(__file__).resolve().parents[1]
 POLICIES_PACKAGE = ROOT / "gatekit" / "policies"
+DESCRIPTORS = ROOT / "gatekit" / "policy_descriptors.py"  # the registry: below config, so outside the package
 # the names as written in code; the registry's own list, so a new built-in is checked as soon as it exists
 NAMES = frozenset(simulation_policies())
-# The one name use outside the package, with its reason. The upgrade of a predecision/1 states what that frozen
-# format meant (a sequential spec without `sequential_version` preregistered v3); it lives with the other
+# The name uses outside the package, with their reason. The upgrades of a predecision/1 and /2 state what those
+# frozen formats meant (a sequential spec without `sequential_version` preregistered v3, a duet spec without
+# `duet_version` v1); they live with the other
 # upgrades in records.py, the foundation, which imports nothing above it and so cannot ask a descriptor.
-HISTORICAL = {("gatekit/records.py", 'decision.get("policy") == "sequential"')}
+HISTORICAL = {("gatekit/records.py", 'decision.get("policy") == "sequential"'),
+              ("gatekit/records.py", 'decision.get("policy") == "duet"')}
 
 
 @dataclass(frozen=True)
@@ -128,7 +137,10 @@ def _sources(folder: Path) -> Iterator[Path]:
 
 
 def uses_in(folder: Path, *, outside: Path | None = None) -> list[NameUse]:
-    return [use for path in _sources(folder) if outside is None or outside not in path.parents
+    """Policy names used in the sources of `folder` (a file: that one), leaving out `outside` and the registry
+    that `outside` (the policies package) owns."""
+    paths = [folder] if folder.is_file() else list(_sources(folder))
+    return [use for path in paths if outside is None or (outside not in path.parents and path != DESCRIPTORS)
             for use in name_uses(path.read_text(encoding="utf-8"), str(path.relative_to(ROOT)))]
 
 
@@ -173,8 +185,8 @@ def test_the_checker_leaves_other_uses_of_the_words_alone(code: str) -> None:
 
 def test_the_checker_sees_the_policies_package_name_its_policies() -> None:
     # not vacuous on real code: inside gatekit/policies/ the names are registered and looked up, and found
-    found = uses_in(POLICIES_PACKAGE)
-    assert {use.path for use in found} >= {"gatekit/policies/descriptors.py"}, found
+    found = uses_in(POLICIES_PACKAGE) + uses_in(DESCRIPTORS)
+    assert {use.path for use in found} >= {"gatekit/policy_descriptors.py"}, found
     assert len(found) >= len(NAMES), found
 
 
@@ -268,3 +280,71 @@ def test_an_unregistered_policy_is_refused_by_name(tmp_path: Path) -> None:
         descriptors.unregister("classic")
     with pytest.raises(ValueError, match="already registered"):
         descriptors.register(describe("classic"))
+
+
+# -- policies through entry points, the built-ins as a plugin's -------------------------------------------
+
+def test_the_builtin_policies_register_through_entry_points() -> None:
+    entries = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["entry-points"][descriptors.POLICY_GROUP]
+    assert entries == {d.name: f"gatekit.policy_descriptors:{attr}" for d in descriptors.BUILTIN
+                       for attr, value in vars(descriptors).items() if value is d}
+    assert list(descriptors.installed_policies().values()) == list(descriptors.BUILTIN)
+
+
+def install_distribution(site: Path, module: str, source: str, entry_points: str) -> None:
+    """A distribution as pip leaves it in site-packages: its module and a dist-info naming its entry points."""
+    site.mkdir(parents=True, exist_ok=True)
+    (site / f"{module}.py").write_text(source, encoding="utf-8")
+    info = site / f"{module}-1.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {module}\nVersion: 1.0\n", encoding="utf-8")
+    (info / "entry_points.txt").write_text(f"[{descriptors.POLICY_GROUP}]\n{entry_points}\n", encoding="utf-8")
+
+
+FOURTH_DISTRIBUTION = FOURTH + '''
+
+from gatekit.policy_descriptors import PolicyDescriptor
+
+DESCRIPTOR = PolicyDescriptor("fourth", "fourth_plugin:policy", default_evidence="steal")
+'''
+
+
+def test_a_policy_distribution_is_found_by_its_entry_point(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    site = tmp_path / "site"
+    # a module name of its own: the in-process fixture's fourth_policy may be imported already
+    install_distribution(site, "fourth_plugin", FOURTH_DISTRIBUTION, "fourth = fourth_plugin:DESCRIPTOR")
+    with monkeypatch.context() as patch:
+        patch.syspath_prepend(str(site))
+        descriptors.reload_policies()
+        try:
+            assert descriptors.gate_policies()[-1] == "fourth"  # after gatekit's own
+            assert describe("fourth").default_evidence == "steal"
+            assert type(policy_for("fourth")).__name__ == "AlwaysAdopts"
+        finally:
+            descriptors.reload_policies()
+    # and in a process of its own, as a user who installed it runs gate
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), os.environ.get("PYTHONPATH", "")])}
+    done = subprocess.run([sys.executable, "-m", "gatekit", "simulate", "--policy", "fourth", "--draws", "200",
+                           "--json"], cwd=tmp_path, env=env, capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr
+    rates = {r["policy"]: r["rates_pct"]["adopted"]["value"] for r in json.loads(done.stdout)["simulations"]}
+    assert rates == {"fourth": 100.0}
+
+
+@pytest.mark.parametrize(("entry", "message"), [
+    ("fifth = broken_policy:NOTHING", r"policy plugin 'fifth' \(broken_policy:NOTHING, from broken_policy\) cannot "
+                                      r"be loaded: .*NOTHING"),
+    ("fifth = broken_policy:NOT_A_DESCRIPTOR", r"'fifth' .* is a dict; it must name a .*PolicyDescriptor"),
+    ("fifth = broken_policy:MISNAMED", r"'fifth' .* describes a policy named 'sixth'"),
+    ("classic = broken_policy:CLASSIC", r"two installed distributions register a policy named 'classic'"),
+])
+def test_a_broken_policy_distribution_is_refused_when_it_loads(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                              entry: str, message: str) -> None:
+    install_distribution(tmp_path, "broken_policy", "from gatekit.policy_descriptors import PolicyDescriptor\n"
+                         "NOT_A_DESCRIPTOR = {}\n"
+                         "MISNAMED = PolicyDescriptor('sixth', 'broken_policy:policy')\n"
+                         "CLASSIC = PolicyDescriptor('classic', 'broken_policy:policy')\n", entry)
+    with monkeypatch.context() as patch:
+        patch.syspath_prepend(str(tmp_path))
+        with pytest.raises(ConfigError, match=message):
+            descriptors.installed_policies()

@@ -10,9 +10,10 @@ import pytest
 
 from gatekit import prereg, provenance
 from gatekit.errors import SeriesError
-from gatekit.series import replay, runner
+from gatekit import series_replay as replay
+from gatekit.series import runner
 from gatekit.config import load_gate
-from gatekit.series.replay import open_series
+from gatekit.series_replay import open_series
 from gatekit.series.runner import SeriesRunner
 from gatekit.storage import SeriesLayout
 from gatekit.verify import analyze_series

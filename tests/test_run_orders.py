@@ -9,7 +9,7 @@ import math
 import numpy as np
 from scipy import stats as sps
 
-from gatekit.policies.descriptors import describe, policy_for
+from gatekit.policy_descriptors import describe, policy_for
 from gatekit.schedule import plan, round_orders
 from gatekit.simulate import Scenario, simulate, simulate_runs
 

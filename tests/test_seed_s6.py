@@ -119,7 +119,7 @@ def test_the_seed_adoption_is_said_to_be_the_team_rule_not_confirmed_where_peopl
 
     from gatekit.exports import junit_xml, summary_markdown
     from gatekit.finding import Finding
-    from gatekit.report.page import verdict_callout
+    from gatekit.report.page import sig, verdict_callout
     from gatekit.report.terminal import summary
 
     rows = [line.split(",") for line in (FIXTURES / "seed_s6.csv").read_text().splitlines()[1:] if line.strip()]
@@ -143,7 +143,9 @@ def test_the_seed_adoption_is_said_to_be_the_team_rule_not_confirmed_where_peopl
     assert why in verdict_line and step in verdict_line
     box = verdict_callout(finding)
     assert box["label"] == "Verdict: ADOPTED by the team's rule — not confirmed" and box["decision"] == "adopted"
-    assert box["text"].startswith("adopted by the team's rule — not confirmed: ") and why in box["text"]
+    # the box shows its reason's numbers to 3 significant figures (the summary line keeps them whole)
+    why_box = f"the 95 % CI of Δ [{sig(low, signed=True)} %, {sig(high, signed=True)} %] includes 0 %"
+    assert box["text"].startswith("adopted by the team's rule — not confirmed: ") and why_box in box["text"]
     markdown = summary_markdown([finding])
     from gatekit.report.markdown import literal
     assert "**ADOPTED by the team's rule — not confirmed**" in markdown

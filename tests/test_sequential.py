@@ -20,7 +20,7 @@ from scipy import stats as sps
 from gatekit.config import DEFAULT_WARMUP, GuardSpec, load_gate
 from gatekit.errors import SeriesInterrupted
 from gatekit.policies import sequential as sq
-from gatekit.policies.descriptors import policy_for
+from gatekit.policy_descriptors import policy_for
 from gatekit.records import upgrade
 from gatekit.schedule import extension, order_seed, plan, thue_morse
 from gatekit.series.runner import SeriesRunner
@@ -295,9 +295,9 @@ def test_paired_guard_bounds_match_scipy() -> None:
     pairs = [(30.0, 30.02), (30.1, 30.09), (30.05, 30.08), (29.98, 30.0)]
     result = sq.paired_guard(guard, pairs)
     diffs = [on - off for off, on in pairs]
-    two_sided = sps.ttest_1samp(diffs, 0.0).confidence_interval(2 * sq.GUARD_LEVEL - 1)
+    two_sided = sps.ttest_1samp(diffs, 0.0).confidence_interval(2 * sq.GUARD_LOOK_LEVEL - 1)
     assert result.bound == pytest.approx(two_sided.low) and result.far_bound == pytest.approx(two_sided.high)
-    assert result.level == sq.GUARD_LEVEL and result.status == "pass"
+    assert result.level == sq.GUARD_LOOK_LEVEL and result.status == "pass"
     assert bool(sq.guard_pass_arrays(np.array(diffs), 0.05)) == (result.status == "pass")
     wide = sq.paired_guard(guard, [(30.0, 30.12), (30.0, 29.88), (30.0, 30.12), (30.0, 29.88)])
     assert wide.mean_diff == pytest.approx(0.0) and wide.status == "inconclusive"  # never a pass

@@ -19,7 +19,7 @@ from gatekit.config import DEFAULT_MAX_THRESHOLD_PCT, load_gate
 from gatekit.policies import sequential
 from gatekit.policies.classic import CLASSIC
 from gatekit.policies.comparison import bootstrap_codes
-from gatekit.policies.descriptors import policy_for
+from gatekit.policy_descriptors import policy_for
 from gatekit.prereg import DecisionSpec
 from gatekit.records import RunOutcome, RunRecord, WindowSummary
 from gatekit.simulate import LARGE_N_TARGET_OF, OUTCOMES, SUITE, TARGETS, Scenario, ThresholdSpec, meets, run_suite, simulate, simulate_runs

@@ -122,10 +122,6 @@ def _import_pynvml() -> Any:
 # -- identity --------------------------------------------------------------------------------------
 
 COMPUTE_MODES = {0: "default", 1: "exclusive_thread", 2: "prohibited", 3: "exclusive_process"}
-# The provenance fields that say which set-up of a GPU model ran the series; a change between series start
-# and end is a provenance change, and duet slots are compared on them.
-IDENTITY_FIELDS = ("vbios_version", "ecc_mode", "persistence_mode", "compute_mode", "mig_mode",
-                   "applications_sm_clock_mhz", "applications_mem_clock_mhz", "locked_clocks")
 
 
 def _mode(reading: Any, names: Mapping[int, str] | None = None) -> str | None:

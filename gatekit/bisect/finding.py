@@ -16,9 +16,9 @@ from typing import Any, Mapping, Sequence
 from scipy import stats as scipy_stats
 
 from gatekit.bisect import posterior
-from gatekit.bisect.commits import Commit
 from gatekit.bisect.records import BISECT_FINDING, BISECT_JOURNAL, BisectState, ProbeEnd, ProbeStatus
 from gatekit.bisect.search import Outcome
+from gatekit.commits import Commit
 from gatekit.errors import FindingError, RunFileError, SeriesError
 from gatekit.finding import ConfigChange, plain
 from gatekit.records import BISECT_SCHEMA, SCHEMA_KEY, Record, dumps_toml, first_difference, from_schema_document

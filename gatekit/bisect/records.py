@@ -22,9 +22,9 @@ from typing import Any, ClassVar, Mapping
 
 import tomlkit
 
-from gatekit.bisect.commits import BuildResult, Commit
 from gatekit.bisect.posterior import Pair
 from gatekit.bisect.search import Outcome
+from gatekit.commits import BuildResult, Commit
 from gatekit.errors import ConfigError, SeriesError
 from gatekit.finding import ConfigChange
 from gatekit.records import (BISECT_JOURNAL_SCHEMA, BISECT_PLAN_SCHEMA, BISECT_SCHEMA, SCHEMA_KEY,  # noqa: F401

@@ -32,13 +32,13 @@ from typing import Callable, Iterator, Sequence
 
 import tomlkit
 
-from gatekit.bisect.commits import BUILD_TIMEOUT_S, BuildResult, BuildStatus, Commit, add_worktree, build, \
-    commit_range, remove_worktree, repository, worktree_paths
 from gatekit.bisect.records import (BISECT_FINDING, BISECT_JOURNAL, BISECT_PLAN, BisectInterrupted, BisectResume,
                                     BisectStart, BisectState, BisectStop, MeasuredPair, ProbeEnd, ProbeStart, ProbeStatus, plan_toml,
                                     read_plan, replay)
 from gatekit.bisect.search import PROBE_PAIRS, Measured, Outcome, SearchPlan, SearchResult, search
 from gatekit.bisect.simulation import endpoints_differ
+from gatekit.commits import BUILD_TIMEOUT_S, BuildResult, BuildStatus, Commit, add_worktree, build, \
+    commit_range, remove_worktree, repository, worktree_paths
 from gatekit.config import CommitsSpec, GateConfig, load_gate
 from gatekit.contract import ENV_BISECT
 from gatekit.engines import ENGINES, GateOutcome, GateStatus, GateTask, Pinning, core_sets, finished_series, \
@@ -46,10 +46,10 @@ from gatekit.engines import ENGINES, GateOutcome, GateStatus, GateTask, Pinning,
 from gatekit.errors import (EXIT_FAIL_ON, EXIT_INVALID, ConfigError, GatekitError, OutputError, SeriesError,
                             SeriesInterrupted, write_failed)
 from gatekit.finding import ConfigChange
-from gatekit.policies.descriptors import DUET_MODE
+from gatekit.policy_descriptors import DUET_MODE
+from gatekit.provenance import sha256_file
 from gatekit.series.runloop import now
 from gatekit.signals import interrupt_on_sigterm, signals_deferred
-from gatekit.provenance import sha256_file
 from gatekit.storage import Journal, atomic_write_bytes, atomic_write_text, pid_lock, read_input
 from gatekit.verify import check_written_journal, verify_chain
 

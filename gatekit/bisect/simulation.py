@@ -1,4 +1,4 @@
-"""`gate simulate --bisect`: Monte-Carlo of a bisect under a noise scenario, beside a Pinpoint-style baseline.
+"""`gate simulate-bisect`: Monte-Carlo of a bisect under a noise scenario, beside a Pinpoint-style baseline.
 
 Commits 0 (GOOD) … N (BAD); the culprit is drawn uniformly from 1 … N; a run at commit i has log value
 log(1 + effect)·[i ≥ culprit] + σ·ε, σ = sqrt(log(1 + CV²)), ε standard normal. Every trainer execution is
@@ -196,7 +196,7 @@ def _baseline_once(scenario: BisectScenario, machine: _Machine) -> tuple[int | N
     return hi, rounds
 
 
-def simulate_bisect(scenario: BisectScenario, *, draws: int = 1000, seed: int = 0) -> BisectSimulation:
+def simulate_bisect(scenario: BisectScenario, *, draws: int = DEFAULT_DRAWS, seed: int = 0) -> BisectSimulation:
     """Both methods on the same drawn culprits (each its own noise stream)."""
     rng = np.random.default_rng(seed)
     culprits = rng.integers(1, scenario.commits + 1, size=draws)

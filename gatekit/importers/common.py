@@ -18,7 +18,7 @@ from gatekit.config import (ALWAYS_MEASURED, DEFAULT_MAX_THRESHOLD_PCT, NAME_PAT
                             ThresholdSpec)
 from gatekit.errors import ConfigError, GatekitError
 from gatekit.finding import Finding, load_finding
-from gatekit.policies.descriptors import IMPORT_POLICY, INTERLEAVED, describe, gate_policies
+from gatekit.policy_descriptors import IMPORT_POLICY, INTERLEAVED, describe, gate_policies
 from gatekit.prereg import DecisionSpec
 from gatekit.records import DuplicateKeyError, RunOutcome, RunRecord, WindowSummary, loads_json
 from gatekit.runfiles import json_problem

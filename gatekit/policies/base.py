@@ -20,11 +20,10 @@ import numpy as np
 from gatekit import diagnostics, rules
 from gatekit.config import RulesSpec, ThresholdSpec
 from gatekit.finding import DuetInfo, Finding, RankInfo, Section, SensitivityRow, SequentialInfo
-from gatekit.policies.descriptors import gate_policies, policy_for
+from gatekit.policy_descriptors import gate_policies, policy_for
 from gatekit.records import RunRecord
-from gatekit.report.common import decision_words
 from gatekit.runtable import RunTable
-from gatekit.verdict import Reason, ReasonCode, Verdict
+from gatekit.verdict import Reason, ReasonCode, Verdict, decision_words
 
 if TYPE_CHECKING:
     from gatekit.simulate import Scenario

@@ -46,15 +46,15 @@ from gatekit import rules
 from gatekit.config import GuardSpec, RulesSpec, ThresholdSpec, duet_pairs_ok
 from gatekit.diagnostics import log_values, pct
 from gatekit.errors import ConfigError
-from gatekit.finding import DuetInfo, Finding, PairedGuard
+from gatekit.finding import DuetInfo, Finding, PairedGuard, generated_section
+from gatekit.formatting import MISSING, fmt, fmt_signed, level_text
 from gatekit.policies import sequential
 from gatekit.policies.base import (Decided, Evidence, OneLook, PolicyWords, Retry, SimulationDefaults, classic_beside,
                                    guard_values)
-from gatekit.policies.descriptors import describe
 from gatekit.policies.sequential import guard_reason, look_codes, paired_guard, unreplaced_flags, with_guards
+from gatekit.policy_descriptors import describe
 from gatekit.records import RunRecord
 from gatekit.runtable import RunTable
-from gatekit.report.common import MISSING, fmt, fmt_signed, generated_section, level_text
 from gatekit.schedule import order_seed, thue_morse
 from gatekit.slots import SlotError, parse_slot
 from gatekit.verdict import CODE_NAMES, Decision, Reason, ReasonCode, Verdict, too_noisy_reason

@@ -62,13 +62,13 @@ from scipy import stats as sps
 from gatekit import rules, stats
 from gatekit.config import GuardSpec, RulesSpec, ThresholdSpec
 from gatekit.diagnostics import ArrayOrScalar, log_values, pct
-from gatekit.finding import Finding, Look, PairedGuard, SequentialInfo
+from gatekit.finding import Finding, Look, PairedGuard, SequentialInfo, generated_section
+from gatekit.formatting import MISSING, fmt, fmt_signed, level_text
 from gatekit.policies.base import (Decided, Evidence, PolicyWords, Retry, SimulationDefaults, classic_beside,
                                    guard_values)
-from gatekit.policies.descriptors import describe, stages_words
+from gatekit.policy_descriptors import describe, stages_words
 from gatekit.records import RunRecord
 from gatekit.runtable import RunTable, TableRow
-from gatekit.report.common import MISSING, fmt, fmt_signed, generated_section, level_text
 from gatekit.verdict import (ADOPTED, CODE_NAMES, CONTINUE, EQUIVALENT, INCONCLUSIVE, REGRESSION, REJECTED,
                              Decision, Reason, ReasonCode, Verdict, too_noisy_reason)
 
@@ -160,11 +160,8 @@ CURRENT = DESIGNS[DESCRIPTOR.version]  # type: ignore[index]
 assert CURRENT.runs == DESCRIPTOR.stages, "the descriptor's stages are the current design's looks"
 
 # the current design's constants under their familiar names
-VERSION = CURRENT.version
 CRITICAL = CURRENT.critical
 GUARD_LOOK_LEVEL = CURRENT.guard_look_level
-GUARD_LEVEL = GUARD_LOOK_LEVEL
-CALIBRATION_DRAWS = CURRENT.calibration_draws
 
 
 # -- the look, vectorised ----------------------------------------------------------------------------
@@ -463,7 +460,7 @@ def design_codes(off_log: np.ndarray, on_log: np.ndarray, *, floor_pct: float, d
 
 # -- guards ------------------------------------------------------------------------------------------
 
-def paired_guard(spec: GuardSpec, pairs: Sequence[tuple[float, float]], level: float = GUARD_LEVEL) -> PairedGuard:
+def paired_guard(spec: GuardSpec, pairs: Sequence[tuple[float, float]], level: float = GUARD_LOOK_LEVEL) -> PairedGuard:
     """Pass iff the one-sided `level` bound of mean(on − off) clears the limit (lower bound ≥ −max_drop when
     higher is better); fail iff the opposite bound is beyond it; otherwise inconclusive, never a pass. The
     default level is the per-look level that holds a false pass to ALPHA over both looks."""
@@ -483,7 +480,7 @@ def paired_guard(spec: GuardSpec, pairs: Sequence[tuple[float, float]], level: f
     return PairedGuard(spec.metric, spec.direction, limit, len(diffs), m, bound, far, level, status=status)
 
 
-def guard_pass_arrays(diffs: np.ndarray, drop_limit: float, level: float = GUARD_LEVEL) -> np.ndarray:
+def guard_pass_arrays(diffs: np.ndarray, drop_limit: float, level: float = GUARD_LOOK_LEVEL) -> np.ndarray:
     """Vectorised pass of a higher-is-better guard: the one-sided `level` bound of mean(on − off) over the
     last axis is at least −drop_limit (what paired_guard says "pass" to)."""
     n = diffs.shape[-1]

@@ -1,63 +1,16 @@
-"""Small shared readers and formatters for reports and exports: numbers, units, the CI of Δ, a verdict's why.
+"""Small shared readers for reports and exports: units, the CI of Δ, a verdict's why, tags, safe names.
 
-They read the typed finding (gatekit.finding); a decision's words, severity and whether CI fails on it come
-from `gatekit.verdict.Decision`, a run's metric from `RunRow.value_of`.
+They read the typed finding (gatekit.finding); numbers are written by `gatekit.formatting`; a decision's words,
+severity and whether CI fails on it come from `gatekit.verdict.Decision`, a run's metric from `RunRow.value_of`.
 """
 
 from __future__ import annotations
 
-import math
 import re
-from typing import Any, TypeGuard
 
-from gatekit.finding import Finding, Section, Stats
+from gatekit.finding import Finding, Stats
+from gatekit.formatting import is_number
 from gatekit.verdict import Decision, Verdict
-
-
-def is_number(value: Any) -> TypeGuard[float]:
-    """A finite int or float (not a bool): what a figure or a table can show as a number."""
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-
-
-def number_text(value: float, digits: int = 4, sign: str = "") -> str:
-    """`digits` decimals, or `digits` significant digits where the decimals would show fewer than two of
-    them: 0.000012345 reads 1.234e-05, never 0.0000 (a loss of 1e-05 is a metric too). sign "+" signs it."""
-    if value != 0 and abs(round(value, digits)) < 10.0 ** (1 - digits):  # rounded: 0.0099999 is 0.010
-        return f"{value:{sign}.{digits}g}"
-    return f"{value:{sign}.{digits}f}"
-
-
-MISSING = "—"  # what reports and exports write for a value that is absent or not a finite number
-
-
-def fmt(value: Any, digits: int = 4, unit: str = "") -> str:
-    """A number with `digits` decimals (significant digits when small, see number_text) and `unit` after it;
-    MISSING for missing or non-finite values; other values as text (a bool as yes/no), without the unit."""
-    if value is None or (isinstance(value, float) and not math.isfinite(value)):
-        return MISSING
-    if isinstance(value, bool):
-        return "yes" if value else "no"
-    if isinstance(value, float):
-        return number_text(value, digits) + unit
-    return str(value) + unit if isinstance(value, int) else str(value)
-
-
-def fmt_signed(value: Any, digits: int = 4, unit: str = "") -> str:
-    """A number with its sign, as `fmt` writes it, and `unit` after it; MISSING for missing or non-finite
-    values."""
-    if not is_number(value):
-        return MISSING
-    return number_text(float(value), digits, "+") + unit
-
-
-def level_text(level: float | None) -> str:
-    """A confidence level as the summary writes it: 0.95 → "95 %"."""
-    return f"{100 * level:g} %" if level is not None else MISSING
-
-
-def generated_section(type_: str, **content: Any) -> Section:
-    """A narrative section gatekit wrote (marked `generated`, so a report tells it from the ones people add)."""
-    return Section(type_, generated=True, **content)
 
 
 _TIME_UNITS = (("_ms", "ms"), ("_us", "µs"), ("_ns", "ns"), ("_s", "s"))
@@ -97,11 +50,6 @@ def runs_per_arm(finding: Finding) -> str:
     first = [run.arm for run in finding.runs if run.retry_of is None and not run.warmup]
     off, on = first.count(finding.off_arm), first.count(finding.on_arm)
     return f"n={finding.gate.n}" if off == on else f"n={off} off + {on} on"
-
-
-def decision_words(decision: Decision) -> str:
-    """A decision as a reader scans for it: `guard_failed` → `GUARD FAILED`."""
-    return decision.value.replace("_", " ").upper()
 
 
 VERDICT_TAG_PREFIX = "gate-"  # analysis tags every finding `gate-<decision>`

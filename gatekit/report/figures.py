@@ -9,16 +9,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import Any, Sequence
 
 from gatekit.finding import Finding
+from gatekit.formatting import is_number
 from gatekit.quality import DERIVED_PRIMARIES
-from gatekit.report.common import delta_ci, is_number, primary_label
+from gatekit.report.common import delta_ci, primary_label
 from gatekit.report.rundata import RunFiles
-from gatekit.report.svgplot import Axes, stack
-
-if TYPE_CHECKING:  # a bisect finding's page is the only one that draws it
-    from gatekit.bisect.finding import BisectFinding
+from gatekit.report.svgplot import Axes
 
 # Okabe–Ito colours: distinguishable with the common colour-vision deficiencies.
 ARM_COLORS = {"off": "#0072B2", "on": "#E69F00"}
@@ -373,48 +371,3 @@ def report_figures(finding: Finding, run_files: RunFiles) -> dict[str, FigureIma
             "clock": clock_figure(finding, run_files), "ms_per_iter": ms_per_iter_figure(finding, run_files),
             "duet": duet_figure(finding), "quality": quality_figure(finding, run_files)}
     return {kind: image for kind, image in made.items() if image is not None}
-
-
-def bisect_figure(finding: BisectFinding) -> FigureImage | None:
-    """The metric along the commit range: each measured probe's pairs (probe vs its reference, in percent) and
-    their median, the skipped commits, the named commit; below, the posterior over the culprit as bars."""
-    measured = [p for p in finding.probes if p.values]
-    if not measured:
-        return None
-    n = finding.bad_index
-    top, bottom = Axes(width=WIDTH_IN * CSS_PX_PER_IN, height=290), Axes(width=WIDTH_IN * CSS_PX_PER_IN, height=150)
-    pct = [(p.index, [100 * (v / r - 1) for v, r in zip(p.values, p.reference_values)],
-            100 * math.expm1(p.median_log_diff or 0.0)) for p in measured]
-    top.points([(i, v) for i, values, _ in pct for v in values], ARM_COLORS["off"], radius=2.6, alpha=0.35)
-    top.add_legend("pairs", "point", ARM_COLORS["off"], alpha=0.35)
-    top.points([(i, m) for i, _, m in pct], ARM_COLORS["off"], radius=5.0)
-    top.add_legend("median of the probe's pairs", "point", ARM_COLORS["off"])
-    top.hline(0, "#6b7280", width=0.8)
-    if finding.skipped:
-        top.points([(s.index, 0.0) for s in finding.skipped], "#6b7280", radius=4.5, hollow_cross=True)
-        top.add_legend("skipped (cannot be built)", "cross", "#6b7280")
-    if finding.culprit_index is not None:
-        for ax in (top, bottom):
-            ax.vline(finding.culprit_index - 0.5, DECISION_COLORS["danger"], dash="--", width=1.2)
-        top.add_legend(f"named commit {finding.culprit_index}", "line", DECISION_COLORS["danger"], dash="--")
-    top.ylabel = f"{literal(finding.metric, 30)} vs reference (%)"
-    if finding.probabilities:
-        for p in finding.probabilities:
-            color = DECISION_COLORS["danger"] if p.index == finding.culprit_index else ARM_COLORS["on"]
-            bottom.rect(p.index - 0.4, p.index + 0.4, 0.0, p.probability, color)
-        bottom.hline(finding.confidence, "#6b7280", dash=":", width=1.0)
-    bottom.ylim = [0.0, 1.05]
-    bottom.ylabel = "P(culprit)"
-    bottom.xlabel = f"commit (0 = GOOD … {n} = BAD)"
-    step = max(1, math.ceil((n + 1) / 24))
-    ticks = list(range(0, n + 1, step))
-    bottom.xticks = [(k, str(k)) for k in ticks]
-    top.xticks = [(k, "") for k in ticks]  # the x axis is shared: its labels are drawn once, below
-    for ax in (top, bottom):
-        ax.xlim = [-0.6, n + 0.6]
-    data = stack([top, bottom])
-    return FigureImage("bisect.svg", f"{finding.metric} of every probe against its reference, in percent (dots: "
-                       "pairs, discs: their median), and the posterior over the culprit (bars; dotted: the "
-                       f"confidence {finding.confidence:g})",
-                       f"{finding.metric} along the commit range, and the posterior over the culprit commit", data,
-                       int(top.width), int(top.height + bottom.height))

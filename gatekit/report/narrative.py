@@ -7,10 +7,9 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from gatekit import diagnostics
-from gatekit.finding import Finding, Section, Stats
+from gatekit.finding import Finding, Section, Stats, generated_section as _section
+from gatekit.formatting import fmt, fmt_signed
 from gatekit.policies.base import words_of
-from gatekit.report.common import fmt, fmt_signed
-from gatekit.report.common import generated_section as _section
 
 
 # The narrative's runs table stops here: a table of thousands of rows reads as nothing (the runs themselves are

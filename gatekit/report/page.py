@@ -16,9 +16,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 from gatekit.finding import Finding, Section, Stats, plain
-from gatekit.report.common import (MISSING, delta_ci, fmt, fmt_signed, guard_metrics, is_number,
-                                   one_line_why, runs_per_arm, tag_text)
+from gatekit.formatting import MISSING, fmt, fmt_signed, is_number
 from gatekit.policies.base import verdict_headline, verdict_sentence
+from gatekit.report.common import delta_ci, guard_metrics, one_line_why, runs_per_arm, tag_text
 from gatekit.report.narrative import narrative
 from gatekit.report.rundata import RunFiles
 from gatekit.verdict import MORE_RUNS, NEXT_STEP, Decision

@@ -23,9 +23,9 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from gatekit.errors import RunFileError
-from gatekit.quality import QualityTrace, TraceError, quality_trace
 from gatekit.finding import Finding
-from gatekit.report.common import is_number
+from gatekit.formatting import is_number
+from gatekit.quality import QualityTrace, TraceError, quality_trace
 from gatekit.runfiles import MAX_RESULT_BYTES, parse_document, read_run_file
 from gatekit.storage import RunFolder
 

@@ -25,8 +25,9 @@ from gatekit import __version__
 from gatekit.errors import GatekitError, OutputError
 from gatekit.finding import Finding
 from gatekit.findingset import load_checked, pair_sha256
+from gatekit.formatting import is_number
 from gatekit.records import canonical_json, loads_json
-from gatekit.report.common import is_number, safe_name, tag_text
+from gatekit.report.common import safe_name, tag_text
 from gatekit.report.html import index_html, report_html
 from gatekit.report.rundata import FolderIndex, RunFiles, load_run_files, run_files_digest, run_folders
 from gatekit.storage import atomic_write_bytes, current_umask, read_own_file

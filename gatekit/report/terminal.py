@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from gatekit.finding import Finding, RunRow
+from gatekit.formatting import fmt, fmt_signed, level_text as _level
 from gatekit.policies.base import words_of
-from gatekit.report.common import commits_lines, fmt, fmt_signed, runs_per_arm
-from gatekit.report.common import level_text as _level
+from gatekit.report.common import commits_lines, runs_per_arm
 from gatekit.sanitize import show_controls
 
 

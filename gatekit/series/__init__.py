@@ -1,10 +1,11 @@
-"""A gate series, one idea a module, imported from the module that holds it:
+"""A gate series as it runs and writes, one idea a module, imported from the module that holds it:
 
-- `events`: the journal's events, typed records of the codec (what `runner` and `runloop` write);
-- `replay`: a series read back from its journal, read-only (what verify, analyze, report and resume share);
 - `runloop`: THE run loop, used by `gate run`, `--resume` and `gate calibrate`;
 - `runner`: `SeriesRunner` — preflight, preregistration, schedule, retries and stages, the finding;
 - `reservation`: finding ids reserved for one series and never overwritten.
 
-Nothing is imported here, so reading a series (`gatekit.series.replay`) never loads the runner.
+What reads a series back lives below this folder, so the read-only verifier never imports the runner (which
+verifies a series before it reports on it): `gatekit.series_events` (the journal's events, typed records of
+the codec) and `gatekit.series_replay` (a series read back from its journal: what verify, analyze, report and
+resume share). Nothing is imported here.
 """

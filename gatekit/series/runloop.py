@@ -20,18 +20,18 @@ from gatekit.config import ArmSpec, GateConfig
 from gatekit.driver import ChosenBackend, Driver, RunRequest
 from gatekit.duet_runs import OpenRun, run_together, slot_backend, slot_summary, slot_telemetry
 from gatekit.errors import OutputError, SeriesError, SeriesInterrupted
+from gatekit.formatting import number_text
 from gatekit.preflight import arm_input
 from gatekit.processes import child_pids, child_subreaper, escaped_evidence, stop_escapees, stop_run_processes
 from gatekit.provenance import (changed_artifacts, file_identities, hash_artifacts_timed, hash_files,
                                 touched_artifacts)
-from gatekit.records import LoadSample, RunOutcome, RunRecord, WindowSummary
-from gatekit.report.common import number_text
 from gatekit.quality import with_derived_primary
-from gatekit.sanitize import safe_outcome, show_controls
+from gatekit.records import LoadSample, RunOutcome, RunRecord, WindowSummary
 from gatekit.sampler import LoadReader, WindowSampler, samples_csv, stopped_gate
+from gatekit.sanitize import safe_outcome, show_controls
 from gatekit.schedule import Slot
-from gatekit.series.events import DuetPair, Escaped, Interrupted, RunEnd, RunStart
-from gatekit.series.replay import RunLog
+from gatekit.series_events import DuetPair, Escaped, Interrupted, RunEnd, RunStart
+from gatekit.series_replay import RunLog
 from gatekit.signals import ignore_further_interrupts, interrupt_on_sigterm
 from gatekit.slots import DeviceSlot, slot_for
 from gatekit.storage import Journal, RunFolder, SeriesLayout, atomic_write_text, pid_lock

@@ -17,7 +17,7 @@ from gatekit.config import ArmSpec, GateConfig
 from gatekit.driver import ChosenBackend, Driver, make_backend, make_driver
 from gatekit.errors import GatekitError, OutputError, PreflightError, SeriesError, write_failed
 from gatekit.finding import Finding, load_finding, write_finding
-from gatekit.policies.descriptors import policy_for
+from gatekit.policy_descriptors import policy_for
 from gatekit.preflight import run_checks
 from gatekit.prereg import DecisionSpec, predecision_document, write_predecision
 from gatekit.processes import stop_run_processes
@@ -26,9 +26,9 @@ from gatekit.provenance import (artifact_bytes, git_state, hash_artifacts_timed,
 from gatekit.records import CheckResult, RunRecord
 from gatekit.sampler import LoadReader, read_system_load
 from gatekit.schedule import WARMUP_ROUND, Slot, extension, needs_seed, order_seed, plan, retry_slots
-from gatekit.series.events import (Extend, Hashing, Invalid, JournaledArm, LeftoversStopped, ProvenanceEnd,
+from gatekit.series_events import (Extend, Hashing, Invalid, JournaledArm, LeftoversStopped, ProvenanceEnd,
                                    ProvenanceStart, Retry, SeriesEnd, SeriesStart)
-from gatekit.series.replay import (JournalState, OpenSeries, evidence_from_state, open_series, read_state,
+from gatekit.series_replay import (JournalState, OpenSeries, evidence_from_state, open_series, read_state,
                                    replacements)
 from gatekit.series.reservation import check_finding_id, release_finding_id, reserve_finding_id
 from gatekit.series.runloop import Report, RunLoop, failure_text, new_series_dir, now, runs_lock

@@ -15,7 +15,7 @@ from typing import Callable
 import pytest
 
 from gatekit.errors import SeriesError
-from gatekit.series.replay import read_state
+from gatekit.series_replay import read_state
 from tests.conftest import gate_invoke
 from tests.faults.faultkit import (FaultGate, alive, assert_journal_consistent, fault_gate, finish, interrupted_series,
                                    kill_quietly, start_gate)

@@ -19,7 +19,7 @@ from gatekit.finding import Finding
 from gatekit.prereg import DecisionSpec, read_predecision
 from gatekit.provenance import REDACTED_PREFIX, changed_artifacts, changed_backend, git_diff_stat, git_root, sha256_file
 from gatekit.records import RunRecord
-from gatekit.series.events import Extend, Invalid, Retry, RunEnd, SeriesEnd, SeriesStart
+from gatekit.series_events import Extend, Invalid, Retry, RunEnd, SeriesEnd, SeriesStart
 from gatekit.storage import LEGACY_JOURNAL_WARNING, Journal, SeriesLayout, line_sha256
 from gatekit.verdict import Reason, ReasonCode
 

@@ -9,12 +9,13 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from gatekit.bisect.commits import Commit
 from gatekit.bisect.finding import BisectFinding, ProbeSummary
 from gatekit.bisect.search import Outcome
-from gatekit.report.common import MISSING, fmt, fmt_signed, level_text
-from gatekit.report.figures import FigureImage, bisect_figure
+from gatekit.commits import Commit
+from gatekit.formatting import MISSING, fmt, fmt_signed, level_text
+from gatekit.report.figures import ARM_COLORS, CSS_PX_PER_IN, DECISION_COLORS, WIDTH_IN, FigureImage, literal
 from gatekit.report.html import blocks_html
+from gatekit.report.svgplot import Axes, stack
 
 SHA_SHOWN = 12
 MAX_VALUES_SHOWN = 6  # values listed in a probe's row; the finding holds all of them
@@ -26,6 +27,51 @@ OUTCOME_WORDS = {
     Outcome.NO_CHANGE: ("NO CHANGE", "success"),
     Outcome.INVALID: ("INVALID", "warning"),
 }
+
+
+def bisect_figure(finding: BisectFinding) -> FigureImage | None:
+    """The metric along the commit range: each measured probe's pairs (probe vs its reference, in percent) and
+    their median, the skipped commits, the named commit; below, the posterior over the culprit as bars."""
+    measured = [p for p in finding.probes if p.values]
+    if not measured:
+        return None
+    n = finding.bad_index
+    top, bottom = Axes(width=WIDTH_IN * CSS_PX_PER_IN, height=290), Axes(width=WIDTH_IN * CSS_PX_PER_IN, height=150)
+    pct = [(p.index, [100 * (v / r - 1) for v, r in zip(p.values, p.reference_values)],
+            100 * math.expm1(p.median_log_diff or 0.0)) for p in measured]
+    top.points([(i, v) for i, values, _ in pct for v in values], ARM_COLORS["off"], radius=2.6, alpha=0.35)
+    top.add_legend("pairs", "point", ARM_COLORS["off"], alpha=0.35)
+    top.points([(i, m) for i, _, m in pct], ARM_COLORS["off"], radius=5.0)
+    top.add_legend("median of the probe's pairs", "point", ARM_COLORS["off"])
+    top.hline(0, "#6b7280", width=0.8)
+    if finding.skipped:
+        top.points([(s.index, 0.0) for s in finding.skipped], "#6b7280", radius=4.5, hollow_cross=True)
+        top.add_legend("skipped (cannot be built)", "cross", "#6b7280")
+    if finding.culprit_index is not None:
+        for ax in (top, bottom):
+            ax.vline(finding.culprit_index - 0.5, DECISION_COLORS["danger"], dash="--", width=1.2)
+        top.add_legend(f"named commit {finding.culprit_index}", "line", DECISION_COLORS["danger"], dash="--")
+    top.ylabel = f"{literal(finding.metric, 30)} vs reference (%)"
+    if finding.probabilities:
+        for p in finding.probabilities:
+            color = DECISION_COLORS["danger"] if p.index == finding.culprit_index else ARM_COLORS["on"]
+            bottom.rect(p.index - 0.4, p.index + 0.4, 0.0, p.probability, color)
+        bottom.hline(finding.confidence, "#6b7280", dash=":", width=1.0)
+    bottom.ylim = [0.0, 1.05]
+    bottom.ylabel = "P(culprit)"
+    bottom.xlabel = f"commit (0 = GOOD … {n} = BAD)"
+    step = max(1, math.ceil((n + 1) / 24))
+    ticks = list(range(0, n + 1, step))
+    bottom.xticks = [(k, str(k)) for k in ticks]
+    top.xticks = [(k, "") for k in ticks]  # the x axis is shared: its labels are drawn once, below
+    for ax in (top, bottom):
+        ax.xlim = [-0.6, n + 0.6]
+    data = stack([top, bottom])
+    return FigureImage("bisect.svg", f"{finding.metric} of every probe against its reference, in percent (dots: "
+                       "pairs, discs: their median), and the posterior over the culprit (bars; dotted: the "
+                       f"confidence {finding.confidence:g})",
+                       f"{finding.metric} along the commit range, and the posterior over the culprit commit", data,
+                       int(top.width), int(top.height + bottom.height))
 
 
 def short(commit: Commit) -> str:

@@ -1,4 +1,4 @@
-"""A series journal's events as typed records: what `runner` and `runloop` write and `replay` reads.
+"""A series journal's events as typed records: what `series.runner` and `runloop` write, `series_replay` reads.
 
 Each is an `Event` of the records codec, written with `Journal.record` (its `KIND` is the line's `event`)
 and read back with `from_dict`, so a line that does not hold what gatekit wrote is one RecordError naming
