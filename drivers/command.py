@@ -19,8 +19,8 @@ import time
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from gatekit.driver import (ENV_ARM, ENV_RESULT, ENV_RUN, ENV_RUN_DIR, MAX_RESULT_BYTES, ArmInput, RunRequest,
-                            default_handlers_in_child, read_document, read_run_file, reap_group_zombies,
+from gatekit.driver import (ENV_ARM, ENV_RESULT, ENV_RUN, ENV_RUN_DIR, MAX_RESULT_BYTES, TRACE_WARM_PARENT, ArmInput,
+                            RunRequest, default_handlers_in_child, read_document, read_run_file, reap_group_zombies,
                             signals_deferred, stop_run_processes)
 from gatekit.errors import ConfigError, RunFileError
 from gatekit.records import CheckResult, RunOutcome
@@ -35,7 +35,6 @@ MAX_LOG_SCAN_BYTES = 16 << 20  # metric regexes search at most the last 16 MiB o
 MIN_SEARCH_S = 2.0  # the metric search's own time when the trainer used (nearly) all of the run's
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _MODULE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
-WARM_PARENT = "gatekit_warm_parent"  # trace key: the pid of the warm parent a run was forked from
 
 
 class CommandDriver:
@@ -222,14 +221,14 @@ class CommandDriver:
         except WarmParentError as exc:
             parent.close()
             return RunOutcome(exit_code=None, process_wallclock_s=time.perf_counter() - started,
-                              trace={WARM_PARENT: parent.pid}, error=f"{exc}; the run failed with it")
+                              trace={TRACE_WARM_PARENT: parent.pid}, error=f"{exc}; the run failed with it")
         except BaseException:
             parent.close()  # it may still report the run it was stopped in: never reused
             raise
         self.warm.give_back(key, parent)
         outcome = self._outcome(request, started, ended.exit_code, ended.wallclock_s, ended.exit_code is None,
                                 escaped)
-        return dataclasses.replace(outcome, trace={**outcome.trace, WARM_PARENT: parent.pid})
+        return dataclasses.replace(outcome, trace={**outcome.trace, TRACE_WARM_PARENT: parent.pid})
 
     def _outcome(self, request: RunRequest, started: float, exit_code: int | None, wallclock: float,
                  timed_out: bool, escaped: list[int]) -> RunOutcome:

@@ -23,7 +23,7 @@ from gatekit.records import CheckResult, RunOutcome
 
 # Part of the driver API, re-exported so plugins import them from here: the trainer contract's environment
 # variables, and stopping a trainer together with the processes that left its process group.
-from gatekit.contract import ENV_ARM, ENV_RESULT, ENV_RUN, ENV_RUN_DIR  # noqa: F401
+from gatekit.contract import ENV_ARM, ENV_RESULT, ENV_RUN, ENV_RUN_DIR, TRACE_WARM_PARENT  # noqa: F401
 from gatekit.distribution import install_hint  # noqa: F401  (the pip command naming an extra a plugin needs)
 from gatekit.processes import (processes_in_run_dirs, reap_group_zombies, register_helper, stop_pids,  # noqa: F401
                                stop_run_processes, unregister_helper)
