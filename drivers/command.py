@@ -44,9 +44,10 @@ class CommandDriver:
 
     def __init__(self, argv: Sequence[str], *, cwd: Path, metrics: Mapping[str, re.Pattern[str]],
                  env: Mapping[str, str], source: Path, cwd_option: str = ".",
-                 preload: Sequence[str] = ()) -> None:
+                 preload: Sequence[str] = (), cold_arms: Sequence[str] = ()) -> None:
         self.argv = tuple(argv)
         self.preload = tuple(preload)
+        self.cold_arms = frozenset(cold_arms)  # arms started cold despite `preload`: a warm-vs-cold A/A
         # warm parents (drivers/warm.py), started at the first run that needs each
         self.warm = WarmParents(preload) if preload else None
         self.cwd = cwd
@@ -57,7 +58,7 @@ class CommandDriver:
 
     @classmethod
     def from_options(cls, options: Mapping[str, Any], *, source: Path, base_dir: Path) -> CommandDriver:
-        known = {"argv", "metrics", "cwd", "env", "preload"}
+        known = {"argv", "metrics", "cwd", "env", "preload", "cold_arms"}
         for key in options:
             if key not in known:
                 raise ConfigError(f"{source}: driver.{key}: unknown key for the command driver "
@@ -98,8 +99,14 @@ class CommandDriver:
         if not isinstance(cwd, str) or "\0" in cwd:
             raise ConfigError(f"{source}: driver.cwd: must be a path string")
         preload = _preload_option(options.get("preload", []), argv, source)
+        cold_arms = options.get("cold_arms", [])
+        if not isinstance(cold_arms, list) or not all(isinstance(arm, str) for arm in cold_arms):
+            raise ConfigError(f"{source}: driver.cold_arms: must be a list of arm names")
+        if cold_arms and not preload:
+            raise ConfigError(f"{source}: driver.cold_arms: names arms that start cold despite driver.preload, "
+                              "which is not set")
         return cls(argv, cwd=(base_dir / cwd).resolve(), metrics=compiled, env=env, source=source, cwd_option=cwd,
-                   preload=preload)
+                   preload=preload, cold_arms=cold_arms)
 
     def close(self) -> None:
         """Stop the warm parents, if any (they also leave by themselves when the gate exits)."""
@@ -175,7 +182,7 @@ class CommandDriver:
                ENV_ARM: request.arm.name, ENV_RUN: request.label,
                ENV_RUN_DIR: str(request.run_dir), ENV_RESULT: str(request.result_path), **request.env}
         cpus = set(request.cpus)
-        if self.warm is not None:
+        if self.warm is not None and request.arm.name not in self.cold_arms:
             return self._run_warm(request, argv, env)
         with request.stdout_path.open("wb") as out, request.stderr_path.open("wb") as err:
             started = time.perf_counter()
