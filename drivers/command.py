@@ -108,6 +108,30 @@ class CommandDriver:
         return cls(argv, cwd=(base_dir / cwd).resolve(), metrics=compiled, env=env, source=source, cwd_option=cwd,
                    preload=preload, cold_arms=cold_arms)
 
+    def prepare(self, arms: Sequence[ArmInput], timeout_s: float) -> list[str]:
+        """Start the warm parents the arms will fork from (`preload`), before the first run's window opens, so
+        no run's window holds a parent's imports; returns a line on each. A parent that cannot start is the
+        first run's error."""
+        if self.warm is None:
+            return []
+        said = []
+        for arm in arms:
+            if arm.name in self.cold_arms:
+                continue
+            try:
+                argv = self.command_for(arm)
+                key, parent = self.warm.take(argv[0], self.cwd_for(arm), {**os.environ, **self.env_for(arm)},
+                                             timeout_s)
+            except (ConfigError, WarmParentError):
+                continue
+            self.warm.give_back(key, parent)
+            modules = ", ".join(f"{name} {found}".strip() for name, found in parent.preloaded.items())
+            line = f"warm start: parent pid {parent.pid} preloaded {modules} in {parent.import_s:.2f} s"
+            if line not in said:  # arms that import alike share a parent
+                said.append(line)
+        return [f"{line} (arm {', '.join(a.name for a in arms if a.name not in self.cold_arms)})"
+                if len(said) == 1 else line for line in said]
+
     def close(self) -> None:
         """Stop the warm parents, if any (they also leave by themselves when the gate exits)."""
         if self.warm is not None:

@@ -68,7 +68,10 @@ class RunRequest:
 
 @runtime_checkable
 class Driver(Protocol):
-    """Runs trainer processes. Built from the gate file's [driver] options."""
+    """Runs trainer processes. Built from the gate file's [driver] options.
+
+    Optional, looked up by name: `prepare(arms, timeout_s)`, called once before a series' first run (the
+    command driver starts its warm parents there), and `close()`, after the series (they stop)."""
 
     name: str
 

@@ -79,9 +79,9 @@ class SeriesRunner:
         return run_checks(self.config, [self.off, self.on], self.driver, self.backend,
                           read_load=self.loop.load_reader_for(PREFLIGHT_LOAD))
 
-    def start(self) -> SeriesResult:
-        """Preflight, preregister, and run a new series."""
-        failed = [c for c in self.preflight() if not c.ok]
+    def start(self, checks: Sequence[CheckResult] | None = None) -> SeriesResult:
+        """Preflight (or take its `checks`, run just before by the caller), preregister, and run a new series."""
+        failed = [c for c in (self.preflight() if checks is None else checks) if not c.ok]
         if failed:
             raise PreflightError("preflight failed, nothing ran: " + "; ".join(f"{c.name}: {c.detail}" for c in failed))
         runs_dir = self.config.gate.runs
