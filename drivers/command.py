@@ -120,7 +120,7 @@ class CommandDriver:
                 continue
             try:
                 argv = self.command_for(arm)
-                key, parent = self.warm.take(argv[0], self.cwd_for(arm), {**os.environ, **self.env_for(arm)},
+                key, parent = self.warm.take(argv, self.cwd_for(arm), {**os.environ, **self.env_for(arm)},
                                              timeout_s)
             except (ConfigError, WarmParentError):
                 continue
@@ -234,7 +234,7 @@ class CommandDriver:
         cwd = self.cwd_for(request.arm)
         parent_env = {**os.environ, **self.env_for(request.arm)}  # what the arm's imports may read
         try:
-            key, parent = self.warm.take(argv[0], cwd, parent_env, request.timeout_s)
+            key, parent = self.warm.take(argv, cwd, parent_env, request.timeout_s)
         except WarmParentError as exc:
             return RunOutcome(exit_code=None, process_wallclock_s=0.0, error=str(exc))
         for path in (request.stdout_path, request.stderr_path):  # the child writes them; there even if it never ran

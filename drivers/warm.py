@@ -50,10 +50,12 @@ class WarmParent:
     """One warm parent process and its pipes; serves one run at a time."""
 
     def __init__(self, python: str, preload: Sequence[str], *, cwd: Path, env: Mapping[str, str],
-                 timeout_s: float) -> None:
+                 timeout_s: float, target: Sequence[str] = ()) -> None:
+        """`target`: the script (or `-m MODULE`) its runs execute, shown on its command line (and so on every
+        forked run's), where a busy_pattern looks for a trainer."""
         self.preload = tuple(preload)
         try:
-            self.process = subprocess.Popen([python, str(SERVER), *preload], cwd=cwd, env=dict(env),
+            self.process = subprocess.Popen([python, str(SERVER), *preload, "--", *target], cwd=cwd, env=dict(env),
                                             stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                             stderr=subprocess.DEVNULL, start_new_session=True)
         except OSError as exc:
@@ -144,10 +146,12 @@ class WarmParents:
         self._idle: dict[tuple[Any, ...], list[WarmParent]] = {}
         self._lock = threading.Lock()
 
-    def take(self, python: str, cwd: Path, env: Mapping[str, str], timeout_s: float) -> tuple[tuple[Any, ...],
-                                                                                           WarmParent]:
-        """An idle live parent for these, or a new one (its preload happens here, before any clock starts)."""
-        key = (python, str(cwd), tuple(sorted(env.items())))
+    def take(self, argv: Sequence[str], cwd: Path, env: Mapping[str, str],
+             timeout_s: float) -> tuple[tuple[Any, ...], WarmParent]:
+        """An idle live parent for a run of `argv` (the interpreter, then the script or `-m MODULE` and its
+        arguments) in `cwd` with `env`, or a new one (its preload happens here, before any clock starts)."""
+        python, target = argv[0], tuple(argv[1:3] if list(argv[1:2]) == ["-m"] else argv[1:2])
+        key = (python, target, str(cwd), tuple(sorted(env.items())))
         with self._lock:
             idle = self._idle.setdefault(key, [])
             while idle:
@@ -155,7 +159,7 @@ class WarmParents:
                 if parent.alive():
                     return key, parent
                 parent.close()
-        return key, WarmParent(python, self.preload, cwd=cwd, env=env, timeout_s=timeout_s)
+        return key, WarmParent(python, self.preload, cwd=cwd, env=env, timeout_s=timeout_s, target=target)
 
     def give_back(self, key: tuple[Any, ...], parent: WarmParent) -> None:
         with self._lock:

@@ -1,6 +1,6 @@
 """The warm parent of `[driver] preload`: imports the heavy modules once, then forks one child per run.
 
-Started by the command driver as `PYTHON warm_server.py MODULE...` (by path, so it needs only the standard
+Started by the command driver as `PYTHON warm_server.py MODULE... -- TARGET` (by path, so it needs only the standard
 library of the trainer's Python, whatever is installed there). It never touches CUDA: a CUDA context does not
 survive a fork, so each child initialises it fresh, as a cold run does (checked before every fork).
 
@@ -162,4 +162,8 @@ if __name__ == "__main__":
     if sys.path and os.path.abspath(sys.path[0]) == os.path.dirname(os.path.abspath(__file__)):
         sys.path.pop(0)
     sys.path.insert(0, "")
-    raise SystemExit(serve(sys.argv[1:]))
+    # MODULE... [-- TARGET...]: what follows `--` (the script or `-m MODULE` the runs execute) is there only to be
+    # seen: this process's command line, and each forked run's, then match the gate's busy_pattern as a cold
+    # run's would
+    modules = sys.argv[1:sys.argv.index("--")] if "--" in sys.argv else sys.argv[1:]
+    raise SystemExit(serve(modules))

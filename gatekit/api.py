@@ -73,11 +73,11 @@ def run(off: str | None = None, on: str | None = None, gate: PathLike | None = N
     from gatekit.driver import make_backend, make_driver
     from gatekit.preflight import run_checks
     from gatekit.sampler import read_system_load
+    from gatekit.storage import SeriesLayout, require_file_locks
 
     if resume is not None:
         from gatekit.series.replay import open_series
         from gatekit.series.runner import SeriesRunner, finished_series
-        from gatekit.storage import SeriesLayout
         from gatekit.verify import verify_series
 
         if (off or on or n or order or seed is not None or out or runs or policy or warmup is not None
@@ -108,6 +108,7 @@ def run(off: str | None = None, on: str | None = None, gate: PathLike | None = N
     # the preflight needs none of the statistics: it runs, and its passing is said, before they load (a second
     # or more), so the first line of `gate run` comes at once; a failure stays the one line printed
     checks = run_checks(config, [off_arm, on_arm], driver, backend, read_load=read_system_load)
+    require_file_locks(SeriesLayout.lock(config.gate.runs))  # where it cannot run at all, that is the one line
     if all(check.ok for check in checks):
         progress(f"{config.gate.id}: {off_arm.name} vs {on_arm.name}: preflight passed ({len(checks)} checks); "
                  f"hashing {len(config.driver.hash)} artifact(s) and preregistering the rules")

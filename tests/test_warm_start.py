@@ -39,7 +39,8 @@ config = tomllib.load(open(sys.argv[sys.argv.index("--config") + 1], "rb"))
 run = os.environ["GATEKIT_RUN"]
 with open(config["who"], "a") as handle:
     handle.write(json.dumps({"run": run, "pid": os.getpid(), "ppid": os.getppid(), "pgid": os.getpgid(0),
-                             "sid": os.getsid(0), "preloaded": "%s" in sys.modules}) + "\\n")
+                             "sid": os.getsid(0), "preloaded": "%s" in sys.modules,
+                             "cmdline": open("/proc/self/cmdline").read() if os.path.exists("/proc") else ""}) + "\\n")
 if run == config.get("kill_parent"):
     os.kill(os.getppid(), signal.SIGKILL)
     time.sleep(600)
@@ -77,6 +78,8 @@ def test_every_run_is_forked_from_one_warm_parent_into_its_own_session(gate_dir)
     assert parent != os.getpid() and len({entry["pid"] for entry in who.values()}) == 6
     for entry in who.values():  # a session and group of its own, led by the run; the module came from the parent
         assert entry["pgid"] == entry["sid"] == entry["pid"] and entry["preloaded"] is True
+    # its command line names the trainer, as a cold run's does: a busy_pattern finds it
+    assert all("who_trainer.py" in entry["cmdline"] for entry in who.values() if entry["cmdline"])
     assert [row.warm_parent for row in result.finding.runs] == [parent] * 6
     assert result.finding.verdict.decision.value == "adopted"
     assert any("warm start: every run forked from 1 warm parent" in item
