@@ -90,6 +90,25 @@ def test_every_run_is_forked_from_one_warm_parent_into_its_own_session(gate_dir)
     assert not alive(parent)  # closed with its series
 
 
+def test_cold_arms_start_cold_beside_warm_ones(gate_dir) -> None:
+    """A warm-vs-cold A/A: driver.cold_arms names the arms started as before, preregistered with the rest."""
+    g, who_log = _warm_gate(gate_dir)
+    gate = tomllib.loads(g.gate.read_text())
+    gate["driver"]["cold_arms"] = ["off"]
+    write_toml(g.gate, gate)
+    config = load_gate(g.gate)
+    result = SeriesRunner(config, config.arm("off"), config.arm("on")).start()
+
+    who = _who(who_log)
+    rows = {row.label: row for row in result.finding.runs}
+    for label, entry in who.items():
+        cold = label.startswith("off-")
+        assert (rows[label].warm_parent is None) == cold and entry["preloaded"] is not cold
+        assert entry["ppid"] == (os.getpid() if cold else rows[label].warm_parent)
+    predecision = tomllib.loads(SeriesLayout(result.series_dir).predecision.read_text())
+    assert predecision["driver"]["cold_arms"] == ["off"]
+
+
 def test_a_warm_run_that_hangs_times_out_with_its_whole_group(gate_dir) -> None:
     g, who_log = _warm_gate(gate_dir, timeout_s=3, hang=["on-r1"])
     config = load_gate(g.gate)
@@ -188,10 +207,12 @@ def _options(**changes: object) -> dict[str, object]:
     ({"argv": ["{python}", "-c", "pass"]}, "needs driver.argv = [PYTHON, SCRIPT, ...]"),
     ({"argv": ["{python}"]}, "needs driver.argv = [PYTHON, SCRIPT, ...]"),
     ({"argv": ["{python}", "-m", "mytrainer"], "preload": ["mytrainer"]}, "it must load fresh in every run"),
+    ({"preload": [], "cold_arms": ["off"]}, "names arms that start cold despite driver.preload, which is not set"),
+    ({"cold_arms": "off"}, "must be a list of arm names"),
 ])
 def test_a_preload_the_warm_parent_cannot_serve_is_a_config_error(tmp_path: Path, changes: dict[str, object],
                                                                    problem: str) -> None:
-    with pytest.raises(ConfigError, match="driver.preload: ") as raised:
+    with pytest.raises(ConfigError, match=r"driver\.(preload|cold_arms): ") as raised:
         CommandDriver.from_options(_options(**changes), source=tmp_path / "gate.toml", base_dir=tmp_path)
     assert problem in str(raised.value) and str(tmp_path / "gate.toml") in str(raised.value)
 
