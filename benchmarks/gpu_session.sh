@@ -20,13 +20,18 @@
 #                                                  # the sequential policy), then the torch pair where torch sees
 #                                                  # CUDA; each pair's time-to-target gate and its wall-time gate
 #                                                  # on the same arms, every series verified (about 6 minutes)
+#   bash benchmarks/gpu_session.sh warm OUT        # the warm start: the graph MLP gate with preload (median
+#                                                  # start-up per run, target <= 1.0 s), an A/A of warm vs cold
+#                                                  # start (n = 6), then GPU co-tenants: one holding 0.76 GiB
+#                                                  # idle, one computing, beside a short A/A each (~4 min GPU)
+#                                                  # STEPS=50 LOAD_LIMIT=100: a CPU dry run of the script
 #
 # Every gate writes its findings and series folders under OUT (nothing into the repository's findings/);
 # OUT/wall.txt gets "name seconds exit-code" per gate.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
-STEP=${1:?setup, one-gpu, two-gpus, cache, duet, clocks, ray or ttq}
+STEP=${1:?setup, one-gpu, two-gpus, cache, duet, clocks, ray, ttq or warm}
 OUT=$(realpath -m "${2:-gpu-out}")
 GATE=(${GATE:-$PY -m gatekit.cli})
 
@@ -55,7 +60,83 @@ demo_duet_file() {  # the numpy demo gate as a duet on two halves of this host's
     echo configs/demo/duet-generated.toml
 }
 
+arm_config() {  # arm_config NAME: torch/NAME.toml, or with STEPS set a copy of it that runs STEPS steps
+    if [ -z "${STEPS:-}" ]; then echo "torch/$1.toml"; return; fi
+    sed -e "s|^steps = .*|steps = $STEPS|" -e 's|^warmup_steps = .*|warmup_steps = 5|' "configs/torch/$1.toml" \
+        > "configs/$1-steps-generated.toml"
+    echo "$1-steps-generated.toml"
+}
+
+graph_aa_file() {  # graph_aa_file ID N OFF ON [COLD]: the graph MLP against itself (arms OFF and ON, n = N;
+    # the arm COLD started cold despite preload) as configs/ID-generated.toml; its path on stdout
+    local graph; graph=$(arm_config mlp-graph)
+    sed -e "s|^id = .*|id = \"$1\"|" -e "s|^title = .*|title = \"A/A: the graph MLP against itself ($1)\"|" \
+        -e "s|^n = 3|n = $2|" -e 's|^expect_diff = .*|expect_diff = []|' -e "s|^\[arms.resident\]|[arms.$3]|" \
+        -e "s|^\[arms.graph\]|[arms.$4]|" -e "s|torch/mlp-resident.toml|$graph|" -e "s|torch/mlp-graph.toml|$graph|" \
+        ${5:+-e "s|^preload = .*|&\ncold_arms = [\"$5\"]|"} configs/resident-graph.toml > "configs/$1-generated.toml"
+    echo "configs/$1-generated.toml"
+}
+
+tenant() {  # tenant MODE WAIT_FOR: a process outside the gate that holds 0.76 GiB on GPU 0 and, in mode busy,
+    # computes (matmuls) from when the glob WAIT_FOR matches (a run folder: after the gate's preflight) on;
+    # its pid on stdout once its memory is held
+    "$PY" - "$1" "$2" "$OUT/tenant-$1.ready" <<'TENANT' > "$OUT/tenant-$1.log" 2>&1 &
+import glob, sys, time
+import torch
+mode, wait_for, ready = sys.argv[1:4]
+held = torch.empty(int(0.76 * 2**30), dtype=torch.uint8, device="cuda")
+torch.cuda.synchronize()
+open(ready, "w").close()
+if mode == "busy":
+    while not glob.glob(wait_for):
+        time.sleep(0.05)
+    a = torch.randn(4096, 4096, device="cuda")
+    while True:
+        a = (a @ a).clamp_(-1, 1)
+        torch.cuda.synchronize()
+time.sleep(3600)
+TENANT
+    local pid=$!
+    for _ in $(seq 600); do [ -e "$OUT/tenant-$1.ready" ] && break; sleep 0.1; done
+    echo "$pid"
+}
+
 case "$STEP" in
+warm)
+    mkdir -p "$OUT"
+    nvidia-smi --query-gpu=index,name,memory.total,clocks.max.sm,driver_version --format=csv > "$OUT/gpus.csv" 2>&1
+    limit=(${LOAD_LIMIT:+--load-limit "$LOAD_LIMIT"})  # a dry run on a busy CPU box: LOAD_LIMIT=100
+    common=(--out "$OUT/findings" --runs "$OUT/runs" "${limit[@]}")
+    # (i) the graph MLP gate as committed (configs/resident-graph.toml preloads numpy and torch), n = 4
+    graph_gate=configs/resident-graph.toml
+    if [ -n "${STEPS:-}" ]; then
+        sed -e "s|torch/mlp-resident.toml|$(arm_config mlp-resident)|" -e "s|torch/mlp-graph.toml|$(arm_config mlp-graph)|" \
+            configs/resident-graph.toml > configs/graph-warm-generated.toml
+        graph_gate=configs/graph-warm-generated.toml
+    fi
+    timed graph-warm "${GATE[@]}" run resident graph --gate "$graph_gate" --n 4 "${common[@]}"
+    # (ii) A/A: the same graph arm forked warm or started cold (driver.cold_arms), interleaved, n = 6
+    timed warm-cold-aa "${GATE[@]}" run cold warm --gate "$(graph_aa_file warm-cold-aa 6 cold warm cold)" "${common[@]}"
+    "$PY" benchmarks/startup_summary.py --target 1.0 "$OUT"/findings/*.json | tee "$OUT/startup.txt"
+    # (iii) GPU co-tenants, each beside a short A/A of the graph arm (n = 2): one holding 0.76 GiB idle (no run
+    # may be flagged), one computing from the first run on (every run flagged); NVML recorded beside each
+    if "$PY" -c 'import sys, torch; sys.exit(not torch.cuda.is_available())' 2>/dev/null; then
+        for mode in idle busy; do
+            rm -f "$OUT/tenant-$mode.ready"
+            pid=$(tenant "$mode" "$OUT/tenant-$mode/runs/*/*-r[0-9]*")
+            "$PY" -m gatekit_drivers.backends.record_nvml --samples 40 --interval 0.25 \
+                > "$OUT/nvml-tenant-$mode.json" 2>&1 &
+            recorder=$!
+            timed "tenant-$mode" "${GATE[@]}" run a b --gate "$(graph_aa_file "tenant-$mode" 2 a b)" \
+                --out "$OUT/tenant-$mode/findings" --runs "$OUT/tenant-$mode/runs" "${limit[@]}"
+            wait "$recorder"
+            kill "$pid"; wait "$pid" 2>/dev/null
+            "$PY" benchmarks/startup_summary.py "$OUT/tenant-$mode"/findings/*.json | tee "$OUT/tenant-$mode.txt"
+        done
+    else
+        echo "no CUDA GPU here: the co-tenant check needs one" | tee "$OUT/tenant.txt"
+    fi
+    ;;
 clocks)
     mkdir -p "$OUT"
     nvidia-smi -q -d CLOCK,PERFORMANCE,ECC,COMPUTE > "$OUT/nvidia-smi-q.txt" 2>&1  # read-only, to compare
@@ -198,7 +279,7 @@ ttq)
     cat "$OUT/exits.txt" "$OUT/verify.txt"
     ;;
 *)
-    echo "unknown step $STEP (setup, one-gpu, two-gpus, cache, duet, clocks, ray, ttq)" >&2
+    echo "unknown step $STEP (setup, one-gpu, two-gpus, cache, duet, clocks, ray, ttq, warm)" >&2
     exit 2
     ;;
 esac

@@ -5,6 +5,7 @@ argv is a list and never passes through a shell; each placeholder fills exactly 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -18,11 +19,12 @@ import time
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from gatekit.driver import (ENV_ARM, ENV_RESULT, ENV_RUN, ENV_RUN_DIR, MAX_RESULT_BYTES, ArmInput, RunRequest,
-                            default_handlers_in_child, read_document, read_run_file, reap_group_zombies,
+from gatekit.driver import (ENV_ARM, ENV_RESULT, ENV_RUN, ENV_RUN_DIR, MAX_RESULT_BYTES, TRACE_WARM_PARENT, ArmInput,
+                            RunRequest, default_handlers_in_child, read_document, read_run_file, reap_group_zombies,
                             signals_deferred, stop_run_processes)
 from gatekit.errors import ConfigError, RunFileError
 from gatekit.records import CheckResult, RunOutcome
+from gatekit_drivers.warm import WarmParentError, WarmParents
 
 PLACEHOLDERS = ("arm_config", "python", "arm", "run", "run_dir", "result", "commit", "worktree")
 # the placeholders an env value may hold too (the others are argv's alone; an env value keeps its other braces)
@@ -32,6 +34,7 @@ KILL_GRACE_S = 5.0
 MAX_LOG_SCAN_BYTES = 16 << 20  # metric regexes search at most the last 16 MiB of each log
 MIN_SEARCH_S = 2.0  # the metric search's own time when the trainer used (nearly) all of the run's
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_MODULE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
 
 
 class CommandDriver:
@@ -40,8 +43,13 @@ class CommandDriver:
     name = "command"
 
     def __init__(self, argv: Sequence[str], *, cwd: Path, metrics: Mapping[str, re.Pattern[str]],
-                 env: Mapping[str, str], source: Path, cwd_option: str = ".") -> None:
+                 env: Mapping[str, str], source: Path, cwd_option: str = ".",
+                 preload: Sequence[str] = (), cold_arms: Sequence[str] = ()) -> None:
         self.argv = tuple(argv)
+        self.preload = tuple(preload)
+        self.cold_arms = frozenset(cold_arms)  # arms started cold despite `preload`: a warm-vs-cold A/A
+        # warm parents (drivers/warm.py), started at the first run that needs each
+        self.warm = WarmParents(preload) if preload else None
         self.cwd = cwd
         self.cwd_option = cwd_option  # as written: an arm in its own checkout resolves it there
         self.metrics = dict(metrics)
@@ -50,7 +58,7 @@ class CommandDriver:
 
     @classmethod
     def from_options(cls, options: Mapping[str, Any], *, source: Path, base_dir: Path) -> CommandDriver:
-        known = {"argv", "metrics", "cwd", "env"}
+        known = {"argv", "metrics", "cwd", "env", "preload", "cold_arms"}
         for key in options:
             if key not in known:
                 raise ConfigError(f"{source}: driver.{key}: unknown key for the command driver "
@@ -90,7 +98,44 @@ class CommandDriver:
         cwd = options.get("cwd", ".")
         if not isinstance(cwd, str) or "\0" in cwd:
             raise ConfigError(f"{source}: driver.cwd: must be a path string")
-        return cls(argv, cwd=(base_dir / cwd).resolve(), metrics=compiled, env=env, source=source, cwd_option=cwd)
+        preload = _preload_option(options.get("preload", []), argv, source)
+        cold_arms = options.get("cold_arms", [])
+        if not isinstance(cold_arms, list) or not all(isinstance(arm, str) for arm in cold_arms):
+            raise ConfigError(f"{source}: driver.cold_arms: must be a list of arm names")
+        if cold_arms and not preload:
+            raise ConfigError(f"{source}: driver.cold_arms: names arms that start cold despite driver.preload, "
+                              "which is not set")
+        return cls(argv, cwd=(base_dir / cwd).resolve(), metrics=compiled, env=env, source=source, cwd_option=cwd,
+                   preload=preload, cold_arms=cold_arms)
+
+    def prepare(self, arms: Sequence[ArmInput], timeout_s: float) -> list[str]:
+        """Start the warm parents the arms will fork from (`preload`), before the first run's window opens, so
+        no run's window holds a parent's imports; returns a line on each. A parent that cannot start is the
+        first run's error."""
+        if self.warm is None:
+            return []
+        said = []
+        for arm in arms:
+            if arm.name in self.cold_arms:
+                continue
+            try:
+                argv = self.command_for(arm)
+                key, parent = self.warm.take(argv, self.cwd_for(arm), {**os.environ, **self.env_for(arm)},
+                                             timeout_s)
+            except (ConfigError, WarmParentError):
+                continue
+            self.warm.give_back(key, parent)
+            modules = ", ".join(f"{name} {found}".strip() for name, found in parent.preloaded.items())
+            line = f"warm start: parent pid {parent.pid} preloaded {modules} in {parent.import_s:.2f} s"
+            if line not in said:  # arms that import alike share a parent
+                said.append(line)
+        return [f"{line} (arm {', '.join(a.name for a in arms if a.name not in self.cold_arms)})"
+                if len(said) == 1 else line for line in said]
+
+    def close(self) -> None:
+        """Stop the warm parents, if any (they also leave by themselves when the gate exits)."""
+        if self.warm is not None:
+            self.warm.close()
 
     # -- argv -------------------------------------------------------------------------------------
 
@@ -161,6 +206,8 @@ class CommandDriver:
                ENV_ARM: request.arm.name, ENV_RUN: request.label,
                ENV_RUN_DIR: str(request.run_dir), ENV_RESULT: str(request.result_path), **request.env}
         cpus = set(request.cpus)
+        if self.warm is not None and request.arm.name not in self.cold_arms:
+            return self._run_warm(request, argv, env)
         with request.stdout_path.open("wb") as out, request.stderr_path.open("wb") as err:
             started = time.perf_counter()
             try:
@@ -177,8 +224,47 @@ class CommandDriver:
                 timed_out = not _wait_for_exit(proc, request.timeout_s)
                 wallclock = time.perf_counter() - started
             finally:  # on an interrupt too: the trainer's group never outlives this call
-                escaped = _stop_group(proc, request.run_dir)
+                escaped = _stop_group(proc.pid, request.run_dir, leader=proc)
             exit_code: int | None = None if timed_out else proc.returncode
+        return self._outcome(request, started, exit_code, wallclock, timed_out, escaped)
+
+    def _run_warm(self, request: RunRequest, argv: list[str], env: dict[str, str]) -> RunOutcome:
+        """The run forked from a warm parent (`preload`): argv[1:] run as `python argv[1:]` would run them."""
+        assert self.warm is not None
+        cwd = self.cwd_for(request.arm)
+        parent_env = {**os.environ, **self.env_for(request.arm)}  # what the arm's imports may read
+        try:
+            key, parent = self.warm.take(argv, cwd, parent_env, request.timeout_s)
+        except WarmParentError as exc:
+            return RunOutcome(exit_code=None, process_wallclock_s=0.0, error=str(exc))
+        for path in (request.stdout_path, request.stderr_path):  # the child writes them; there even if it never ran
+            path.write_bytes(b"")
+        escaped: list[int] = []
+
+        def stop_group(pgid: int) -> None:
+            escaped.extend(_stop_group(pgid, request.run_dir))
+
+        started = time.perf_counter()
+        try:
+            ended = parent.fork_run(argv[1:], cwd=cwd, env=env, stdout=request.stdout_path,
+                                    stderr=request.stderr_path, cpus=request.cpus, timeout_s=request.timeout_s,
+                                    stop_group=stop_group)
+        except WarmParentError as exc:
+            parent.close()
+            return RunOutcome(exit_code=None, process_wallclock_s=time.perf_counter() - started,
+                              trace={TRACE_WARM_PARENT: parent.pid}, error=f"{exc}; the run failed with it")
+        except BaseException:
+            parent.close()  # it may still report the run it was stopped in: never reused
+            raise
+        self.warm.give_back(key, parent)
+        outcome = self._outcome(request, started, ended.exit_code, ended.wallclock_s, ended.exit_code is None,
+                                escaped)
+        return dataclasses.replace(outcome, trace={**outcome.trace, TRACE_WARM_PARENT: parent.pid})
+
+    def _outcome(self, request: RunRequest, started: float, exit_code: int | None, wallclock: float,
+                 timed_out: bool, escaped: list[int]) -> RunOutcome:
+        """The run's outcome once its process has ended and its group is stopped: the result file, the
+        regex metrics, the exit code."""
         stopped = {"gatekit_stopped_escaped_pids": escaped} if escaped else {}
         if timed_out:
             return RunOutcome(exit_code=None, process_wallclock_s=wallclock, timed_out=True, trace=stopped,
@@ -344,30 +430,53 @@ def _signal_group(pgid: int, sig: int) -> bool:
     return True
 
 
-def _stop_group(proc: subprocess.Popen[bytes], run_dir: Path) -> list[int]:
-    """SIGTERM the trainer's whole process group, SIGKILL whatever outlives a grace period; then freeze and
-    kill the processes that left the group (setsid, daemons) but still carry this run's GATEKIT_RUN_DIR.
+def _stop_group(pgid: int, run_dir: Path, leader: subprocess.Popen[bytes] | None = None) -> list[int]:
+    """SIGTERM the trainer's whole process group `pgid`, SIGKILL whatever outlives a grace period; then freeze
+    and kill the processes that left the group (setsid, daemons) but still carry this run's GATEKIT_RUN_DIR.
 
     Also runs after a normal exit, so grandchildren a trainer left behind cannot load the next run.
-    Signals are held back meanwhile: a second Ctrl-C cannot cut the cleanup short. Returns the PIDs of
-    escaped processes that had to be stopped.
+    Signals are held back meanwhile: a second Ctrl-C cannot cut the cleanup short. `leader`: the trainer's
+    Popen, reaped here; a run forked by a warm parent is that parent's to reap. Returns the PIDs of escaped
+    processes that had to be stopped.
     """
     with signals_deferred():
         for sig in (signal.SIGTERM, signal.SIGKILL):
-            if not _signal_group(proc.pid, sig):
+            if not _signal_group(pgid, sig):
                 break
             deadline = time.monotonic() + KILL_GRACE_S
             while time.monotonic() < deadline:
-                proc.poll()  # reap the leader so its zombie does not keep the group alive
-                reap_group_zombies(proc.pid, keep=proc.pid)  # and members re-parented to the gate (subreaper)
-                if not _signal_group(proc.pid, 0):
+                if leader is not None:
+                    leader.poll()  # reap the leader so its zombie does not keep the group alive
+                # and members re-parented to the gate (subreaper); a leader whose warm parent died, too
+                reap_group_zombies(pgid, keep=leader.pid if leader is not None else -1)
+                if not _signal_group(pgid, 0):
                     break
                 time.sleep(0.02)
             else:
                 continue
             break
-        proc.wait()
+        if leader is not None:
+            leader.wait()
         return stop_run_processes(run_dir)
+
+
+def _preload_option(value: Any, argv: Sequence[str], source: Path) -> tuple[str, ...]:
+    """driver.preload checked: module names, a command the warm parent can run, a system that forks."""
+    if not isinstance(value, list) or not all(isinstance(v, str) and _MODULE_NAME.fullmatch(v) for v in value):
+        raise ConfigError(f"{source}: driver.preload: must be a list of module names, e.g. [\"torch\"]")
+    if not value:
+        return ()
+    if not hasattr(os, "fork"):
+        raise ConfigError(f"{source}: driver.preload: a warm start forks each run from a parent that preloaded "
+                          f"{', '.join(value)}, and this system has no fork (os.fork); remove driver.preload")
+    script = argv[1] if len(argv) > 1 else ""
+    if not script or (script.startswith("-") and script != "-m") or (script == "-m" and len(argv) < 3):
+        raise ConfigError(f"{source}: driver.preload: needs driver.argv = [PYTHON, SCRIPT, ...] or [PYTHON, \"-m\", "
+                          f"MODULE, ...] (what a warm parent can fork; no interpreter options), not {list(argv)!r}")
+    if script == "-m" and argv[2] in value:
+        raise ConfigError(f"{source}: driver.preload: {argv[2]!r} is the module each run executes; it must load "
+                          "fresh in every run (its file is hashed), so it cannot be preloaded")
+    return tuple(value)
 
 
 def _signal_name(code: int) -> str:

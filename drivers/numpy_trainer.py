@@ -49,8 +49,16 @@ from __future__ import annotations
 import os
 
 if __name__ == "__main__":
-    # Must happen before numpy loads OpenBLAS; see the module docstring.
-    for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+    # Must happen before numpy loads OpenBLAS; see the module docstring. A run forked from a warm parent
+    # (`[driver] preload = ["numpy"]`) finds numpy loaded already: the parent's environment decided, so the
+    # gate file sets these in driver.env then (results are the same either way; only the speed differs).
+    import sys as _sys
+
+    _BLAS = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
+    if "numpy" in _sys.modules and not all(_var in os.environ for _var in _BLAS):
+        print("numpy_trainer: numpy was preloaded by a warm parent; its BLAS threads were set there "
+              "(set OPENBLAS_NUM_THREADS, OMP_NUM_THREADS, MKL_NUM_THREADS in driver.env)", file=_sys.stderr)
+    for _var in _BLAS:
         os.environ.setdefault(_var, "1")
 
 import argparse

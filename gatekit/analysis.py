@@ -10,13 +10,14 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
 from gatekit import diagnostics, rules, stats
+from gatekit.contract import TRACE_WARM_PARENT
 from gatekit.finding import (Arms, CommitsInfo, ConfigChange, CycleCheck, Finding, GateInfo, GuardRow, Meta,
                              Predecision, Provenance, RulesInfo, RunRow, Stats, ThresholdRule)
 from gatekit.policies.base import Decided, Evidence, Policy
 from gatekit.policy_descriptors import describe, policy_for
 from gatekit.prereg import DecisionSpec
 from gatekit.quality import TargetSpec, target_of
-from gatekit.records import RunRecord, is_time_metric, startup_overhead_s
+from gatekit.records import RunOutcome, RunRecord, is_time_metric, startup_overhead_s
 from gatekit.report.narrative import narrative
 from gatekit.runtable import RunTable, records_table
 from gatekit.schedule import WARMUP_ROUND, needs_seed, order_seed
@@ -377,6 +378,12 @@ def _run_rows(table: RunTable, records: Sequence[RunRecord], primary: str,
     return tuple(sorted(rows, key=lambda row: row.order)) if warmups else tuple(rows)
 
 
+def warm_parent_of(outcome: RunOutcome) -> int | None:
+    """The warm parent a run was forked from, as its driver traced it (`[driver] preload`); None if cold."""
+    pid = outcome.trace.get(TRACE_WARM_PARENT)
+    return pid if isinstance(pid, int) and not isinstance(pid, bool) else None
+
+
 def _run_row(record: RunRecord, primary: str, target: TargetSpec | None, **classified: Any) -> RunRow:
     outcome = record.outcome
     startup_s = startup_overhead_s(outcome.metrics, outcome.process_wallclock_s, primary)
@@ -384,4 +391,5 @@ def _run_row(record: RunRecord, primary: str, target: TargetSpec | None, **class
                   exit_code=outcome.exit_code, timed_out=outcome.timed_out, metrics=dict(outcome.metrics),
                   process_wallclock_s=outcome.process_wallclock_s, window=record.window, retry_of=record.retry_of,
                   started_at=record.started_at, config=dict(outcome.config), slot=record.slot, startup_s=startup_s,
+                  warm_parent=warm_parent_of(outcome),
                   target=target_of(outcome, primary, target), **classified)

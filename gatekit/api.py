@@ -70,12 +70,16 @@ def run(off: str | None = None, on: str | None = None, gate: PathLike | None = N
     `finished` with `resume`: a finished series is returned as it is (gate run --resume --sign-key signs it);
     `heartbeat_s`: a progress line every so many seconds during a run (0: none)."""
     from gatekit.config import find_gate_file, load_gate
-    from gatekit.series_replay import open_series
-    from gatekit.series.runner import SeriesRunner, finished_series
-    from gatekit.storage import SeriesLayout
-    from gatekit.verify import verify_series
+    from gatekit.driver import make_backend, make_driver
+    from gatekit.preflight import run_checks
+    from gatekit.sampler import read_system_load
+    from gatekit.storage import SeriesLayout, require_file_locks
 
     if resume is not None:
+        from gatekit.series_replay import open_series
+        from gatekit.series.runner import SeriesRunner, finished_series
+        from gatekit.verify import verify_series
+
         if (off or on or n or order or seed is not None or out or runs or policy or warmup is not None
                 or load_limit is not None):
             raise ConfigError("--resume continues a series exactly as registered; "
@@ -98,7 +102,25 @@ def run(off: str | None = None, on: str | None = None, gate: PathLike | None = N
     if check is not None:
         check(config)
     off_arm, on_arm = config.two_arms(off, on)
-    return SeriesRunner(config, off_arm, on_arm, report=progress, heartbeat_s=heartbeat_s).start()
+    # the plugins' own keys are checked before the first line, so a bad key stays the one line printed
+    driver = make_driver(config.driver.name, config.driver.options, source=config.path, base_dir=config.base_dir)
+    backend = make_backend(config.backend.name, config.backend.options, source=config.path)
+    # the preflight needs none of the statistics: it runs, and its passing is said, before they load (a second
+    # or more), so the first line of `gate run` comes at once; a failure stays the one line printed
+    checks = run_checks(config, [off_arm, on_arm], driver, backend, read_load=read_system_load)
+    require_file_locks(SeriesLayout.lock(config.gate.runs))  # where it cannot run at all, that is the one line
+    if all(check.ok for check in checks):
+        progress(f"{config.gate.id}: {off_arm.name} vs {on_arm.name}: preflight passed ({len(checks)} checks); "
+                 f"hashing {len(config.driver.hash)} artifact(s) and preregistering the rules")
+    from gatekit.series.runner import SeriesRunner
+
+    try:
+        return SeriesRunner(config, off_arm, on_arm, driver=driver, backend=backend, report=progress,
+                            heartbeat_s=heartbeat_s).start(checks)
+    finally:  # its helpers (a warm start's parents) end with the series
+        close = getattr(driver, "close", None)
+        if callable(close):
+            close()
 
 
 def compare(base: str | None, head: str | None = None, gate: PathLike | None = None, *, arm: str | None = None,

@@ -14,3 +14,6 @@ ENV_RESULT = "GATEKIT_RESULT"  # where the trainer writes its result JSON
 # Set by `gate bisect` for its probes' gate processes (and so their trainers): the bisect's folder. A process
 # that carries the same value is a sibling probe, which the preflight's busy check does not wait for.
 ENV_BISECT = "GATEKIT_BISECT"
+# The trace key a driver sets on a run forked from a warm parent (`[driver] preload`): that parent's pid, which
+# the finding's run row shows as `warm_parent`.
+TRACE_WARM_PARENT = "gatekit_warm_parent"

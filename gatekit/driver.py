@@ -23,9 +23,10 @@ from gatekit.records import CheckResult, RunOutcome
 
 # Part of the driver API, re-exported so plugins import them from here: the trainer contract's environment
 # variables, and stopping a trainer together with the processes that left its process group.
-from gatekit.contract import ENV_ARM, ENV_RESULT, ENV_RUN, ENV_RUN_DIR  # noqa: F401
+from gatekit.contract import ENV_ARM, ENV_RESULT, ENV_RUN, ENV_RUN_DIR, TRACE_WARM_PARENT  # noqa: F401
 from gatekit.distribution import install_hint  # noqa: F401  (the pip command naming an extra a plugin needs)
-from gatekit.processes import processes_in_run_dirs, reap_group_zombies, stop_pids, stop_run_processes  # noqa: F401
+from gatekit.processes import (processes_in_run_dirs, reap_group_zombies, register_helper, stop_pids,  # noqa: F401
+                               stop_run_processes, unregister_helper)
 from gatekit.signals import default_handlers_in_child, signals_deferred  # noqa: F401
 # and reading back what a trainer left in its run folder, within bounds (a FIFO, a link out, a huge or deep file)
 from gatekit.runfiles import MAX_RESULT_BYTES, read_document, read_run_file  # noqa: F401
@@ -67,7 +68,10 @@ class RunRequest:
 
 @runtime_checkable
 class Driver(Protocol):
-    """Runs trainer processes. Built from the gate file's [driver] options."""
+    """Runs trainer processes. Built from the gate file's [driver] options.
+
+    Optional, looked up by name: `prepare(arms, timeout_s)`, called once before a series' first run (the
+    command driver starts its warm parents there), and `close()`, after the series (they stop)."""
 
     name: str
 

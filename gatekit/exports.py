@@ -39,7 +39,6 @@ from gatekit.config import FAIL_ON
 from gatekit.errors import ConfigError, GatekitError, OutputError
 from gatekit.finding import Finding, Stats
 from gatekit.formatting import fmt, fmt_signed, is_number
-from gatekit.policies.base import verdict_headline, verdict_sentence, words_of
 from gatekit.report.common import commits_lines, delta_ci, guard_metrics, one_line_why, runs_per_arm, unit_of
 from gatekit.report.markdown import literal
 from gatekit.stats import mean, sample_sd
@@ -75,6 +74,8 @@ def _summary_one(finding: Finding) -> list[str]:
     primary = gate.primary
     off, on = finding.off_arm, finding.on_arm
     guards = guard_metrics(finding)
+    from gatekit.policies.base import verdict_headline, verdict_sentence  # the statistics: when writing, not parsing
+
     qualified = verdict_sentence(finding)  # an adoption its evidence does not confirm: said in the heading
     lines = [f"### gate {literal(gate.id)}: **{literal(verdict_headline(finding))}**", "",
              f"{literal(finding.meta.title)} — {literal(on)} vs {literal(off)}, {literal(gate.order)}, "
@@ -119,6 +120,8 @@ def summary_markdown(findings: Sequence[Finding], *, full_report: str = "",
 
     Whole gates are kept while the text stays under `limit_bytes` (UTF-8); the rest are cut, and a last line
     says how many and where the full report is (`full_report`, else the finding files)."""
+    from gatekit.policies.base import words_of  # the statistics: when writing, not when `gate` parses options
+
     head: list[str] = []
     if len(findings) > 1:
         head += ["## gatekit: " + ", ".join(f"{n} {d}" for d, n in sorted(_counts(findings).items())), "",
@@ -194,6 +197,7 @@ def junit_xml(findings: Sequence[Finding], *, fail_on: str | None = None) -> str
     regression, guard_failed or invalid) or `--fail-on` names it, <skipped> when it could not tell
     (Decision.untold: inconclusive) and nothing fails it. The message is the verdict's first reason alone
     (report tools print `type: message` themselves); under `--fail-on unproven`, `unproven_why`."""
+    from gatekit.policies.base import verdict_sentence  # the statistics: when writing, not when parsing
     failures = sum(1 for f in findings if fails(f, fail_on))
     skipped = sum(1 for f in findings if f.decision.untold and not fails(f, fail_on))
     total_time = 0.0

@@ -182,6 +182,8 @@ class RunRow(Record):
     slot: str | None = field(default=None, metadata={"omit": None})  # the duet slot it ran on
     # start-up overhead: process wallclock − primary, when the primary is a time (records.startup_overhead_s)
     startup_s: float | None = field(default=None, metadata={"omit": None})
+    # `[driver] preload`: the pid of the warm parent the run was forked from (None: started cold)
+    warm_parent: int | None = field(default=None, metadata={"omit": None})
     # a derived primary (time_to_target_s, steps_to_target): the time it reached its target, or was censored at
     target: TargetTime | None = field(default=None, metadata={"omit": None})
     extra_keys: Mapping[str, Any] = field(default_factory=dict)

@@ -260,11 +260,25 @@ def freeze_and_kill(find: Callable[[], Iterable[int]]) -> dict[int, str]:
     return frozen
 
 
+# Children a driver started to serve runs, not as one (a warm parent that forks the runs): never an escapee.
+_helpers: set[int] = set()
+
+
+def register_helper(pid: int) -> None:
+    """Mark a child of this process that a driver keeps across runs (it reaps it itself): no sweep stops it."""
+    _helpers.add(pid)
+
+
+def unregister_helper(pid: int) -> None:
+    """The helper `pid` was stopped and reaped by its driver (call before its PID can be reused)."""
+    _helpers.discard(pid)
+
+
 def adopted_children(known: Iterable[int]) -> list[int]:
-    """This process's children that are not in `known` (the children it had before): with the subreaper on,
-    descendants of a run re-parented to gatekit. The exited ones are reaped first, so no PID returned can
-    have been reused until the next call. The sampler is a thread, not one."""
-    skip = set(known)
+    """This process's children that are not in `known` (the children it had before) nor a driver's helper:
+    with the subreaper on, descendants of a run re-parented to gatekit. The exited ones are reaped first, so
+    no PID returned can have been reused until the next call. The sampler is a thread, not one."""
+    skip = set(known) | _helpers
     reap_orphaned_zombies(skip)
     return [pid for pid in child_pids() if pid not in skip]
 
@@ -281,8 +295,9 @@ def reap(pids: Iterable[int]) -> None:
 
 def reap_orphaned_zombies(known: Iterable[int]) -> None:
     """Reap the exited children of this process that are not in `known` (e.g. members of a trainer's
-    process group that were re-parented to the subreaper and then killed with the group)."""
-    skip = set(known)
+    process group that were re-parented to the subreaper and then killed with the group). A driver's helper
+    is its driver's to reap."""
+    skip = set(known) | _helpers
     reap(pid for pid in child_pids() if pid not in skip)
 
 
@@ -389,7 +404,8 @@ def child_subreaper() -> Iterator[Subreaper]:
     """This process is a child subreaper inside the block (Linux); yields whether it is and its own children.
 
     On leaving, whatever was re-parented to it and still runs is frozen, killed and reaped, and the flag is
-    restored, so a library caller (or a test process) is not left adopting orphans."""
+    restored, so a library caller (or a test process) is not left adopting orphans. A driver's helpers stay:
+    their driver stops them."""
     was = is_subreaper()
     enabled = was or become_subreaper()
     own = frozenset(child_pids())

@@ -730,6 +730,7 @@ def show_value(value: Any) -> str:
 #                          `runs[].target` (a time-to-target primary: its value and whether it was reached;
 #                          a censored run has reached = false).
 #                          `gate.time_to_target` (the preregistered quality target of such a primary).
+#                          `runs[].warm_parent` (the pid of the warm parent a run was forked from).
 #   gatekit.predecision/1  the preregistered rules; a sequential spec without `sequential_version` is v3.
 #   gatekit.predecision/2  `decision.sequential_version` is stated for every sequential spec; the series'
 #                          journal is gatekit.journal/3 or later.

@@ -125,17 +125,24 @@ def read_own_file(path: Path) -> bytes:
         return handle.read()
 
 
+def require_file_locks(path: Path) -> None:
+    """A PlatformError naming `path` where this platform has no file locks (fcntl: Linux and macOS have it)."""
+    try:
+        import fcntl  # noqa: F401
+    except ModuleNotFoundError:
+        raise PlatformError(f"{path}: cannot be locked: this platform has no fcntl (file locks); gates run on "
+                            "Linux and macOS (docs/install.md lists what runs where)") from None
+
+
 def try_lock(handle: IO[Any], path: Path) -> bool:
     """Take an exclusive lock (flock) on the open file `path` without waiting: False while another process
     holds it. The lock goes with the file's closing or the process's end (a killed gate holds none).
 
     flock is in fcntl, on Linux and macOS, where gates run; the commands that start no trainer lock nothing,
     so only gate run, calibrate, bisect and campaign need it: elsewhere (Windows) a PlatformError says so."""
-    try:
-        import fcntl
-    except ModuleNotFoundError:
-        raise PlatformError(f"{path}: cannot be locked: this platform has no fcntl (file locks); gates run on "
-                            "Linux and macOS (docs/install.md lists what runs where)") from None
+    require_file_locks(path)
+    import fcntl
+
     try:
         fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:

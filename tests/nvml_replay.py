@@ -19,11 +19,14 @@ Processes = Callable[[], list[dict[str, Any]]]
 
 
 class ReplayNvml:
-    """Cycles through a recording's samples; `processes`, when given, supplies the compute processes."""
+    """Cycles through a recording's samples; `processes`, when given, supplies the compute processes, and
+    `utilization` their per-process activity (record_nvml's `process_utilization`; the H200 recordings predate
+    it, so without it a reading says nothing of who computed)."""
 
-    def __init__(self, name: str, processes: Processes | None = None) -> None:
+    def __init__(self, name: str, processes: Processes | None = None, utilization: Processes | None = None) -> None:
         self.recording = json.loads((NVML_FIXTURES / name).read_text())
         self.processes = processes
+        self.utilization = utilization
         self.reads = 0
 
     @property
@@ -38,6 +41,8 @@ class ReplayNvml:
         self.reads += 1
         if self.processes is not None:
             reading["compute_processes"] = self.processes()
+        if self.utilization is not None:
+            reading["process_utilization"] = self.utilization()
         return reading
 
 

@@ -233,6 +233,39 @@ def test_gpu_process_in_a_window_without_deviation_is_no_retry(gate_dir, foreign
     assert result.finding.decision == "adopted"
 
 
+class TenantScript(GpuScript):
+    """A co-tenant holding 0.76 GiB on the replayed GPU through the whole series (issue 30, item 10), whose
+    kernels run only while `foreign_during` is in flight: its per-process activity says so."""
+
+    def __call__(self) -> list[dict[str, Any]]:
+        trainers = descendants_of_this_process()
+        return [*({"pid": p.pid, "used_gpu_memory": self.memory} for p in trainers),
+                {"pid": self.foreign_pid, "used_gpu_memory": int(0.76 * 2**30)}]
+
+    def activity(self) -> list[dict[str, Any]]:
+        trainers = descendants_of_this_process()
+        busy = any(run_label(p) == self.foreign_during for p in trainers)
+        return [*({"pid": p.pid, "time_stamp_us": 1, "sm_util": 97, "mem_util": 30} for p in trainers),
+                {"pid": self.foreign_pid, "time_stamp_us": 1, "sm_util": 60 if busy else 0, "mem_util": 0}]
+
+
+def test_a_co_tenant_flags_only_the_run_it_computed_in(gate_dir, foreign_pid: int) -> None:
+    g = gate_dir(off={"elapsed": OFF_TIMES, "sleep_s": 0.3}, on={"elapsed": ON_TIMES, "sleep_s": 0.3},
+                 rules={"sigma_ref": "leave_one_out"}, backend={"name": "cuda"})
+    config = load_gate(g.gate)
+    tenant = TenantScript(foreign_pid, "off-r2")
+    backend = CudaBackend(reader=ReplayNvml("h200_busy.json", processes=tenant, utilization=tenant.activity))
+    result = SeriesRunner(config, config.arms["off"], config.arms["on"],
+                          backend=ChosenBackend(backend=backend, requested="cuda", detail="replayed")).start()
+    runs = {r["label"]: r for r in result.finding.to_dict()["runs"]}
+    flagged = [label for label, run in runs.items() if run["load_evidence"]]
+    assert flagged == ["off-r2"]  # the tenant held its memory in every window, and computed in this one
+    (evidence,) = runs["off-r2"]["window"]["evidence"]
+    assert evidence.startswith(f"other GPU process pid {foreign_pid} ") and "sm 60 % mem 0 % computed on the GPU" in evidence
+    assert all(run["window"]["telemetry"]["other_gpu_processes"] == 1 for run in runs.values())  # still recorded
+    assert result.finding.decision == "adopted"
+
+
 def test_preflight_refuses_a_series_while_another_process_uses_the_gpu(gate_dir, foreign_pid: int) -> None:
     g = gate_dir()
     config = load_gate(g.gate)

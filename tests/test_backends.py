@@ -13,7 +13,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
-from typing import Iterator, Sequence
+from typing import Any, Iterator, Sequence
 
 import psutil
 import pytest
@@ -24,7 +24,7 @@ from gatekit.errors import ConfigError
 from gatekit.records import LoadSample, RunOutcome, RunRecord, WindowSummary
 from gatekit.sampler import WindowSampler, samples_csv
 from gatekit_drivers.backends.cpu import CpuBackend, cpu_model
-from gatekit_drivers.backends.cuda import CudaBackend, cuda_version, reason_names, telemetry
+from gatekit_drivers.backends.cuda import CudaBackend, active_processes, cuda_version, reason_names, telemetry
 from gatekit_drivers.backends.metal import (NOT_SEEN, PMSET_BATT, PMSET_THERM, POWERMETRICS_GPU, SYSCTL_CHIP,
                                             CommandOutput, MetalBackend, parse_pmset_batt, parse_pmset_therm,
                                             parse_powermetrics_gpu)
@@ -173,6 +173,64 @@ def test_cuda_preflight_refuses_while_another_process_uses_the_gpu(foreign_pid: 
     assert not free.ok
     assert f"pid {foreign_pid} (python" in free.detail and "using 0.82 GiB" in free.detail
     assert "wait for them or stop them" in free.detail
+
+
+TENANT_MEMORY = int(0.76 * 2**30)  # what the idle tenant on a lent H200 held (issue 30, item 10)
+
+
+def _tenant_window(foreign_pid: int, own_pid: int, busy: bool) -> tuple[CudaBackend, list[dict[str, Any]]]:
+    """The recorded busy H200 window with a co-tenant holding 0.76 GiB beside the trainer; the tenant's kernels
+    run in every sample when `busy` (the trainer's always do), never when idle."""
+    def activity() -> list[dict[str, Any]]:
+        trainer = {"pid": own_pid, "time_stamp_us": 1, "sm_util": 97, "mem_util": 31}
+        tenant = {"pid": foreign_pid, "time_stamp_us": 2, "sm_util": 45 if busy else 0, "mem_util": 12 if busy else 0}
+        return [trainer, tenant]
+
+    processes = [{"pid": own_pid, "used_gpu_memory": recorded_process_memory()},
+                 {"pid": foreign_pid, "used_gpu_memory": TENANT_MEMORY}]
+    reader = ReplayNvml("h200_busy.json", processes=lambda: processes, utilization=activity)
+    backend = CudaBackend(reader=reader)
+    return backend, [backend.sample() for _ in reader.recorded]
+
+
+def test_an_idle_co_tenant_holding_memory_is_no_evidence(own_child: subprocess.Popen[bytes],
+                                                         foreign_pid: int) -> None:
+    backend, samples = _tenant_window(foreign_pid, own_child.pid, busy=False)
+    name = psutil.Process(foreign_pid).name()
+    assert samples[0]["gpu_other_processes"] == f"pid {foreign_pid} ({name}) using 0.76 GiB"
+    assert samples[0]["gpu_other_active"] == ""  # read, and nobody else computed
+    assert backend.window_evidence(samples) == []
+    _, free = backend.preflight()
+    assert free.ok and free.detail == f"1 other process(es) hold memory on it, idle: pid {foreign_pid} ({name}) using 0.76 GiB"
+
+
+def test_a_busy_co_tenant_is_evidence(own_child: subprocess.Popen[bytes], foreign_pid: int) -> None:
+    backend, samples = _tenant_window(foreign_pid, own_child.pid, busy=True)
+    name = psutil.Process(foreign_pid).name()
+    assert samples[0]["gpu_other_active"] == f"pid {foreign_pid} ({name}) sm 45 % mem 12 %"  # the trainer is own
+    assert backend.window_evidence(samples) == [
+        f"other GPU process pid {foreign_pid} ({name}) sm 45 % mem 12 % computed on the GPU (in 6 of 6 samples)"]
+    _, free = backend.preflight()
+    assert not free.ok and free.detail.startswith(f"1 other process(es) compute on it: pid {foreign_pid} ")
+
+
+def test_a_tenant_busy_in_some_samples_is_evidence_for_those(own_child: subprocess.Popen[bytes],
+                                                              foreign_pid: int) -> None:
+    _, busy = _tenant_window(foreign_pid, own_child.pid, busy=True)
+    backend, idle = _tenant_window(foreign_pid, own_child.pid, busy=False)
+    window = idle[:4] + busy[4:]
+    (line,) = backend.window_evidence(window)
+    assert line.endswith("computed on the GPU (in 2 of 6 samples)")
+
+
+def test_where_nvml_cannot_say_who_computed_holding_memory_still_counts(own_child: subprocess.Popen[bytes],
+                                                                        foreign_pid: int) -> None:
+    backend, samples = _tenant_window(foreign_pid, own_child.pid, busy=False)
+    blind = [{**s, "gpu_other_active": None} for s in samples]  # e.g. {"nvml_error": "Not Supported"}
+    name = psutil.Process(foreign_pid).name()
+    assert backend.window_evidence(blind) == [
+        f"other GPU process pid {foreign_pid} ({name}) using 0.76 GiB (in 6 of 6 samples)"]
+    assert active_processes({"nvml_error": "Not Supported"}, os.getpid()) is None
 
 
 def test_cuda_telemetry_replays_the_recorded_values(own_child: subprocess.Popen[bytes], foreign_pid: int) -> None:

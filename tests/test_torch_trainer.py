@@ -199,6 +199,8 @@ def test_resident_mlp_gate_runs_on_cpu(tmp_path: Path) -> None:
     assert all(r["startup_s"] > 0 for r in finding["runs"])
     assert [r["metrics"]["dataset_cache_hit"] for r in finding["runs"]][1:] == [1.0] * (len(finding["runs"]) - 1)
     assert {r["config"]["optimizer"] for r in finding["runs"]} == {"host", "resident"}
+    # the bundled gate preloads torch: every run forked from a warm parent, which had imported it already
+    assert all(r["warm_parent"] > 0 and r["metrics"]["import_s"] < 0.5 for r in finding["runs"])
 
 
 def test_a_silent_capture_fallback_cannot_pass_the_gate(tmp_path: Path) -> None:

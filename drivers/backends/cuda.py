@@ -66,6 +66,7 @@ class LiveNvml:
         self.index = index
         self._pynvml: Any = None
         self._handle: Any = None
+        self._since_us: int | None = None
 
     def _open(self) -> tuple[Any, Any]:
         if self._handle is None:
@@ -92,10 +93,15 @@ class LiveNvml:
         return {"device_count": pynvml.nvmlDeviceGetCount(), **static_info(pynvml, handle)}
 
     def sample(self) -> dict[str, Any]:
+        import time
+
         from gatekit_drivers.backends.record_nvml import sample
 
         pynvml, handle = self._open()
-        return sample(pynvml, handle)
+        now_us = int(time.time() * 1e6)
+        reading = sample(pynvml, handle, self._since_us)  # the processes' activity since the last reading
+        self._since_us = now_us
+        return reading
 
 
 VISIBLE = "CUDA_VISIBLE_DEVICES"
@@ -238,6 +244,31 @@ def split_processes(processes: Any, gate_pid: int, known_own: set[int] | None = 
     return own, others
 
 
+def active_processes(samples: Any, gate_pid: int, known_own: set[int] | None = None) -> str | None:
+    """The other processes whose kernels ran (or that used memory bandwidth) in a reading's per-process
+    utilisation samples (NVML nvmlDeviceGetProcessUtilization since the reading before): one
+    "pid N (name) sm S % mem M %" each, the highest of its samples; '' when none did; None where NVML could
+    not say (an older recording, a driver or mode without it): then holding memory is all that is known."""
+    if not isinstance(samples, list):
+        return None
+    known_own = set() if known_own is None else known_own
+    busiest: dict[int, tuple[str, float, float]] = {}
+    for entry in samples:
+        pid = entry.get("pid") if isinstance(entry, dict) else None
+        if not isinstance(pid, int):
+            continue
+        sm, mem = number(entry.get("sm_util")) or 0.0, number(entry.get("mem_util")) or 0.0
+        if sm <= 0 and mem <= 0:
+            continue
+        owner = "own" if pid in known_own else process_owner(pid, gate_pid)
+        if owner == "own":
+            known_own.add(pid)
+            continue
+        _, top_sm, top_mem = busiest.get(pid, (owner, 0.0, 0.0))
+        busiest[pid] = (owner, max(top_sm, sm), max(top_mem, mem))
+    return "; ".join(f"pid {pid} ({owner}) sm {sm:g} % mem {mem:g} %" for pid, (owner, sm, mem) in busiest.items())
+
+
 def telemetry(reading: Mapping[str, Any], gate_pid: int, known_own: set[int] | None = None) -> dict[str, Telemetry]:
     """One NVML reading as samples.csv columns."""
     mem_used, power, mask = (number(reading.get(k)) for k in ("mem_used_bytes", "power_mw", "throttle_reasons"))
@@ -254,6 +285,7 @@ def telemetry(reading: Mapping[str, Any], gate_pid: int, known_own: set[int] | N
         "gpu_throttle": None if mask is None else "+".join(reason_names(int(mask))),
         "gpu_own_processes": own,
         "gpu_other_processes": "; ".join(others),
+        "gpu_other_active": active_processes(reading.get("process_utilization"), gate_pid, known_own),
     }
 
 
@@ -263,6 +295,15 @@ def _numbers(samples: Sequence[TelemetrySample], key: str) -> list[float]:
 
 _PID = re.compile(r"^pid (\d+) ")
 IDLE = 0x1  # gpu_idle: no kernel running (start-up, data loading); kept apart from the run's clock state
+
+
+def _busiest(lines: Sequence[str]) -> str:
+    """Of one process's "pid N (name) sm S % mem M %" lines, the one with the highest SM share."""
+    def sm(line: str) -> float:
+        found = re.search(r" sm ([0-9.]+) %", line)
+        return float(found.group(1)) if found else 0.0
+
+    return max(lines, key=sm)
 
 
 def sample_weights(samples: Sequence[TelemetrySample]) -> list[float]:
@@ -388,10 +429,16 @@ class CudaBackend:
                               f"{static.get('name')}, driver {static.get('driver_version')}, CUDA "
                               f"{cuda_version(static.get('cuda_driver_version'))}")]
         _, others = split_processes(reading.get("compute_processes"), self.gate_pid)
-        checks.append(CheckResult(
-            f"no other process on GPU {self.device}", not others,
-            f"{len(others)} compute process(es) already use it: {'; '.join(others[:3])}; wait for them or "
-            "stop them before a series" if others else "no compute process on it"))
+        active = active_processes(reading.get("process_utilization"), self.gate_pid)
+        busy = active.split("; ") if active else others if active is None else []
+        if busy:
+            detail = (f"{len(busy)} {'other process(es) compute on it' if active else 'compute process(es) already use it'}"
+                      f": {'; '.join(busy[:3])}; wait for them or stop them before a series")
+        elif others:  # NVML reports their activity, and they had none: holding memory alone slows no run
+            detail = f"{len(others)} other process(es) hold memory on it, idle: {'; '.join(others[:3])}"
+        else:
+            detail = "no compute process on it"
+        checks.append(CheckResult(f"no other process on GPU {self.device}", not busy, detail))
         return checks
 
     def provenance(self) -> dict[str, Any]:
@@ -451,16 +498,28 @@ class CudaBackend:
         return self._clocks
 
     def window_evidence(self, samples: Sequence[TelemetrySample]) -> list[str]:
+        """Another process that computed on the GPU in the window (its own activity, per process), or — where
+        NVML could not report activity — that held memory there; and hardware slowdowns."""
         evidence = []
         first_seen: dict[str, str] = {}
         count: dict[str, int] = {}
+        unknown: set[str] = set()  # holders seen in a sample whose per-process activity NVML did not report
+        active: dict[str, list[str]] = {}
         for s in samples:
             for line in filter(None, str(s.get("gpu_other_processes") or "").split("; ")):
                 key = (m.group(1) if (m := _PID.match(line)) else line)
                 first_seen.setdefault(key, line)
                 count[key] = count.get(key, 0) + 1
-        for key, line in first_seen.items():
-            evidence.append(f"other GPU process {line} (in {count[key]} of {len(samples)} samples)")
+                if s.get("gpu_other_active") is None:
+                    unknown.add(key)
+            for line in filter(None, str(s.get("gpu_other_active") or "").split("; ")):
+                active.setdefault(m.group(1) if (m := _PID.match(line)) else line, []).append(line)
+        for key, lines in active.items():  # computed beside the run: evidence, whatever memory it held
+            evidence.append(f"other GPU process {_busiest(lines)} computed on the GPU (in {len(lines)} of "
+                            f"{len(samples)} samples)")
+        for key, line in first_seen.items():  # held memory only: evidence only where activity is unknown
+            if key in unknown and key not in active:
+                evidence.append(f"other GPU process {line} (in {count[key]} of {len(samples)} samples)")
         if self.throttle_evidence:
             slowed = [int(m) for m in _numbers(samples, "gpu_clock_event_reasons") if int(m) & SLOWDOWN_MASK]
             if slowed:
@@ -472,8 +531,11 @@ class CudaBackend:
         return evidence
 
     def evidence_rules(self) -> list[str]:
-        rules = [f"cuda backend (GPU {self.device}): a compute process on the GPU whose ancestors do not include "
-                 "the gate process (or that this gate cannot see) in any sample of the window is evidence (i)."]
+        rules = [f"cuda backend (GPU {self.device}): a process on the GPU whose ancestors do not include the gate "
+                 "process (or that this gate cannot see) and that computed there in the window (NVML per-process "
+                 "utilisation: SM or memory > 0 % in any sample) is evidence (i); one that only holds memory is "
+                 "recorded, not evidence, except in samples where NVML cannot report per-process utilisation "
+                 "(there holding memory counts)."]
         if self.throttle_evidence:
             rules.append("cuda backend: an NVML clock-event reason hw_slowdown, sw_thermal_slowdown, "
                          "hw_thermal_slowdown or hw_power_brake_slowdown in any sample is evidence (i); "

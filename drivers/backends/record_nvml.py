@@ -67,7 +67,26 @@ def locked_clocks(pynvml: Any, handle: Any) -> Any:
     return _safe(lambda h: list(query(h, pynvml.NVML_CLOCK_SM, pynvml.NVML_PSTATE_0)), handle)
 
 
-def sample(pynvml: Any, handle: Any) -> dict[str, Any]:
+NO_SAMPLES = (0, 6)  # NVML_SUCCESS with nothing to return, NVML_ERROR_NOT_FOUND: no process was active since
+
+
+def process_utilization(pynvml: Any, handle: Any, since_us: int) -> Any:
+    """Each process's GPU activity sampled since `since_us` (NVML's CPU timestamps, µs since the epoch):
+    [{pid, time_stamp_us, sm_util, mem_util}] (% of the sample period its kernels ran / it used memory
+    bandwidth); [] when no process was active; {"nvml_error": ...} where NVML cannot say (old driver, MIG)."""
+    try:
+        samples = pynvml.nvmlDeviceGetProcessUtilization(handle, since_us)
+    except pynvml.NVMLError as exc:
+        if getattr(exc, "value", None) in NO_SAMPLES:
+            return []
+        return {"nvml_error": str(exc)}
+    return [{"pid": s.pid, "time_stamp_us": s.timeStamp, "sm_util": s.smUtil, "mem_util": s.memUtil}
+            for s in samples]
+
+
+def sample(pynvml: Any, handle: Any, since_us: int | None = None) -> dict[str, Any]:
+    """One reading; the processes' activity since `since_us` (default: the second before it)."""
+    since = int((time.time() - 1.0) * 1e6) if since_us is None else since_us
     util = _safe(pynvml.nvmlDeviceGetUtilizationRates, handle)
     mem = _safe(pynvml.nvmlDeviceGetMemoryInfo, handle)
     procs = _safe(pynvml.nvmlDeviceGetComputeRunningProcesses, handle)
@@ -82,6 +101,7 @@ def sample(pynvml: Any, handle: Any) -> dict[str, Any]:
         "throttle_reasons": _safe(pynvml.nvmlDeviceGetCurrentClocksEventReasons, handle),
         "compute_processes": [{"pid": p.pid, "used_gpu_memory": p.usedGpuMemory} for p in procs]
         if isinstance(procs, list) else procs,
+        "process_utilization": process_utilization(pynvml, handle, since),
     }
 
 
@@ -115,8 +135,11 @@ def main(argv: list[str] | None = None) -> int:
                   "samples": []}
         if args.probe:
             record["probe"] = probe(pynvml, handle)
+        since: int | None = None  # each sample's process activity since the one before it
         for _ in range(args.samples):
-            record["samples"].append({"t": time.monotonic(), **sample(pynvml, handle)})
+            now_us = int(time.time() * 1e6)
+            record["samples"].append({"t": time.monotonic(), **sample(pynvml, handle, since)})
+            since = now_us
             time.sleep(args.interval)
     finally:
         pynvml.nvmlShutdown()

@@ -17,6 +17,17 @@ from gatekit.policies.base import words_of
 RUNS_TABLE_MAX = 200
 
 
+def _warm_start_line(finding: Finding) -> str:
+    """Which runs were forked from a warm parent (`[driver] preload`), '' when none was."""
+    warm = [run.label for run in finding.runs if run.warm_parent is not None]
+    if not warm:
+        return ""
+    parents = len({run.warm_parent for run in finding.runs if run.warm_parent is not None})
+    which = "every run" if len(warm) == len(finding.runs) else f"{len(warm)} of {len(finding.runs)} runs ({', '.join(warm)})"
+    return (f"warm start: {which} forked from {parents} warm parent{'s' if parents > 1 else ''} that preloaded "
+            "the driver's modules (driver.preload); each run its own process, its CUDA initialised fresh")
+
+
 def narrative(finding: Finding) -> tuple[Section, ...]:
     """Narrative blocks in the seed finding's shape (lead, heading, table, kv, callout, list)."""
     gate, s, verdict = finding.gate, finding.stats, finding.verdict
@@ -68,6 +79,7 @@ def narrative(finding: Finding) -> tuple[Section, ...]:
                                                   *["right"] * len(clock_column), "left"), rows=tuple(rows)),
         *([_section("list", items=(f"the first {RUNS_TABLE_MAX} of {len(finding.runs)} runs; every run is in "
                                     "the finding's runs",))] if len(finding.runs) > RUNS_TABLE_MAX else []),
+        *([_section("list", items=(warm,))] if (warm := _warm_start_line(finding)) else []),
         _section("heading", text="Decision"),
         _section("kv", items=tuple(stat_items)),
         _section("callout", label=f"Verdict: {decision.value}", variant=decision.severity,

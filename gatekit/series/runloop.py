@@ -83,6 +83,10 @@ class RunLoop:
         with interrupt_on_sigterm(), child_subreaper() as reaper:
             self.own_children = reaper.own
             try:
+                prepare = getattr(self.driver, "prepare", None)  # optional: the command driver's warm parents
+                if callable(prepare):
+                    for line in prepare([arm_input(spec) for spec in self.arms.values()], self.config.driver.timeout_s):
+                        self.report(line)
                 return self._run(series_dir, journal, state, slots, primary, start_artifacts, resume_hint, more,
                                  check, most)
             except KeyboardInterrupt:  # between runs (a run in flight raises SeriesInterrupted itself)

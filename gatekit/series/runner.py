@@ -59,6 +59,7 @@ class SeriesRunner:
         self.off, self.on = off, on
         self.driver = driver or make_driver(config.driver.name, config.driver.options, source=config.path,
                                             base_dir=config.base_dir)
+        self._owns_driver = driver is None  # closed after its series (a given driver is its giver's to close)
         self.backend = backend or make_backend(config.backend.name, config.backend.options, source=config.path)
         self.report = report
         self.loop = RunLoop(config, {off.name: off, on.name: on}, self.driver, self.backend, report,
@@ -78,9 +79,9 @@ class SeriesRunner:
         return run_checks(self.config, [self.off, self.on], self.driver, self.backend,
                           read_load=self.loop.load_reader_for(PREFLIGHT_LOAD))
 
-    def start(self) -> SeriesResult:
-        """Preflight, preregister, and run a new series."""
-        failed = [c for c in self.preflight() if not c.ok]
+    def start(self, checks: Sequence[CheckResult] | None = None) -> SeriesResult:
+        """Preflight (or take its `checks`, run just before by the caller), preregister, and run a new series."""
+        failed = [c for c in (self.preflight() if checks is None else checks) if not c.ok]
         if failed:
             raise PreflightError("preflight failed, nothing ran: " + "; ".join(f"{c.name}: {c.detail}" for c in failed))
         runs_dir = self.config.gate.runs
@@ -185,6 +186,14 @@ class SeriesRunner:
                 "options": dict(self.backend.options), "evidence_rules": self.backend.backend.evidence_rules()}
 
     def _execute(self, opened: OpenSeries, journal: Journal) -> SeriesResult:
+        try:
+            return self._execute_runs(opened, journal)
+        finally:  # a driver's helpers (warm parents) end with the series that started them
+            close = getattr(self.driver, "close", None)
+            if self._owns_driver and callable(close):
+                close()
+
+    def _execute_runs(self, opened: OpenSeries, journal: Journal) -> SeriesResult:
         series_dir, state = opened.series_dir, opened.state
         if self.config.duet is not None:  # the preregistered design puts each run on its slot
             sha = state.start.predecision_sha256

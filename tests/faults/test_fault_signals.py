@@ -210,15 +210,14 @@ def test_a_daemon_left_behind_by_a_finished_run_is_stopped(tmp_path: Path) -> No
 
 
 def test_ctrl_c_before_any_run_exits_130(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from gatekit import cli
-    from gatekit.series import runner
+    from gatekit import cli, preflight
 
     g = fault_gate(tmp_path / "g")
 
-    def interrupted_preflight(self):  # type: ignore[no-untyped-def]
+    def interrupted_preflight(*args, **kwargs):  # type: ignore[no-untyped-def]
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(runner.SeriesRunner, "preflight", interrupted_preflight)
+    monkeypatch.setattr(preflight, "run_checks", interrupted_preflight)  # gate run's preflight, before the series
     result = CliRunner().invoke(cli.main, ["run", "off", "on", "--gate", str(g.gate)])
     assert result.exit_code == 130, result.output
     assert "interrupted before any run started" in result.output
