@@ -25,13 +25,14 @@
 #                                                  # start (n = 6), then GPU co-tenants: one holding 0.76 GiB
 #                                                  # idle, one computing, beside a short A/A each (~4 min GPU)
 #                                                  # STEPS=50 LOAD_LIMIT=100: a CPU dry run of the script
+#   bash benchmarks/gpu_session.sh tenants OUT     # the co-tenant step of warm alone (~1 min GPU)
 #
 # Every gate writes its findings and series folders under OUT (nothing into the repository's findings/);
 # OUT/wall.txt gets "name seconds exit-code" per gate.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
-STEP=${1:?setup, one-gpu, two-gpus, cache, duet, clocks, ray, ttq or warm}
+STEP=${1:?setup, one-gpu, two-gpus, cache, duet, clocks, ray, ttq, warm or tenants}
 OUT=$(realpath -m "${2:-gpu-out}")
 GATE=(${GATE:-$PY -m gatekit.cli})
 
@@ -118,6 +119,11 @@ warm)
     # (ii) A/A: the same graph arm forked warm or started cold (driver.cold_arms), interleaved, n = 6
     timed warm-cold-aa "${GATE[@]}" run cold warm --gate "$(graph_aa_file warm-cold-aa 6 cold warm cold)" "${common[@]}"
     "$PY" benchmarks/startup_summary.py --target 1.0 "$OUT"/findings/*.json | tee "$OUT/startup.txt"
+    bash "$0" tenants "$OUT"
+    ;;
+tenants)
+    mkdir -p "$OUT"
+    limit=(${LOAD_LIMIT:+--load-limit "$LOAD_LIMIT"})
     # (iii) GPU co-tenants, each beside a short A/A of the graph arm (n = 2): one holding 0.76 GiB idle (no run
     # may be flagged), one computing from the first run on (every run flagged); NVML recorded beside each
     if "$PY" -c 'import sys, torch; sys.exit(not torch.cuda.is_available())' 2>/dev/null; then
@@ -279,7 +285,7 @@ ttq)
     cat "$OUT/exits.txt" "$OUT/verify.txt"
     ;;
 *)
-    echo "unknown step $STEP (setup, one-gpu, two-gpus, cache, duet, clocks, ray, ttq, warm)" >&2
+    echo "unknown step $STEP (setup, one-gpu, two-gpus, cache, duet, clocks, ray, ttq, warm, tenants)" >&2
     exit 2
     ;;
 esac

@@ -23,10 +23,12 @@ class ReplayNvml:
     `utilization` their per-process activity (record_nvml's `process_utilization`; the H200 recordings predate
     it, so without it a reading says nothing of who computed)."""
 
-    def __init__(self, name: str, processes: Processes | None = None, utilization: Processes | None = None) -> None:
+    def __init__(self, name: str, processes: Processes | None = None, utilization: Processes | None = None,
+                 pids: dict[int, int] | None = None) -> None:
         self.recording = json.loads((NVML_FIXTURES / name).read_text())
         self.processes = processes
         self.utilization = utilization
+        self.pids = pids or {}  # a recorded pid -> a real process here, in both process lists as recorded
         self.reads = 0
 
     @property
@@ -39,6 +41,9 @@ class ReplayNvml:
     def sample(self) -> dict[str, Any]:
         reading = dict(self.recorded[self.reads % len(self.recorded)])
         self.reads += 1
+        for key in ("compute_processes", "process_utilization"):
+            if self.pids and isinstance(reading.get(key), list):
+                reading[key] = [{**entry, "pid": self.pids.get(entry["pid"], entry["pid"])} for entry in reading[key]]
         if self.processes is not None:
             reading["compute_processes"] = self.processes()
         if self.utilization is not None:

@@ -223,6 +223,29 @@ def test_a_tenant_busy_in_some_samples_is_evidence_for_those(own_child: subproce
     assert line.endswith("computed on the GPU (in 2 of 6 samples)")
 
 
+@pytest.mark.parametrize("tenant", ["idle", "busy"])
+def test_the_recorded_h200_co_tenants_are_told_apart_by_what_they_computed(tenant: str, foreign_pid: int) -> None:
+    """Real per-process utilisation of an H200 with a co-tenant holding 0.76 GiB (tests/fixtures/nvml): the idle
+    one read sm 1 % once, after its allocation, and is no evidence; the busy one (96-98 %) flags the window and
+    fails the preflight. The recorded tenant's pid is replaced by a real process outside the gate's tree."""
+    recorded_pid = 2637 if tenant == "idle" else 2767
+    reader = ReplayNvml(f"h200_tenant_{tenant}.json", pids={recorded_pid: foreign_pid})
+    backend = CudaBackend(reader=reader)
+    name = psutil.Process(foreign_pid).name()
+    _, free = backend.preflight()  # the first sample: sm 1 % (idle) or 4 % (busy, before its matmuls began)
+    assert free.ok and free.detail.startswith(f"1 other process(es) hold memory on it, idle: pid {foreign_pid} ({name})")
+    samples = [backend.sample() for _ in range(len(reader.recorded) - 1)]
+    evidence = backend.window_evidence(samples)
+    if tenant == "idle":
+        assert evidence == []
+    else:
+        (line,) = evidence
+        assert line.startswith(f"other GPU process pid {foreign_pid} ({name}) sm 98 % ") and "computed on the GPU" in line
+        reader.reads = len(reader.recorded) // 2  # a preflight while its matmuls run
+        _, busy = backend.preflight()
+        assert not busy.ok and busy.detail.startswith(f"1 other process(es) compute on it: pid {foreign_pid} ")
+
+
 def test_where_nvml_cannot_say_who_computed_holding_memory_still_counts(own_child: subprocess.Popen[bytes],
                                                                         foreign_pid: int) -> None:
     backend, samples = _tenant_window(foreign_pid, own_child.pid, busy=False)
