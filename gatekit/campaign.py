@@ -39,6 +39,7 @@ from gatekit.errors import (EXIT_FAIL_ON, EXIT_INVALID, ConfigError, GatekitErro
                             SeriesInterrupted, VerificationError, write_failed)
 from gatekit.records import Event, Record, RecordError
 from gatekit.series.runloop import now
+from gatekit.slots import usable_cpus
 from gatekit.storage import Journal, atomic_write_bytes, pid_lock
 
 if TYPE_CHECKING:  # the findings (and the statistics behind them) are loaded when the gates are done
@@ -436,7 +437,7 @@ def run_campaign(campaign: Campaign, options: CampaignOptions, *, report: Report
     if options.engine == "ray" and options.max_parallel is not None:
         raise ConfigError("--max-parallel applies to the local engine; Ray runs as many gates as the cluster's "
                           "CPUs and GPUs hold")
-    cores, gpus = sorted(os.sched_getaffinity(0)), visible_gpus() if options.engine == "local" else ()
+    cores, gpus = list(usable_cpus()), visible_gpus() if options.engine == "local" else ()
     if options.engine == "local":  # refused before the campaign folder exists: nothing ran
         core_sets(cores, options.max_parallel or 1)
         for gate in campaign.gates:

@@ -27,6 +27,7 @@ from gatekit.campaign import (CAMPAIGN_COPY, CAMPAIGN_JOURNAL, CampaignOptions, 
 from gatekit.engines import (GateOutcome, GateStatus, GateTask, Pinning, core_sets, outcome_of, pack_gate_files,
                              unpack_gate_files, visible_gpus)
 from gatekit.errors import ConfigError
+from gatekit.slots import usable_cpus
 from gatekit.storage import Journal
 from tests.conftest import GATE_TEMPLATE, gate_cli, gate_invoke, write_toml
 
@@ -172,7 +173,7 @@ def test_two_gates_in_parallel_pinned_apart_summarised_and_resumed(tmp_path: Pat
     path = make_campaign(tmp_path, [("alpha", {"elapsed": FAST}), ("beta", {"elapsed": SAME})])
     path.write_text(path.read_text().replace("gpus = 0", "gpus = 1"))  # the trainer only reports what it sees
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "5,7")  # this host's GPUs, as the campaign sees them
-    cores = sorted(os.sched_getaffinity(0))
+    cores = list(usable_cpus())
     if len(cores) < 2:
         pytest.skip("needs 2 CPU cores to pin two gates apart")
     done = gate_invoke("campaign", str(path), "--max-parallel", "2", "--fail-on", "not-adopted",
@@ -423,7 +424,7 @@ def test_a_ctrl_c_as_the_last_gate_ends_still_reaches_the_caller(tmp_path: Path)
         raise KeyboardInterrupt  # how Python delivers a SIGINT at this moment
 
     with pytest.raises(KeyboardInterrupt):
-        run_local([task], max_parallel=1, cores=sorted(os.sched_getaffinity(0))[:1], gpus=[],
+        run_local([task], max_parallel=1, cores=usable_cpus()[:1], gpus=[],
                   started=lambda task, pinning: None, finished=finished)
     assert [o.key for o in reported] == [task.key] and reported[0].status is GateStatus.FAILED
 

@@ -49,6 +49,7 @@ from gatekit.finding import ConfigChange
 from gatekit.policies.descriptors import DUET_MODE
 from gatekit.series.runloop import now
 from gatekit.signals import interrupt_on_sigterm, signals_deferred
+from gatekit.slots import usable_cpus
 from gatekit.provenance import sha256_file
 from gatekit.storage import Journal, atomic_write_bytes, atomic_write_text, pid_lock, read_input
 from gatekit.verify import check_written_journal, verify_chain
@@ -253,7 +254,7 @@ class Bisect:
             if end.build is not None:
                 self.builds.setdefault(end.commit, end.build)
         self.runs = sum(e.executions for e in self.ends.values())
-        self.cores = sorted(os.sched_getaffinity(0))
+        self.cores = list(usable_cpus())
         self.gpus = visible_gpus() if options.engine == "local" else ()
         self.gpus_per_probe = options.gpus if options.gpus is not None else (1 if self.gpus else 0)
 
@@ -518,7 +519,7 @@ def _check_engine(options: BisectOptions) -> None:
     if options.engine != "ray" and options.address:
         raise ConfigError("--address joins a Ray cluster; use it with --engine ray")
     if options.engine == "local":  # each probe at once needs a core set of its own
-        core_sets(sorted(os.sched_getaffinity(0)), options.max_parallel or 1)
+        core_sets(usable_cpus(), options.max_parallel or 1)
     if not 0 < options.build_timeout_s < math.inf:  # checked here: a resumed bisect takes it anew too
         raise ConfigError(f"--build-timeout: must be a positive number of seconds, got {options.build_timeout_s:g}")
 
