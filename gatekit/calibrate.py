@@ -33,7 +33,7 @@ from gatekit.records import CALIBRATION_SCHEMA, Event, RunRecord
 from gatekit.sampler import LoadReader, read_system_load
 from gatekit.schedule import Slot
 from gatekit.series.replay import RunLog
-from gatekit.series.runloop import RunLoop, new_series_dir, now, runs_lock
+from gatekit.series.runloop import RunLoop, new_series_dir, now, runs_lock, stamped_name
 from gatekit.simulate import Scenario, SimulationResult, simulate
 from gatekit.storage import Journal, SeriesLayout, write_output
 
@@ -405,7 +405,7 @@ def run_calibration(config: GateConfig, arm: ArmSpec, n: int, *, min_effect_pct:
     effect = config.threshold.floor_pct if min_effect_pct is None else min_effect_pct
     with runs_lock(runs_dir):
         started = now()
-        series_dir = new_series_dir(runs_dir, f"calibrate-{arm.name}-{started:%Y%m%d-%H%M%S}")
+        series_dir = new_series_dir(runs_dir, stamped_name(f"calibrate-{arm.name}", started))
         journal = Journal(SeriesLayout(series_dir).journal)
         artifacts = hash_artifacts(config.driver.hash)
         journal.record(CalibrationStart(arm.name, n, started.isoformat(timespec="seconds"), artifacts))

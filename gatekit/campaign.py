@@ -38,7 +38,7 @@ from gatekit.engines import (ENGINES, GateOutcome, GateStatus, GateTask, Pinning
 from gatekit.errors import (EXIT_FAIL_ON, EXIT_INVALID, ConfigError, GatekitError, OutputError, SeriesError,
                             SeriesInterrupted, VerificationError, write_failed)
 from gatekit.records import Event, Record, RecordError
-from gatekit.series.runloop import now
+from gatekit.series.runloop import now, stamped_name
 from gatekit.slots import usable_cpus
 from gatekit.storage import Journal, atomic_write_bytes, pid_lock
 
@@ -285,8 +285,8 @@ def load_campaign(path: Path | str) -> Campaign:
 # -- the journal ------------------------------------------------------------------------------------
 
 def new_campaign_folder(campaign: Campaign) -> Path:
-    """A fresh `<runs>/<id>-<YYYYmmdd-HHMMSS>` (suffixed -2, -3, … when taken), created."""
-    name = f"{campaign.id}-{now():%Y%m%d-%H%M%S}"
+    """A fresh `<runs>/<id>-<YYYYmmdd-HHMMSS>-<hex>` (`stamped_name`; suffixed -2, -3, … when taken), created."""
+    name = stamped_name(campaign.id, now())
     folder, suffix = campaign.runs / name, 1
     while True:
         try:

@@ -47,7 +47,7 @@ from gatekit.errors import (EXIT_FAIL_ON, EXIT_INVALID, ConfigError, GatekitErro
                             SeriesInterrupted, write_failed)
 from gatekit.finding import ConfigChange
 from gatekit.policies.descriptors import DUET_MODE
-from gatekit.series.runloop import now
+from gatekit.series.runloop import now, stamped_name
 from gatekit.signals import interrupt_on_sigterm, signals_deferred
 from gatekit.slots import usable_cpus
 from gatekit.provenance import sha256_file
@@ -609,7 +609,7 @@ def run_bisect(good: str | None, bad: str | None, options: BisectOptions, *, cwd
             raise ConfigError("--build: the build command is empty")
         started = now()
         folder = (options.out.resolve() if options.out is not None else
-                  config.gate.runs / f"bisect-{config.gate.id}-{started:%Y%m%d-%H%M%S}")
+                  config.gate.runs / stamped_name(f"bisect-{config.gate.id}", started))
         if (folder / BISECT_JOURNAL).exists():
             raise ConfigError(f"{folder}: holds a bisect already; continue it with --resume {folder} or bisect "
                               "into a new --out")

@@ -31,7 +31,7 @@ from gatekit.series.events import (Extend, Hashing, Invalid, JournaledArm, Lefto
 from gatekit.series.replay import (JournalState, OpenSeries, evidence_from_state, open_series, read_state,
                                    replacements)
 from gatekit.series.reservation import check_finding_id, release_finding_id, reserve_finding_id
-from gatekit.series.runloop import Report, RunLoop, failure_text, new_series_dir, now, runs_lock
+from gatekit.series.runloop import Report, RunLoop, failure_text, new_series_dir, now, runs_lock, stamped_name
 from gatekit.storage import Journal, SeriesLayout, atomic_write_text, remove_stale_temp_files
 from gatekit.verify import check_written_journal, signature_path, verify_series
 
@@ -87,7 +87,7 @@ class SeriesRunner:
         with runs_lock(runs_dir):
             started = now()
             try:  # a full, read-only or unwritable runs folder: nothing ran, and the same command runs again
-                series_dir = new_series_dir(runs_dir, f"{self.config.gate.id}-{started:%Y%m%d-%H%M%S}")
+                series_dir = new_series_dir(runs_dir, stamped_name(self.config.gate.id, started))
                 layout = SeriesLayout(series_dir)
                 journal = Journal(layout.journal, genesis=layout.predecision)
                 state, predecision = self._preregister(series_dir, series_dir.name, started, journal)
