@@ -118,8 +118,9 @@ class CampaignResult:
         return [g for g, o in self.outcomes if o is None or o.status is not GateStatus.FINISHED]
 
     def exit_code(self, fail_on: Sequence[str] = ()) -> int:
-        """3 if a gate is invalid or failed without a finding, else 4 if a gate could not write its files (a
-        full or read-only disk; it runs again on resume), else 130 if a gate is interrupted or not run yet
+        """3 if a gate is invalid or failed without a finding, else 4 if a gate failed for a reason of the machine
+        (it could not write its files on a full or read-only disk, or the machine was not ready at its preflight;
+        it runs again on resume), else 130 if a gate is interrupted or not run yet
         (resumable), else 1 if a finding's decision is in `fail_on`, else 0."""
         decisions = [f.finding.decision.value for f in self.findings]
         if "invalid" in decisions or any(o is not None and o.status is GateStatus.FAILED for _, o in self.outcomes):

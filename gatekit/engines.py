@@ -48,8 +48,10 @@ class GateStatus(enum.Enum):
     """How a gate's latest attempt ended. Only `finished` is skipped by `--resume`."""
 
     FINISHED = "finished"  # the series wrote its finding (any decision, invalid included)
-    INTERRUPTED = "interrupted"  # stopped part-way (signal, lost worker, a write that failed): resumable
-    FAILED = "failed"  # ended with an error and no finding (e.g. preflight refused): tried again on resume
+    # stopped part-way (signal, lost worker) or by the machine (exit 4: a write that failed, a machine not ready
+    # at preflight): resumable
+    INTERRUPTED = "interrupted"
+    FAILED = "failed"  # ended with an error and no finding (e.g. an arm config missing): tried again on resume
 
 
 @dataclass(frozen=True, slots=True)

@@ -253,6 +253,38 @@ def test_a_gate_whose_series_finished_before_its_end_was_journaled_is_not_run_ag
     assert gate_invoke("verify", str(folder), cwd=tmp_path).returncode == 0
 
 
+def test_a_gate_the_machine_refuses_at_preflight_is_left_unfinished_and_runs_on_resume(tmp_path: Path) -> None:
+    """Another trainer is running (a process alpha's busy_pattern matches): alpha's gate refuses at preflight,
+    which is the machine's state, not the gate's. Its gate_end journals it interrupted with exit 4 and the
+    refusal, the campaign exits 4 (it was `failed`, exit 3, as if the gate were broken), and the resume, once
+    the other trainer is gone, runs it to its finding."""
+    import tomllib
+
+    path = make_campaign(tmp_path, [("alpha", {"elapsed": FAST})])
+    gate_file = tmp_path / "alpha" / "gate.toml"
+    marker = f"another_trainer_{os.getpid()}_{tmp_path.name}"
+    gate = tomllib.loads(gate_file.read_text())
+    gate["driver"]["busy_pattern"] = marker
+    write_toml(gate_file, gate)
+    blocker = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)", marker])
+    try:
+        refused = gate_invoke("campaign", str(path), cwd=tmp_path)
+    finally:
+        blocker.kill()
+        blocker.wait()
+    assert refused.returncode == 4, refused.stdout + refused.stderr
+    assert run_lines(tmp_path / "alpha") == []  # nothing ran
+    folder = campaign_folder(refused.stdout)
+    (end,) = [e["outcome"] for e in journal(folder) if e["event"] == "gate_end"]
+    assert (end["status"], end["exit_code"]) == ("interrupted", 4)
+    assert "preflight failed, nothing ran: no trainer already running" in end["detail"]
+    assert f"--resume {folder}" in refused.stderr
+    again = gate_invoke("campaign", str(path), "--resume", str(folder), cwd=tmp_path)
+    assert again.returncode == 0, again.stderr
+    assert "01-alpha-off-on: adopted" in again.stdout and len(run_lines(tmp_path / "alpha")) == 6
+    assert gate_invoke("verify", str(folder), cwd=tmp_path).returncode == 0
+
+
 def test_an_invalid_gate_makes_the_campaign_exit_3(tmp_path: Path) -> None:
     path = make_campaign(tmp_path, [("gamma", {"elapsed": FAST, "touch": {"label": "on-r1", "path": "trainer.py"}})])
     done = gate_cli("campaign", str(path), cwd=tmp_path)  # the real entry point's exit code

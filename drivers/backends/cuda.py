@@ -395,7 +395,7 @@ class CudaBackend:
         checks.append(CheckResult(
             f"no other process on GPU {self.device}", not others,
             f"{len(others)} compute process(es) already use it: {'; '.join(others[:3])}; wait for them or "
-            "stop them before a series" if others else "no compute process on it"))
+            "stop them before a series" if others else "no compute process on it", machine=bool(others)))
         return checks
 
     def provenance(self) -> dict[str, Any]:

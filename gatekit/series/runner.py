@@ -15,10 +15,10 @@ from gatekit import rules
 from gatekit.analysis import analyze, assess, classify
 from gatekit.config import ArmSpec, GateConfig
 from gatekit.driver import ChosenBackend, Driver, make_backend, make_driver
-from gatekit.errors import GatekitError, OutputError, PreflightError, SeriesError, write_failed
+from gatekit.errors import GatekitError, OutputError, SeriesError, write_failed
 from gatekit.finding import Finding, load_finding, write_finding
 from gatekit.policies.descriptors import policy_for
-from gatekit.preflight import run_checks
+from gatekit.preflight import refuse_failed, run_checks
 from gatekit.prereg import DecisionSpec, predecision_document, write_predecision
 from gatekit.processes import stop_run_processes
 from gatekit.provenance import (artifact_bytes, git_state, hash_artifacts_timed, host_fingerprint, redacted_env,
@@ -80,9 +80,7 @@ class SeriesRunner:
 
     def start(self) -> SeriesResult:
         """Preflight, preregister, and run a new series."""
-        failed = [c for c in self.preflight() if not c.ok]
-        if failed:
-            raise PreflightError("preflight failed, nothing ran: " + "; ".join(f"{c.name}: {c.detail}" for c in failed))
+        refuse_failed(self.preflight())
         runs_dir = self.config.gate.runs
         with runs_lock(runs_dir):
             started = now()
@@ -121,10 +119,7 @@ class SeriesRunner:
                 self.report(f"stopped {len(leftovers)} leftover trainer process(es) of the interrupted run: "
                             + ", ".join(f"pid {pid}" for pid in leftovers))
             if state.end is None and not state.problems:
-                failed = [c for c in self.preflight() if not c.ok]
-                if failed:
-                    raise PreflightError("preflight failed, nothing more ran: "
-                                         + "; ".join(f"{c.name}: {c.detail}" for c in failed))
+                refuse_failed(self.preflight(), "nothing more ran")
             self.report(f"resuming {series_dir.name}: {len(state.records)} run(s) already done")
             return self._execute(opened, journal)
 
