@@ -24,15 +24,15 @@ from gatekit import __version__, stats
 from gatekit.config import CALIBRATION_FILE, DEFAULT_MAX_THRESHOLD_PCT, ArmSpec, GateConfig, ThresholdSpec
 from gatekit.diagnostics import MDE_POWER, ols_slope
 from gatekit.driver import ChosenBackend, Driver, make_backend, make_driver
-from gatekit.errors import CalibrationError, ConfigError, GatekitError, OutputError, PreflightError, ProvenanceError
+from gatekit.errors import CalibrationError, ConfigError, GatekitError, OutputError, ProvenanceError
 from gatekit.finding import plain
 from gatekit.policy_descriptors import DEFAULT_POLICY, describe, gate_policies, policy_for
-from gatekit.preflight import run_checks
+from gatekit.preflight import refuse_failed, run_checks
 from gatekit.provenance import hash_artifacts, host_fingerprint, software_versions
 from gatekit.records import CALIBRATION_SCHEMA, Event, RunRecord
 from gatekit.sampler import LoadReader, read_system_load
 from gatekit.schedule import Slot
-from gatekit.series.runloop import RunLoop, new_series_dir, now, runs_lock
+from gatekit.series.runloop import RunLoop, new_series_dir, now, runs_lock, stamped_name
 from gatekit.series_replay import RunLog
 from gatekit.simulate import Scenario, SimulationResult, simulate
 from gatekit.storage import Journal, SeriesLayout, write_output
@@ -396,16 +396,14 @@ def run_calibration(config: GateConfig, arm: ArmSpec, n: int, *, min_effect_pct:
                                    base_dir=config.base_dir)
     backend = backend or make_backend(config.backend.name, config.backend.options, source=config.path)
     # a missing calibration is what this command makes, so that check does not apply here
-    failed = [c for c in run_checks(config, [arm], driver, backend, read_load=load_reader)
-              if not c.ok and c.name != "calibration"]
-    if failed:
-        raise PreflightError("preflight failed, nothing ran: " + "; ".join(f"{c.name}: {c.detail}" for c in failed))
+    refuse_failed([c for c in run_checks(config, [arm], driver, backend, read_load=load_reader)
+                   if c.name != "calibration"])
     runs_dir = config.gate.runs
     primary = config.gate.primary
     effect = config.threshold.floor_pct if min_effect_pct is None else min_effect_pct
     with runs_lock(runs_dir):
         started = now()
-        series_dir = new_series_dir(runs_dir, f"calibrate-{arm.name}-{started:%Y%m%d-%H%M%S}")
+        series_dir = new_series_dir(runs_dir, stamped_name(f"calibrate-{arm.name}", started))
         journal = Journal(SeriesLayout(series_dir).journal)
         artifacts = hash_artifacts(config.driver.hash)
         journal.record(CalibrationStart(arm.name, n, started.isoformat(timespec="seconds"), artifacts))

@@ -38,7 +38,8 @@ from gatekit.engines import (ENGINES, GateOutcome, GateStatus, GateTask, Pinning
 from gatekit.errors import (EXIT_FAIL_ON, EXIT_INVALID, ConfigError, GatekitError, OutputError, SeriesError,
                             SeriesInterrupted, VerificationError, write_failed)
 from gatekit.records import Event, Record, RecordError
-from gatekit.series.runloop import now
+from gatekit.series.runloop import now, stamped_name
+from gatekit.slots import usable_cpus
 from gatekit.storage import Journal, atomic_write_bytes, pid_lock
 
 if TYPE_CHECKING:  # the findings (and the statistics behind them) are loaded when the gates are done
@@ -118,8 +119,9 @@ class CampaignResult:
         return [g for g, o in self.outcomes if o is None or o.status is not GateStatus.FINISHED]
 
     def exit_code(self, fail_on: Sequence[str] = ()) -> int:
-        """3 if a gate is invalid or failed without a finding, else 4 if a gate could not write its files (a
-        full or read-only disk; it runs again on resume), else 130 if a gate is interrupted or not run yet
+        """3 if a gate is invalid or failed without a finding, else 4 if a gate failed for a reason of the machine
+        (it could not write its files on a full or read-only disk, or the machine was not ready at its preflight;
+        it runs again on resume), else 130 if a gate is interrupted or not run yet
         (resumable), else 1 if a finding's decision is in `fail_on`, else 0."""
         decisions = [f.finding.decision.value for f in self.findings]
         if "invalid" in decisions or any(o is not None and o.status is GateStatus.FAILED for _, o in self.outcomes):
@@ -289,8 +291,8 @@ def load_campaign(path: Path | str) -> Campaign:
 # -- the journal ------------------------------------------------------------------------------------
 
 def new_campaign_folder(campaign: Campaign) -> Path:
-    """A fresh `<runs>/<id>-<YYYYmmdd-HHMMSS>` (suffixed -2, -3, … when taken), created."""
-    name = f"{campaign.id}-{now():%Y%m%d-%H%M%S}"
+    """A fresh `<runs>/<id>-<YYYYmmdd-HHMMSS>-<hex>` (`stamped_name`; suffixed -2, -3, … when taken), created."""
+    name = stamped_name(campaign.id, now())
     folder, suffix = campaign.runs / name, 1
     while True:
         try:
@@ -441,7 +443,7 @@ def run_campaign(campaign: Campaign, options: CampaignOptions, *, report: Report
     if options.engine == "ray" and options.max_parallel is not None:
         raise ConfigError("--max-parallel applies to the local engine; Ray runs as many gates as the cluster's "
                           "CPUs and GPUs hold")
-    cores, gpus = sorted(os.sched_getaffinity(0)), visible_gpus() if options.engine == "local" else ()
+    cores, gpus = list(usable_cpus()), visible_gpus() if options.engine == "local" else ()
     if options.engine == "local":  # refused before the campaign folder exists: nothing ran
         core_sets(cores, options.max_parallel or 1)
         for gate in campaign.gates:

@@ -181,8 +181,9 @@ def main() -> None:
       gate run off on --n 3        run the interleaved series and decide
       gate analyze runs/<series>   recompute a finding offline
     Exit codes: 0 decided, 1 a --fail-on condition met, 2 usage or config error (nothing ran),
-    3 series invalid or evidence that does not verify, 4 a file could not be written (a full, read-only
-    or unwritable disk; resume with --resume DIR, or run the command again when nothing ran), 130
+    3 series invalid or evidence that does not verify, 4 the machine's fault: a file could not be written
+    (a full, read-only or unwritable disk) or the machine was not ready at preflight (another trainer, the
+    load, a battery); resume with --resume DIR, or run the command again when nothing ran, 130
     interrupted (resume with --resume DIR).
     """
 

@@ -31,7 +31,7 @@ from gatekit.commits import BuildStatus, Commit, add_worktree, build, describe, 
 from gatekit.config import GateConfig, load_gate, resolve_path
 from gatekit.errors import BuildError, ConfigError, GatekitError, SeriesError
 from gatekit.policy_descriptors import DUET_MODE
-from gatekit.series.runloop import now
+from gatekit.series.runloop import now, stamped_name
 from gatekit.series.runner import SeriesResult
 from gatekit.storage import atomic_write_text, read_input
 
@@ -116,7 +116,7 @@ def run_compare(base: str | None, head: str | None, options: CompareOptions, *, 
     started = now()
     folder = (resolve_path(here, options.out) if options.out is not None else
               resolve_path(origin, str(head_table.get("runs", "runs")))
-              / f"compare-{head_table.get('id', 'gate')}-{started:%Y%m%d-%H%M%S}")
+              / stamped_name(f"compare-{head_table.get('id', 'gate')}", started))
     if (folder / GATE_COPY).exists():
         raise ConfigError(f"{folder}: holds a comparison already; continue it with --resume {folder} or compare "
                           "into a new --out")

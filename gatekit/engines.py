@@ -35,7 +35,7 @@ from gatekit.errors import ConfigError, GatekitError, OutputError, RunFileError,
 from gatekit.records import Record
 from gatekit.runfiles import read_run_file
 from gatekit.signals import interrupt_on_sigterm
-from gatekit.slots import cpu_list
+from gatekit.slots import CAN_PIN_CPUS, cpu_list
 from gatekit.storage import SeriesLayout, atomic_write_bytes, open_own_file, try_lock, unlock
 
 ENGINES = ("local", "ray")
@@ -48,8 +48,10 @@ class GateStatus(enum.Enum):
     """How a gate's latest attempt ended. Only `finished` is skipped by `--resume`."""
 
     FINISHED = "finished"  # the series wrote its finding (any decision, invalid included)
-    INTERRUPTED = "interrupted"  # stopped part-way (signal, lost worker, a write that failed): resumable
-    FAILED = "failed"  # ended with an error and no finding (e.g. preflight refused): tried again on resume
+    # stopped part-way (signal, lost worker) or by the machine (exit 4: a write that failed, a machine not ready
+    # at preflight): resumable
+    INTERRUPTED = "interrupted"
+    FAILED = "failed"  # ended with an error and no finding (e.g. an arm config missing): tried again on resume
 
 
 @dataclass(frozen=True, slots=True)
@@ -334,7 +336,8 @@ def run_local(tasks: Sequence[GateTask], *, max_parallel: int, cores: Sequence[i
                     task = fitting
                     pending.remove(task)
                     slot = free_slots.pop(0)
-                    pinning = Pinning(slots[slot], tuple(free_gpus[:task.gpus]), node)
+                    # a gate records the cores it was pinned to; where the OS cannot pin (macOS), none
+                    pinning = Pinning(slots[slot] if CAN_PIN_CPUS else (), tuple(free_gpus[:task.gpus]), node)
                     del free_gpus[:task.gpus]
                     started(task, pinning)
                     process, resumed, before = start_gate(task, pinning)
@@ -535,7 +538,7 @@ def _launch(args: list[str]) -> int:
         libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
         if os.getppid() != parent:  # the parent died before the signal was armed
             return SeriesInterrupted.exit_code
-    if cores:
+    if cores and CAN_PIN_CPUS:
         os.sched_setaffinity(0, cores)
     os.execv(argv[0], argv)
     return 127  # pragma: no cover - execv does not return

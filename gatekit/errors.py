@@ -19,6 +19,15 @@ class PreflightError(GatekitError):
     """A preflight check failed; nothing ran."""
 
 
+class MachineNotReady(PreflightError):
+    """Every check the preflight failed is the machine's state (a trainer already running, the load, a battery,
+    a GPU in use): nothing ran and nothing is wrong with the gate. Exit 4, the code of the machine's faults
+    (as a full disk), so a bisect probe or campaign gate refused so is left unfinished and run again on resume,
+    never recorded as a property of the commit or gate."""
+
+    exit_code = 4
+
+
 class DriverError(GatekitError):
     """A driver plugin is missing, malformed, or could not start the trainer."""
 

@@ -14,7 +14,7 @@ import psutil
 from gatekit.contract import ENV_BISECT
 from gatekit.config import ArmSpec, GateConfig, calibration_path, load_toml
 from gatekit.driver import ArmInput, ChosenBackend, Driver
-from gatekit.errors import ConfigError, GatekitError
+from gatekit.errors import ConfigError, GatekitError, MachineNotReady, PreflightError
 from gatekit.provenance import not_a_file
 from gatekit.records import CheckResult, DuplicateKeyError, loads_json
 from gatekit.sampler import LoadReader, read_system_load
@@ -168,7 +168,8 @@ def check_busy(config: GateConfig) -> CheckResult:
                            f"{config.path}: driver.busy_pattern: invalid regex: {exc}")
     if busy:
         return CheckResult("no trainer already running", False,
-                           f"{len(busy)} process(es) match busy_pattern {pattern!r}: {'; '.join(busy[:3])}")
+                           f"{len(busy)} process(es) match busy_pattern {pattern!r}: {'; '.join(busy[:3])}",
+                           machine=True)
     return CheckResult("no trainer already running", True, f"nothing matches {pattern!r}")
 
 
@@ -178,7 +179,8 @@ def check_power() -> CheckResult:
         return CheckResult("AC power", True, "no battery")
     if battery.power_plugged:
         return CheckResult("AC power", True, f"plugged in, battery {battery.percent:.0f} %")
-    return CheckResult("AC power", False, f"on battery ({battery.percent:.0f} %): plug in before a series")
+    return CheckResult("AC power", False, f"on battery ({battery.percent:.0f} %): plug in before a series",
+                       machine=True)
 
 
 def check_load(config: GateConfig, load1: float) -> CheckResult:
@@ -187,7 +189,7 @@ def check_load(config: GateConfig, load1: float) -> CheckResult:
     return CheckResult("load calm", ok, f"load1 {load1:.2f} {'≤' if ok else '>'} rules.load_limit {limit:g}"
                        + ("" if ok else "; wait for the machine to calm down, or state the limit this machine can "
                                         "keep: rules.load_limit in the gate file, or --load-limit N on gate run "
-                                        "(preregistered like the key)"))
+                                        "(preregistered like the key)"), machine=not ok)
 
 
 def check_pressure(config: GateConfig, reading: Mapping[str, object]) -> list[CheckResult]:
@@ -225,6 +227,16 @@ def check_history(config: GateConfig) -> list[CheckResult]:
         return [CheckResult("calibration", False, f"{path} was measured on {host!r}, this is {platform.node()!r}; "
                             "calibrate this machine")]
     return [CheckResult("calibration", True, str(path))]
+
+
+def refuse_failed(checks: Sequence[CheckResult], nothing_ran: str = "nothing ran") -> None:
+    """Raise what a failed preflight is: MachineNotReady (exit 4) when every failed check is the machine's
+    state now, else PreflightError (exit 2); the message lists each failed check. Nothing when all passed."""
+    failed = [c for c in checks if not c.ok]
+    if not failed:
+        return
+    error = MachineNotReady if all(c.machine for c in failed) else PreflightError
+    raise error(f"preflight failed, {nothing_ran}: " + "; ".join(f"{c.name}: {c.detail}" for c in failed))
 
 
 def run_checks(config: GateConfig, arms: Sequence[ArmSpec], driver: Driver, backend: ChosenBackend | None = None,
@@ -266,7 +278,7 @@ def check_locked_clocks(backend: ChosenBackend | None) -> CheckResult:
     if words is None:
         return CheckResult(name, False, f"the {backend.name} backend does not report whether clocks are locked, "
                                         "so it cannot be told" + fix)
-    return CheckResult(name, False, f"{backend.name}: {words}" + fix)
+    return CheckResult(name, False, f"{backend.name}: {words}" + fix, machine=True)
 
 
 def check_slots(config: GateConfig, backend: ChosenBackend) -> list[CheckResult]:

@@ -410,12 +410,16 @@ class WindowSummary(Record):
 @dataclass(frozen=True, slots=True)
 class CheckResult(Record):
     """One preflight check: a name, ok or not, and why. `flags_runs`: passed, yet runs started now would be
-    flagged by a preregistered limit (`gate run` starts; `gate check` says so and exits non-zero)."""
+    flagged by a preregistered limit (`gate run` starts; `gate check` says so and exits non-zero).
+    `machine`: failed for the machine's state now (a trainer already running, the load, a battery, a GPU in
+    use, clocks not locked), not for the gate or the code under test: the same command passes once the
+    machine is ready, so a bisect or campaign runs that step again on resume."""
 
     name: str
     ok: bool
     detail: str = ""
     flags_runs: bool = field(default=False, metadata={"omit": False})
+    machine: bool = field(default=False, metadata={"omit": False})
 
 
 @dataclass(frozen=True, slots=True)

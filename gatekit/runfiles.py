@@ -25,7 +25,7 @@ from typing import Any, Callable
 
 from gatekit.errors import RunFileError
 from gatekit.records import DuplicateKeyError, loads_json
-from gatekit.storage import file_kind, size_text
+from gatekit.storage import O_CLOEXEC, O_NOFOLLOW, O_NONBLOCK, file_kind, size_text
 
 MAX_RESULT_BYTES = 64 << 20  # a result file is a few KB; anything this large is not one
 MAX_NESTING = 64  # deeper documents are refused before a parser can recurse that far
@@ -49,7 +49,9 @@ def read_run_file(path: Path, limit: int, *, tail: bool = False) -> bytes | None
     """
     target = _inside_target(path)
     try:
-        fd = os.open(target, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
+        if not O_NOFOLLOW and target.is_symlink():  # no flag to refuse it with (Windows): refused by lstat
+            raise OSError(errno.ELOOP, "is a symbolic link", str(target))
+        fd = os.open(target, os.O_RDONLY | O_NONBLOCK | O_NOFOLLOW | O_CLOEXEC)
     except FileNotFoundError:
         return None
     except OSError as exc:

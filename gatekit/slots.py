@@ -92,9 +92,20 @@ def slot_for(arm_is_off: bool, round_: int) -> int:
     return 0 if arm_is_off == odd else 1
 
 
+def usable_cpus() -> tuple[int, ...]:
+    """The CPUs this process may run on, in order: its affinity mask where the OS has one (Linux), else every
+    CPU the machine has (macOS and Windows' os has no sched_getaffinity)."""
+    affinity = getattr(os, "sched_getaffinity", None)
+    return tuple(sorted(affinity(0))) if affinity is not None else tuple(range(os.cpu_count() or 1))
+
+
+# Whether a process can be pinned to cores here: Linux has sched_setaffinity; macOS and Windows run unpinned.
+CAN_PIN_CPUS = hasattr(os, "sched_setaffinity")
+
+
 def unequal_cpu_slots(slots: Sequence[DeviceSlot]) -> str:
     """Why two cpu slots are not twins ('' when they are): unequal sizes, or cores this process may not use."""
-    usable = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else set(range(os.cpu_count() or 1))
+    usable = set(usable_cpus())
     missing = sorted({c for s in slots for c in s.cores} - usable)
     if missing:
         return f"core(s) {', '.join(map(str, missing))} are not available here (usable: {cpu_list(usable)})"

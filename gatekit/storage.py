@@ -22,13 +22,24 @@ from gatekit.records import (JOURNAL_SCHEMA, SCHEMA_KEY, UNCHAINED_JOURNAL, Dupl
 from gatekit.signals import signals_deferred
 
 
+# Open flags and calls Windows' os lacks, feature-tested once: where a flag is missing a file is opened
+# without it, and what it guarded is checked another way (a link by lstat before the open; Windows has no
+# FIFO to block on, and Python's descriptors are never inherited there). Linux and macOS keep every flag.
+O_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+O_NONBLOCK = getattr(os, "O_NONBLOCK", 0)
+O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
+
+
 def atomic_write_bytes(path: Path, data: bytes) -> None:
     """Write to a temp file in the same folder, fsync, rename: readers see the old or the new file."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         # mkstemp creates the file owner-only; give it the mode any new file gets (0666 less the umask)
-        os.fchmod(fd, 0o666 & ~current_umask())
+        if hasattr(os, "fchmod"):
+            os.fchmod(fd, 0o666 & ~current_umask())
+        else:  # Windows: a mode there only says read-only or not, set by name
+            os.chmod(tmp, 0o666 & ~current_umask())
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
             handle.flush()
@@ -54,7 +65,10 @@ def atomic_write_text(path: Path, text: str) -> None:
 
 
 def _fsync_dir(folder: Path) -> None:
-    # The rename itself is durable only once the directory entry is flushed.
+    # The rename itself is durable only once the directory entry is flushed. A folder can be opened for that
+    # only where the OS has O_DIRECTORY (POSIX); Windows opens no folder as a file and flushes no entry.
+    if not hasattr(os, "O_DIRECTORY"):
+        return
     fd = os.open(folder, os.O_RDONLY)
     try:
         os.fsync(fd)
@@ -105,7 +119,9 @@ def open_own_file(path: Path, flags: int, mode: int = 0o666) -> int:
     truncate or append to whatever it points at, a FIFO would block it. Raises OSError, whose strerror
     says which of these it was (callers name the file and what they wanted of it)."""
     try:
-        fd = os.open(path, flags | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, mode)
+        if not O_NOFOLLOW and path.is_symlink():  # no flag to refuse it with (Windows): refused by lstat
+            raise OSError(errno.ELOOP, "is a symbolic link", str(path))
+        fd = os.open(path, flags | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, mode)
     except OSError as exc:
         if exc.errno == errno.ELOOP or path.is_symlink():
             raise OSError(errno.ELOOP, "is a symbolic link; gatekit opens the files it owns only as regular "
@@ -475,7 +491,7 @@ def read_input(path: Path, expected: str, limit: int | None = None, *, private: 
     (e.g. "a TOML file"); `limit` defaults to MAX_INPUT_BYTES."""
     limit = MAX_INPUT_BYTES if limit is None else limit
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        fd = os.open(path, os.O_RDONLY | O_NONBLOCK | O_CLOEXEC)
     except FileNotFoundError:
         raise ConfigError(f"{path}: file not found") from None
     except IsADirectoryError:

@@ -5,6 +5,7 @@ fails its build. The values are seeded, so every test reads the same journal."""
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import shutil
 from pathlib import Path
 from typing import Sequence
@@ -12,7 +13,7 @@ from typing import Sequence
 import numpy as np
 
 from gatekit.bisect.posterior import credible_set, posterior
-from gatekit.bisect.records import (BISECT_JOURNAL, BISECT_PLAN, BisectStart, BisectStop, MeasuredPair, ProbeEnd,
+from gatekit.bisect.records import (BISECT_JOURNAL, BISECT_PLAN, GATE_COPY, BisectStart, BisectStop, MeasuredPair, ProbeEnd,
                                     ProbeStart, ProbeStatus, plan_toml, replay)
 from gatekit.bisect.search import Outcome
 from gatekit.commits import BuildResult, BuildStatus, Commit
@@ -30,8 +31,12 @@ COMMITS = tuple(Commit(f"{i + 1:x}{'0' * 38}{i:x}", f"commit {i}: change {i}", f
                 for i in range(N + 1))
 
 
+GATE_TEXT = '[gate]\nid = "tiny"\n'  # the bisect's copy of its gate file (the plan holds its sha256)
+
+
 def start_event(**changes: object) -> BisectStart:
-    fields = dict(good=COMMITS[0], bad=COMMITS[-1], commits=COMMITS, gate_file="gate.toml", gate_sha256="ab" * 32,
+    fields = dict(good=COMMITS[0], bad=COMMITS[-1], commits=COMMITS, gate_file="gate.toml",
+                  gate_sha256=hashlib.sha256(GATE_TEXT.encode()).hexdigest(),
                   arm="off", metric="train_elapsed_s", higher_is_better=False, build=("make",), confidence=0.95,
                   budget=60, max_parallel=2, engine="local", pairs_per_probe=3,
                   started="2026-12-01T18:00:00+00:00", host="box")
@@ -59,8 +64,9 @@ def probe_folder(commit: int, round_: int) -> str:
 
 
 def write_events(folder: Path, events: Sequence[Event]) -> Journal:
-    """The plan (the first event's), then every event into the chained journal."""
+    """The gate file's copy and the plan (the first event's), then every event into the chained journal."""
     folder.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(folder / GATE_COPY, GATE_TEXT)
     atomic_write_text(folder / BISECT_PLAN, plan_toml(events[0]))  # type: ignore[arg-type]
     journal = Journal(folder / BISECT_JOURNAL, genesis=folder / BISECT_PLAN)
     for event in events:

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from gatekit.bisect.records import BISECT_JOURNAL, replay
+from gatekit.bisect.records import BISECT_JOURNAL, BISECT_PLAN, replay
 from gatekit.bisect.run import remove_own_worktrees
 from gatekit.bisect.verify import verify_bisect
 from gatekit.commits import add_worktree, describe, worktree_paths
@@ -74,10 +74,11 @@ def _bisect(repo: Repo, out: Path, build: str) -> subprocess.CompletedProcess[st
                           timeout=600)
 
 
-def _appending(text: str, folder: Path) -> str:
-    """The build, after it appends `text` to the bisect's journal (it runs in `<out>/worktrees/<commit>`)."""
+def _appending(text: str, folder: Path, name: str = BISECT_JOURNAL) -> str:
+    """The build, after it appends `text` to the bisect's file `name`, its journal by default (it runs in
+    `<out>/worktrees/<commit>`)."""
     script = folder / "append_then_build.py"
-    script.write_text(f"import subprocess, sys\nopen('../../{BISECT_JOURNAL}', 'a').write({text!r})\n"
+    script.write_text(f"import subprocess, sys\nopen('../../{name}', 'a').write({text!r})\n"
                       "sys.exit(subprocess.call([sys.executable, 'build.py']))\n")
     return f"{sys.executable} {script}"
 
@@ -100,3 +101,21 @@ def test_a_whole_line_a_build_appends_to_the_journal_is_exit_3_naming_it(repo: R
     (error,) = [line for line in done.stderr.splitlines() if line.startswith("gate: error: ")]
     assert f"{BISECT_JOURNAL}: line {first}" in error, error
     assert "outcome:" not in done.stdout and not list(out.glob("bisect-finding.*"))
+
+
+@pytest.mark.parametrize("name", [BISECT_PLAN, "gate.toml"])
+def test_a_build_that_edits_the_bisects_plan_or_gate_file_gets_no_outcome(repo: Repo, tmp_path: Path,
+                                                                          name: str) -> None:
+    """The plan (the preregistration the journal is chained on) and the copy of the gate file whose sha256 it
+    holds are what `gate verify` checks the bisect against: a build that edits either is exit 3 naming the
+    file, before any outcome is said or a finding written (the culprit line was printed first)."""
+    out = tmp_path / "bisect"
+    done = _bisect(repo, out, _appending("\n# edited by the build\n", tmp_path, name))
+    assert done.returncode == 3, done.stderr
+    (error,) = [line for line in done.stderr.splitlines() if line.startswith("gate: error: ")]
+    assert str(out / name) in error, error
+    said = done.stdout + done.stderr
+    assert "outcome:" not in said and "bisect: culprit" not in said and "of the posterior" not in said, said
+    assert not list(out.glob("bisect-finding.*"))
+    verified = gate_invoke("verify", str(out), cwd=repo.root)
+    assert verified.returncode == 3 and name in verified.stderr, verified.stderr

@@ -88,6 +88,16 @@ def test_a_changed_plan_is_named(bisect: Path) -> None:
     assert f"line 1 (bisect_start): prev does not match {bisect / BISECT_PLAN}" in fails(bisect)
 
 
+def test_a_changed_copy_of_the_gate_file_is_named(bisect: Path) -> None:
+    """Every probe's gate file was made from the bisect's copy of its gate file, whose sha256 the plan holds."""
+    copy = bisect / "gate.toml"
+    planned = replay(bisect).start.gate_sha256
+    copy.write_text(copy.read_text() + "n = 1\n")
+    assert re.search(rf"{copy}: has sha256 [0-9a-f]{{64}}, the plan's gate_sha256 is {planned}", fails(bisect))
+    copy.unlink()
+    assert f"{copy}: the bisect's copy of its gate file cannot be read" in fails(bisect)
+
+
 def test_a_tampered_probe_finding_is_named(bisect: Path) -> None:
     end = replay(bisect).finished[0]
     assert end.finding is not None

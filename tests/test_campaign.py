@@ -27,6 +27,7 @@ from gatekit.campaign import (CAMPAIGN_COPY, CAMPAIGN_JOURNAL, CampaignOptions, 
 from gatekit.engines import (GateOutcome, GateStatus, GateTask, Pinning, core_sets, outcome_of, pack_gate_files,
                              unpack_gate_files, visible_gpus)
 from gatekit.errors import ConfigError
+from gatekit.slots import usable_cpus
 from gatekit.storage import Journal
 from tests.conftest import GATE_TEMPLATE, gate_cli, gate_invoke, write_toml
 
@@ -172,7 +173,7 @@ def test_two_gates_in_parallel_pinned_apart_summarised_and_resumed(tmp_path: Pat
     path = make_campaign(tmp_path, [("alpha", {"elapsed": FAST}), ("beta", {"elapsed": SAME})])
     path.write_text(path.read_text().replace("gpus = 0", "gpus = 1"))  # the trainer only reports what it sees
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "5,7")  # this host's GPUs, as the campaign sees them
-    cores = sorted(os.sched_getaffinity(0))
+    cores = list(usable_cpus())
     if len(cores) < 2:
         pytest.skip("needs 2 CPU cores to pin two gates apart")
     done = gate_invoke("campaign", str(path), "--max-parallel", "2", "--fail-on", "not-adopted",
@@ -249,6 +250,38 @@ def test_a_gate_whose_series_finished_before_its_end_was_journaled_is_not_run_ag
     assert (end["status"], end["decision"], end["series_dir"]) == ("finished", "rejected",
                                                                   str(series.relative_to(folder)))
     assert "02-beta-off-on: rejected" in again.stdout
+    assert gate_invoke("verify", str(folder), cwd=tmp_path).returncode == 0
+
+
+def test_a_gate_the_machine_refuses_at_preflight_is_left_unfinished_and_runs_on_resume(tmp_path: Path) -> None:
+    """Another trainer is running (a process alpha's busy_pattern matches): alpha's gate refuses at preflight,
+    which is the machine's state, not the gate's. Its gate_end journals it interrupted with exit 4 and the
+    refusal, the campaign exits 4 (it was `failed`, exit 3, as if the gate were broken), and the resume, once
+    the other trainer is gone, runs it to its finding."""
+    import tomllib
+
+    path = make_campaign(tmp_path, [("alpha", {"elapsed": FAST})])
+    gate_file = tmp_path / "alpha" / "gate.toml"
+    marker = f"another_trainer_{os.getpid()}_{tmp_path.name}"
+    gate = tomllib.loads(gate_file.read_text())
+    gate["driver"]["busy_pattern"] = marker
+    write_toml(gate_file, gate)
+    blocker = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)", marker])
+    try:
+        refused = gate_invoke("campaign", str(path), cwd=tmp_path)
+    finally:
+        blocker.kill()
+        blocker.wait()
+    assert refused.returncode == 4, refused.stdout + refused.stderr
+    assert run_lines(tmp_path / "alpha") == []  # nothing ran
+    folder = campaign_folder(refused.stdout)
+    (end,) = [e["outcome"] for e in journal(folder) if e["event"] == "gate_end"]
+    assert (end["status"], end["exit_code"]) == ("interrupted", 4)
+    assert "preflight failed, nothing ran: no trainer already running" in end["detail"]
+    assert f"--resume {folder}" in refused.stderr
+    again = gate_invoke("campaign", str(path), "--resume", str(folder), cwd=tmp_path)
+    assert again.returncode == 0, again.stderr
+    assert "01-alpha-off-on: adopted" in again.stdout and len(run_lines(tmp_path / "alpha")) == 6
     assert gate_invoke("verify", str(folder), cwd=tmp_path).returncode == 0
 
 
@@ -423,7 +456,7 @@ def test_a_ctrl_c_as_the_last_gate_ends_still_reaches_the_caller(tmp_path: Path)
         raise KeyboardInterrupt  # how Python delivers a SIGINT at this moment
 
     with pytest.raises(KeyboardInterrupt):
-        run_local([task], max_parallel=1, cores=sorted(os.sched_getaffinity(0))[:1], gpus=[],
+        run_local([task], max_parallel=1, cores=usable_cpus()[:1], gpus=[],
                   started=lambda task, pinning: None, finished=finished)
     assert [o.key for o in reported] == [task.key] and reported[0].status is GateStatus.FAILED
 

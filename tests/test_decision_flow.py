@@ -137,6 +137,47 @@ def test_a_loaded_machine_stops_the_series_before_anything_runs(tmp_path: Path) 
     assert len(driver.log) == 6 and calm.finding.decision == "adopted"
 
 
+def test_a_machine_not_ready_at_preflight_is_exit_4_and_a_gate_that_cannot_run_exit_2(tmp_path: Path) -> None:
+    """A refusal for the machine's state alone (the load here) is the machine's fault, exit 4, as a full disk:
+    a bisect probe or campaign gate refused so runs again on resume instead of being recorded as the commit's or
+    the gate's. A refusal the gate itself causes (an arm config that is not there), alone or beside the load,
+    stays exit 2: running again cannot fix it."""
+    from gatekit.errors import MachineNotReady
+    from gatekit.preflight import refuse_failed
+    from gatekit.records import CheckResult
+
+    with pytest.raises(MachineNotReady) as loaded:
+        _series(tmp_path / "g", {"runs": _runs(SEED_OFF)}, {"runs": _runs(SEED_ON)}, loaded={"preflight"},
+                rules={"load_limit": 6.0})
+    assert loaded.value.exit_code == 4
+    load = CheckResult("load calm", False, "load1 9.00 > rules.load_limit 6", machine=True)
+    missing = CheckResult("arm config off", False, "off.toml: not found (arms.off.config)")
+    for checks, error, code in (([load, CheckResult("gate file", True, "")], MachineNotReady, 4),
+                                ([load, missing], PreflightError, 2), ([missing], PreflightError, 2)):
+        with pytest.raises(error) as refused:
+            refuse_failed(checks)
+        assert type(refused.value) is error and refused.value.exit_code == code
+    refuse_failed([CheckResult("gate file", True, "")])  # nothing failed: nothing raised
+
+
+def test_gate_run_on_a_machine_not_ready_exits_4_and_runs_once_it_is(fake_gate_dir, monkeypatch) -> None:
+    """The exit code crosses the process boundary a bisect or campaign reads: `gate run` on a machine whose
+    load is over the limit exits 4 with one line, runs nothing, and the same command runs once the load falls."""
+    import os
+
+    from tests.conftest import gate_invoke
+
+    g = fake_gate_dir(off={"default_elapsed": 10.0}, on={"default_elapsed": 9.0}, rules={"load_limit": 6.0})
+    monkeypatch.setattr(os, "getloadavg", lambda: (9.0, 9.0, 9.0))
+    refused = gate_invoke("run", "off", "on", cwd=g.root)
+    assert refused.returncode == 4, refused.stderr
+    (line,) = [line for line in refused.stderr.splitlines() if line.startswith("gate: error: ")]
+    assert line.startswith("gate: error: preflight failed, nothing ran: load calm: load1 9.00 > rules.load_limit 6")
+    assert g.series_dirs() == []
+    monkeypatch.setattr(os, "getloadavg", lambda: (0.5, 0.5, 0.5))
+    assert gate_invoke("run", "off", "on", cwd=g.root).returncode == 0
+
+
 class _BusyMachine:
     """A load reader for a machine loaded in every run window (1000 per core) but calm at the preflight."""
 

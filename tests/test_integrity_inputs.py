@@ -59,6 +59,32 @@ def test_an_interrupted_series_keeps_its_finding_id_and_never_overwrites_another
     assert not list((g.root / "findings").glob(".*.reserved"))  # markers go once their finding is written
 
 
+def test_series_started_in_the_same_second_in_two_runs_folders_get_their_own_ids(
+        fake_gate_dir, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two runs folders, one findings folder, both series started at the same second: each series id is its
+    own (it was `<gate>-<date>-<time>` alone, so both findings named one series), and each finding verifies."""
+    import datetime as dt
+
+    import gatekit.series.runner
+
+    g = fake_gate_dir(off={"default_elapsed": 10.0}, on={"default_elapsed": 9.0})
+    (g.root / "gate-b.toml").write_text(g.gate.read_text().replace('runs = "runs"', 'runs = "runs-b"'))
+    second = dt.datetime(2026, 12, 2, 10, 37, 0).astimezone()
+    monkeypatch.setattr(gatekit.series.runner, "now", lambda: second)
+    results = []
+    for gate_file in (g.gate, g.root / "gate-b.toml"):
+        config = load_gate(gate_file)
+        results.append(SeriesRunner(config, config.arm("off"), config.arm("on")).start())
+    a, b = results
+    assert a.series_dir.parent.name == "runs" and b.series_dir.parent.name == "runs-b"
+    assert a.finding.meta.series_id != b.finding.meta.series_id
+    for result in results:
+        assert result.finding.meta.series_id == result.series_dir.name
+        assert result.series_dir.name.startswith("fixture-20261202-103700-")
+        verified = gate_invoke("verify", str(result.series_dir), str(result.finding_paths[1]), cwd=g.root)
+        assert verified.returncode == 0, verified.stderr
+
+
 def test_a_finding_of_another_series_is_never_overwritten(fake_gate_dir) -> None:
     g = fake_gate_dir(off={"default_elapsed": 10.0}, on={"default_elapsed": 9.0})
     config = load_gate(g.gate)

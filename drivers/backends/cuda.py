@@ -444,7 +444,7 @@ class CudaBackend:
             detail = f"{len(others)} other process(es) hold memory on it, idle: {'; '.join(others[:3])}"
         else:
             detail = "no compute process on it"
-        checks.append(CheckResult(f"no other process on GPU {self.device}", not busy, detail))
+        checks.append(CheckResult(f"no other process on GPU {self.device}", not busy, detail, machine=bool(busy)))
         return checks
 
     def provenance(self) -> dict[str, Any]:

@@ -278,13 +278,15 @@ class MetalBackend:
             battery = f", battery {power.battery_pct} % {power.battery_state}" if power.battery_pct is not None else ""
             ok = bool(power.on_ac) or not self.require_ac
             power_check = CheckResult("AC power (pmset -g batt)", ok, f"drawing from {power.source}{battery}"
-                                      + ("" if ok else "; plug in before a series (backend.metal.require_ac)"))
+                                      + ("" if ok else "; plug in before a series (backend.metal.require_ac)"),
+                                      machine=not ok)
         if thermal is None:
             thermal_check = CheckResult("thermal state nominal (pmset -g therm)", False, "pmset -g therm failed")
         else:
             thermal_check = CheckResult("thermal state nominal (pmset -g therm)", thermal.state == "nominal",
                                         f"{thermal.state}: {thermal.detail}"
-                                        + ("" if thermal.state == "nominal" else "; let the Mac cool down"))
+                                        + ("" if thermal.state == "nominal" else "; let the Mac cool down"),
+                                        machine=thermal.state != "nominal")
         return [power_check, thermal_check]
 
     def provenance(self) -> dict[str, Any]:

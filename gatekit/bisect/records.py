@@ -35,6 +35,7 @@ from gatekit.storage import Journal, line_sha256, read_input
 BISECT_JOURNAL = "bisect.jsonl"
 BISECT_PLAN = "bisect-plan.toml"  # the preregistration: the journal's genesis
 BISECT_FINDING = "bisect-finding"  # stem of the finding's .toml and .json twins
+GATE_COPY = "gate.toml"  # the gate file as the bisect read it (the plan holds its sha256)
 
 
 def _positive_finite(name: str, value: float) -> None:
@@ -112,8 +113,9 @@ class BisectResume(Event):
 
 @dataclass(frozen=True, slots=True)
 class BisectInterrupted(Event):
-    """The bisect was stopped by a signal (Ctrl-C, SIGTERM, SIGHUP) before it ended; `--resume` continues it
-    (a SIGKILL leaves no such event: its unfinished probes say the same)."""
+    """The bisect was stopped before it ended, by a signal (Ctrl-C, SIGTERM, SIGHUP) or by a probe that failed
+    for a reason of the machine (its gate exited 4: a full disk, a busy machine at preflight; `reason` says
+    which); `--resume` continues it (a SIGKILL leaves no such event: its unfinished probes say the same)."""
 
     KIND: ClassVar[str] = "bisect_interrupted"
     reason: str

@@ -32,7 +32,7 @@ from typing import Callable, Iterator, Sequence
 
 import tomlkit
 
-from gatekit.bisect.records import (BISECT_FINDING, BISECT_JOURNAL, BISECT_PLAN, BisectInterrupted, BisectResume,
+from gatekit.bisect.records import (BISECT_FINDING, BISECT_JOURNAL, BISECT_PLAN, GATE_COPY, BisectInterrupted, BisectResume,
                                     BisectStart, BisectState, BisectStop, MeasuredPair, ProbeEnd, ProbeStart, ProbeStatus, plan_toml,
                                     read_plan, replay)
 from gatekit.bisect.search import PROBE_PAIRS, Measured, Outcome, SearchPlan, SearchResult, search
@@ -48,12 +48,12 @@ from gatekit.errors import (EXIT_FAIL_ON, EXIT_INVALID, ConfigError, GatekitErro
 from gatekit.finding import ConfigChange
 from gatekit.policy_descriptors import DUET_MODE
 from gatekit.provenance import sha256_file
-from gatekit.series.runloop import now
+from gatekit.series.runloop import now, stamped_name
 from gatekit.signals import interrupt_on_sigterm, signals_deferred
+from gatekit.slots import usable_cpus
 from gatekit.storage import Journal, atomic_write_bytes, atomic_write_text, pid_lock, read_input
-from gatekit.verify import check_written_journal, verify_chain
+from gatekit.verify import check_written_journal
 
-GATE_COPY = "gate.toml"  # the gate file as the bisect read it
 NOTHING_RAN = "nothing ran — free space or fix permissions, then start the bisect again"
 REFERENCE_ARM = "reference"
 PROBE_ARM = "probe"
@@ -253,7 +253,7 @@ class Bisect:
             if end.build is not None:
                 self.builds.setdefault(end.commit, end.build)
         self.runs = sum(e.executions for e in self.ends.values())
-        self.cores = sorted(os.sched_getaffinity(0))
+        self.cores = list(usable_cpus())
         self.gpus = visible_gpus() if options.engine == "local" else ()
         self.gpus_per_probe = options.gpus if options.gpus is not None else (1 if self.gpus else 0)
 
@@ -353,13 +353,22 @@ class Bisect:
             else:
                 run_local([t for _, t, _ in tasks.values()], max_parallel=min(self._parallel(), len(tasks)),
                           cores=self.cores, gpus=self.gpus, started=started, finished=finished)
-        unwritten = [o for o in outcomes.values() if o.exit_code == OutputError.exit_code and
-                     o.status is not GateStatus.FINISHED]
-        if unwritten:  # the machine's fault, not the commit's: left unfinished, the probe runs again on resume
-            said = unwritten[0].detail.removeprefix("gate: error: ")
-            raise OutputError(f"probe {unwritten[0].key}: its gate could not write its files{': ' + said if said else ''}"
-                              f"; every finished probe is "
-                              f"journaled — free space or fix permissions, then: gate bisect --resume {self.folder}")
+        # exit 4: the machine's fault, not the commit's (its files could not be written, or the machine refused
+        # it at preflight: busy, loaded, on battery); left unfinished, the probe runs again on resume
+        machine = [o for o in outcomes.values() if o.exit_code == OutputError.exit_code and
+                   o.status is not GateStatus.FINISHED]
+        if machine:
+            said = machine[0].detail.removeprefix("gate: error: ")
+            message = (f"probe {machine[0].key}: its gate failed for a reason of the machine, not of the commit"
+                       f"{': ' + said if said else ''}; every finished probe is journaled and this one runs again "
+                       "— free space, fix permissions or wait until the machine is ready, then: "
+                       f"gate bisect --resume {self.folder}")
+            try:  # journaled as the machine's failure where the journal can still be written (a full disk: not)
+                self.journal.record(BisectInterrupted(message, len(replay(self.folder).unfinished),
+                                                      now().isoformat(timespec="seconds")))
+            except (OSError, GatekitError):
+                pass
+            raise OutputError(message)
         if any(o.status is GateStatus.INTERRUPTED for o in outcomes.values()) or len(outcomes) < len(tasks):
             raise SeriesInterrupted(f"interrupted during round {specs[0].round}; resume with: gate bisect --resume "
                                     f"{self.folder}")
@@ -518,7 +527,7 @@ def _check_engine(options: BisectOptions) -> None:
     if options.engine != "ray" and options.address:
         raise ConfigError("--address joins a Ray cluster; use it with --engine ray")
     if options.engine == "local":  # each probe at once needs a core set of its own
-        core_sets(sorted(os.sched_getaffinity(0)), options.max_parallel or 1)
+        core_sets(usable_cpus(), options.max_parallel or 1)
     if not 0 < options.build_timeout_s < math.inf:  # checked here: a resumed bisect takes it anew too
         raise ConfigError(f"--build-timeout: must be a positive number of seconds, got {options.build_timeout_s:g}")
 
@@ -608,7 +617,7 @@ def run_bisect(good: str | None, bad: str | None, options: BisectOptions, *, cwd
             raise ConfigError("--build: the build command is empty")
         started = now()
         folder = (options.out.resolve() if options.out is not None else
-                  config.gate.runs / f"bisect-{config.gate.id}-{started:%Y%m%d-%H%M%S}")
+                  config.gate.runs / stamped_name(f"bisect-{config.gate.id}", started))
         if (folder / BISECT_JOURNAL).exists():
             raise ConfigError(f"{folder}: holds a bisect already; continue it with --resume {folder} or bisect "
                               "into a new --out")
@@ -662,9 +671,14 @@ def run_bisect(good: str | None, bad: str | None, options: BisectOptions, *, cwd
         journal.record(BisectStop(result.outcome, result.culprit, result.probabilities, result.credible,
                                   result.runs, result.rounds, result.exit_code(), now().isoformat(timespec="seconds")))
         bisect.remove_worktrees()
-        # no finding over a journal its own verify rejects: a build or trainer that wrote a line into it is
-        # exit 3 naming the line (a partial line was dropped before the next event, as a torn one is)
-        check_written_journal(journal, verify_chain(journal.path, folder / BISECT_PLAN)[1])
+        # no outcome said and no finding written over a bisect its own `gate verify` rejects: a build or
+        # trainer that wrote a line into the journal, edited the plan or the gate file's copy, or a probe's
+        # finding or series, is exit 3 naming the file (a partial journal line was dropped before the next
+        # event, as a torn one is)
+        from gatekit.bisect.verify import verify_bisect
+
+        check_written_journal(journal, verify_bisect(folder, finding_required=False).chain_head)
+    report_outcome(result, report)
     try:
         return _with_finding(result, folder)
     except OSError as exc:
@@ -693,19 +707,24 @@ def _run(bisect: Bisect, state: BisectState | None) -> BisectResult:
     changed, reason, rounds = bisect.endpoints()
     if changed is not True:
         outcome = Outcome.INVALID if changed is None else Outcome.NO_CHANGE
-        bisect.report(f"bisect: {outcome.value}: {reason}")
         return BisectResult(bisect.folder, outcome, commits, None, (), (), bisect.runs, rounds, reason)
     if later:
         bisect.run_probes(later)
     done_rounds = max([rounds] + [e.round + 1 for e in bisect.ends.values()])
     result = bisect.search(done_rounds)
-    culprit = result.culprit
-    if culprit is not None:
-        commit = commits[culprit]
-        bisect.report(f"bisect: {result.outcome.value}: {commit.sha[:12]} {commit.subject!r} holds "
-                      f"{result.probabilities[culprit - 1]:.3f} of the posterior")
-    return BisectResult(bisect.folder, result.outcome, commits, culprit, result.probabilities, result.credible,
-                        bisect.runs, result.rounds)
+    return BisectResult(bisect.folder, result.outcome, commits, result.culprit, result.probabilities,
+                        result.credible, bisect.runs, result.rounds)
+
+
+def report_outcome(result: BisectResult, report: Report) -> None:
+    """The outcome's line, said once the bisect verifies: the commit named and its posterior, or why the
+    endpoints stopped it."""
+    if result.culprit is not None:
+        commit = result.commits[result.culprit]
+        report(f"bisect: {result.outcome.value}: {commit.sha[:12]} {commit.subject!r} holds "
+               f"{result.probabilities[result.culprit - 1]:.3f} of the posterior")
+    elif not result.probabilities:  # the endpoints stopped it
+        report(f"bisect: {result.outcome.value}: {result.reason}")
 
 
 def _stopped_result(folder: Path, state: BisectState) -> BisectResult:

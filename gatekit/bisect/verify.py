@@ -1,5 +1,5 @@
 """Verifying a bisect folder (pure reading): its journal's hash chain, anchored on the plan file; the plan
-equal to the bisect_start it preregistered; the search's stop equal to the posterior of the journaled pairs;
+equal to the bisect_start it preregistered, and the copy of the gate file the sha256 it holds; the search's stop equal to the posterior of the journaled pairs;
 the finding's twins equal to `build_finding(replay(folder))`; and every probe: its gate's finding has the
 sha256 its probe_end journaled, and its series verifies with that finding (`gatekit.verify.verify_series`).
 
@@ -14,7 +14,7 @@ from pathlib import Path, PurePosixPath
 
 from gatekit.bisect.finding import build_finding, finding_paths, read_bisect_finding
 from gatekit.bisect.posterior import credible_set, posterior
-from gatekit.bisect.records import BISECT_JOURNAL, BISECT_PLAN, BisectState, BisectStop, ProbeEnd, read_plan, replay
+from gatekit.bisect.records import BISECT_JOURNAL, BISECT_PLAN, GATE_COPY, BisectState, BisectStop, ProbeEnd, read_plan, replay
 from gatekit.bisect.search import Outcome
 from gatekit.errors import GatekitError, SeriesError, VerificationError
 from gatekit.provenance import sha256_file
@@ -55,12 +55,25 @@ def verify_bisect(folder: Path, *, finding_required: bool = True) -> BisectVerif
     if difference is not None:
         raise VerificationError(f"{folder / BISECT_PLAN}: differs from the journal's line 1 (bisect_start): "
                                 f"{difference}")
+    _verify_gate_copy(folder / GATE_COPY, state.start.gate_sha256)
     stop_line = next((number for number, event in reversed(events) if event.get("event") == BisectStop.KIND), 0)
     _verify_stop(state, f"{journal}: line {stop_line} ({BisectStop.KIND})")
     checked = sum(_verify_probe(folder, end, state.start.metric,
                                 f"{journal}: line {state.lines[end.key]} (probe_end)") for end in state.finished)
     finding = _verify_finding(state, finding_required) if state.stop is not None else None
     return BisectVerifyReport(folder, len(events), head, checked, finding)
+
+
+def _verify_gate_copy(path: Path, planned: str) -> None:
+    """The gate file every probe's gate file was made from, as the bisect read it: the sha256 its plan holds."""
+    try:
+        actual = sha256_file(path)
+    except OSError as exc:
+        raise VerificationError(f"{path}: the bisect's copy of its gate file cannot be read "
+                                f"({exc.strerror or exc})") from None
+    if actual != planned:
+        raise VerificationError(f"{path}: has sha256 {actual}, the plan's gate_sha256 is {planned}: the bisect's "
+                                "copy of its gate file changed since it started")
 
 
 def _verify_stop(state: BisectState, where: str) -> None:

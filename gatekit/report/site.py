@@ -30,6 +30,7 @@ from gatekit.records import canonical_json, loads_json
 from gatekit.report.common import safe_name, tag_text
 from gatekit.report.html import index_html, report_html
 from gatekit.report.rundata import FolderIndex, RunFiles, load_run_files, run_files_digest, run_folders
+from gatekit.slots import usable_cpus
 from gatekit.storage import atomic_write_bytes, current_umask, read_own_file
 
 # Drawing the figures and the page's statistics (scipy) are imported where a page is drawn, so a site
@@ -318,11 +319,7 @@ def _render_all(tasks: Sequence[PageTask], jobs: int) -> dict[str, dict[str, str
 
 def default_jobs() -> int:
     """Worker processes for drawing pages: the CPUs this process may run on, at most 8."""
-    try:
-        cpus = len(os.sched_getaffinity(0))
-    except AttributeError:  # macOS
-        cpus = os.cpu_count() or 1
-    return max(1, min(8, cpus))
+    return max(1, min(8, len(usable_cpus())))
 
 
 def build_site(paths: Sequence[Path], site_dir: Path, runs_roots: Sequence[Path] = (), *, cwd: Path,

@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import json
+import secrets
 import threading
 import time
 from contextlib import contextmanager
@@ -380,6 +381,14 @@ def run_line(record: RunRecord, primary: str, series_dir: Path | None = None) ->
             f"{record.outcome.process_wallclock_s:.2f} s, "
             f"load1 mean {record.window.load1_mean or 0:.2f} over {record.window.samples} samples"
             + "".join(f"; evidence: {line}" for line in record.window.evidence))
+
+
+def stamped_name(prefix: str, started: dt.datetime) -> str:
+    """`<prefix>-<YYYYmmdd-HHMMSS>-<6 hex digits>`, the name (and id) of a series, calibration, comparison,
+    bisect or campaign folder: the second it started, for people, and 24 random bits, so two started in the
+    same second in different runs folders (or on two machines) never share an id. Nothing parses the name, so
+    folders named before the suffix (`<prefix>-<YYYYmmdd-HHMMSS>`) are read, resumed and verified as before."""
+    return f"{prefix}-{started:%Y%m%d-%H%M%S}-{secrets.token_hex(3)}"
 
 
 def new_series_dir(runs_dir: Path, name: str) -> Path:

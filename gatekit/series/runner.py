@@ -15,10 +15,10 @@ from gatekit import rules
 from gatekit.analysis import analyze, assess, classify
 from gatekit.config import ArmSpec, GateConfig
 from gatekit.driver import ChosenBackend, Driver, make_backend, make_driver
-from gatekit.errors import GatekitError, OutputError, PreflightError, SeriesError, write_failed
+from gatekit.errors import GatekitError, OutputError, SeriesError, write_failed
 from gatekit.finding import Finding, load_finding, write_finding
 from gatekit.policy_descriptors import policy_for
-from gatekit.preflight import run_checks
+from gatekit.preflight import refuse_failed, run_checks
 from gatekit.prereg import DecisionSpec, predecision_document, write_predecision
 from gatekit.processes import stop_run_processes
 from gatekit.provenance import (artifact_bytes, git_state, hash_artifacts_timed, host_fingerprint, redacted_env,
@@ -31,7 +31,7 @@ from gatekit.series_events import (Extend, Hashing, Invalid, JournaledArm, Lefto
 from gatekit.series_replay import (JournalState, OpenSeries, evidence_from_state, open_series, read_state,
                                    replacements)
 from gatekit.series.reservation import check_finding_id, release_finding_id, reserve_finding_id
-from gatekit.series.runloop import Report, RunLoop, failure_text, new_series_dir, now, runs_lock
+from gatekit.series.runloop import Report, RunLoop, failure_text, new_series_dir, now, runs_lock, stamped_name
 from gatekit.storage import Journal, SeriesLayout, atomic_write_text, remove_stale_temp_files
 from gatekit.verify import check_written_journal, signature_path, verify_series
 
@@ -81,14 +81,12 @@ class SeriesRunner:
 
     def start(self, checks: Sequence[CheckResult] | None = None) -> SeriesResult:
         """Preflight (or take its `checks`, run just before by the caller), preregister, and run a new series."""
-        failed = [c for c in (self.preflight() if checks is None else checks) if not c.ok]
-        if failed:
-            raise PreflightError("preflight failed, nothing ran: " + "; ".join(f"{c.name}: {c.detail}" for c in failed))
+        refuse_failed(self.preflight() if checks is None else checks)
         runs_dir = self.config.gate.runs
         with runs_lock(runs_dir):
             started = now()
             try:  # a full, read-only or unwritable runs folder: nothing ran, and the same command runs again
-                series_dir = new_series_dir(runs_dir, f"{self.config.gate.id}-{started:%Y%m%d-%H%M%S}")
+                series_dir = new_series_dir(runs_dir, stamped_name(self.config.gate.id, started))
                 layout = SeriesLayout(series_dir)
                 journal = Journal(layout.journal, genesis=layout.predecision)
                 state, predecision = self._preregister(series_dir, series_dir.name, started, journal)
@@ -122,10 +120,7 @@ class SeriesRunner:
                 self.report(f"stopped {len(leftovers)} leftover trainer process(es) of the interrupted run: "
                             + ", ".join(f"pid {pid}" for pid in leftovers))
             if state.end is None and not state.problems:
-                failed = [c for c in self.preflight() if not c.ok]
-                if failed:
-                    raise PreflightError("preflight failed, nothing more ran: "
-                                         + "; ".join(f"{c.name}: {c.detail}" for c in failed))
+                refuse_failed(self.preflight(), "nothing more ran")
             self.report(f"resuming {series_dir.name}: {len(state.records)} run(s) already done")
             return self._execute(opened, journal)
 

@@ -18,6 +18,7 @@ Its arm config (TOML) says what each run does; `<run>` is GATEKIT_RUN, e.g. off-
   fill = ["on-r2"]              first attempt only: after the result, fill GATEKIT_RUN_DIR's disk
   journal_text = {on-r2 = "..."}  append this text to the series' journal ($GATEKIT_RUN_DIR/../journal.jsonl):
                                 code under test writing into gatekit's folder
+  append_to = {on-r2 = ["predecision.toml", "..."]}  append the text to that file of the series folder
 """
 
 from __future__ import annotations
@@ -101,6 +102,10 @@ def main() -> int:
     if run in config.get("journal_text", {}):
         with open(Path(os.environ["GATEKIT_RUN_DIR"]).parent / "journal.jsonl", "a") as handle:
             handle.write(config["journal_text"][run])
+    if run in config.get("append_to", {}):
+        name, text = config["append_to"][run]
+        with open(Path(os.environ["GATEKIT_RUN_DIR"]).parent / name, "a") as handle:
+            handle.write(text)
     if run in config.get("fill", []) and first_attempt(state, "fill", run):
         block = b"\0" * (1 << 16)
         try:

@@ -120,3 +120,40 @@ cp -a {out} {tmp_path / "kept"}
     assert read("rc2.txt").strip() == "0", read("err2.txt")
     state = replay(tmp_path / "kept")
     assert state.stop is not None and state.stop.outcome is Outcome.CULPRIT and state.stop.culprit == CULPRIT
+
+
+def test_a_probe_the_machine_refuses_at_preflight_is_left_unfinished_exit_4_and_resume_names_the_culprit(
+        tmp_path: Path) -> None:
+    """Another trainer is running (a process the gate's busy_pattern matches, of no bisect): the endpoints'
+    probe gate refuses at preflight, which is the machine's state, not the commit's. The bisect exits 4 naming
+    `gate bisect --resume`, journals the interruption with the refusal's reason and no probe_end (the commit
+    was journaled `invalid` for good, and the bisect answered invalid, exit 3); once the other trainer is
+    gone, the resume probes it and names commit 4."""
+    repo = tmp_path / "repo"
+    shas = small_repo(repo)
+    out = tmp_path / "bisect"
+    bisect = [sys.executable, "-m", "gatekit.cli", "bisect"]
+    blocker = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)", "tiny_trainer.py",
+                                "--config", str(tmp_path / "another-trainer.toml")])
+    try:
+        refused = subprocess.run([*bisect, shas[0], shas[-1], "--build", f"{sys.executable} build.py", "--out",
+                                  str(out)], cwd=repo, capture_output=True, text=True, timeout=DEADLINE_S)
+    finally:
+        blocker.kill()
+        blocker.wait()
+    assert refused.returncode == 4, refused.stderr
+    (line,) = [line for line in refused.stderr.splitlines() if line.startswith("gate: error: ")]
+    assert "a reason of the machine" in line and "no trainer already running" in line and f"pid {blocker.pid}" \
+        in line and f"gate bisect --resume {out}" in line, line
+    state = replay(out)
+    assert not state.finished and len(state.unfinished) == 1  # nothing journaled about the commit
+    events = [json.loads(text) for text in (out / "bisect.jsonl").read_text().splitlines()]
+    assert events[-1]["event"] == "bisect_interrupted" and "no trainer already running" in events[-1]["reason"]
+    verify_bisect(out, finding_required=False)
+    resumed = subprocess.run([*bisect, "--resume", str(out)], cwd=repo, capture_output=True, text=True,
+                             timeout=10 * DEADLINE_S)
+    assert resumed.returncode == 0, resumed.stderr
+    state = replay(out)
+    assert state.stop is not None and state.stop.outcome is Outcome.CULPRIT and state.stop.culprit == CULPRIT
+    assert all(e.status is ProbeStatus.MEASURED for e in state.finished)
+    verify_bisect(out)

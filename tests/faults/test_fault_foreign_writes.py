@@ -63,3 +63,19 @@ def test_a_chained_line_after_the_gates_last_one_is_named(tmp_path: Path) -> Non
     _, head = verify_chain(journal.path, tmp_path / "plan.toml")
     with pytest.raises(VerificationError, match="line 3: not written by this gate"):
         check_written_journal(journal, head)
+
+
+def test_a_trainer_that_edits_its_series_predecision_is_exit_3_naming_it(tmp_path: Path) -> None:
+    """The preregistration is what `gate verify` anchors the chain on: a trainer that edits it (a rule
+    appended to predecision.toml) gets no verdict and no finding, exit 3 naming the file, and a resume
+    exits 3 too."""
+    edit = ["predecision.toml", "\n# loosened by the trainer\n"]
+    g = fault_gate(tmp_path / "g", on={"append_to": {"on-r2": edit}})
+    done = gate_invoke("run", "off", "on", cwd=g.root)
+    assert done.returncode == 3, done.stderr
+    (error,) = [line for line in done.stderr.splitlines() if line.startswith("gate: error: ")]
+    assert "predecision.toml" in error, error
+    assert "VERDICT" not in done.stdout + done.stderr and "adopted" not in done.stdout.lower()
+    assert not list((g.root / "findings").glob("*.json")) and not (g.series() / "DONE").exists()
+    resumed = gate_invoke("run", "--resume", str(g.series()), cwd=g.root)
+    assert resumed.returncode == 3 and "predecision.toml" in resumed.stderr
