@@ -14,6 +14,16 @@ middle segment holds fewer than MIN_MIDDLE_PAIRS pairs is not a candidate: one o
 commit would otherwise be a step. The test is conditional on the probed commits (the probes were chosen from the
 data; the simulation measures its level under one step: docs/bisect.md).
 
+**A culprit's own step, shown by its neighbours.** The search stops where the posterior concentrates, and with
+two culprits it can concentrate between them: it keeps probing until some boundary looks sharp, so the pairs
+that led it there are selected for a jump the commits do not have. A commit k is named the culprit only when
+the commits beside the step each hold at least CONFIRM_PAIRS pairs (k − 1 and k; GOOD's level is 0 by
+construction) and their difference is significant one-sided at JUMP_ALPHA in the direction of the one-step
+fit's δ̂ (a pooled two-sample t; one-sample where k − 1 is GOOD). Until then the search probes k − 1 and k,
+up to CONFIRM_MAX_PAIRS a side (then it stops with the credible set: every look is a chance for noise to pass,
+so the looks are few and the level strict); the added pairs are fresh, and two commits at the same middle
+level show no jump.
+
 **Endpoints that lack power.** The endpoints' gate saw no change; that is `no_change` only when the pairs could
 have shown a change of the gate's floor: their minimum detectable effect (a paired t on the pairs' log
 differences, one-sided α 0.05, power 0.8 — the MDE a gate finding reports, `diagnostics.mde_log`) is at most the
@@ -35,6 +45,9 @@ from gatekit.diagnostics import mde_log
 STEPS_ALPHA = 0.01  # `gate bisect` preregisters this level of the test for more than one step
 MIN_MIDDLE_PAIRS = 2  # pairs between two steps, at least (one pair is an outlier's place, not a segment)
 ENDPOINTS_CI_LEVEL = 0.95
+CONFIRM_PAIRS = 3  # pairs at each side of a named step before it is named
+JUMP_ALPHA = 0.01  # one-sided level of the named step's jump between its neighbours
+CONFIRM_MAX_PAIRS = 6  # the search adds pairs beside a step up to this many a side, then stops unconfirmed
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,6 +118,52 @@ def second_step_test(pairs: Sequence[Pair], commits: int, named: int) -> StepsTe
     p = min(1.0, float(scipy_stats.f.sf(f, 1, dof)) * candidates) if math.isfinite(f) else 0.0
     steps, effects = ((named, j), (b1, b2)) if named < j else ((j, named), (b2, b1))
     return StepsTest(p, f, dof, steps, effects, candidates)
+
+
+def pairs_at(pairs: Sequence[Pair], commit: int) -> list[float]:
+    """The log differences of the pairs of `commit` against GOOD."""
+    return [p.log_diff for p in pairs if p.probe == commit and p.reference == 0]
+
+
+def unconfirmed_sides(pairs: Sequence[Pair], named: int) -> list[int]:
+    """The commits beside the step at `named` (named − 1 unless GOOD, and named) holding fewer than
+    CONFIRM_PAIRS pairs."""
+    return [c for c in (named - 1, named) if c > 0 and len(pairs_at(pairs, c)) < CONFIRM_PAIRS]
+
+
+def jump_p(pairs: Sequence[Pair], commits: int, named: int) -> float:
+    """One-sided p of the jump from commit named − 1 to named, in the direction of the one-step fit's δ̂ at
+    `named`: a pooled two-sample t of their pairs (one-sample against 0 when named − 1 is GOOD). 1 when a side
+    holds fewer than CONFIRM_PAIRS pairs, or the pairs do not vary."""
+    if unconfirmed_sides(pairs, named):
+        return 1.0
+    a = design(pairs, commits)[:, named - 1]
+    d = np.array([p.log_diff for p in pairs])
+    direction = 1.0 if float(a @ d) >= 0 else -1.0
+    high = np.array(pairs_at(pairs, named))
+    low = np.array(pairs_at(pairs, named - 1)) if named > 1 else np.zeros(0)
+    if low.size:
+        dof = high.size + low.size - 2
+        pooled = (((high - high.mean()) ** 2).sum() + ((low - low.mean()) ** 2).sum()) / dof
+        se = math.sqrt(pooled * (1 / high.size + 1 / low.size))
+        jump = float(high.mean() - low.mean())
+    else:
+        dof = high.size - 1
+        se = float(high.std(ddof=1)) / math.sqrt(high.size)
+        jump = float(high.mean())
+    if se == 0:
+        return 0.0 if direction * jump > 0 else 1.0
+    return float(scipy_stats.t.sf(direction * jump / se, dof))
+
+
+def confirmable(pairs: Sequence[Pair], named: int) -> bool:
+    """Whether the search may still add pairs beside the step at `named`: a side below CONFIRM_MAX_PAIRS."""
+    return any(c > 0 and len(pairs_at(pairs, c)) < CONFIRM_MAX_PAIRS for c in (named - 1, named))
+
+
+def step_confirmed(pairs: Sequence[Pair], commits: int, named: int) -> bool:
+    """The named step's jump is shown by its neighbours (jump_p ≤ JUMP_ALPHA)."""
+    return jump_p(pairs, commits, named) <= JUMP_ALPHA
 
 
 @dataclass(frozen=True, slots=True)

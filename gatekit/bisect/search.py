@@ -10,7 +10,8 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from gatekit.bisect.checks import EndpointsPower, StepsTest, endpoints_power, second_step_test
+from gatekit.bisect.checks import EndpointsPower, StepsTest, confirmable, endpoints_power, second_step_test, \
+    step_confirmed, unconfirmed_sides
 from gatekit.bisect.posterior import Pair, best_probes, binary_information, credible_set, cumulative, \
     noise_estimate, posterior
 
@@ -92,8 +93,16 @@ def search(plan: SearchPlan, endpoints: Endpoints, measure: Measure, runs_so_far
     while True:
         probabilities = posterior(pairs, n)
         credible = tuple(credible_set(probabilities, plan.confidence))
+        confirming: list[int] = []
         if len(credible) == 1:
-            return stopped(plan, Outcome.CULPRIT, pairs, probabilities, credible, skipped, rounds)
+            if plan.steps_alpha is None or step_confirmed(pairs, n, credible[0]):
+                return stopped(plan, Outcome.CULPRIT, pairs, probabilities, credible, skipped, rounds)
+            # the step's neighbours must show it in pairs of their own (checks: a culprit's own step)
+            named = credible[0]
+            confirming = [c for c in unconfirmed_sides(pairs, named) or [named - 1, named]
+                          if 0 < c < n and c not in skipped] if confirmable(pairs, named) else []
+            if not confirming:
+                return stopped(plan, Outcome.CREDIBLE_SET, pairs, probabilities, credible, skipped, rounds)
         probeable = [c for c in range(1, n) if c not in skipped]
         if not probeable:
             outcome = Outcome.INVALID if n > 1 else Outcome.CREDIBLE_SET
@@ -103,9 +112,9 @@ def search(plan: SearchPlan, endpoints: Endpoints, measure: Measure, runs_so_far
         width = min(plan.max_parallel, (plan.budget - runs_so_far()) // (2 * plan.pairs_per_probe))
         q = cumulative(probabilities)
         informative = binary_information(q[np.array(probeable)], snr).max() >= MIN_BITS
-        if width < 1 or not informative:
+        if width < 1 or not (informative or confirming):
             return stopped(plan, Outcome.CREDIBLE_SET, pairs, probabilities, credible, skipped, rounds)
-        chosen = best_probes(probabilities, snr, probeable, width)
+        chosen = confirming[:width] if confirming else best_probes(probabilities, snr, probeable, width)
         rounds += 1
         measured = measure(chosen)
         pairs.extend(measured.pairs)
