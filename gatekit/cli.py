@@ -889,7 +889,8 @@ def campaign_cmd(campaign_file: Path, engine: str, address: str | None, max_para
 @click.option("--out", type=click.Path(path_type=Path, file_okay=False),
               help="The bisect folder, new or empty [default: bisect-ID-TIME in the gate file's runs folder].")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON on stdout.")
-@click.option("--fail-on", type=click.Choice(["culprit"]), help="Exit 1 when a culprit is named (CI).")
+@click.option("--fail-on", type=click.Choice(["culprit"]),
+              help="Exit 1 when a culprit is named or more than one step is found (CI).")
 def bisect_cmd(good: str | None, bad: str | None, gate_path: Path | None, arm: str | None, build_command: str | None,
                build_timeout_s: float, engine: str, address: str | None, max_parallel: int | None, gpus: int | None,
                budget: int, confidence: float, pairs_per_probe: int | None, resume: Path | None, out: Path | None,
@@ -897,8 +898,9 @@ def bisect_cmd(good: str | None, bad: str | None, gate_path: Path | None, arm: s
     """Find the commit between GOOD and BAD that changed the gate's primary metric (docs/bisect.md).
 
     Run in the repository. Each probed commit gets its own worktree and runs the arm interleaved with GOOD;
-    the endpoints are compared first. Exit 0 for a culprit, a credible set or no change; 1 with --fail-on
-    culprit when one is named; 3 invalid; 130 interrupted (resume with --resume DIR); 4 a write failure.
+    the endpoints are compared first. Exit 0 for a culprit, multiple steps, a credible set, no change or
+    inconclusive (endpoints too noisy to say no change); 1 with --fail-on culprit when a culprit is named or
+    more than one step is found; 3 invalid; 130 interrupted (resume with --resume DIR); 4 a write failure.
     """
     def work() -> Any:
         from gatekit.bisect.run import BisectOptions, run_bisect
