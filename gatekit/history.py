@@ -37,9 +37,9 @@ with the shift test's p. The permutations and the null series use fixed seeds: t
 answer.
 A slow drift is not a step: a linear trend is tested on its own (trend_test: the likelihood ratio of a line
 against a flat mean, both in AR(1) noise of the best ρ ≤ RHO_MAX, p taken against the same seeded flat AR(1)
-null series as the shift test), and where the trend test passes and the line fits the series better than the
-best single step by BIC (Schwarz 1978: a step costs a place and two means, a line an intercept and a slope),
-the series is reported as a trend with its slope, not as change points.
+null series as the shift test), and where the trend test passes and the line leaves a smaller residual sum of squares than the best single
+step (whose place is searched, which favours the step), the series is reported as a trend with its slope, not
+as change points.
 A lone spike (a finding further than 3.5·√2·σ̂ from each neighbour on the same side) and two adjacent
 spikes (two findings inside the series both that far from the findings before and after them, on the same
 side) are left out of the search altogether (an excursion that returns is not a change), and the table
@@ -93,7 +93,7 @@ NULL_SERIES_FLOOR = 4999  # the fewest, for long histories
 NULL_WORK = 4_000_000  # findings simulated per null ρ at most (above the floor): 19 999 series up to 200 findings
 NULL_CHUNK = 1000  # null series simulated at once: bounds memory for long histories
 METHOD = ("AR(1)-robust likelihood-ratio tests of one step and of a linear trend; the trend reported where it "
-          "passes and fits better than a step by BIC; else the test of one step (a 3σ step in white noise at any place against flat AR(1) "
+          "passes and a line fits better than the best step; else the test of one step (a 3σ step in white noise at any place against flat AR(1) "
           "noise of ρ ≤ 0.6, location- and scale-invariant, p the largest over null ρ 0 … 0.6), "
           "then ruptures PELT candidates (l2 cost, BIC penalty 2·σ̂²·ln n), each kept at permutation p ≤ α")
 
@@ -483,14 +483,10 @@ def step_sse(values: Sequence[float], min_segment: int = CHANGE_MIN_SEGMENT) -> 
 
 
 def trend_fits_better(values: Sequence[float]) -> bool:
-    """BIC of a line (intercept, slope) below that of the best single step (two means and the place)."""
-    n = len(values)
+    """A line (intercept, slope) leaves a smaller residual sum of squares than the best single step (two means,
+    its place searched): the step gets its place for free, so a step in noise is seldom taken for a line."""
     line_sse, step = line_fit(values)[2], step_sse(values)
-    if step <= 0:
-        return False
-    if line_sse <= 0:
-        return True
-    return n * math.log(line_sse / n) + 2 * math.log(n) < n * math.log(step / n) + 3 * math.log(n)
+    return line_sse < step
 
 
 # -- the candidates ---------------------------------------------------------------------------------------
@@ -718,7 +714,7 @@ def history_table(history: History) -> str:
             lines.append(f"trend: {fmt(trend.slope)} per finding ({trend.slope_pct:+.3f} % per finding; fitted "
                          f"{fmt(trend.first)} -> {fmt(trend.last)}, {trend.change_pct:+.2f} % over "
                          f"{len(history.points)} findings), trend test p {trend.p:.4f} against noise correlated "
-                         f"up to AR(1) ρ {RHO_MAX:g}; a line fits better than a step (BIC), so no change point")
+                         f"up to AR(1) ρ {RHO_MAX:g}; a line fits better than the best step, so no change point")
         elif not history.change_points:
             lines.append(f"change points: none ({method}; trend test p {history.trend_p:.4f})")
         else:
