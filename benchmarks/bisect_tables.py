@@ -3,6 +3,11 @@ process per scenario, the same code and seed as the command (so each row is repr
 printed beside it).
 
     python benchmarks/bisect_tables.py [--draws 1000] [--jobs 6] [--pairs-per-probe 1] [--rows 1] [--json FILE]
+    python benchmarks/bisect_tables.py --outcomes [--draws 2500] [--jobs 2]
+
+--outcomes: how gatekit's bisects end where one step is not the whole story (two culprits in one range,
+endpoints too noisy to say no change, no change at all), beside the planning rows: the outcomes and a commit
+that is no culprit named at the confidence, ± one Monte-Carlo standard error.
 """
 
 from __future__ import annotations
@@ -15,11 +20,21 @@ import time
 from concurrent.futures import ProcessPoolExecutor
 
 from gatekit.bisect.search import PROBE_PAIRS
-from gatekit.bisect.simulation import BisectScenario, simulate_bisect, table
+from gatekit.bisect.simulation import BisectScenario, outcome_table, simulate_bisect, table
 
 SCENARIOS = (  # (effect %, CV %, max parallel)
     (2.0, 0.5, 1), (2.0, 0.5, 4), (2.0, 2.0, 1), (5.0, 0.5, 1), (5.0, 2.0, 1), (5.0, 2.0, 4))
 COMMITS = 128
+OUTCOME_SCENARIOS = (  # (effect %, second culprit's effect %, CV %)
+    (1.5, 1.5, 1.0), (1.5, 1.5, 0.5), (3.0, 0.0, 1.0), (0.0, 0.0, 0.5), (0.0, 0.0, 1.0), (2.0, 0.0, 0.5))
+
+
+def _outcomes(args: tuple[float, float, float, int]):  # type: ignore[no-untyped-def]
+    effect, second, cv, draws = args
+    began = time.monotonic()
+    result = simulate_bisect(BisectScenario(commits=COMMITS, effect_pct=effect, second_effect_pct=second, cv_pct=cv),
+                             draws=draws, seed=0)
+    return result, time.monotonic() - began
 
 
 def _one(args: tuple[float, float, int, int, int]):  # type: ignore[no-untyped-def]
@@ -37,7 +52,15 @@ def main() -> None:
     parser.add_argument("--pairs-per-probe", type=int, default=PROBE_PAIRS)
     parser.add_argument("--rows", type=int, default=len(SCENARIOS), help="the first ROWS scenarios only")
     parser.add_argument("--json")
+    parser.add_argument("--outcomes", action="store_true", help="the outcome table instead")
     args = parser.parse_args()
+    if args.outcomes:
+        with ProcessPoolExecutor(args.jobs) as pool:
+            done = list(pool.map(_outcomes, [(e, s, c, args.draws) for e, s, c in OUTCOME_SCENARIOS]))
+        print(outcome_table([result for result, _ in done]))
+        print(f"\n{args.draws} draws a row, seed 0, {COMMITS} commits; "
+              f"{sum(seconds for _, seconds in done):.0f} s of CPU on {platform.processor() or platform.machine()}")
+        return
     scenarios = SCENARIOS[:args.rows]
     with ProcessPoolExecutor(args.jobs) as pool:
         done = list(pool.map(_one, [(e, c, k, args.pairs_per_probe, args.draws) for e, c, k in scenarios]))

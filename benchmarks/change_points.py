@@ -78,6 +78,16 @@ def _spikes(n: int, where: int | None, width: int = 1) -> Draw:
     return draw
 
 
+def _trend(n: int, slope: float) -> Draw:
+    """A slow drift: `slope` noise SDs per finding."""
+    return lambda rng: (rng.standard_normal(n) + slope * np.arange(n), frozenset())
+
+
+def _is_trend(changes: Sequence[int], search: ChangeSearch | None, n: int, spikes: frozenset[int]) -> bool:
+    """Reported as a trend (PELT alone has no trend)."""
+    return search is not None and search.trend
+
+
 def _step(n: int, at: int, size: float, rho: float = 0.0) -> Draw:
     def draw(rng: np.random.Generator) -> tuple[np.ndarray, frozenset[int]]:
         x = _noise(n, rho, rng)
@@ -120,6 +130,11 @@ SCENARIOS: tuple[tuple[str, str, Draw, Event, str], ...] = (
     ("4σ step at index 16 of 20", "found at index 16 ± 1", _step(20, 16, 4.0), _near(16), "(shown)"),
     ("3σ step at index 12 of 20, AR(1) ρ 0.3", "found at index 12 ± 1", _step(20, 12, 3.0, 0.3), _near(12),
      "(shown)"),
+    ("trend 0.2σ per finding, 30 findings", "reported as a trend", _trend(30, 0.2), _is_trend, "(shown)"),
+    ("trend 0.2σ per finding, 30 findings", "any change point", _trend(30, 0.2), _any, "none"),
+    ("flat, 20 findings, AR(1) ρ 0.6", "reported as a trend", _flat(20, 0.6), _is_trend, "≤ 5 %"),
+    ("flat, 30 findings, AR(1) ρ 0.6", "reported as a trend", _flat(30, 0.6), _is_trend, "≤ 5 %"),
+    ("3σ step at index 12 of 20", "reported as a trend", _step(20, 12, 3.0), _is_trend, "(shown)"),
 )
 
 
@@ -128,10 +143,12 @@ def rate(hits: int, series: int) -> str:
     return f"{100 * p:.2f} ± {100 * math.sqrt(p * (1 - p) / series):.2f}"
 
 
-def table(series: int, seed: int) -> str:
+def table(series: int, seed: int, rows: Sequence[int] | None = None) -> str:
     header = ["series", "event", "target", "gate history %", "PELT alone %"]
     lines = ["| " + " | ".join(header) + " |", "|" + "|".join(" --- " for _ in header) + "|"]
     for number, (name, event, draw, happened, target) in enumerate(SCENARIOS):
+        if rows is not None and number not in rows:
+            continue
         rng = np.random.default_rng([seed, number])
         kept = pelt = 0
         for _ in range(series):
@@ -140,7 +157,7 @@ def table(series: int, seed: int) -> str:
             search = change_point_indices(values)
             kept += happened([index for index, _ in search.changes], search, len(values), spikes)
             pelt += happened(candidate_indices(values)[0], None, len(values), spikes)
-        shown = rate(pelt, series) if happened not in (_mislabelled, _unlabelled) else "—"
+        shown = rate(pelt, series) if happened not in (_mislabelled, _unlabelled, _is_trend) else "—"
         lines.append(f"| {name} | {event} | {target} | {rate(kept, series)} | {shown} |")
     return "\n".join(lines)
 
@@ -237,6 +254,7 @@ def ceiling_table(series: int, seed: int, n: int = 20, size: float = 3.0) -> str
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--series", type=int, default=5000, help="simulated series per row")
+    parser.add_argument("--rows", help="only these rows of the main table (0-based, comma-separated)")
     parser.add_argument("--seed", type=int, default=SEED)
     parser.add_argument("--trade-off", action="store_true", help="the null-ρ trade-off table instead")
     parser.add_argument("--quantiles", action="store_true", help="the null quantiles by ρ and length instead")
@@ -249,7 +267,8 @@ def main() -> None:
     print(quantile_table(args.series, args.seed) if args.quantiles
           else ceiling_table(args.series, args.seed) if args.ceiling
           else size_table(args.series, args.seed) if args.sizes
-          else trade_off_table(args.series, args.seed) if args.trade_off else table(args.series, args.seed))
+          else trade_off_table(args.series, args.seed) if args.trade_off
+          else table(args.series, args.seed, None if args.rows is None else [int(r) for r in args.rows.split(",")]))
     print(f"\n{args.series} series per row, seed {args.seed}, α = {ALPHA}, shift test against {NULL_SERIES} AR(1) "
           f"series at each null ρ 0 … {RHO_MAX:g}, {PERMUTATIONS} permutations per candidate test; "
           f"{time.monotonic() - began:.0f} s")

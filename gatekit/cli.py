@@ -947,7 +947,8 @@ def campaign_cmd(campaign_file: Path, engine: str, address: str | None, max_para
 @click.option("--out", type=click.Path(path_type=Path, file_okay=False),
               help="The bisect folder, new or empty [default: bisect-ID-TIME in the gate file's runs folder].")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON on stdout.")
-@click.option("--fail-on", type=click.Choice(["culprit"]), help="Exit 1 when a culprit is named (CI).")
+@click.option("--fail-on", type=click.Choice(["culprit"]),
+              help="Exit 1 when a culprit is named or more than one step is found (CI).")
 def bisect_cmd(good: str | None, bad: str | None, gate_path: Path | None, arm: str | None, build_command: str | None,
                build_timeout_s: float, engine: str, address: str | None, max_parallel: int | None, gpus: int | None,
                budget: int, confidence: float, pairs_per_probe: int | None, resume: Path | None, out: Path | None,
@@ -955,8 +956,9 @@ def bisect_cmd(good: str | None, bad: str | None, gate_path: Path | None, arm: s
     """Find the commit between GOOD and BAD that changed the gate's primary metric (docs/bisect.md).
 
     Run in the repository. Each probed commit gets its own worktree and runs the arm interleaved with GOOD;
-    the endpoints are compared first. Exit 0 for a culprit, a credible set or no change; 1 with --fail-on
-    culprit when one is named; 3 invalid; 130 interrupted (resume with --resume DIR); 4 a write failure.
+    the endpoints are compared first. Exit 0 for a culprit, multiple steps, a credible set, no change or
+    inconclusive (endpoints too noisy to say no change); 1 with --fail-on culprit when a culprit is named or
+    more than one step is found; 3 invalid; 130 interrupted (resume with --resume DIR); 4 a write failure.
     """
     def work() -> Any:
         from gatekit.bisect.run import BisectOptions, run_bisect
@@ -1033,14 +1035,15 @@ def compare_cmd(base: str | None, head: str | None, gate_path: Path | None, arm:
 @click.option("--plot", "plot_path", type=click.Path(path_type=Path, dir_okay=False),
               help="Write the plot (PNG) with the change points marked.")
 @click.option("--json", "as_json", is_flag=True, help="Print the history as JSON on stdout.")
-@click.option("--fail-on", "fail_on", type=click.Choice(["change"]),
-              help="Exit 1 when a change point is found (for CI).")
+@click.option("--fail-on", "fail_on", type=click.Choice(["change", "trend"]), multiple=True,
+              help="Exit 1 when a change point (change) or a trend (trend) is found, or when there are too few "
+                   "findings to test (fewer than 8 without outliers), for CI; may be given twice.")
 @click.option("--recent", type=click.IntRange(min=1),
               help="With --fail-on change: only change points among the last N findings count.")
 @click.option("--alpha", type=float, default=0.05, show_default=True,
               help="Level of the shift test and of each change point's permutation test.")
 def history_cmd(findings_dir: Path, metric: str, arm_key: str, gate_id: str | None, plot_path: Path | None,
-                as_json: bool, fail_on: str | None, recent: int | None, alpha: float) -> None:
+                as_json: bool, fail_on: tuple[str, ...], recent: int | None, alpha: float) -> None:
     """A metric across findings over time, with change points: a shift test that autocorrelated noise
     (AR(1) ρ up to 0.6) does not fool, then ruptures PELT candidates, each kept by a permutation test at
     --alpha (see docs/history.md)."""
@@ -1055,15 +1058,28 @@ def history_cmd(findings_dir: Path, metric: str, arm_key: str, gate_id: str | No
                 atomic_write_bytes(plot_path, history_plot(history))
             except OSError as exc:
                 raise GatekitError(f"{plot_path}: cannot write the plot: {exc.strerror or exc}") from None
-        return history_json(history) if as_json else history_table(history) + "\n", recent_changes(history, recent)
+        text = history_json(history) if as_json else history_table(history) + "\n"
+        return text, recent_changes(history, recent), history
 
-    text, changes = _call(work)
+    text, changes, history = _call(work)
     if as_json:
         click.echo(text, nl=False)  # history_json: a document for programs, printed as is
     else:
         _echo(text, nl=False, lines=True)
-    if fail_on == "change" and changes:
+    if fail_on and not history.tested:
+        from gatekit.history import CHANGE_MIN_SEGMENT
+
+        tested = len(history.points) - len(history.outliers)
+        _stderr(f"gate history: {tested} finding(s) of {metric} to test, fewer than the {2 * CHANGE_MIN_SEGMENT} "
+                f"the tests need ({CHANGE_MIN_SEGMENT} on each side of a change): nothing is ruled out; failing "
+                f"(--fail-on {' '.join(fail_on)})")
+        raise SystemExit(EXIT_FAIL_ON)
+    if "change" in fail_on and changes:
         _stderr(f"gate history: {len(changes)} change point(s) in {metric}; failing (--fail-on change)")
+        raise SystemExit(EXIT_FAIL_ON)
+    if "trend" in fail_on and history.trend is not None:
+        _stderr(f"gate history: a trend in {metric} ({history.trend.slope_pct:+.3f} % per finding); failing "
+                "(--fail-on trend)")
         raise SystemExit(EXIT_FAIL_ON)
 
 

@@ -35,6 +35,11 @@ a window has few enough. The weakest candidate is dropped while its p exceeds α
 Where no candidate survives in a series that passed the shift test, its own best split is the change point,
 with the shift test's p. The permutations and the null series use fixed seeds: the same series gives the same
 answer.
+A slow drift is not a step: a linear trend is tested on its own (trend_test: the likelihood ratio of a line
+against a flat mean, both in AR(1) noise of the best ρ ≤ RHO_MAX, p taken against the same seeded flat AR(1)
+null series as the shift test), and where the trend test passes and the line leaves a smaller residual sum of squares than the best single
+step (whose place is searched, which favours the step), the series is reported as a trend with its slope, not
+as change points.
 A lone spike (a finding further than 3.5·√2·σ̂ from each neighbour on the same side) and two adjacent
 spikes (two findings inside the series both that far from the findings before and after them, on the same
 side) are left out of the search altogether (an excursion that returns is not a change), and the table
@@ -87,7 +92,8 @@ NULL_SERIES = 19_999
 NULL_SERIES_FLOOR = 4999  # the fewest, for long histories
 NULL_WORK = 4_000_000  # findings simulated per null ρ at most (above the floor): 19 999 series up to 200 findings
 NULL_CHUNK = 1000  # null series simulated at once: bounds memory for long histories
-METHOD = ("AR(1)-robust likelihood-ratio test of one step (a 3σ step in white noise at any place against flat AR(1) "
+METHOD = ("AR(1)-robust likelihood-ratio tests of one step and of a linear trend; the trend reported where it "
+          "passes and a line fits better than the best step; else the test of one step (a 3σ step in white noise at any place against flat AR(1) "
           "noise of ρ ≤ 0.6, location- and scale-invariant, p the largest over null ρ 0 … 0.6), "
           "then ruptures PELT candidates (l2 cost, BIC penalty 2·σ̂²·ln n), each kept at permutation p ≤ α")
 
@@ -117,6 +123,27 @@ class ChangePoint:
 
 
 @dataclass(frozen=True, slots=True)
+class Trend:
+    """A linear drift of the metric: its least-squares slope per finding (in the metric's units), the fitted
+    level at the first and the last finding, and the trend test's p."""
+
+    slope: float
+    first: float
+    last: float
+    p: float
+
+    @property
+    def slope_pct(self) -> float:
+        """The slope as a percent of the fitted first level, per finding."""
+        return 100.0 * self.slope / self.first if self.first else math.nan
+
+    @property
+    def change_pct(self) -> float:
+        """The fitted change from the first finding to the last, in percent."""
+        return stats.delta_pct(self.first, self.last)
+
+
+@dataclass(frozen=True, slots=True)
 class History:
     metric: str
     described: str  # what the metric is, in words
@@ -130,6 +157,13 @@ class History:
     candidates: int = 0  # PELT's candidates before the permutation tests
     outliers: tuple[int, ...] = ()  # indices of lone spikes and adjacent pairs of them, left out of the search
     shift_p: float = math.nan  # the shift test's p-value on the whole series (NaN: too few findings to test)
+    trend_p: float = math.nan  # the trend test's p-value (NaN: too few findings to test)
+    trend: Trend | None = None  # the series drifts: reported instead of change points
+
+    @property
+    def tested(self) -> bool:
+        """Enough findings (outliers left out) for the tests: CHANGE_MIN_SEGMENT on each side of a change."""
+        return len(self.points) - len(self.outliers) >= 2 * CHANGE_MIN_SEGMENT
 
     def segment_means(self) -> list[float]:
         bounds = [0, *[c.index for c in self.change_points], len(self.points)]
@@ -144,6 +178,11 @@ class History:
             "metric": self.metric, "described": self.described, "gates": list(self.gates),
             "method": METHOD, "sigma": self.sigma, "penalty": self.penalty if self.penalty > 0 else None,
             "alpha": self.alpha, "shift_p": None if math.isnan(self.shift_p) else self.shift_p,
+            "trend_p": None if math.isnan(self.trend_p) else self.trend_p,
+            "trend": None if self.trend is None else {
+                "slope": self.trend.slope, "slope_pct": self.trend.slope_pct, "first": self.trend.first,
+                "last": self.trend.last, "change_pct": self.trend.change_pct, "p": self.trend.p},
+            "tested": self.tested, "findings_needed": 2 * CHANGE_MIN_SEGMENT,
             "null_series": null_series_for(len(self.points) - len(self.outliers)), "rho_max": RHO_MAX,
             "step_sigma": STEP_SIGMA,
             "permutations": PERMUTATIONS, "seed": SEED, "candidates": self.candidates,
@@ -366,6 +405,90 @@ def shift_test(values: Sequence[float], *, null_series: int | None = None, seed:
     return p, int(at[0])
 
 
+# -- the trend test: a linear drift against AR(1) noise -----------------------------------------------------
+
+def ar1_profile_loglik(x: np.ndarray, regressors: np.ndarray, rho: float) -> np.ndarray:
+    """Per row of x: the Gaussian log likelihood of x = regressors·β + AR(1) noise of correlation ρ, β and the
+    innovations' variance maximised, up to a constant the same for every ρ and every design:
+    ½·ln(1 − ρ²) − (n/2)·ln Q, Q the residual sum of the Prais–Winsten transformed series regressed on the
+    transformed regressors (the transform's Jacobian is √(1 − ρ²); Beach & MacKinnon 1978)."""
+    n = x.shape[1]
+    y = prais_winsten(x, rho)
+    design = prais_winsten(regressors, rho).T  # [n, p]
+    solution, *_ = np.linalg.lstsq(design, y.T, rcond=None)
+    residual = y.T - design @ solution
+    q = np.maximum(np.sum(residual * residual, axis=0), 1e-300)
+    return 0.5 * math.log(1 - rho * rho) - n / 2 * np.log(q)
+
+
+def trend_statistics(rows: np.ndarray, *, profile_rhos: Sequence[float] = PROFILE_RHOS) -> np.ndarray:
+    """Per row: the log likelihood ratio of a line against a flat mean, each in AR(1) noise of its best
+    ρ ∈ profile_rhos (ar1_profile_loglik). Location and scale leave it unchanged; a constant row has −∞."""
+    x = standardised(rows)
+    n = x.shape[1]
+    flat = np.ones((1, n))
+    line = np.vstack([flat, np.arange(n, dtype=float) - (n - 1) / 2])
+    sloped = np.max([ar1_profile_loglik(x, line, rho) for rho in profile_rhos], axis=0)
+    level = np.max([ar1_profile_loglik(x, flat, rho) for rho in profile_rhos], axis=0)
+    constant = ~np.any(x != 0, axis=1)
+    return np.where(constant, -np.inf, sloped - level)
+
+
+@functools.lru_cache(maxsize=64)
+def trend_null_statistics(n: int, null_series: int = NULL_SERIES, seed: int = SEED, rho: float = RHO_MAX,
+                          rho_max: float = RHO_MAX) -> np.ndarray:
+    """The trend statistic of `null_series` seeded flat AR(1) series of correlation ρ and length n, sorted
+    (the shift test's null series: the same seeds)."""
+    rng = np.random.default_rng([seed, n, round(1000 * rho)])
+    profile = profile_rhos(rho_max)
+    chunks = [trend_statistics(ar1_series(rho, min(NULL_CHUNK, null_series - start), n, rng), profile_rhos=profile)
+              for start in range(0, null_series, NULL_CHUNK)]
+    return np.sort(np.concatenate(chunks))
+
+
+def trend_test(values: Sequence[float], *, null_series: int | None = None, seed: int = SEED,
+               rho_max: float = RHO_MAX) -> float:
+    """p-value of a linear trend in `values` against flat AR(1) noise with ρ ≤ `rho_max`, as shift_test takes
+    its own: the largest over null_rhos of (1 + null series at least as strong) / (1 + null series). 1 for a
+    series shorter than 2·CHANGE_MIN_SEGMENT (what the shift test needs too)."""
+    n = len(values)
+    if n < 2 * CHANGE_MIN_SEGMENT:
+        return 1.0
+    null_series = null_series_for(n) if null_series is None else null_series
+    observed = float(trend_statistics(np.asarray(values, dtype=float)[None, :], profile_rhos=profile_rhos(rho_max))[0])
+    p = 0.0
+    for rho in null_rhos(rho_max):
+        null = trend_null_statistics(n, null_series, seed, rho, rho_max)
+        hits = null.size - int(np.searchsorted(null, observed - 1e-9 * max(1.0, abs(observed)), side="left"))
+        p = max(p, (1 + hits) / (1 + null.size))
+    return p
+
+
+def line_fit(values: Sequence[float]) -> tuple[float, float, float]:
+    """Least squares of values on 0 … n − 1: (slope, intercept, residual sum of squares)."""
+    y = np.asarray(values, dtype=float)
+    t = np.arange(y.size, dtype=float)
+    slope, intercept = np.polyfit(t, y, 1)
+    return float(slope), float(intercept), float(np.sum((y - slope * t - intercept) ** 2))
+
+
+def step_sse(values: Sequence[float], min_segment: int = CHANGE_MIN_SEGMENT) -> float:
+    """The residual sum of squares of the best single step (two means, min_segment findings on each side)."""
+    y = np.asarray(values, dtype=float)
+    n = y.size
+    k = np.arange(min_segment, n - min_segment + 1)
+    head = np.cumsum(y)[k - 1]
+    reduction = k * (n - k) / n * ((y.sum() - head) / (n - k) - head / k) ** 2
+    return float(np.sum((y - y.mean()) ** 2) - reduction.max())
+
+
+def trend_fits_better(values: Sequence[float]) -> bool:
+    """A line (intercept, slope) leaves a smaller residual sum of squares than the best single step (two means,
+    its place searched): the step gets its place for free, so a step in noise is seldom taken for a line."""
+    line_sse, step = line_fit(values)[2], step_sse(values)
+    return line_sse < step
+
+
 # -- the candidates ---------------------------------------------------------------------------------------
 
 def ranks(window: Sequence[float]) -> np.ndarray:
@@ -477,6 +600,8 @@ class ChangeSearch:
     candidates: int
     outliers: tuple[int, ...]
     shift_p: float = math.nan
+    trend_p: float = math.nan  # the trend test's p (NaN: too few findings to test)
+    trend: bool = False  # a linear trend explains the series (then no change points)
 
 
 def change_point_indices(values: Sequence[float], *, alpha: float = ALPHA, permutations: int = PERMUTATIONS,
@@ -493,12 +618,15 @@ def change_point_indices(values: Sequence[float], *, alpha: float = ALPHA, permu
     if len(rest) < 2 * CHANGE_MIN_SEGMENT or len(set(rest)) == 1:
         return ChangeSearch((), sigma, penalty, len(candidates), tuple(outliers))
     shift_p, best_split = shift_test(rest, seed=seed, rho_max=rho_max)
+    trend_p = trend_test(rest, seed=seed, rho_max=rho_max)
+    if trend_p <= alpha and trend_fits_better(rest):
+        return ChangeSearch((), sigma, penalty, len(candidates), tuple(outliers), shift_p, trend_p, True)
     changes: list[tuple[int, float]] = []
     if shift_p <= alpha and best_split is not None:
         changes = (significant_changes(rest, candidates, alpha=alpha, permutations=permutations, seed=seed)
                    or [(best_split, shift_p)])
     return ChangeSearch(tuple((kept[i], p) for i, p in changes), sigma, penalty, len(candidates), tuple(outliers),
-                        shift_p)
+                        shift_p, trend_p)
 
 
 def build_history(findings: Sequence[LoadedFinding], metric: str, *, arm_key: str = "on",
@@ -531,8 +659,15 @@ def build_history(findings: Sequence[LoadedFinding], metric: str, *, arm_key: st
         changes.append(ChangePoint(start, points[start].date, points[start].finding_id, stats.mean(before),
                                    stats.mean(after), p))
     gates = tuple(sorted({p.gate_id for p in points}))
+    trend = None
+    if search.trend:  # fitted over the findings the tests saw (outliers left out), in their own places
+        kept = [i for i in range(len(points)) if i not in set(search.outliers)]
+        t = np.array(kept, dtype=float)
+        slope, intercept = np.polyfit(t, [points[i].value for i in kept], 1)
+        trend = Trend(float(slope), float(intercept), float(intercept + slope * (len(points) - 1)), search.trend_p)
     return History(metric, describe(metric, arm_key, chosen[0].finding), tuple(points), tuple(changes), search.sigma,
-                   search.penalty, tuple(skipped), gates, alpha, search.candidates, search.outliers, search.shift_p)
+                   search.penalty, tuple(skipped), gates, alpha, search.candidates, search.outliers, search.shift_p,
+                   search.trend_p, trend)
 
 
 def recent_changes(history: History, recent: int | None) -> list[ChangePoint]:
@@ -574,8 +709,14 @@ def history_table(history: History) -> str:
         if history.penalty > 0:
             method += (f"; PELT, l2 cost, BIC penalty {history.penalty:.4g}, σ̂ {history.sigma:.4g}: "
                        f"{history.candidates} candidate(s), kept at permutation p ≤ α")
-        if not history.change_points:
-            lines.append(f"change points: none ({method})")
+        trend = history.trend
+        if trend is not None:
+            lines.append(f"trend: {fmt(trend.slope)} per finding ({trend.slope_pct:+.3f} % per finding; fitted "
+                         f"{fmt(trend.first)} -> {fmt(trend.last)}, {trend.change_pct:+.2f} % over "
+                         f"{len(history.points)} findings), trend test p {trend.p:.4f} against noise correlated "
+                         f"up to AR(1) ρ {RHO_MAX:g}; a line fits better than the best step, so no change point")
+        elif not history.change_points:
+            lines.append(f"change points: none ({method}; trend test p {history.trend_p:.4f})")
         else:
             lines.append(f"change points ({method}):")
         for c in history.change_points:
@@ -620,6 +761,9 @@ def history_plot(history: History) -> bytes:
         ax.step(xs, history.segment_means(), where="mid", color="#E69F00", linewidth=1.5, label="segment mean")
         for c in history.change_points:
             ax.axvline(c.index - 0.5, color="#D55E00", linestyle="--", linewidth=1)
+        if history.trend is not None:
+            ax.plot([0, len(xs) - 1], [history.trend.first, history.trend.last], color="#D55E00", linestyle="--",
+                    linewidth=1.2, label=f"trend {history.trend.slope_pct:+.2f} % per finding")
         step = max(1, len(xs) // 12)
         labels = x_labels(history.points)
         ax.set_xticks(xs[::step], [labels[i] for i in xs[::step]], rotation=30, ha="right")

@@ -170,3 +170,20 @@ def test_a_bisect_that_stopped_at_the_endpoints(tmp_path: Path) -> None:
     assert [v.get("data-decision") for v in page.verdicts] == ["no_change"]
     assert "NO CHANGE" in "".join(page.verdict_text) and len(page.table_with("median Δ")) == 1 + 1
     assert not any(t and t[0][:3] == ["#", "commit", "P(culprit)"] for t in page.tables)  # no posterior to show
+
+
+def test_endpoints_without_power_are_inconclusive_with_their_mde(tmp_path: Path) -> None:
+    write_events(tmp_path, [start_event(floor_pct=1.0, steps_alpha=0.01), *probe_events()[:2],
+                            BisectStop(Outcome.INCONCLUSIVE, None, (), (), 6, 1, 0)])
+    finding: BisectFinding = build_finding(replay(tmp_path))
+    assert finding.floor_pct == 1.0 and finding.endpoints_mde_pct is not None
+    assert finding.endpoints_ci_low_pct is not None and finding.endpoints_ci_high_pct is not None
+    page = Page(bisect_report_files(finding)["index.html"].decode())
+    assert [v.get("data-decision") for v in page.verdicts] == ["inconclusive"]
+    text = "".join(page.verdict_text)
+    assert "INCONCLUSIVE" in text and "minimum detectable effect" in text
+    # the same journal without the plan's checks: a finding as it was written before them (no new keys)
+    write_events(tmp_path / "old", [start_event(), *probe_events()[:2], BisectStop(Outcome.NO_CHANGE, None, (), (), 6,
+                                                                                1, 0)])
+    old = build_finding(replay(tmp_path / "old")).to_dict()
+    assert not {"floor_pct", "endpoints_mde_pct", "steps", "steps_p", "jump_p"} & set(old)

@@ -168,10 +168,11 @@ def test_history_marks_a_lone_spike(tmp_path: Path) -> None:
 
 def test_history_without_change_passes_and_json(tmp_path: Path) -> None:
     folder = _folder(tmp_path, [10.0, 10.1, 9.9, 10.05, 9.95, 10.02])
-    done = gate_invoke("history", str(folder), "--metric", "mean_on", "--fail-on", "change", "--json", cwd=tmp_path)
+    done = gate_invoke("history", str(folder), "--metric", "mean_on", "--json", cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     data = json.loads(done.stdout)
     assert data["change_points"] == [] and [p["value"] for p in data["points"]] == [10.0, 10.1, 9.9, 10.05, 9.95, 10.02]
+    assert data["tested"] is False and data["findings_needed"] == 8 and data["trend_p"] is None
     assert data["method"].startswith("AR(1)-robust likelihood-ratio test") and "ruptures PELT" in data["method"]
     assert data["alpha"] == 0.05 and data["permutations"] == 999 and data["null_series"] == 19_999
     # 6 findings are too few to look for a change (4 on each side): nothing was tested, and nothing says 0
@@ -327,3 +328,79 @@ def test_autocorrelated_noise_rarely_raises_a_change_point_and_a_step_is_still_f
         found = sum(any(abs(i - at) <= 1 for i, _ in change_point_indices(list(row), permutations=99).changes)
                     for row in steps)
         assert found >= 36, at  # 60 % at least here; the benchmark has the rates
+
+
+# -- a trend is its own outcome ------------------------------------------------------------------------------
+
+TREND = [100 + 0.2 * i + v for i, v in enumerate(np.random.default_rng(11).standard_normal(30))]  # 0.2σ a finding
+
+
+def test_ar1_profile_loglik_is_the_exact_likelihood_maximised() -> None:
+    """The Prais–Winsten profile likelihood against scipy's multivariate normal density of AR(1) noise,
+    maximised over β and σ by scipy.optimize: equal up to the constant n/2·(ln n − ln 2π − 1)."""
+    from scipy.optimize import minimize
+
+    from gatekit.history import ar1_profile_loglik
+
+    x = np.array([[0.3, -0.2, 0.9, 1.4, 0.7, 1.9, 1.1, 2.2, 1.8, 2.9]])
+    n = x.shape[1]
+    line = np.vstack([np.ones(n), np.arange(n, dtype=float)])
+    for rho in (0.0, 0.3, 0.6):
+        corr = rho ** np.abs(np.subtract.outer(np.arange(n), np.arange(n))) / (1 - rho * rho)
+
+        def negative(theta: np.ndarray) -> float:
+            mean = theta[0] + theta[1] * np.arange(n)
+            return -float(sps.multivariate_normal(mean, math.exp(2 * theta[2]) * corr).logpdf(x[0]))
+
+        best = minimize(negative, np.array([0.0, 0.3, -1.0]), method="Nelder-Mead",
+                        options={"xatol": 1e-10, "fatol": 1e-12, "maxiter": 20_000})
+        mine = float(ar1_profile_loglik(x, line, rho)[0])
+        assert -best.fun == pytest.approx(mine + n / 2 * (math.log(n) - math.log(2 * math.pi) - 1), abs=1e-6)
+
+
+def test_line_and_step_fits_by_hand() -> None:
+    from gatekit.history import line_fit, step_sse, trend_fits_better
+
+    slope, intercept, sse = line_fit([1.0, 2.0, 4.0, 4.0])
+    # t̄ 1.5, ȳ 2.75: slope Σ(t−t̄)(y−ȳ)/Σ(t−t̄)² = 5.5/5 = 1.1, intercept 2.75 − 1.65 = 1.1
+    assert slope == pytest.approx(1.1) and intercept == pytest.approx(1.1)
+    assert sse == pytest.approx(sum((y - 1.1 - 1.1 * t) ** 2 for t, y in enumerate([1.0, 2.0, 4.0, 4.0])))
+    # a step 0,0,0,0 | 1,1,1,1: no residual at all; a line leaves some
+    assert step_sse([0.0] * 4 + [1.0] * 4) == pytest.approx(0.0)
+    assert not trend_fits_better([0.0] * 4 + [1.0] * 4 + [0.01])
+    assert trend_fits_better([0.1 * i + (0.01 if i % 2 else -0.01) for i in range(12)])
+
+
+def test_a_slow_trend_is_a_trend_not_a_change_point() -> None:
+    from gatekit.history import trend_test
+
+    search = change_point_indices(TREND, permutations=199)
+    assert search.trend and search.changes == () and search.trend_p <= 0.05
+    assert trend_test(NOISE) > 0.05  # flat noise: no trend
+    step = [v + (3.0 if i >= 12 else 0.0) for i, v in enumerate(NOISE)]  # a step stays a step
+    stepped = change_point_indices(step, permutations=199)
+    assert not stepped.trend and [i for i, _ in stepped.changes] == [12]
+
+
+def test_history_cli_reports_a_trend_and_fails_on_it(tmp_path: Path) -> None:
+    folder = _folder(tmp_path, TREND[:28])  # 28 days of November
+    done = gate_invoke("history", str(folder), "--metric", "mean_on", "--fail-on", "change", "--json", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr  # a trend is not a change point
+    data = json.loads(done.stdout)
+    assert data["change_points"] == [] and data["trend"]["p"] <= 0.05 and data["tested"]
+    slope = np.polyfit(np.arange(28), TREND[:28], 1)[0]
+    assert data["trend"]["slope"] == pytest.approx(slope)
+    assert data["trend"]["slope_pct"] == pytest.approx(100 * slope / data["trend"]["first"])
+    done = gate_invoke("history", str(folder), "--metric", "mean_on", "--fail-on", "trend", "--plot",
+                       str(tmp_path / "t.png"), cwd=tmp_path)
+    assert done.returncode == 1 and "a trend in mean_on" in done.stderr and "failing (--fail-on trend)" in done.stderr
+    assert "trend: " in done.stdout and "per finding" in done.stdout and "no change point" in done.stdout
+
+
+def test_fail_on_with_too_few_findings_says_so_and_fails(tmp_path: Path) -> None:
+    folder = _folder(tmp_path, [10.0, 10.1, 9.9, 10.05, 9.95, 10.02])
+    done = gate_invoke("history", str(folder), "--metric", "mean_on", "--fail-on", "change", cwd=tmp_path)
+    assert done.returncode == 1
+    assert ("6 finding(s) of mean_on to test, fewer than the 8 the tests need (4 on each side of a change): nothing "
+            "is ruled out; failing (--fail-on change)") in done.stderr
+    assert gate_invoke("history", str(folder), "--metric", "mean_on", cwd=tmp_path).returncode == 0

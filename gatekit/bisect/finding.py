@@ -15,7 +15,7 @@ from typing import Any, Mapping, Sequence
 
 from scipy import stats as scipy_stats
 
-from gatekit.bisect import posterior
+from gatekit.bisect import checks, posterior
 from gatekit.bisect.records import BISECT_FINDING, BISECT_JOURNAL, BisectState, ProbeEnd, ProbeStatus
 from gatekit.bisect.search import Outcome
 from gatekit.commits import Commit
@@ -67,6 +67,16 @@ class CulpritProbability(Record):
 
 
 @dataclass(frozen=True, slots=True)
+class StepEstimate(Record):
+    """One step of the best two-step fit (a `multiple_steps` bisect, or the test's alternative): the commit and
+    the metric's change there, in percent."""
+
+    index: int
+    sha: str
+    effect_pct: float
+
+
+@dataclass(frozen=True, slots=True)
 class BisectFinding(Record):
     good: Commit
     bad: Commit
@@ -99,6 +109,18 @@ class BisectFinding(Record):
     # what the named commit changed in the arm's effective config: its differences from GOOD's that the nearest
     # measured commit before it did not have (a culprit that changes a default names the key)
     culprit_config_diff: tuple[ConfigChange, ...] = field(default=(), metadata={"omit": ()})
+    # the endpoints' pairs when they showed no change: their change, its 95 % interval and their MDE (percent);
+    # `no_change` needs MDE ≤ the floor and 0 inside the interval, else `inconclusive` (gatekit.bisect.checks)
+    endpoints_change_pct: float | None = field(default=None, metadata={"omit": None})
+    endpoints_ci_low_pct: float | None = field(default=None, metadata={"omit": None})
+    endpoints_ci_high_pct: float | None = field(default=None, metadata={"omit": None})
+    endpoints_mde_pct: float | None = field(default=None, metadata={"omit": None})
+    floor_pct: float | None = field(default=None, metadata={"omit": None})
+    # the test for a second step beside the named commit: its p (Bonferroni), and the best two-step fit
+    steps_p: float | None = field(default=None, metadata={"omit": None})
+    steps: tuple[StepEstimate, ...] = field(default=(), metadata={"omit": ()})
+    # the named step's jump between its neighbours, one-sided p (a culprit needs it ≤ checks.JUMP_ALPHA)
+    jump_p: float | None = field(default=None, metadata={"omit": None})
 
     def to_dict(self) -> dict[str, Any]:
         return plain({SCHEMA_KEY: BISECT_SCHEMA, **Record.to_dict(self)})
@@ -163,6 +185,7 @@ def build_finding(state: BisectState) -> BisectFinding:
         culprit_index = credible[0]
         culprit_posterior = float(probabilities[culprit_index - 1])
         effect = effect_interval(pairs, n, culprit_index)
+    extra = _checks(state, pairs, culprit_index)
     probes = tuple(_summary(end, commits, state.folders.get(end.key, "")) for end in state.finished)
     skipped = tuple(SkippedCommit(commits[e.commit], e.commit, e.status, e.reason) for e in state.finished
                     if e.status in (ProbeStatus.SKIPPED, ProbeStatus.BUILD_FAILED))
@@ -177,7 +200,31 @@ def build_finding(state: BisectState) -> BisectFinding:
             CulpritProbability(k, commits[k].sha, float(p)) for k, p in enumerate(probabilities, 1)),
         runs=state.runs(), rounds=state.rounds(), confidence=start.confidence, budget=start.budget,
         journal_sha256=state.chain_head, started=start.started, ended=stop.ended, exit_code=stop.exit_code,
-        culprit_config_diff=() if culprit_index is None else changed_at(state.finished, culprit_index))
+        culprit_config_diff=() if culprit_index is None else changed_at(state.finished, culprit_index), **extra)
+
+
+def _checks(state: BisectState, pairs: tuple[posterior.Pair, ...], named: int | None) -> dict[str, Any]:
+    """The finding's fields from gatekit.bisect.checks, for a plan that preregistered them (none otherwise, so
+    a finding from before them is rebuilt as it was written)."""
+    start, stop = state.start, state.stop
+    assert stop is not None
+    extra: dict[str, Any] = {}
+    if start.floor_pct is not None and stop.outcome in (Outcome.NO_CHANGE, Outcome.INCONCLUSIVE):
+        ends = [p for e in state.finished if e.status is ProbeStatus.MEASURED and e.commit == start.n
+                and e.reference == 0 and e.round <= 1 for p in e.posterior_pairs()]
+        power = checks.endpoints_power([p.log_diff for p in ends])
+        extra["floor_pct"] = start.floor_pct
+        if power is not None:
+            extra.update(endpoints_change_pct=power.change_pct, endpoints_ci_low_pct=power.ci_low_pct,
+                         endpoints_ci_high_pct=power.ci_high_pct, endpoints_mde_pct=power.mde_pct)
+    if start.steps_alpha is not None and named is not None:
+        test = checks.second_step_test(pairs, start.n, named)
+        if test is not None:
+            extra["steps_p"] = test.p
+            extra["steps"] = tuple(StepEstimate(k, start.commits[k].sha, 100.0 * math.expm1(effect))
+                                   for k, effect in zip(test.steps, test.effects_log))
+        extra["jump_p"] = checks.jump_p(pairs, start.n, named)
+    return extra
 
 
 def finding_paths(folder: Path) -> tuple[Path, Path]:

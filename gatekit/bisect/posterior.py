@@ -24,6 +24,7 @@ q = P(k ≤ i) and of the signal-to-noise ratio δ/s alone — largest where q i
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from typing import Sequence
@@ -105,8 +106,7 @@ def binary_information(q: np.ndarray, snr: float) -> np.ndarray:
     """I(X; d) in bits for X ~ Bernoulli(q) seen as d ~ N(snr·X, 1): H(d) − H(d | X), by Gauss–Hermite
     quadrature over each component of the mixture."""
     q = np.clip(np.asarray(q, dtype=float), 0.0, 1.0)
-    nodes, weights = np.polynomial.hermite_e.hermegauss(QUADRATURE_POINTS)
-    weights = weights / weights.sum()
+    nodes, weights = _quadrature()
 
     def log_mix(x: np.ndarray) -> np.ndarray:  # log of the mixture density (up to the Gaussian constant)
         lo = np.log(np.maximum(1.0 - q[..., None], 1e-300)) - 0.5 * x * x  # q = 1: that component has no weight
@@ -119,6 +119,14 @@ def binary_information(q: np.ndarray, snr: float) -> np.ndarray:
     entropy_d = (1 - q) * cross0 + q * cross1
     own = 0.5  # E[x²/2] of a unit normal: the entropy of d given X, same constant dropped
     return np.maximum(entropy_d - own, 0.0) / math.log(2)
+
+
+@functools.lru_cache(maxsize=1)
+def _quadrature() -> tuple[np.ndarray, np.ndarray]:
+    """Gauss–Hermite nodes and weights (normalised) for a unit normal: computed once (an eigenproblem each time
+    was most of a simulated bisect's time)."""
+    nodes, weights = np.polynomial.hermite_e.hermegauss(QUADRATURE_POINTS)
+    return nodes, weights / weights.sum()
 
 
 def cumulative(probabilities: np.ndarray) -> np.ndarray:

@@ -95,6 +95,10 @@ class BisectStart(Event):
     host: str = field(default="", metadata={"omit": ""})
     repo: str = field(default="", metadata={"omit": ""})  # the git repository bisected
     address: str = field(default="", metadata={"omit": ""})  # the Ray cluster's, under --engine ray
+    # the checks beyond the one-step posterior (gatekit.bisect.checks); None in a plan from before them, which
+    # then says no_change without a power check and names a culprit without them
+    floor_pct: float | None = field(default=None, metadata={"omit": None})  # the gate's threshold floor
+    steps_alpha: float | None = field(default=None, metadata={"omit": None})  # the test for more than one step
     # the events' format (the journal's first line names the chain's format under `schema`, so not that key)
     schema: str = field(default=BISECT_JOURNAL_SCHEMA, metadata={"key": "bisect_schema"})
 

@@ -25,6 +25,8 @@ OUTCOME_WORDS = {
     Outcome.CULPRIT: ("CULPRIT FOUND", "danger"),
     Outcome.CREDIBLE_SET: ("CREDIBLE SET", "warning"),
     Outcome.NO_CHANGE: ("NO CHANGE", "success"),
+    Outcome.INCONCLUSIVE: ("INCONCLUSIVE", "warning"),
+    Outcome.MULTIPLE_STEPS: ("MORE THAN ONE STEP", "danger"),
     Outcome.INVALID: ("INVALID", "warning"),
 }
 
@@ -128,6 +130,18 @@ def verdict_block(finding: BisectFinding) -> dict[str, Any]:
     elif finding.outcome is Outcome.NO_CHANGE:
         text = (f"GOOD {short(finding.good)} and BAD {short(finding.bad)} do not differ in {finding.metric} by the "
                 "gate's own rules: there is nothing to bisect.")
+    elif finding.outcome is Outcome.INCONCLUSIVE:
+        text = (f"The endpoints' gate saw no change in {finding.metric}, but their pairs cannot rule one out: "
+                f"the minimum detectable effect is {fmt(finding.endpoints_mde_pct, 2)} % (the gate's floor "
+                f"{fmt(finding.floor_pct, 2)} %), the change {fmt(finding.endpoints_change_pct, 2)} % "
+                f"[{fmt(finding.endpoints_ci_low_pct, 2)}, {fmt(finding.endpoints_ci_high_pct, 2)}] %. "
+                "Run the endpoints with more pairs (the gate's n) and bisect again.")
+    elif finding.outcome is Outcome.MULTIPLE_STEPS:
+        steps = ", ".join(f"commit {s.index} {s.sha[:12]} ({s.effect_pct:+.2f} %)" for s in finding.steps)
+        text = (f"One step does not explain the pairs (the test for a second step: p {fmt(finding.steps_p, 4)}): "
+                f"more than one commit changed {finding.metric}. The best two-step fit: {steps}. Bisect the "
+                "range on each side of the first of them apart." + (f" The most likely single commit: {named}"
+                                                                     if culprit is not None else ""))
     else:
         text = ("The bisect could not conclude: the endpoints could not be measured, or every commit between them "
                 "was skipped." + (f" The most likely: {named}" if culprit is not None else ""))

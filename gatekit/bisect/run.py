@@ -35,7 +35,9 @@ import tomlkit
 from gatekit.bisect.records import (BISECT_FINDING, BISECT_JOURNAL, BISECT_PLAN, GATE_COPY, BisectInterrupted, BisectResume,
                                     BisectStart, BisectState, BisectStop, MeasuredPair, ProbeEnd, ProbeStart, ProbeStatus, plan_toml,
                                     read_plan, replay)
-from gatekit.bisect.search import PROBE_PAIRS, Measured, Outcome, SearchPlan, SearchResult, search
+from gatekit.bisect.checks import STEPS_ALPHA
+from gatekit.bisect.posterior import Pair
+from gatekit.bisect.search import PROBE_PAIRS, Measured, Outcome, SearchPlan, SearchResult, endpoints_outcome, search
 from gatekit.bisect.simulation import endpoints_differ
 from gatekit.commits import BUILD_TIMEOUT_S, BuildResult, BuildStatus, Commit, add_worktree, build, \
     commit_range, remove_worktree, repository, worktree_paths
@@ -97,10 +99,11 @@ class BisectResult:
     culprit_config_diff: tuple[ConfigChange, ...] = ()  # what the named commit changed in the effective config
 
     def exit_code(self, fail_on: Sequence[str] = ()) -> int:
-        """0 (culprit, credible set, no change), 3 invalid, 1 when --fail-on culprit and one is named."""
+        """0 (culprit, multiple steps, credible set, no change, inconclusive), 3 invalid, 1 when --fail-on culprit
+        and a culprit is named or more than one step is found."""
         if self.outcome is Outcome.INVALID:
             return EXIT_INVALID
-        if "culprit" in fail_on and self.outcome is Outcome.CULPRIT:
+        if "culprit" in fail_on and self.outcome in (Outcome.CULPRIT, Outcome.MULTIPLE_STEPS):
             return EXIT_FAIL_ON
         return 0
 
@@ -111,6 +114,9 @@ class BisectResult:
     def describe(self) -> list[str]:
         """The lines `gate bisect` prints on stdout."""
         lines = [f"outcome: {self.outcome.value}" + (f" ({self.reason})" if self.reason else "")]
+        if self.outcome is Outcome.MULTIPLE_STEPS:
+            lines.append("one step does not explain the pairs: more than one commit changed the metric; bisect "
+                         "the ranges on either side of the most likely commit apart")
         if self.culprit is not None and self.probabilities:
             commit = self.commits[self.culprit]
             lines.append(f"{'culprit' if self.outcome is Outcome.CULPRIT else 'most likely'}: {commit.sha[:12]} "
@@ -449,6 +455,12 @@ class Bisect:
         return False, (f"GOOD and BAD do not differ by the gate's rules ({first.decision}, then over "
                        f"{sum(len(e.pairs) for e in ends)} pairs)"), 2
 
+    def endpoint_pairs(self) -> list[Pair]:
+        """The endpoints' measured pairs (BAD against GOOD, rounds 0 and 1), for the posterior's model."""
+        n = self.start.n
+        return [p for e in self.ends.values() if e.status is ProbeStatus.MEASURED and e.commit == n and
+                e.reference == 0 and e.round <= 1 for p in e.posterior_pairs()]
+
     def unfinished(self, state: BisectState | None) -> list[ProbeSpec]:
         """The probes a killed bisect started and never ended, to run again first (their series resume)."""
         if state is None:
@@ -460,7 +472,8 @@ class Bisect:
     def search(self, rounds: int) -> SearchResult:
         """The probe rounds, from every pair journaled so far."""
         start = self.start
-        plan = SearchPlan(start.n, start.confidence, start.budget, start.max_parallel, start.pairs_per_probe)
+        plan = SearchPlan(start.n, start.confidence, start.budget, start.max_parallel, start.pairs_per_probe,
+                          start.floor_pct, start.steps_alpha)
         measured = [e for e in self.ends.values() if e.status is ProbeStatus.MEASURED]
         measured.sort(key=lambda e: (e.round, e.commit))
         pairs = [p for e in measured for p in e.posterior_pairs()]
@@ -630,7 +643,8 @@ def run_bisect(good: str | None, bad: str | None, options: BisectOptions, *, cwd
             higher_is_better=config.gate.direction == "higher", build=build_argv, confidence=options.confidence,
             budget=options.budget, max_parallel=options.max_parallel or 1, engine=options.engine,
             pairs_per_probe=options.pairs_per_probe or PROBE_PAIRS, started=started.isoformat(timespec="seconds"), host=socket.gethostname(),
-            repo=str(repo), address=options.address or "")
+            repo=str(repo), address=options.address or "", floor_pct=config.threshold.floor_pct,
+            steps_alpha=STEPS_ALPHA)
         folder.mkdir(parents=True, exist_ok=True)
     journal = Journal(folder / BISECT_JOURNAL, genesis=folder / BISECT_PLAN, resume=f"gate bisect --resume {folder}")
     with _bisect_lock(folder), interrupt_on_sigterm():
@@ -706,7 +720,13 @@ def _run(bisect: Bisect, state: BisectState | None) -> BisectResult:
         bisect.run_probes([spec])
     changed, reason, rounds = bisect.endpoints()
     if changed is not True:
-        outcome = Outcome.INVALID if changed is None else Outcome.NO_CHANGE
+        outcome = Outcome.INVALID
+        if changed is False:  # no_change only with the power to show the floor (checks.endpoints_power)
+            outcome, power = endpoints_outcome(bisect.endpoint_pairs(), start.floor_pct)
+            if outcome is Outcome.INCONCLUSIVE:
+                reason += (f"; but they cannot rule a change out: MDE {power.mde_pct:.2f} %" if power else
+                           "; but too few pairs to rule a change out") + \
+                    (f" (the floor {start.floor_pct:g} %)" if start.floor_pct is not None else "")
         return BisectResult(bisect.folder, outcome, commits, None, (), (), bisect.runs, rounds, reason)
     if later:
         bisect.run_probes(later)

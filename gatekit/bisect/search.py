@@ -10,6 +10,8 @@ from typing import Callable, Sequence
 
 import numpy as np
 
+from gatekit.bisect.checks import EndpointsPower, StepsTest, confirmable, endpoints_power, second_step_test, \
+    step_confirmed, unconfirmed_sides
 from gatekit.bisect.posterior import Pair, best_probes, binary_information, credible_set, cumulative, \
     noise_estimate, posterior
 
@@ -23,7 +25,9 @@ PROBE_PAIRS = 1
 class Outcome(enum.Enum):
     CULPRIT = "culprit"  # one commit holds the confidence
     CREDIBLE_SET = "credible_set"  # the budget is spent (or nothing probeable is left to tell): the set is the answer
-    NO_CHANGE = "no_change"  # the endpoints do not differ
+    NO_CHANGE = "no_change"  # the endpoints do not differ, and could have shown a change of the floor
+    INCONCLUSIVE = "inconclusive"  # the endpoints' gate saw no change, but their pairs lack the power to say none
+    MULTIPLE_STEPS = "multiple_steps"  # one step does not explain the pairs (checks.second_step_test)
     INVALID = "invalid"  # the endpoints could not be measured, or every commit between them was skipped
 
 
@@ -36,6 +40,9 @@ class SearchPlan:
     budget: int = 400  # runs, endpoints and references included
     max_parallel: int = 1
     pairs_per_probe: int = PROBE_PAIRS  # each probe's pairs (two runs each) in one round
+    # None (a plan from before these checks): no_change without a power check, no test for a second step
+    floor_pct: float | None = None  # the change the endpoints must be able to show before no_change is said
+    steps_alpha: float | None = None  # the level of the test for more than one step
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,6 +61,8 @@ class SearchResult:
     credible: tuple[int, ...]  # commits holding the confidence, most likely first
     skipped: frozenset[int] = field(default_factory=frozenset)
     rounds: int = 0
+    endpoints: EndpointsPower | None = None  # what the endpoint pairs can tell (when they showed no change)
+    steps: StepsTest | None = None  # the test for a second step at the stop
 
     @property
     def culprit(self) -> int | None:
@@ -76,15 +85,24 @@ def search(plan: SearchPlan, endpoints: Endpoints, measure: Measure, runs_so_far
         if changed is None:
             return SearchResult(Outcome.INVALID, tuple(first), (), (), skipped, rounds)
         if not changed:
-            return SearchResult(Outcome.NO_CHANGE, tuple(first), (), (), skipped, rounds)
+            outcome, power = endpoints_outcome(first, plan.floor_pct)
+            return SearchResult(outcome, tuple(first), (), (), skipped, rounds, power)
         pairs = list(first)
     skipped = frozenset(skipped)
     n = plan.commits
     while True:
         probabilities = posterior(pairs, n)
         credible = tuple(credible_set(probabilities, plan.confidence))
+        confirming: list[int] = []
         if len(credible) == 1:
-            return SearchResult(Outcome.CULPRIT, tuple(pairs), tuple(probabilities), credible, skipped, rounds)
+            if plan.steps_alpha is None or step_confirmed(pairs, n, credible[0]):
+                return stopped(plan, Outcome.CULPRIT, pairs, probabilities, credible, skipped, rounds)
+            # the step's neighbours must show it in pairs of their own (checks: a culprit's own step)
+            named = credible[0]
+            confirming = [c for c in unconfirmed_sides(pairs, named) or [named - 1, named]
+                          if 0 < c < n and c not in skipped] if confirmable(pairs, named) else []
+            if not confirming:
+                return stopped(plan, Outcome.CREDIBLE_SET, pairs, probabilities, credible, skipped, rounds)
         probeable = [c for c in range(1, n) if c not in skipped]
         if not probeable:
             outcome = Outcome.INVALID if n > 1 else Outcome.CREDIBLE_SET
@@ -94,10 +112,35 @@ def search(plan: SearchPlan, endpoints: Endpoints, measure: Measure, runs_so_far
         width = min(plan.max_parallel, (plan.budget - runs_so_far()) // (2 * plan.pairs_per_probe))
         q = cumulative(probabilities)
         informative = binary_information(q[np.array(probeable)], snr).max() >= MIN_BITS
-        if width < 1 or not informative:
-            return SearchResult(Outcome.CREDIBLE_SET, tuple(pairs), tuple(probabilities), credible, skipped, rounds)
-        chosen = best_probes(probabilities, snr, probeable, width)
+        if width < 1 or not (informative or confirming):
+            return stopped(plan, Outcome.CREDIBLE_SET, pairs, probabilities, credible, skipped, rounds)
+        chosen = confirming[:width] if confirming else best_probes(probabilities, snr, probeable, width)
         rounds += 1
         measured = measure(chosen)
         pairs.extend(measured.pairs)
         skipped = skipped | measured.skipped
+
+
+def endpoints_outcome(pairs: Sequence[Pair], floor_pct: float | None) -> tuple[Outcome, EndpointsPower | None]:
+    """The outcome of endpoints whose gate saw no change: `no_change` when their pairs could have shown a change
+    of `floor_pct` (checks.endpoints_power), else `inconclusive`; a plan without a floor says `no_change`."""
+    if floor_pct is None:
+        return Outcome.NO_CHANGE, None
+    power = endpoints_power([p.log_diff for p in pairs])
+    return (Outcome.NO_CHANGE if power is not None and power.enough(floor_pct) else Outcome.INCONCLUSIVE), power
+
+
+def step_outcome(outcome: Outcome, pairs: Sequence[Pair], commits: int, named: int,
+                 steps_alpha: float | None) -> tuple[Outcome, StepsTest | None]:
+    """A stop's outcome after the test for a second step beside the named commit: `multiple_steps` when it
+    rejects at `steps_alpha` (None: not tested, a plan from before the test)."""
+    if steps_alpha is None:
+        return outcome, None
+    test = second_step_test(pairs, commits, named)
+    return (Outcome.MULTIPLE_STEPS if test is not None and test.rejects(steps_alpha) else outcome), test
+
+
+def stopped(plan: SearchPlan, outcome: Outcome, pairs: Sequence[Pair], probabilities: np.ndarray,
+            credible: tuple[int, ...], skipped: frozenset[int], rounds: int) -> SearchResult:
+    outcome, test = step_outcome(outcome, pairs, plan.commits, credible[0], plan.steps_alpha)
+    return SearchResult(outcome, tuple(pairs), tuple(probabilities), credible, skipped, rounds, steps=test)

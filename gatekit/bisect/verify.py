@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 from gatekit.bisect.finding import build_finding, finding_paths, read_bisect_finding
+from gatekit.bisect.checks import second_step_test, step_confirmed
 from gatekit.bisect.posterior import credible_set, posterior
 from gatekit.bisect.records import BISECT_JOURNAL, BISECT_PLAN, GATE_COPY, BisectState, BisectStop, ProbeEnd, read_plan, replay
 from gatekit.bisect.search import Outcome
@@ -96,9 +97,21 @@ def _verify_stop(state: BisectState, where: str) -> None:
                                 "pairs")
     if stop.culprit != credible[0]:
         raise VerificationError(f"{where}: culprit {stop.culprit} is not the most likely commit {credible[0]}")
-    if (stop.outcome is Outcome.CULPRIT) != (len(credible) == 1):
+    start = state.start
+    if start.steps_alpha is None:  # a plan from before the checks: one commit at the confidence is the culprit
+        if (stop.outcome is Outcome.CULPRIT) != (len(credible) == 1):
+            raise VerificationError(f"{where}: outcome {stop.outcome.value} with a credible set of {len(credible)} "
+                                    f"commit(s) at the confidence {start.confidence:g}")
+        return
+    test = second_step_test(pairs, n, credible[0])
+    if (stop.outcome is Outcome.MULTIPLE_STEPS) != (test is not None and test.rejects(start.steps_alpha)):
+        raise VerificationError(f"{where}: outcome {stop.outcome.value}, but the test for a second step gives p "
+                                f"{'—' if test is None else f'{test.p:.4g}'} at the level {start.steps_alpha:g}")
+    named = len(credible) == 1 and step_confirmed(pairs, n, credible[0])
+    if stop.outcome is not Outcome.MULTIPLE_STEPS and (stop.outcome is Outcome.CULPRIT) != named:
         raise VerificationError(f"{where}: outcome {stop.outcome.value} with a credible set of {len(credible)} "
-                                f"commit(s) at the confidence {state.start.confidence:g}")
+                                f"commit(s) at the confidence {start.confidence:g} and the step's jump between "
+                                f"its neighbours {'shown' if named else 'not shown'}")
 
 
 def _inside(folder: Path, relative: str, where: str, what: str) -> Path:

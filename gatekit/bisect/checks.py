@@ -1,0 +1,195 @@
+"""What the one-step posterior cannot say by itself, as pure statistics over the bisect's pairs: whether one step
+explains them (two culprits in one range look like a step at neither), and whether the endpoints could have shown
+a change at all (a `no_change` needs the power to see one).
+
+**More than one step.** The posterior assumes one step, so with two culprits it still concentrates somewhere —
+often between them, where the commits sit at the middle level and the noise decides which side each falls.
+Given the named commit k, the pairs are refitted with a second step at every other commit j the pairs tell apart
+(the least squares of d on a(k) and a(j), a(·) as in `posterior`), and the best j's F statistic
+
+    F = (SSE₁ − SSE₂) / (SSE₂ / (n − 2)),  F(1, n − 2) under one step,
+
+is judged with Bonferroni over the candidates j (the max-type search is part of the null). A second step whose
+middle segment holds fewer than MIN_MIDDLE_PAIRS pairs is not a candidate: one outlying pair beside the named
+commit would otherwise be a step. The test is conditional on the probed commits (the probes were chosen from the
+data; the simulation measures its level under one step: docs/bisect.md).
+
+**A culprit's own step, shown by its neighbours.** The search stops where the posterior concentrates, and with
+two culprits it can concentrate between them: it keeps probing until some boundary looks sharp, so the pairs
+that led it there are selected for a jump the commits do not have. A commit k is named the culprit only when
+the commits beside the step each hold at least CONFIRM_PAIRS pairs (k − 1 and k; GOOD's level is 0 by
+construction) and their difference is significant one-sided at JUMP_ALPHA in the direction of the one-step
+fit's δ̂ (a pooled two-sample t; one-sample where k − 1 is GOOD). Until then the search probes k − 1 and k,
+up to CONFIRM_MAX_PAIRS a side (then it stops with the credible set: every look is a chance for noise to pass,
+so the looks are few and the level strict); the added pairs are fresh, and two commits at the same middle
+level show no jump.
+
+**Endpoints that lack power.** The endpoints' gate saw no change; that is `no_change` only when the pairs could
+have shown a change of the gate's floor: their minimum detectable effect (a paired t on the pairs' log
+differences, one-sided α 0.05, power 0.8 — the MDE a gate finding reports, `diagnostics.mde_log`) is at most the
+floor, and their 95 % interval holds 0. Otherwise `inconclusive`, with the MDE.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+from scipy import stats as scipy_stats
+
+from gatekit.bisect.posterior import Pair, design
+from gatekit.diagnostics import mde_log
+
+STEPS_ALPHA = 0.01  # `gate bisect` preregisters this level of the test for more than one step
+MIN_MIDDLE_PAIRS = 2  # pairs between two steps, at least (one pair is an outlier's place, not a segment)
+ENDPOINTS_CI_LEVEL = 0.95
+CONFIRM_PAIRS = 3  # pairs at each side of a named step before it is named
+JUMP_ALPHA = 0.01  # one-sided level of the named step's jump between its neighbours
+CONFIRM_MAX_PAIRS = 6  # the search adds pairs beside a step up to this many a side, then stops unconfirmed
+
+
+@dataclass(frozen=True, slots=True)
+class StepsTest:
+    """The test for a second step beside the named one: p (Bonferroni over the candidates), F, its residual
+    degrees of freedom, the best two-step fit's commits (ascending) and their log effects, and how many
+    candidates were searched."""
+
+    p: float
+    f: float
+    dof: int
+    steps: tuple[int, int]
+    effects_log: tuple[float, float]
+    candidates: int
+
+    def rejects(self, alpha: float) -> bool:
+        return self.p <= alpha
+
+
+def distinct_steps(pairs: Sequence[Pair], commits: int) -> list[int]:
+    """The culprits k = 1 … N the pairs tell apart: the first k of each distinct column a(k)."""
+    a = design(pairs, commits)
+    seen: set[bytes] = set()
+    out = []
+    for k in range(1, commits + 1):
+        key = a[:, k - 1].tobytes()
+        if key not in seen:
+            seen.add(key)
+            out.append(k)
+    return out
+
+
+def second_step_test(pairs: Sequence[Pair], commits: int, named: int) -> StepsTest | None:
+    """The F test of a second step beside `named` (the module's docstring); None when no candidate can be
+    fitted (too few pairs, or no commit the pairs tell apart with enough pairs between it and `named`)."""
+    n = len(pairs)
+    if n < 4:
+        return None
+    a = design(pairs, commits)
+    d = np.array([p.log_diff for p in pairs])
+    first = a[:, named - 1]
+    s11 = float(first @ first)
+    if s11 == 0:
+        return None
+    sse1 = float(d @ d) - float(first @ d) ** 2 / s11
+    best: tuple[float, int, float, float] | None = None
+    candidates = 0
+    for j in distinct_steps(pairs, commits):
+        second = a[:, j - 1]
+        middle = int(np.count_nonzero(second != first))  # pairs whose commit lies between the two steps
+        if j == named or middle < MIN_MIDDLE_PAIRS:
+            continue
+        s22, s12 = float(second @ second), float(first @ second)
+        det = s11 * s22 - s12 * s12
+        if det <= 1e-12 * s11 * s22:
+            continue
+        candidates += 1
+        r1, r2 = float(first @ d), float(second @ d)
+        b1, b2 = (s22 * r1 - s12 * r2) / det, (s11 * r2 - s12 * r1) / det
+        sse2 = float(((d - b1 * first - b2 * second) ** 2).sum())
+        if best is None or sse2 < best[0]:
+            best = (sse2, j, b1, b2)
+    if best is None:
+        return None
+    sse2, j, b1, b2 = best
+    dof = n - 2
+    f = (sse1 - sse2) / (sse2 / dof) if sse2 > 0 else math.inf
+    p = min(1.0, float(scipy_stats.f.sf(f, 1, dof)) * candidates) if math.isfinite(f) else 0.0
+    steps, effects = ((named, j), (b1, b2)) if named < j else ((j, named), (b2, b1))
+    return StepsTest(p, f, dof, steps, effects, candidates)
+
+
+def pairs_at(pairs: Sequence[Pair], commit: int) -> list[float]:
+    """The log differences of the pairs of `commit` against GOOD."""
+    return [p.log_diff for p in pairs if p.probe == commit and p.reference == 0]
+
+
+def unconfirmed_sides(pairs: Sequence[Pair], named: int) -> list[int]:
+    """The commits beside the step at `named` (named − 1 unless GOOD, and named) holding fewer than
+    CONFIRM_PAIRS pairs."""
+    return [c for c in (named - 1, named) if c > 0 and len(pairs_at(pairs, c)) < CONFIRM_PAIRS]
+
+
+def jump_p(pairs: Sequence[Pair], commits: int, named: int) -> float:
+    """One-sided p of the jump from commit named − 1 to named, in the direction of the one-step fit's δ̂ at
+    `named`: a pooled two-sample t of their pairs (one-sample against 0 when named − 1 is GOOD). 1 when a side
+    holds fewer than CONFIRM_PAIRS pairs, or the pairs do not vary."""
+    if unconfirmed_sides(pairs, named):
+        return 1.0
+    a = design(pairs, commits)[:, named - 1]
+    d = np.array([p.log_diff for p in pairs])
+    direction = 1.0 if float(a @ d) >= 0 else -1.0
+    high = np.array(pairs_at(pairs, named))
+    low = np.array(pairs_at(pairs, named - 1)) if named > 1 else np.zeros(0)
+    if low.size:
+        dof = high.size + low.size - 2
+        pooled = (((high - high.mean()) ** 2).sum() + ((low - low.mean()) ** 2).sum()) / dof
+        se = math.sqrt(pooled * (1 / high.size + 1 / low.size))
+        jump = float(high.mean() - low.mean())
+    else:
+        dof = high.size - 1
+        se = float(high.std(ddof=1)) / math.sqrt(high.size)
+        jump = float(high.mean())
+    if se == 0:
+        return 0.0 if direction * jump > 0 else 1.0
+    return float(scipy_stats.t.sf(direction * jump / se, dof))
+
+
+def confirmable(pairs: Sequence[Pair], named: int) -> bool:
+    """Whether the search may still add pairs beside the step at `named`: a side below CONFIRM_MAX_PAIRS."""
+    return any(c > 0 and len(pairs_at(pairs, c)) < CONFIRM_MAX_PAIRS for c in (named - 1, named))
+
+
+def step_confirmed(pairs: Sequence[Pair], commits: int, named: int) -> bool:
+    """The named step's jump is shown by its neighbours (jump_p ≤ JUMP_ALPHA)."""
+    return jump_p(pairs, commits, named) <= JUMP_ALPHA
+
+
+@dataclass(frozen=True, slots=True)
+class EndpointsPower:
+    """What the endpoint pairs can tell: their mean change and its 95 % interval, and the MDE, in percent."""
+
+    change_pct: float
+    ci_low_pct: float
+    ci_high_pct: float
+    mde_pct: float
+    pairs: int
+
+    def enough(self, floor_pct: float) -> bool:
+        """A `no_change` may be said: a change of the floor would have been seen, and none is."""
+        return self.mde_pct <= floor_pct and self.ci_low_pct <= 0.0 <= self.ci_high_pct
+
+
+def endpoints_power(log_diffs: Sequence[float]) -> EndpointsPower | None:
+    """The endpoints' paired t on their pairs' log differences (BAD − GOOD); None with fewer than two pairs."""
+    d = np.asarray(log_diffs, dtype=float)
+    n = d.size
+    if n < 2:
+        return None
+    mean = float(d.mean())
+    se = float(d.std(ddof=1)) / math.sqrt(n)
+    half = float(scipy_stats.t.ppf(0.5 + ENDPOINTS_CI_LEVEL / 2, n - 1)) * se
+    mde = mde_log(se, n - 1)
+    return EndpointsPower(100 * math.expm1(mean), 100 * math.expm1(mean - half), 100 * math.expm1(mean + half),
+                          100 * math.expm1(mde), n)
