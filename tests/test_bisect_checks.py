@@ -45,6 +45,14 @@ def test_second_step_f_test_by_hand_and_scipy() -> None:
     assert not second_step_test(one, 4, named=2).rejects(0.05)  # type: ignore[union-attr]
 
 
+def test_noiseless_pairs_of_one_step_are_no_second_step() -> None:
+    # a deterministic trainer: every pair is exactly 0 or log 1.2, so both fits leave only rounding residuals,
+    # whose ratio is any F at all (a one-step bisect of such a trainer was called multiple_steps)
+    step = math.log(1.2)
+    pairs = _pairs({1: [0.0, 0.0], 2: [0.0, 0.0, 0.0], 3: [step, step, step], 4: [step, step], 5: [step, step]})
+    assert second_step_test(pairs, 5, named=3) is None
+
+
 def test_a_lone_outlier_beside_the_step_is_not_a_second_step() -> None:
     # one pair at commit 3 (just before the named 4) is far off: its segment holds one pair, not a candidate
     pairs = _pairs({1: [0.0, 0.01], 2: [0.01, -0.01], 3: [0.9], 4: [2.0, 1.99, 2.02]})

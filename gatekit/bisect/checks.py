@@ -82,7 +82,8 @@ def distinct_steps(pairs: Sequence[Pair], commits: int) -> list[int]:
 
 def second_step_test(pairs: Sequence[Pair], commits: int, named: int) -> StepsTest | None:
     """The F test of a second step beside `named` (the module's docstring); None when no candidate can be
-    fitted (too few pairs, or no commit the pairs tell apart with enough pairs between it and `named`)."""
+    fitted (too few pairs, or no commit the pairs tell apart with enough pairs between it and `named`) or when
+    the one step leaves no residual to explain (noiseless pairs: an F of two rounding errors means nothing)."""
     n = len(pairs)
     if n < 4:
         return None
@@ -93,6 +94,8 @@ def second_step_test(pairs: Sequence[Pair], commits: int, named: int) -> StepsTe
     if s11 == 0:
         return None
     sse1 = float(d @ d) - float(first @ d) ** 2 / s11
+    if sse1 <= 1e-12 * float(d @ d):  # one step explains the pairs exactly: what is left is rounding, no evidence
+        return None
     best: tuple[float, int, float, float] | None = None
     candidates = 0
     for j in distinct_steps(pairs, commits):

@@ -19,7 +19,11 @@ ROOT = Path(__file__).resolve().parents[2]
 SOURCES = sorted([*(ROOT / "gatekit").rglob("*.py"), *(ROOT / "drivers").rglob("*.py")])
 # Wall-clock reads that only label things for people (ISO timestamps, dates), never measure a duration.
 WALL_CLOCK_LABELS = {("gatekit/series/runloop.py", "now"), ("gatekit/csvinput.py", "evidence_from_csv"),
-                     ("gatekit/importers/common.py", "of")}  # the finding's date
+                     ("gatekit/importers/common.py", "of"),  # the finding's date
+                     # NVML's per-process utilisation is asked "since" a CPU wall-clock time in µs (its own
+                     # timestamps are on that clock): a label for NVML, never a duration
+                     ("drivers/backends/cuda.py", "sample"), ("drivers/backends/record_nvml.py", "sample"),
+                     ("drivers/backends/record_nvml.py", "main")}
 
 
 def _wall_clock_reads(path: Path) -> list[tuple[str, int]]:
