@@ -16,19 +16,15 @@ from gatekit.commits import BUILD_TIMEOUT_S
 from gatekit.config import (DEFAULT_MAX_THRESHOLD_PCT, EXPORT_FORMATS, FAIL_ON, ORDERS, ThresholdSpec,
                             load_gate)
 from gatekit.distribution import install_hint
-from gatekit.driver import (BACKEND_GROUP, DRIVER_GROUP, installed_backends, installed_drivers, load_backend,
-                            make_backend, make_driver)
-from gatekit.engines import ENGINES
 from gatekit.errors import (EXIT_FAIL_ON, EXIT_INVALID, MACHINE_ERRNOS, ConfigError, DriverError, GatekitError,
                             SeriesInterrupted, write_failed)
 from gatekit.policy_descriptors import (DEFAULT_POLICY, IMPORT_POLICY, INTERLEAVED, describe, gate_policies,
                                         policies_of_mode, simulation_policies, suite_policies)
-from gatekit.preflight import run_checks
 from gatekit.sanitize import show_controls  # control characters and bidi overrides shown as escapes
 
-# The statistics (pandas, scipy: analysis, series, calibrate, csvinput, simulate), the findings and the
-# reports are imported in the commands that use them, so `gate --help` and `gate check` start fast;
-# tests/test_cli_imports.py keeps it so.
+# The statistics (pandas, scipy: analysis, series, calibrate, csvinput, simulate), the findings, the reports,
+# the drivers, the preflight and the engines (psutil, the process tree) are imported in the commands that use
+# them, so `gate --help` and `gate check` start fast; tests/test_cli_imports.py keeps it so.
 if TYPE_CHECKING:
     from gatekit.analysis import SeriesEvidence
     from gatekit.exports import CiOutputs
@@ -39,13 +35,14 @@ T = TypeVar("T")
 HEARTBEAT_S = 30.0  # seconds between the lines `gate run` prints during a long run (at a terminal only)
 
 
-class PolicyChoice(click.Choice):
-    """The registered policies as an option's choices, read when the option is parsed, so a policy registered
-    after this module was imported (a plugin's, a test's) is accepted too."""
+class LiveChoice(click.Choice):
+    """An option's choices read when the option is parsed or its help shown, not when this module is imported:
+    a policy registered later (a plugin's, a test's) is accepted too, and choices that live in a module `gate
+    --help` need not import (the engines) stay unimported."""
 
     def __init__(self, names: Callable[[], tuple[str, ...]]) -> None:
         self.names = names
-        super().__init__(names())
+        super().__init__(())
 
     @property
     def choices(self) -> tuple[str, ...]:
@@ -70,6 +67,12 @@ class GateError(click.ClickException):
 
     def show(self, file: object = None) -> None:
         _echo(f"gate: error: {show_controls(self.format_message())}", err=True)
+
+
+def _engines() -> tuple[str, ...]:
+    from gatekit.engines import ENGINES
+
+    return ENGINES
 
 
 def _call(work: Callable[[], T]) -> T:
@@ -197,7 +200,7 @@ load_limit_option = click.option(
 @click.argument("off", required=False)
 @click.argument("on", required=False)
 @gate_option
-@click.option("--policy", type=PolicyChoice(gate_policies),
+@click.option("--policy", type=LiveChoice(gate_policies),
               help=f"Check as gate run --policy would run it (overrides gate.policy): {RUN_POLICY_WORDS}.")
 @load_limit_option
 @click.option("--json", "as_json", is_flag=True, help="Print the checks as JSON on stdout ({ok, checks: [{name, ok, "
@@ -209,6 +212,9 @@ def check(off: str | None, on: str | None, gate_path: Path | None, policy: str |
     OFF and ON are arm names of the gate file (default: its first two arms) or paths to arm .toml files.
     Exits 2 when a check fails, or warns (WARN) that runs started now would be flagged by a preregistered limit.
     """
+    from gatekit.driver import make_backend, make_driver
+    from gatekit.preflight import run_checks
+
     def work() -> bool:
         config = load_gate(_gate_file(gate_path)).with_overrides(policy=policy, load_limit=load_limit)
         arms = config.two_arms(off, on)
@@ -248,7 +254,7 @@ sign_key_option = click.option(
 @click.option("--order", type=click.Choice(ORDERS), help="Run order (overrides gate.order).")
 @click.option("--seed", type=int, help="Seed of a random, thue-morse, abba-baab or block-shuffle order (overrides "
               "gate.seed; default: derived from the predecision's sha256).")
-@click.option("--policy", type=PolicyChoice(gate_policies),
+@click.option("--policy", type=LiveChoice(gate_policies),
               help=f"Decision policy (overrides gate.policy): {RUN_POLICY_WORDS}.")
 @click.option("--warmup", type=click.IntRange(0, 2),
               help="Discarded warm-up runs before round 1: 1 the first arm, 2 both (overrides gate.warmup).")
@@ -475,7 +481,7 @@ def _design_version_options(command: Any) -> Any:
 
 
 @main.command("simulate")
-@click.option("--policy", "policies", type=PolicyChoice(simulation_policies), multiple=True,
+@click.option("--policy", "policies", type=LiveChoice(simulation_policies), multiple=True,
               help=f"Policy to simulate; repeat for several (default: {DEFAULT_POLICY}; with --suite "
                    f"{' and '.join(suite_policies())}).")
 @click.option("--cv", "cv_off_pct", type=float, default=0.5, show_default=True,
@@ -682,7 +688,7 @@ def simulate_bisect_cmd(commits: int, effect_pct: float, cv_pct: float, max_para
 @click.option("--cv", "cv_pct", type=float, required=True, help="Coefficient of variation of the run times, in %.")
 @click.option("--effect", "effect_pct", type=float, required=True,
               help="The true change to find, in % (negative: on is faster, e.g. -2).")
-@click.option("--policy", type=PolicyChoice(gate_policies), default=DEFAULT_POLICY, show_default=True,
+@click.option("--policy", type=LiveChoice(gate_policies), default=DEFAULT_POLICY, show_default=True,
               help="Decision policy.")
 @click.option("--floor-pct", type=float, default=1.0, show_default=True, help="Threshold floor / sequential floor, %.")
 @click.option("--sigma-k", type=float, default=2.0, show_default=True, help="Classic threshold's σ multiple.")
@@ -725,6 +731,8 @@ def drivers(as_json: bool) -> None:
     Each backend line says whether it can watch this machine; `[backend] name = "auto"` picks the first
     usable one of cuda, metal, cpu.
     """
+    from gatekit.driver import BACKEND_GROUP, DRIVER_GROUP, installed_backends, installed_drivers, load_backend
+
     def work() -> tuple[list[dict[str, str]], list[dict[str, str]]]:
         plugins = [{"name": name, "target": target} for name, target in sorted(installed_drivers().items())]
         backends = []
@@ -868,7 +876,7 @@ def site_cmd(findings_dir: Path, site_dir: Path, runs_roots: tuple[Path, ...], j
 
 @main.command("campaign")
 @click.argument("campaign_file", type=click.Path(path_type=Path, dir_okay=False))
-@click.option("--engine", type=click.Choice(ENGINES), default="local", show_default=True,
+@click.option("--engine", type=LiveChoice(_engines), default="local", show_default=True,
               help=f"local: gates as processes on this host; ray: each gate a Ray task ({install_hint('ray')}).")
 @ray_address_option
 @click.option("--max-parallel", type=click.IntRange(min=1),
@@ -927,7 +935,7 @@ def campaign_cmd(campaign_file: Path, engine: str, address: str | None, max_para
               default=BUILD_TIMEOUT_S, show_default=True,
               help="Seconds a build may take; one still running then is stopped with everything it started, and "
                    "its commit skipped as a failed build.")
-@click.option("--engine", type=click.Choice(ENGINES), default="local", show_default=True,
+@click.option("--engine", type=LiveChoice(_engines), default="local", show_default=True,
               help=f"local: probes as gate processes on this host; ray: each probe a Ray task ({install_hint('ray')}).")
 @ray_address_option
 @click.option("--max-parallel", type=click.IntRange(min=1),
@@ -992,7 +1000,7 @@ def bisect_cmd(good: str | None, bad: str | None, gate_path: Path | None, arm: s
 @click.option("--no-merge-base", "no_merge_base", is_flag=True,
               help="Compare BASE itself, not git merge-base BASE HEAD.")
 @click.option("--n", type=int, help="Runs per side (overrides gate.n).")
-@click.option("--policy", type=PolicyChoice(gate_policies),
+@click.option("--policy", type=LiveChoice(gate_policies),
               help=f"Decision policy (overrides gate.policy): {RUN_POLICY_WORDS}.")
 @click.option("--out", type=click.Path(path_type=Path, file_okay=False),
               help="The compare folder [default: compare-ID-TIME in the gate file's runs folder].")
