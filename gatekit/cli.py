@@ -11,11 +11,10 @@ from typing import TYPE_CHECKING, Any, Callable, TypeVar
 
 import click
 
-from gatekit import __version__
 from gatekit.commits import BUILD_TIMEOUT_S
 from gatekit.config import (DEFAULT_MAX_THRESHOLD_PCT, EXPORT_FORMATS, FAIL_ON, ORDERS, ThresholdSpec,
                             load_gate)
-from gatekit.distribution import install_hint
+from gatekit.distribution import install_hint, installed_version
 from gatekit.errors import (EXIT_FAIL_ON, EXIT_INVALID, MACHINE_ERRNOS, ConfigError, DriverError, GatekitError,
                             SeriesInterrupted, write_failed)
 from gatekit.policy_descriptors import (DEFAULT_POLICY, IMPORT_POLICY, INTERLEAVED, describe, gate_policies,
@@ -53,9 +52,27 @@ class LiveChoice(click.Choice):
         pass
 
 
-# "classic, or sequential (4, then 8, then 12 runs per arm)": the policies an interleaved gate may take
-RUN_POLICY_WORDS = ", or ".join(name + (f" ({describe(name).stages_words})" if describe(name).fixes_schedule else "")
-                                for name in policies_of_mode(INTERLEAVED))
+def run_policy_words() -> str:
+    """"classic, or sequential (4, then 8, then 12 runs per arm)": the policies an interleaved gate may take."""
+    return ", or ".join(name + (f" ({describe(name).stages_words})" if describe(name).fixes_schedule else "")
+                        for name in policies_of_mode(INTERLEAVED))
+
+
+class LiveHelpOption(click.Option):
+    """An option whose help names the registered policies, composed when the help is shown: `gate --help` then
+    need not read the entry points (importlib.metadata and the scan cost tens of ms of its < 0.3 s)."""
+
+    def __init__(self, *args: Any, live_help: Callable[[], str], **kwargs: Any) -> None:
+        self.live_help = live_help
+        super().__init__(*args, **kwargs)
+
+    @property
+    def help(self) -> str:
+        return self.live_help()
+
+    @help.setter
+    def help(self, _: object) -> None:  # click.Option assigns it once; it is always composed live
+        pass
 
 
 class GateError(click.ClickException):
@@ -173,8 +190,17 @@ class GateGroup(click.Group):
         return super().parse_args(ctx, args)
 
 
+def _show_version(ctx: click.Context, _: click.Parameter, value: bool) -> None:
+    """--version, as click.version_option prints it; the version is read only when asked for (importlib.metadata
+    takes tens of ms to import, a fair part of `gate --help`)."""
+    if value and not ctx.resilient_parsing:
+        click.echo(f"gate, version {installed_version()}")
+        ctx.exit()
+
+
 @click.group(cls=GateGroup, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
-@click.version_option(__version__, prog_name="gate")
+@click.option("--version", is_flag=True, expose_value=False, is_eager=True, callback=_show_version,
+              help="Show the version and exit.")
 def main() -> None:
     """gatekit: a preregistered, interleaved A/B gate for ML training code.
 
@@ -201,7 +227,8 @@ load_limit_option = click.option(
 @click.argument("on", required=False)
 @gate_option
 @click.option("--policy", type=LiveChoice(gate_policies),
-              help=f"Check as gate run --policy would run it (overrides gate.policy): {RUN_POLICY_WORDS}.")
+              cls=LiveHelpOption,
+              live_help=lambda: f"Check as gate run --policy would run it (overrides gate.policy): {run_policy_words()}.")
 @load_limit_option
 @click.option("--json", "as_json", is_flag=True, help="Print the checks as JSON on stdout ({ok, checks: [{name, ok, "
               "warn, detail}]}).")
@@ -255,7 +282,7 @@ sign_key_option = click.option(
 @click.option("--seed", type=int, help="Seed of a random, thue-morse, abba-baab or block-shuffle order (overrides "
               "gate.seed; default: derived from the predecision's sha256).")
 @click.option("--policy", type=LiveChoice(gate_policies),
-              help=f"Decision policy (overrides gate.policy): {RUN_POLICY_WORDS}.")
+              cls=LiveHelpOption, live_help=lambda: f"Decision policy (overrides gate.policy): {run_policy_words()}.")
 @click.option("--warmup", type=click.IntRange(0, 2),
               help="Discarded warm-up runs before round 1: 1 the first arm, 2 both (overrides gate.warmup).")
 @load_limit_option
@@ -468,22 +495,40 @@ def calibrate(arm: str | None, gate_path: Path | None, n: int, min_effect_pct: f
 VERSION_OPTION_PREFIX = "version_of_"  # the keyword `_design_version_options` gives each policy's option
 
 
-def _design_version_options(command: Any) -> Any:
+def _design_version_options() -> list[click.Option]:
     """`--<policy>-version N` (repeatable) for each policy that keeps design versions (its descriptor's
     `version`): simulate that version instead of the one a new series preregisters, several side by side."""
-    for name in reversed(simulation_policies()):
-        current = describe(name).version
-        if current is not None:
-            command = click.option(f"--{name}-version", f"{VERSION_OPTION_PREFIX}{name}", type=int, multiple=True,
-                                   help=f"Design version of the {name} policy to simulate (default: {current}, "
-                                        "what a new series preregisters); repeat for several side by side.")(command)
-    return command
+    return [click.Option([f"--{name}-version", f"{VERSION_OPTION_PREFIX}{name}"], type=int, multiple=True,
+                         help=f"Design version of the {name} policy to simulate (default: {describe(name).version}, "
+                              "what a new series preregisters); repeat for several side by side.")
+            for name in simulation_policies() if describe(name).version is not None]
 
 
-@main.command("simulate")
+class SimulateCommand(click.Command):
+    """`gate simulate`: its `--<policy>-version` options join its parameters, after --workers, when they are first
+    read (to parse, to show help, for docs/cli.md), so `gate --help` need not read the policies' entry points."""
+
+    _params: list[click.Parameter]
+    _with_versions = False
+
+    @property
+    def params(self) -> list[click.Parameter]:
+        if not self._with_versions:
+            self._with_versions = True
+            at = next(k for k, param in enumerate(self._params) if param.name == "workers") + 1
+            self._params[at:at] = _design_version_options()
+        return self._params
+
+    @params.setter
+    def params(self, value: list[click.Parameter]) -> None:
+        self._params = value
+
+
+@main.command("simulate", cls=SimulateCommand)
 @click.option("--policy", "policies", type=LiveChoice(simulation_policies), multiple=True,
-              help=f"Policy to simulate; repeat for several (default: {DEFAULT_POLICY}; with --suite "
-                   f"{' and '.join(suite_policies())}).")
+              cls=LiveHelpOption,
+              live_help=lambda: f"Policy to simulate; repeat for several (default: {DEFAULT_POLICY}; with --suite "
+                                f"{' and '.join(suite_policies())}).")
 @click.option("--cv", "cv_off_pct", type=float, default=0.5, show_default=True,
               help="Coefficient of variation of the off arm's run times, in %.")
 @click.option("--cv-on", "cv_on_pct", type=float, help="CV of the on arm in % (default: --cv).")
@@ -534,7 +579,6 @@ def _design_version_options(command: Any) -> Any:
 @click.option("--workers", type=click.IntRange(min=1), default=1, show_default=True,
               help="With --suite: processes simulating its cells at once (each cell has its own seed: the same "
                    "numbers with any count).")
-@_design_version_options
 @click.option("--campaign", "campaign", is_flag=True,
               help="Simulate campaigns of --campaign-gates gates (null ones, and real ones of --effect), each "
                    "decided by its policy, then by the campaign's Benjamini–Hochberg at --fdr: FDR and power, "
@@ -1001,7 +1045,7 @@ def bisect_cmd(good: str | None, bad: str | None, gate_path: Path | None, arm: s
               help="Compare BASE itself, not git merge-base BASE HEAD.")
 @click.option("--n", type=int, help="Runs per side (overrides gate.n).")
 @click.option("--policy", type=LiveChoice(gate_policies),
-              help=f"Decision policy (overrides gate.policy): {RUN_POLICY_WORDS}.")
+              cls=LiveHelpOption, live_help=lambda: f"Decision policy (overrides gate.policy): {run_policy_words()}.")
 @click.option("--out", type=click.Path(path_type=Path, file_okay=False),
               help="The compare folder [default: compare-ID-TIME in the gate file's runs folder].")
 @click.option("--resume", type=click.Path(path_type=Path, file_okay=False),

@@ -1,5 +1,6 @@
 """`gate --help` and `gate check` start without the statistics and plotting stack (pandas, scipy, matplotlib),
-and `gate --help` without the machinery of running (psutil, the drivers, the preflight, the engines).
+and `gate --help` without the machinery of running (psutil, the drivers, the preflight, the engines) or
+importlib.metadata (the policies' entry points and the version are read when a command or --version asks).
 
 Importing the statistics costs 1-2 s per `gate` call, the running machinery tens of ms of a `gate --help`
 that should answer in < 0.3 s (docs/benchmarks.md); cli.py imports them in the commands that need them. What a
@@ -16,7 +17,8 @@ from pathlib import Path
 from tests.conftest import make_gate
 
 HEAVY = ("pandas", "scipy", "matplotlib")
-RUNNING = ("psutil", "gatekit.processes", "gatekit.driver", "gatekit.preflight", "gatekit.engines", "tarfile")
+RUNNING = ("psutil", "gatekit.processes", "gatekit.driver", "gatekit.preflight", "gatekit.engines", "tarfile",
+           "importlib.metadata")
 PROBE = f"""
 import json, sys
 from gatekit.cli import main
@@ -55,3 +57,16 @@ def test_option_choices_name_what_the_library_implements() -> None:
     assert all(policy_for(name).name == name for name in gate_policies())
     for name in simulation_policies():  # each runs in `gate simulate` (a duet needs an even n ≥ 4)
         assert simulate(name, Scenario(n=4), draws=2).policy == name
+
+
+def test_version_is_read_when_asked_for() -> None:
+    # --version reads the installed distribution itself (cli.py no longer imports it with the package)
+    from importlib.metadata import version
+
+    from click.testing import CliRunner
+
+    from gatekit.cli import main
+    from gatekit.distribution import DISTRIBUTION
+
+    done = CliRunner().invoke(main, ["--version"], prog_name="gate")
+    assert (done.exit_code, done.output) == (0, f"gate, version {version(DISTRIBUTION)}\n")
