@@ -10,14 +10,15 @@ import sys
 import types
 from typing import Any
 
-from gatekit.distribution import installed_version
-
-__version__ = installed_version()
 API = ("analyze", "run", "compare", "verify")
 __all__ = [*API, "__version__"]
 
 
 def __getattr__(name: str) -> Any:
+    if name == "__version__":  # read on use: importlib.metadata is slow to import, and `gate --help` needs it not
+        from gatekit.distribution import installed_version
+
+        return installed_version()
     if name in API:
         from gatekit import api
 
@@ -26,7 +27,7 @@ def __getattr__(name: str) -> Any:
 
 
 def __dir__() -> list[str]:
-    return sorted({*globals(), *API})
+    return sorted({*globals(), *API, "__version__"})
 
 
 class _Package(types.ModuleType):

@@ -11,24 +11,19 @@ from typing import TYPE_CHECKING, Any, Callable, TypeVar
 
 import click
 
-from gatekit import __version__
 from gatekit.commits import BUILD_TIMEOUT_S
 from gatekit.config import (DEFAULT_MAX_THRESHOLD_PCT, EXPORT_FORMATS, FAIL_ON, ORDERS, ThresholdSpec,
                             load_gate)
-from gatekit.distribution import install_hint
-from gatekit.driver import (BACKEND_GROUP, DRIVER_GROUP, installed_backends, installed_drivers, load_backend,
-                            make_backend, make_driver)
-from gatekit.engines import ENGINES
+from gatekit.distribution import install_hint, installed_version
 from gatekit.errors import (EXIT_FAIL_ON, EXIT_INVALID, MACHINE_ERRNOS, ConfigError, DriverError, GatekitError,
                             SeriesInterrupted, write_failed)
 from gatekit.policy_descriptors import (DEFAULT_POLICY, IMPORT_POLICY, INTERLEAVED, describe, gate_policies,
                                         policies_of_mode, simulation_policies, suite_policies)
-from gatekit.preflight import run_checks
 from gatekit.sanitize import show_controls  # control characters and bidi overrides shown as escapes
 
-# The statistics (pandas, scipy: analysis, series, calibrate, csvinput, simulate), the findings and the
-# reports are imported in the commands that use them, so `gate --help` and `gate check` start fast;
-# tests/test_cli_imports.py keeps it so.
+# The statistics (pandas, scipy: analysis, series, calibrate, csvinput, simulate), the findings, the reports,
+# the drivers, the preflight and the engines (psutil, the process tree) are imported in the commands that use
+# them, so `gate --help` and `gate check` start fast; tests/test_cli_imports.py keeps it so.
 if TYPE_CHECKING:
     from gatekit.analysis import SeriesEvidence
     from gatekit.exports import CiOutputs
@@ -39,13 +34,14 @@ T = TypeVar("T")
 HEARTBEAT_S = 30.0  # seconds between the lines `gate run` prints during a long run (at a terminal only)
 
 
-class PolicyChoice(click.Choice):
-    """The registered policies as an option's choices, read when the option is parsed, so a policy registered
-    after this module was imported (a plugin's, a test's) is accepted too."""
+class LiveChoice(click.Choice):
+    """An option's choices read when the option is parsed or its help shown, not when this module is imported:
+    a policy registered later (a plugin's, a test's) is accepted too, and choices that live in a module `gate
+    --help` need not import (the engines) stay unimported."""
 
     def __init__(self, names: Callable[[], tuple[str, ...]]) -> None:
         self.names = names
-        super().__init__(names())
+        super().__init__(())
 
     @property
     def choices(self) -> tuple[str, ...]:
@@ -56,9 +52,27 @@ class PolicyChoice(click.Choice):
         pass
 
 
-# "classic, or sequential (4, then 8, then 12 runs per arm)": the policies an interleaved gate may take
-RUN_POLICY_WORDS = ", or ".join(name + (f" ({describe(name).stages_words})" if describe(name).fixes_schedule else "")
-                                for name in policies_of_mode(INTERLEAVED))
+def run_policy_words() -> str:
+    """"classic, or sequential (4, then 8, then 12 runs per arm)": the policies an interleaved gate may take."""
+    return ", or ".join(name + (f" ({describe(name).stages_words})" if describe(name).fixes_schedule else "")
+                        for name in policies_of_mode(INTERLEAVED))
+
+
+class LiveHelpOption(click.Option):
+    """An option whose help names the registered policies, composed when the help is shown: `gate --help` then
+    need not read the entry points (importlib.metadata and the scan cost tens of ms of its < 0.3 s)."""
+
+    def __init__(self, *args: Any, live_help: Callable[[], str], **kwargs: Any) -> None:
+        self.live_help = live_help
+        super().__init__(*args, **kwargs)
+
+    @property
+    def help(self) -> str:
+        return self.live_help()
+
+    @help.setter
+    def help(self, _: object) -> None:  # click.Option assigns it once; it is always composed live
+        pass
 
 
 class GateError(click.ClickException):
@@ -70,6 +84,12 @@ class GateError(click.ClickException):
 
     def show(self, file: object = None) -> None:
         _echo(f"gate: error: {show_controls(self.format_message())}", err=True)
+
+
+def _engines() -> tuple[str, ...]:
+    from gatekit.engines import ENGINES
+
+    return ENGINES
 
 
 def _call(work: Callable[[], T]) -> T:
@@ -170,8 +190,17 @@ class GateGroup(click.Group):
         return super().parse_args(ctx, args)
 
 
+def _show_version(ctx: click.Context, _: click.Parameter, value: bool) -> None:
+    """--version, as click.version_option prints it; the version is read only when asked for (importlib.metadata
+    takes tens of ms to import, a fair part of `gate --help`)."""
+    if value and not ctx.resilient_parsing:
+        click.echo(f"gate, version {installed_version()}")
+        ctx.exit()
+
+
 @click.group(cls=GateGroup, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
-@click.version_option(__version__, prog_name="gate")
+@click.option("--version", is_flag=True, expose_value=False, is_eager=True, callback=_show_version,
+              help="Show the version and exit.")
 def main() -> None:
     """gatekit: a preregistered, interleaved A/B gate for ML training code.
 
@@ -197,8 +226,9 @@ load_limit_option = click.option(
 @click.argument("off", required=False)
 @click.argument("on", required=False)
 @gate_option
-@click.option("--policy", type=PolicyChoice(gate_policies),
-              help=f"Check as gate run --policy would run it (overrides gate.policy): {RUN_POLICY_WORDS}.")
+@click.option("--policy", type=LiveChoice(gate_policies),
+              cls=LiveHelpOption,
+              live_help=lambda: f"Check as gate run --policy would run it (overrides gate.policy): {run_policy_words()}.")
 @load_limit_option
 @click.option("--json", "as_json", is_flag=True, help="Print the checks as JSON on stdout ({ok, checks: [{name, ok, "
               "warn, detail}]}).")
@@ -209,6 +239,9 @@ def check(off: str | None, on: str | None, gate_path: Path | None, policy: str |
     OFF and ON are arm names of the gate file (default: its first two arms) or paths to arm .toml files.
     Exits 2 when a check fails, or warns (WARN) that runs started now would be flagged by a preregistered limit.
     """
+    from gatekit.driver import make_backend, make_driver
+    from gatekit.preflight import run_checks
+
     def work() -> bool:
         config = load_gate(_gate_file(gate_path)).with_overrides(policy=policy, load_limit=load_limit)
         arms = config.two_arms(off, on)
@@ -248,8 +281,8 @@ sign_key_option = click.option(
 @click.option("--order", type=click.Choice(ORDERS), help="Run order (overrides gate.order).")
 @click.option("--seed", type=int, help="Seed of a random, thue-morse, abba-baab or block-shuffle order (overrides "
               "gate.seed; default: derived from the predecision's sha256).")
-@click.option("--policy", type=PolicyChoice(gate_policies),
-              help=f"Decision policy (overrides gate.policy): {RUN_POLICY_WORDS}.")
+@click.option("--policy", type=LiveChoice(gate_policies),
+              cls=LiveHelpOption, live_help=lambda: f"Decision policy (overrides gate.policy): {run_policy_words()}.")
 @click.option("--warmup", type=click.IntRange(0, 2),
               help="Discarded warm-up runs before round 1: 1 the first arm, 2 both (overrides gate.warmup).")
 @load_limit_option
@@ -462,22 +495,40 @@ def calibrate(arm: str | None, gate_path: Path | None, n: int, min_effect_pct: f
 VERSION_OPTION_PREFIX = "version_of_"  # the keyword `_design_version_options` gives each policy's option
 
 
-def _design_version_options(command: Any) -> Any:
+def _design_version_options() -> list[click.Option]:
     """`--<policy>-version N` (repeatable) for each policy that keeps design versions (its descriptor's
     `version`): simulate that version instead of the one a new series preregisters, several side by side."""
-    for name in reversed(simulation_policies()):
-        current = describe(name).version
-        if current is not None:
-            command = click.option(f"--{name}-version", f"{VERSION_OPTION_PREFIX}{name}", type=int, multiple=True,
-                                   help=f"Design version of the {name} policy to simulate (default: {current}, "
-                                        "what a new series preregisters); repeat for several side by side.")(command)
-    return command
+    return [click.Option([f"--{name}-version", f"{VERSION_OPTION_PREFIX}{name}"], type=int, multiple=True,
+                         help=f"Design version of the {name} policy to simulate (default: {describe(name).version}, "
+                              "what a new series preregisters); repeat for several side by side.")
+            for name in simulation_policies() if describe(name).version is not None]
 
 
-@main.command("simulate")
-@click.option("--policy", "policies", type=PolicyChoice(simulation_policies), multiple=True,
-              help=f"Policy to simulate; repeat for several (default: {DEFAULT_POLICY}; with --suite "
-                   f"{' and '.join(suite_policies())}).")
+class SimulateCommand(click.Command):
+    """`gate simulate`: its `--<policy>-version` options join its parameters, after --workers, when they are first
+    read (to parse, to show help, for docs/cli.md), so `gate --help` need not read the policies' entry points."""
+
+    _params: list[click.Parameter]
+    _with_versions = False
+
+    @property
+    def params(self) -> list[click.Parameter]:
+        if not self._with_versions:
+            self._with_versions = True
+            at = next(k for k, param in enumerate(self._params) if param.name == "workers") + 1
+            self._params[at:at] = _design_version_options()
+        return self._params
+
+    @params.setter
+    def params(self, value: list[click.Parameter]) -> None:
+        self._params = value
+
+
+@main.command("simulate", cls=SimulateCommand)
+@click.option("--policy", "policies", type=LiveChoice(simulation_policies), multiple=True,
+              cls=LiveHelpOption,
+              live_help=lambda: f"Policy to simulate; repeat for several (default: {DEFAULT_POLICY}; with --suite "
+                                f"{' and '.join(suite_policies())}).")
 @click.option("--cv", "cv_off_pct", type=float, default=0.5, show_default=True,
               help="Coefficient of variation of the off arm's run times, in %.")
 @click.option("--cv-on", "cv_on_pct", type=float, help="CV of the on arm in % (default: --cv).")
@@ -528,7 +579,6 @@ def _design_version_options(command: Any) -> Any:
 @click.option("--workers", type=click.IntRange(min=1), default=1, show_default=True,
               help="With --suite: processes simulating its cells at once (each cell has its own seed: the same "
                    "numbers with any count).")
-@_design_version_options
 @click.option("--campaign", "campaign", is_flag=True,
               help="Simulate campaigns of --campaign-gates gates (null ones, and real ones of --effect), each "
                    "decided by its policy, then by the campaign's Benjamini–Hochberg at --fdr: FDR and power, "
@@ -682,7 +732,7 @@ def simulate_bisect_cmd(commits: int, effect_pct: float, cv_pct: float, max_para
 @click.option("--cv", "cv_pct", type=float, required=True, help="Coefficient of variation of the run times, in %.")
 @click.option("--effect", "effect_pct", type=float, required=True,
               help="The true change to find, in % (negative: on is faster, e.g. -2).")
-@click.option("--policy", type=PolicyChoice(gate_policies), default=DEFAULT_POLICY, show_default=True,
+@click.option("--policy", type=LiveChoice(gate_policies), default=DEFAULT_POLICY, show_default=True,
               help="Decision policy.")
 @click.option("--floor-pct", type=float, default=1.0, show_default=True, help="Threshold floor / sequential floor, %.")
 @click.option("--sigma-k", type=float, default=2.0, show_default=True, help="Classic threshold's σ multiple.")
@@ -725,6 +775,8 @@ def drivers(as_json: bool) -> None:
     Each backend line says whether it can watch this machine; `[backend] name = "auto"` picks the first
     usable one of cuda, metal, cpu.
     """
+    from gatekit.driver import BACKEND_GROUP, DRIVER_GROUP, installed_backends, installed_drivers, load_backend
+
     def work() -> tuple[list[dict[str, str]], list[dict[str, str]]]:
         plugins = [{"name": name, "target": target} for name, target in sorted(installed_drivers().items())]
         backends = []
@@ -868,7 +920,7 @@ def site_cmd(findings_dir: Path, site_dir: Path, runs_roots: tuple[Path, ...], j
 
 @main.command("campaign")
 @click.argument("campaign_file", type=click.Path(path_type=Path, dir_okay=False))
-@click.option("--engine", type=click.Choice(ENGINES), default="local", show_default=True,
+@click.option("--engine", type=LiveChoice(_engines), default="local", show_default=True,
               help=f"local: gates as processes on this host; ray: each gate a Ray task ({install_hint('ray')}).")
 @ray_address_option
 @click.option("--max-parallel", type=click.IntRange(min=1),
@@ -927,7 +979,7 @@ def campaign_cmd(campaign_file: Path, engine: str, address: str | None, max_para
               default=BUILD_TIMEOUT_S, show_default=True,
               help="Seconds a build may take; one still running then is stopped with everything it started, and "
                    "its commit skipped as a failed build.")
-@click.option("--engine", type=click.Choice(ENGINES), default="local", show_default=True,
+@click.option("--engine", type=LiveChoice(_engines), default="local", show_default=True,
               help=f"local: probes as gate processes on this host; ray: each probe a Ray task ({install_hint('ray')}).")
 @ray_address_option
 @click.option("--max-parallel", type=click.IntRange(min=1),
@@ -992,8 +1044,8 @@ def bisect_cmd(good: str | None, bad: str | None, gate_path: Path | None, arm: s
 @click.option("--no-merge-base", "no_merge_base", is_flag=True,
               help="Compare BASE itself, not git merge-base BASE HEAD.")
 @click.option("--n", type=int, help="Runs per side (overrides gate.n).")
-@click.option("--policy", type=PolicyChoice(gate_policies),
-              help=f"Decision policy (overrides gate.policy): {RUN_POLICY_WORDS}.")
+@click.option("--policy", type=LiveChoice(gate_policies),
+              cls=LiveHelpOption, live_help=lambda: f"Decision policy (overrides gate.policy): {run_policy_words()}.")
 @click.option("--out", type=click.Path(path_type=Path, file_okay=False),
               help="The compare folder [default: compare-ID-TIME in the gate file's runs folder].")
 @click.option("--resume", type=click.Path(path_type=Path, file_okay=False),

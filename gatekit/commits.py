@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import Sequence
 
 from gatekit.errors import ConfigError, GatekitError, OutputError
-from gatekit.processes import child_subreaper, escaped_evidence, stop_command_tree
 from gatekit.records import Record
 from gatekit.signals import signals_deferred
 
@@ -128,6 +127,9 @@ def build(command: Sequence[str] | str | None, worktree: Path, log_path: Path, *
     subreaper; when it ends (or times out) whatever it left running — a background child, a `setsid` daemon —
     is frozen and killed (`processes.stop_command_tree`) and named at the end of its log, so no build outlives
     its probe."""
+    # imported here: the gate-file schema imports this module for Commit, and psutil need not load with it
+    from gatekit.processes import child_subreaper, escaped_evidence, stop_command_tree
+
     if command is None:
         return BuildResult(BuildStatus.BUILT, None)
     try:

@@ -3,8 +3,6 @@ command that adds an optional extra (every install hint gatekit prints is built 
 
 from __future__ import annotations
 
-from importlib.metadata import PackageNotFoundError, version
-
 # The name pip knows this project by. PyPI's "gatekit" is another project (an MCP gateway, whose wheel also
 # installs a top-level `gatekit` package), so the distribution has its own name; the import package stays
 # `gatekit` and the console script `gate` (docs/install.md says why).
@@ -15,6 +13,8 @@ EXTRAS = ("torch", "cuda", "ray", "sign", "test")
 
 def installed_version() -> str:
     """The installed distribution's version; "0+unknown" in a source tree that was never installed."""
+    from importlib.metadata import PackageNotFoundError, version  # here: slow to import, and rarely needed
+
     try:
         return version(DISTRIBUTION)
     except PackageNotFoundError:

@@ -15,10 +15,12 @@ from __future__ import annotations
 
 import importlib
 from dataclasses import dataclass
-from importlib.metadata import EntryPoint, entry_points
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gatekit.errors import ConfigError
+
+if TYPE_CHECKING:
+    from importlib.metadata import EntryPoint
 
 POLICY_GROUP = "gatekit.policies"  # entry point: the policy's name = "module:DESCRIPTOR" (a light module)
 
@@ -131,6 +133,8 @@ def _checked(entry: EntryPoint) -> PolicyDescriptor:
 
 def installed_policies() -> dict[str, PolicyDescriptor]:
     """{name: descriptor} of every policy the `gatekit.policies` entry points register, gatekit's own first."""
+    from importlib.metadata import entry_points  # here: slow to import, and `gate --help` reads no policy
+
     found: dict[str, PolicyDescriptor] = {}
     values: dict[str, str] = {}
     for entry in entry_points(group=POLICY_GROUP):

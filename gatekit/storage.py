@@ -14,7 +14,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, Callable, Iterator, Mapping, TypeVar
 
-import psutil
 
 from gatekit.errors import ConfigError, GatekitError, OutputError, PlatformError, SeriesError, write_failed
 from gatekit.records import (JOURNAL_SCHEMA, SCHEMA_KEY, UNCHAINED_JOURNAL, DuplicateKeyError, Event, journal_schema,
@@ -94,6 +93,8 @@ def remove_stale_temp_files(folder: Path) -> list[Path]:
     """Remove the temp files of atomic writes that a killed gate left in `folder`: our own naming pattern,
     last written before this process started and over a minute ago (a live writer's temp file is seconds
     old). Returns what it removed; a folder it cannot list or a file it cannot remove is left alone."""
+    import psutil  # here: the gate-file schema imports this module, and `gate --help` need not load psutil
+
     began = psutil.Process().create_time()  # wall-clock timestamps on both sides: a comparison, no duration
     removed: list[Path] = []
     try:
