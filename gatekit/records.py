@@ -781,8 +781,35 @@ UNRECORDED_SEQUENTIAL_VERSION = 3
 UNRECORDED_DUET_VERSION = 1
 
 
+# The narrative a /1 gatekit wrote (it had no `generated` mark): its lead, then these headings in this order, each
+# with the blocks under it; sections people added came after them.
+V1_NARRATIVE_HEADINGS = {"Runs (execution order)": ("table",), "Decision": ("kv", "callout"),
+                         "Exclusion sensitivity": ("table",), "Backend evidence (rule i)": ("list",),
+                         "Sequential looks": ("table",), "Diagnostics": ("kv",), "Warnings": ("list",)}
+
+
+def _v1_generated_count(sections: list[Any]) -> int:
+    """How many of a /1 finding's first sections its gatekit wrote (the lead and V1_NARRATIVE_HEADINGS' blocks)."""
+    if not sections or not isinstance(sections[0], Mapping) or sections[0].get("type") != "lead":
+        return 0
+    count = 1
+    for heading, blocks in V1_NARRATIVE_HEADINGS.items():
+        shape = [("heading", heading), *((block, None) for block in blocks)]
+        found = [(s.get("type"), s.get("text") if s.get("type") == "heading" else None)
+                 for s in sections[count:count + len(shape)] if isinstance(s, Mapping)]
+        if found == shape:
+            count += len(shape)
+    return count
+
+
 def _finding_1_to_2(document: dict[str, Any]) -> dict[str, Any]:
-    return document  # /2 only added keys with defaults: a /1 file means what it says
+    # /2 only added keys with defaults, and marks the sections gatekit wrote (`generated`), which a /1 file shows
+    # by its narrative's fixed shape
+    sections = document.get("sections")
+    if not isinstance(sections, list):
+        return document
+    count = _v1_generated_count(sections)
+    return {**document, "sections": [{**s, "generated": True} for s in sections[:count]] + sections[count:]}
 
 
 def _predecision_1_to_2(document: dict[str, Any]) -> dict[str, Any]:
