@@ -422,7 +422,7 @@ def run_calibration(config: GateConfig, arm: ArmSpec, n: int, *, min_effect_pct:
         if changed:
             raise ProvenanceError(f"{series_dir}: " + "; ".join(changed) + "; the calibration is not usable")
         records = sorted(state.records.values(), key=lambda r: r.order)
-        values = [float(r.value_of(primary)) for r in records]  # type: ignore[arg-type]
+        values = [value for r in records if (value := r.value_of(primary)) is not None]  # every run has one (checked)
         result = analyze_calibration(values, effect, policy=config.gate.policy, thresholds=config.threshold,
                                      max_threshold_pct=config.rules.max_threshold_pct)
         document = calibration_document(arm=arm.name, primary=primary, gate_path=config.path,

@@ -28,6 +28,8 @@ if TYPE_CHECKING:
     from gatekit.analysis import SeriesEvidence
     from gatekit.exports import CiOutputs
     from gatekit.finding import Finding
+    from gatekit.findingset import LoadedFinding
+    from gatekit.report.site import Prepared
 
 
 T = TypeVar("T")
@@ -80,7 +82,7 @@ class GateError(click.ClickException):
 
     def __init__(self, error: GatekitError) -> None:
         super().__init__(str(error))
-        self.exit_code = error.exit_code  # type: ignore[misc]  # click reads it from the instance too
+        self.exit_code = error.exit_code  # type: ignore[misc]  # a ClassVar in click's stubs; click reads it per instance
 
     def show(self, file: object = None) -> None:
         _echo(f"gate: error: {show_controls(self.format_message())}", err=True)
@@ -144,8 +146,8 @@ def ci_output_options(command: Callable) -> Callable:
     """--summary-md, --junit, --export and --bmf-measure, handed to the command as one `ci`
     (gatekit.exports.CiOutputs, imported when the command runs): the CI outputs of its findings."""
     @functools.wraps(command)
-    def with_ci_outputs(*args, summary_md: Path | None, junit: Path | None,  # type: ignore[no-untyped-def]
-                        exports: tuple[tuple[str, Path], ...], bmf_measure: str, **kwargs):
+    def with_ci_outputs(*args: Any, summary_md: Path | None, junit: Path | None,
+                        exports: tuple[tuple[str, Path], ...], bmf_measure: str, **kwargs: Any) -> Any:
         from gatekit.exports import CiOutputs
 
         # the command's --fail-on decides what its JUnit report counts as a failure, too
@@ -174,9 +176,11 @@ def ci_output_options(command: Callable) -> Callable:
     return with_ci_outputs
 
 
-def _write_ci_outputs(ci: CiOutputs, findings: list[Finding], **how) -> None:  # type: ignore[no-untyped-def]
-    """`ci.write` at the edge: its notes on stderr, its errors as gate errors (`how`: CiOutputs.write's)."""
-    _call(lambda: ci.write(findings, note=_stderr, **how))
+def _write_ci_outputs(ci: CiOutputs, findings: list[Finding], *, finding_paths: tuple[str, ...] = (),
+                      full_report: str = "", exits_invalid: bool = False) -> None:
+    """`ci.write` at the edge: its notes on stderr, its errors as gate errors."""
+    _call(lambda: ci.write(findings, finding_paths=finding_paths, full_report=full_report,
+                           exits_invalid=exits_invalid, note=_stderr))
 
 
 class GateGroup(click.Group):
@@ -812,7 +816,7 @@ runs_root_option = click.option(
          "current folder, then the folders above each finding.")
 
 
-def _prepare(paths: list[Path], runs_roots: tuple[Path, ...]):  # type: ignore[no-untyped-def]
+def _prepare(paths: list[Path], runs_roots: tuple[Path, ...]) -> tuple[list[LoadedFinding], list[Prepared]]:
     from gatekit.findingset import load_many
     from gatekit.report.rundata import load_run_files
     from gatekit.report.site import prepare
@@ -1235,7 +1239,7 @@ def import_pytest_benchmark(results: str, on_results: str | None, off_name: str 
     from gatekit.importers.pytest_benchmark import (evidence_from_pytest_benchmark, evidence_from_saved_runs,
                                                     saved_run)
 
-    def evidence():  # type: ignore[no-untyped-def]
+    def evidence() -> SeriesEvidence:
         if on_results is None:
             if off_name is None or on_name is None:
                 raise ConfigError("one file compares two of its benchmarks: give --off NAME and --on NAME (or "

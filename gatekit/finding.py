@@ -447,7 +447,7 @@ class Finding(Record):
         problem = schema_problem(schema, FINDING_SCHEMA)
         if problem:
             raise FindingError(f"{source}: {problem}")
-        data = upgrade(data, schema)  # type: ignore[arg-type]
+        data = upgrade(data, schema)
         missing = [key for key in SECTIONS if key not in data]
         if missing:
             raise FindingError(f"{source}: missing section(s) {', '.join(missing)}")

@@ -17,7 +17,7 @@ from gatekit.driver import ArmInput, ChosenBackend, Driver
 from gatekit.errors import ConfigError, GatekitError, MachineNotReady, PreflightError
 from gatekit.provenance import not_a_file
 from gatekit.records import CheckResult, DuplicateKeyError, loads_json
-from gatekit.sampler import LoadReader, read_system_load
+from gatekit.sampler import LoadReader, load_average, read_system_load
 from gatekit.slots import unequal_cpu_slots, unequal_gpus
 
 
@@ -89,18 +89,17 @@ def check_expect_diff(config: GateConfig, arms: Sequence[ArmSpec]) -> list[Check
     trainer may derive it from something else; the echoed effective config decides then)."""
     if len(arms) != 2 or not config.gate.expect_diff or any(arm.checkout is not None for arm in arms):
         return []  # arms at two commits (compare, bisect) may share a config and differ in code
-    documents = [_config_document(arm) for arm in arms]
-    if any(document is None for document in documents):
+    off, on = (_config_document(arm) for arm in arms)
+    if off is None or on is None:
         return []
-    off, on = documents
     stated = [key for key in config.gate.expect_diff
-              if _lookup(off, key) is not MISSING_VALUE and _lookup(on, key) is not MISSING_VALUE]  # type: ignore[arg-type]
+              if _lookup(off, key) is not MISSING_VALUE and _lookup(on, key) is not MISSING_VALUE]
     if not stated:
         return []
-    same = [key for key in stated if _lookup(off, key) == _lookup(on, key)]  # type: ignore[arg-type]
+    same = [key for key in stated if _lookup(off, key) == _lookup(on, key)]
     if not same:
         return [CheckResult("arms differ", True, f"in {', '.join(stated)} (gate.expect_diff), as their configs say")]
-    shown = ", ".join(f"{key} = {json.dumps(_lookup(off, key), ensure_ascii=False)}" for key in same)  # type: ignore[arg-type]
+    shown = ", ".join(f"{key} = {json.dumps(_lookup(off, key), ensure_ascii=False)}" for key in same)
     return [CheckResult("arms differ", False,
                         f"{arms[0].config} and {arms[1].config} both set {shown}, a key gate.expect_diff says the arms "
                         "differ in; change one arm's config (or gate.expect_diff): as they are, every run would be "
@@ -250,7 +249,7 @@ def run_checks(config: GateConfig, arms: Sequence[ArmSpec], driver: Driver, back
     checks += check_artifacts(config.driver.hash)
     checks += driver.preflight([arm_input(arm) for arm in arms])
     reading = read_load()
-    checks += [check_busy(config), check_power(), check_load(config, float(reading["load1"]))]  # type: ignore[arg-type]
+    checks += [check_busy(config), check_power(), check_load(config, load_average(reading))]
     checks += check_pressure(config, reading)
     if backend is not None:
         checks.append(CheckResult("backend", True, f"{backend.name} ({backend.detail})"))

@@ -28,7 +28,7 @@ import typing
 import unicodedata
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, ClassVar, Iterable, Mapping, TypeVar, Union
+from typing import Any, Callable, ClassVar, Iterable, Mapping, Self, TypeVar, Union
 
 PROCESS_WALLCLOCK = "process_wallclock_s"  # measured by gatekit around every run, so it always exists
 # The range of the numbers gatekit computes with. A primary metric below MIN_PRIMARY is no measurement (Δ divides
@@ -195,6 +195,7 @@ class Record:
 
     __slots__ = ()
     _hints: ClassVar[dict[type, dict[str, Any]]] = {}
+    __dataclass_fields__: ClassVar[dict[str, dataclasses.Field[Any]]]  # every Record is a dataclass
 
     @classmethod
     def _field_hints(cls) -> dict[str, Any]:
@@ -205,7 +206,7 @@ class Record:
 
     def to_dict(self) -> dict[str, Any]:
         data: dict[str, Any] = {}
-        for f in dataclasses.fields(self):  # type: ignore[arg-type]
+        for f in dataclasses.fields(self):
             value = getattr(self, f.name)
             if _is_rest(f) or f.metadata.get("internal"):
                 continue
@@ -216,18 +217,18 @@ class Record:
                 continue
             encode = f.metadata.get("encode")
             data[f.metadata.get("key", f.name)] = encode(value) if encode else _plain(value)
-        for f in dataclasses.fields(self):  # type: ignore[arg-type]
+        for f in dataclasses.fields(self):
             if _is_rest(f):
                 data.update({k: v for k, v in getattr(self, f.name).items() if k not in data})
         return data
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]):  # type: ignore[no-untyped-def]
+    def from_dict(cls, data: Mapping[str, Any]) -> Self:
         """The record from plain data; a value of the wrong type raises RecordError naming its key."""
         return cls._decode(data, "")
 
     @classmethod
-    def from_input(cls, data: Mapping[str, Any]):  # type: ignore[no-untyped-def]
+    def from_input(cls, data: Mapping[str, Any]) -> Self:
         """The record from a file people write (a gate or campaign file), which `from_dict` reads strictly:
         a key no field takes is refused (unknown keys first, naming the closest known one), a missing one
         "is required", numbers are finite (an integer where a number is meant reads as one), strings hold
@@ -240,7 +241,7 @@ class Record:
     @classmethod
     def _keys(cls) -> set[str]:
         keys = set()
-        for f in dataclasses.fields(cls):  # type: ignore[arg-type]
+        for f in dataclasses.fields(cls):
             if f.metadata.get("flatten"):
                 keys |= cls._field_hints()[f.name]._keys()
             elif not _is_rest(f) and not f.metadata.get("internal"):
@@ -248,9 +249,9 @@ class Record:
         return keys
 
     @classmethod
-    def _decode(cls, data: Mapping[str, Any], path: str, strict: bool = False):  # type: ignore[no-untyped-def]
+    def _decode(cls, data: Mapping[str, Any], path: str, strict: bool = False) -> Self:
         hints = cls._field_hints()
-        fields = dataclasses.fields(cls)  # type: ignore[arg-type]
+        fields = dataclasses.fields(cls)
         rest = next((f for f in fields if _is_rest(f)), None)
         known = cls._keys()
         if strict and rest is None:
@@ -780,8 +781,35 @@ UNRECORDED_SEQUENTIAL_VERSION = 3
 UNRECORDED_DUET_VERSION = 1
 
 
+# The narrative a /1 gatekit wrote (it had no `generated` mark): its lead, then these headings in this order, each
+# with the blocks under it; sections people added came after them.
+V1_NARRATIVE_HEADINGS = {"Runs (execution order)": ("table",), "Decision": ("kv", "callout"),
+                         "Exclusion sensitivity": ("table",), "Backend evidence (rule i)": ("list",),
+                         "Sequential looks": ("table",), "Diagnostics": ("kv",), "Warnings": ("list",)}
+
+
+def _v1_generated_count(sections: list[Any]) -> int:
+    """How many of a /1 finding's first sections its gatekit wrote (the lead and V1_NARRATIVE_HEADINGS' blocks)."""
+    if not sections or not isinstance(sections[0], Mapping) or sections[0].get("type") != "lead":
+        return 0
+    count = 1
+    for heading, blocks in V1_NARRATIVE_HEADINGS.items():
+        shape = [("heading", heading), *((block, None) for block in blocks)]
+        found = [(s.get("type"), s.get("text") if s.get("type") == "heading" else None)
+                 for s in sections[count:count + len(shape)] if isinstance(s, Mapping)]
+        if found == shape:
+            count += len(shape)
+    return count
+
+
 def _finding_1_to_2(document: dict[str, Any]) -> dict[str, Any]:
-    return document  # /2 only added keys with defaults: a /1 file means what it says
+    # /2 only added keys with defaults, and marks the sections gatekit wrote (`generated`), which a /1 file shows
+    # by its narrative's fixed shape
+    sections = document.get("sections")
+    if not isinstance(sections, list):
+        return document
+    count = _v1_generated_count(sections)
+    return {**document, "sections": [{**s, "generated": True} for s in sections[:count]] + sections[count:]}
 
 
 def _predecision_1_to_2(document: dict[str, Any]) -> dict[str, Any]:
@@ -823,10 +851,11 @@ UPGRADES: dict[str, tuple[str, Callable[[dict[str, Any]], dict[str, Any]]]] = {
 JOURNAL_OF_PREDECISION: dict[str, str] = {"gatekit.predecision/2": JOURNAL_SCHEMA, PREDECISION_SCHEMA: JOURNAL_SCHEMA}
 
 
-def upgrade(document: Mapping[str, Any], schema: str) -> dict[str, Any]:
-    """`document` (or one event of a journal) of format `schema`, as the current version of its format."""
+def upgrade(document: Mapping[str, Any], schema: object) -> dict[str, Any]:
+    """`document` (or one event of a journal) of format `schema` (as the document names it, `schema_problem`
+    having found it known), as the current version of its format."""
     upgraded = dict(document)
-    while schema in UPGRADES:
+    while isinstance(schema, str) and schema in UPGRADES:
         schema, step = UPGRADES[schema]
         upgraded = step(upgraded)
     return upgraded

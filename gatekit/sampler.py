@@ -89,6 +89,14 @@ def _number_or_none(value: object) -> float | int | None:
     return value if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
+def load_average(reading: Mapping[str, float | bool | None], key: str = "load1") -> float:
+    """A reading's load average `key` (load5 and load15 default to load1: a reader may give only that)."""
+    value = reading.get(key, reading["load1"])
+    if value is None:
+        raise TypeError(f"a load reading without {key}")
+    return float(value)
+
+
 class WindowSampler:
     """Context manager: samples at open, every interval, and at close."""
 
@@ -107,15 +115,15 @@ class WindowSampler:
         reading = self.read()
         self._samples.append(LoadSample(
             t_s=self.clock() - self._opened_at,
-            load1=float(reading["load1"]),  # type: ignore[arg-type]
-            load5=float(reading.get("load5", reading["load1"])),  # type: ignore[arg-type]
-            load15=float(reading.get("load15", reading["load1"])),  # type: ignore[arg-type]
+            load1=load_average(reading),
+            load5=load_average(reading, "load5"),
+            load15=load_average(reading, "load15"),
             cpu_pct=reading.get("cpu_pct"),
             mem_pct=reading.get("mem_pct"),
-            on_ac=reading.get("on_ac"),  # type: ignore[arg-type]
+            on_ac=on_ac if isinstance(on_ac := reading.get("on_ac"), bool) else None,
             phase=phase,
             extra=dict(self.telemetry()) if self.telemetry is not None else {},
-            **{key: _number_or_none(reading.get(key)) for key in PRESSURE_FIELDS},  # type: ignore[arg-type]
+            **{key: _number_or_none(reading.get(key)) for key in PRESSURE_FIELDS},  # type: ignore[arg-type]  # computed names
         ))
 
     def _loop(self) -> None:

@@ -417,7 +417,7 @@ class Journal:
                 problem = schema_problem(schema, JOURNAL_SCHEMA)
                 if problem:
                     raise SeriesError(f"{self.path}: line {number}: {problem}")
-            upgraded = upgrade(event, schema) if isinstance(event, Mapping) else event  # type: ignore[arg-type]
+            upgraded = upgrade(event, schema) if isinstance(event, Mapping) else event
             yield number, line, upgraded
 
     def lines(self) -> Iterator[tuple[int, bytes, Any]]:

@@ -179,7 +179,7 @@ def _refuse_downgrade(series_dir: Path, first: Any, schema: object, where: str) 
         predecision = tomllib.loads(SeriesLayout(series_dir).predecision.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, ValueError):
         return  # the anchor's check names an unreadable predecision; a damaged one fails its sha256
-    required = JOURNAL_OF_PREDECISION.get(predecision.get(SCHEMA_KEY))  # type: ignore[arg-type]
+    required = JOURNAL_OF_PREDECISION.get(predecision.get(SCHEMA_KEY, ""))
     if required is not None and schema != required:
         raise VerificationError(f"{where} (series_start): the predecision names {predecision[SCHEMA_KEY]}, "
                                 f"whose journal is {required} (hash-chained, naming its format), but this one "

@@ -179,7 +179,8 @@ def test_narrative_sections_render_like_the_seed_finding() -> None:
 
 
 def test_a_schema_1_finding_shows_only_the_sections_people_added() -> None:
-    """A /1 file marks no section as generated: the page tells them by what gatekit would write."""
+    """A /1 file marks no section as generated: its upgrade marks its narrative's (the lead and the /1 headings
+    with their blocks), so the page shows only what people appended."""
     data = golden_data()
     data["schema"] = "gatekit.finding/1"
     for section in data["sections"]:

@@ -85,6 +85,9 @@ def test_committed_v1_findings_load_and_round_trip_without_loss(path: Path) -> N
     original = json.loads(path.read_text()) if path.suffix == ".json" else None
     document = finding.to_dict()
     if original is not None:  # each /1 key is kept with its value; /2 only adds
+        # the upgrade marks the sections the /1 gatekit wrote: here all of them, none added by people
+        assert all(section["generated"] for section in document["sections"])
+        document["sections"] = [{k: v for k, v in s.items() if k != "generated"} for s in document["sections"]]
         for section, value in original.items():
             if section in ("schema", "rules", "gate"):
                 continue
@@ -102,3 +105,17 @@ def test_committed_v1_findings_render_as_pages(tmp_path: Path) -> None:
     assert len(pages) == len(files)
     for page in pages:
         assert "Verdict" in page.read_text() or "VERDICT" in page.read_text()
+
+
+def test_a_v1_findings_own_narrative_is_marked_generated_by_its_shape_not_by_todays_narrative() -> None:
+    """The /1 gatekit wrote its Diagnostics with 4 decimals, which today's narrative does not: the upgrade marks
+    the /1 narrative by its headings, so the page shows only the sections people appended after it."""
+    from gatekit.finding import Finding
+    from gatekit.report.page import narrative_blocks
+
+    data = json.loads((ROOT / "findings" / "demo-resident-adam-2026-11-30.json").read_text())
+    added = [{"type": "heading", "text": "Warnings"}, {"type": "callout", "variant": "info", "text": "seen on CI"}]
+    data["sections"] += added
+    lead, blocks = narrative_blocks(Finding.from_document(data))
+    assert lead.startswith("Interleaved abab gate of `on`")
+    assert blocks == added  # a heading people reuse after the narrative is theirs

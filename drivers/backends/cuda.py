@@ -315,10 +315,10 @@ def _busiest(lines: Sequence[str]) -> str:
 def sample_weights(samples: Sequence[TelemetrySample]) -> list[float]:
     """Each sample's share of the window's time: the interval to the next sample (the last one gets the
     median interval); equal weights where the samples carry no `t_s`."""
-    times = [s.get("t_s") for s in samples]
-    if len(samples) < 2 or not all(isinstance(t, (int, float)) and not isinstance(t, bool) for t in times):
+    times = [t for s in samples if isinstance(t := s.get("t_s"), (int, float)) and not isinstance(t, bool)]
+    if len(samples) < 2 or len(times) < len(samples):
         return [1.0] * len(samples)
-    gaps = [max(float(b) - float(a), 0.0) for a, b in zip(times, times[1:])]  # type: ignore[arg-type]
+    gaps = [max(float(b) - float(a), 0.0) for a, b in zip(times, times[1:])]
     last = sorted(gaps)[len(gaps) // 2]
     return gaps + [last]
 

@@ -144,7 +144,10 @@ def effect_interval(pairs: tuple[posterior.Pair, ...], commits: int, culprit: in
     if dof < 1 or not math.isfinite(se):
         return None, None, None
     half = float(scipy_stats.t.ppf(0.5 + level / 2, dof)) * se
-    return tuple(100.0 * math.expm1(x) for x in (delta, delta - half, delta + half))  # type: ignore[return-value]
+    def percent(x: float) -> float:
+        return 100.0 * math.expm1(x)
+
+    return percent(delta), percent(delta - half), percent(delta + half)
 
 
 def _summary(end: ProbeEnd, commits: tuple[Commit, ...], folder: str) -> ProbeSummary:

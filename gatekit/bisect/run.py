@@ -47,7 +47,7 @@ from gatekit.engines import ENGINES, GateOutcome, GateStatus, GateTask, Pinning,
     outcome_of, run_local, run_ray, visible_gpus
 from gatekit.errors import (EXIT_FAIL_ON, EXIT_INVALID, ConfigError, GatekitError, OutputError, SeriesError,
                             SeriesInterrupted, write_failed)
-from gatekit.finding import ConfigChange
+from gatekit.finding import ConfigChange, RunRow
 from gatekit.policy_descriptors import DUET_MODE
 from gatekit.provenance import sha256_file
 from gatekit.series.runloop import now, stamped_name
@@ -149,18 +149,17 @@ class ProbeSpec:
 
 # -- pure helpers ----------------------------------------------------------------------------------
 
-def measured_pairs(runs: Sequence[object], primary: str) -> tuple[MeasuredPair, ...]:
+def measured_pairs(runs: Sequence[RunRow], primary: str) -> tuple[MeasuredPair, ...]:
     """The pairs of a probe gate's finding: per pair number, its used reference run and its used probe run
-    (a pair that lost one of them to contamination or a failure has no pair left), each naming its two runs.
-    `runs` are the finding's RunRows."""
+    (a pair that lost one of them to contamination or a failure has no pair left), each naming its two runs."""
     by_pair: dict[int, dict[str, tuple[float, str]]] = {}
     for run in runs:
-        if not run.used or run.warmup:  # type: ignore[attr-defined]
+        if not run.used or run.warmup:
             continue
-        value = run.value_of(primary)  # type: ignore[attr-defined]
+        value = run.value_of(primary)
         if value is None or not math.isfinite(value) or value <= 0:
             continue
-        by_pair.setdefault(run.pair, {})[run.arm] = (value, run.label)  # type: ignore[attr-defined]
+        by_pair.setdefault(run.pair, {})[run.arm] = (value, run.label)
     return tuple(MeasuredPair(arms[PROBE_ARM][0], arms[REFERENCE_ARM][0], probe_run=arms[PROBE_ARM][1],
                               reference_run=arms[REFERENCE_ARM][1])
                  for _, arms in sorted(by_pair.items()) if PROBE_ARM in arms and REFERENCE_ARM in arms)

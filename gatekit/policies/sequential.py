@@ -156,7 +156,8 @@ V6 = replace(V5, version=6, order="abba-baab")
 V7 = replace(V6, version=7, order="block-shuffle", floor_critical=(1.0, 1.0, 1.0), mean_equivalence=True)
 DESIGNS = {3: V3, 4: V4, 5: V5, 6: V6, 7: V7}
 DESCRIPTOR = describe("sequential")
-CURRENT = DESIGNS[DESCRIPTOR.version]  # type: ignore[index]
+assert DESCRIPTOR.version is not None, "the sequential descriptor names the design a new series preregisters"
+CURRENT = DESIGNS[DESCRIPTOR.version]
 assert CURRENT.runs == DESCRIPTOR.stages, "the descriptor's stages are the current design's looks"
 
 # the current design's constants under their familiar names

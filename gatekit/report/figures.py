@@ -94,15 +94,15 @@ def runs_figure(finding: Finding) -> FigureImage | None:
 
 def delta_figure(finding: Finding) -> FigureImage | None:
     """Δ of every exclusion-sensitivity variant against its ±threshold band; the CI of Δ when given."""
-    rows = [r for r in finding.sensitivity if is_number(r.delta_pct) and is_number(r.threshold_pct)]
+    rows = [(r, float(r.threshold_pct), float(r.delta_pct)) for r in finding.sensitivity
+            if is_number(r.delta_pct) and is_number(r.threshold_pct)]
     if not rows:
         return None
     delta = finding.stats.delta_pct
     ci = delta_ci(finding.stats) if is_number(delta) else None
     ax = _new(1.3 + 0.42 * len(rows))
     positions = list(range(len(rows)))[::-1]
-    for y, row in zip(positions, rows):
-        threshold, row_delta = float(row.threshold_pct), float(row.delta_pct)  # type: ignore[arg-type]
+    for y, (row, threshold, row_delta) in zip(positions, rows):
         ax.rect(-threshold, threshold, y - 0.32, y + 0.32, "#9ca3af", alpha=0.25)
         ax.points([(row_delta, y)], DECISION_COLORS[row.decision.severity], radius=5.0 if y == positions[0] else 3.8)
         ax.text(row_delta, y, f"{row_delta:+.2f} %", dy=10, anchor="middle")
@@ -111,7 +111,7 @@ def delta_figure(finding: Finding) -> FigureImage | None:
         ax.xerror(positions[0], min(low, delta), max(high, delta), "#111827")
         ax.add_legend(f"{label} of Δ [{low:+.2f}, {high:+.2f}] %", "errorbar", "#111827")
     ax.vline(0, "#374151", width=0.8)
-    ax.yticks = [(y, literal(r.variant)) for y, r in zip(positions, rows)]
+    ax.yticks = [(y, literal(r.variant)) for y, (r, _, _) in zip(positions, rows)]
     ax.ylim = [-0.6, len(rows) - 0.4]
     ax.xlabel = f"Δ {literal(finding.gate.primary)} (%), grey: ± threshold"
     return _image("delta.svg", "Δ with all used runs and in each exclusion-sensitivity variant, against its "

@@ -13,13 +13,12 @@ import dataclasses
 import math
 import re
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from gatekit.finding import Finding, Section, Stats, plain
 from gatekit.formatting import MISSING, fmt, fmt_signed, is_number
 from gatekit.policies.base import verdict_headline, verdict_sentence
 from gatekit.report.common import delta_ci, guard_metrics, one_line_why, runs_per_arm, tag_text
-from gatekit.report.narrative import narrative
 from gatekit.report.rundata import RunFiles
 from gatekit.verdict import MORE_RUNS, NEXT_STEP, Decision
 
@@ -304,15 +303,6 @@ def _document_of(section: Section) -> dict[str, Any]:
     return {k: v for k, v in plain(section.to_dict()).items() if k != "generated"}
 
 
-def _is_generated(finding: Finding) -> Callable[[Section], bool]:
-    """Whether gatekit wrote a section: its `generated` mark; a /1 file has none, so its sections are
-    compared with the narrative gatekit writes for the same finding."""
-    if finding.upgraded_from is None:
-        return lambda section: section.generated
-    written = [_document_of(section) for section in narrative(finding)]
-    return lambda section: section.generated or _document_of(section) in written
-
-
 # Keys of a page block that only gatekit's own blocks carry: the verdict box (`verdict_callout`) is drawn
 # from the finding's verdict, never from a section, so a section people added cannot show a second one.
 GATEKIT_ONLY_KEYS = ("role", "decision")
@@ -320,14 +310,13 @@ GATEKIT_ONLY_KEYS = ("role", "decision")
 
 def narrative_blocks(finding: Finding) -> tuple[str, list[Block]]:
     """The lead text and the sections people added (generated ones and the lead are shown elsewhere)."""
-    generated = _is_generated(finding)
     lead = ""
     blocks: list[Block] = []
     for section in finding.sections:
         if section.type == "lead" and not lead:
             lead = section.text or ""
             continue
-        if generated(section):
+        if section.generated:  # a /1 file's are marked by its upgrade (records.UPGRADES)
             continue
         blocks.append({k: v for k, v in _document_of(section).items() if k not in GATEKIT_ONLY_KEYS})
     return lead, blocks
