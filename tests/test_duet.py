@@ -205,14 +205,16 @@ def test_a_duet_runs_each_pair_together_on_swapped_pinned_slots(tmp_path: Path) 
 
 
 START_GAP_S = 0.05  # one barrier: both trainers of a pair start within 50 ms
+CPU_STALL_PCT = 10.0  # a window where some task waited for a CPU this share of the time (PSI) was not quiet
 
 
 @needs_two_cores
 @pytest.mark.alone  # a wall-time judgement: make test runs it after the parallel part, with no test beside it
 def test_a_duet_pair_starts_from_one_barrier_within_50_ms(tmp_path: Path) -> None:
     """The start gap is the scheduler's as much as gatekit's: where the gaps exceed 50 ms while load1 was above
-    the machine's CPU count (a runnable thread then waits for a CPU), the machine could not give the barrier a
-    fair run, and the test skips with the load it measured; on a machine that was not that busy it fails."""
+    the machine's CPU count, or while some task waited for a CPU 10 % of a run's window or more (Linux pressure
+    stall: load1 is a minute's average and lags a burst that ended), the machine could not give the barrier a
+    fair run, and the test skips with what it measured; on a machine that was not that busy it fails."""
     g = run_duet(tmp_path)
     seen = starts(g.root)
     gaps_ms = {k: round(abs(seen[f"off-r{k}"]["start"] - seen[f"on-r{k}"]["start"]) * 1000, 1) for k in range(1, 5)}
@@ -220,11 +222,14 @@ def test_a_duet_pair_starts_from_one_barrier_within_50_ms(tmp_path: Path) -> Non
     events = [json.loads(line) for line in (series / "journal.jsonl").read_text().splitlines()]
     skews_ms = [e["start_skew_ms"] for e in events if e["event"] == "duet_pair"]
     on_time = max(gaps_ms.values()) < START_GAP_S * 1000 and max(skews_ms) < START_GAP_S * 1000
-    load1 = max(run["window"]["load1_max"] for run in g.finding()["runs"])
+    windows = [run["window"] for run in g.finding()["runs"]]
+    load1 = max(window["load1_max"] for window in windows)
+    stalled = max((window.get("psi_cpu_pct") or 0.0 for window in windows), default=0.0)
     cpus = os.cpu_count() or 1
-    if not on_time and load1 > cpus:
+    if not on_time and (load1 > cpus or stalled >= CPU_STALL_PCT):
         pytest.skip(f"too busy to judge a {START_GAP_S * 1000:g} ms start gap: load1 reached {load1:.2f} on "
-                    f"{cpus} CPUs during the pairs (process start gaps {gaps_ms} ms, barrier skews {skews_ms} ms)")
+                    f"{cpus} CPUs and some task waited for a CPU {stalled:.0f} % of a run's window during the "
+                    f"pairs (process start gaps {gaps_ms} ms, barrier skews {skews_ms} ms)")
     assert on_time, (f"process start gaps {gaps_ms} ms, barrier skews {skews_ms} ms; load1 at most {load1:.2f} "
                      f"on {cpus} CPUs")
 
