@@ -98,10 +98,7 @@ class CensoredPolicy(SeedContamination, OneLook, SimulationDefaults):
         count = {name: (sum(row.censored for row in rows), len(rows)) for name, rows in ((off_arm, off), (on_arm, on))}
         censored_words = ", ".join(f"{name} {cut}/{total}" for name, (cut, total) in count.items())
         checked = guard_results(used, records, guards, off_arm, on_arm)
-        guard_lines = [Reason(ReasonCode.GUARD_HELD if g.passed else ReasonCode.GUARD_BEYOND_LIMIT,
-                              f"guard {g.metric}: Δ {g.delta:+.4f} " + ("within" if g.passed else "beyond")
-                              + f" limit {g.limit:+g}") if g.delta is not None else
-                       Reason(ReasonCode.GUARD_MISSING, f"guard {g.metric} failed: {g.note}") for g in checked]
+        guard_lines = guard_reasons(checked)
         if too_censored(flags, arm)[0]:
             reason = Reason(ReasonCode.TOO_CENSORED,
                             f"too many runs censored (never reached the target) to fit their times: {censored_words} "
@@ -179,6 +176,14 @@ def guard_results(used: RunTable, records: Sequence[RunRecord], guards: Sequence
         return [value for label in used.arm(arm).labels() if (value := by_label[label].value_of(metric)) is not None]
 
     return [evaluate_guard(g, values(off_arm, g.metric), values(on_arm, g.metric)) for g in guards]
+
+
+def guard_reasons(checked: Sequence[Any]) -> list[Reason]:
+    """A reason line per checked guard (guard_results): held, beyond its limit, or missing."""
+    return [Reason(ReasonCode.GUARD_HELD if g.passed else ReasonCode.GUARD_BEYOND_LIMIT,
+                   f"guard {g.metric}: Δ {g.delta:+.4f} " + ("within" if g.passed else "beyond")
+                   + f" limit {g.limit:+g}") if g.delta is not None else
+            Reason(ReasonCode.GUARD_MISSING, f"guard {g.metric} failed: {g.note}") for g in checked]
 
 
 CENSORED = CensoredPolicy()

@@ -23,7 +23,7 @@ from gatekit.config import RulesSpec, ThresholdSpec
 from gatekit.errors import ConfigError
 from gatekit.finding import Finding, RankInfo
 from gatekit.policies.base import Decided, Evidence, OneLook, PolicyWords, SimulationDefaults, classic_beside
-from gatekit.policies.censored import guard_results
+from gatekit.policies.censored import guard_reasons, guard_results
 from gatekit.policies.classic import SeedContamination
 from gatekit.policies.duet import CLASSIC_LABEL
 from gatekit.policies.sequential import gain_bounds
@@ -101,10 +101,7 @@ class RobustPolicy(SeedContamination, OneLook, SimulationDefaults):
         used = classified.used
         off_values, on_values = [row.value for row in used.arm(off_arm)], [row.value for row in used.arm(on_arm)]
         checked = guard_results(used, records, guards, off_arm, on_arm)
-        guard_lines = [Reason(ReasonCode.GUARD_HELD if g.passed else ReasonCode.GUARD_BEYOND_LIMIT,
-                              f"guard {g.metric}: Δ {g.delta:+.4f} " + ("within" if g.passed else "beyond")
-                              + f" limit {g.limit:+g}") if g.delta is not None else
-                       Reason(ReasonCode.GUARD_MISSING, f"guard {g.metric} failed: {g.note}") for g in checked]
+        guard_lines = guard_reasons(checked)
         failed = any(not g.passed for g in checked)
         beside = classic_beside(classic)
         off_logs, on_logs = oriented_logs(off_values, direction), oriented_logs(on_values, direction)
