@@ -198,7 +198,7 @@ def _show_version(ctx: click.Context, _: click.Parameter, value: bool) -> None:
     """--version, as click.version_option prints it; the version is read only when asked for (importlib.metadata
     takes tens of ms to import, a fair part of `gate --help`)."""
     if value and not ctx.resilient_parsing:
-        click.echo(f"gate, version {installed_version()}")
+        _echo(f"gate, version {installed_version()}")
         ctx.exit()
 
 
