@@ -23,7 +23,8 @@ from gatekit.finding import DuetInfo, Finding, RankInfo, Section, SensitivityRow
 from gatekit.policy_descriptors import gate_policies, policy_for
 from gatekit.records import RunRecord
 from gatekit.runtable import RunTable
-from gatekit.verdict import Reason, ReasonCode, Verdict, decision_words
+from gatekit.verdict import (CODE_NAMES, REGRESSION, Decision, Reason, ReasonCode, Verdict, decision_words,
+                             evaluate_guard)
 
 if TYPE_CHECKING:
     from gatekit.simulate import Scenario
@@ -232,3 +233,32 @@ def words_of(finding: Finding) -> PolicyWords:
     if finding.gate.policy not in gate_policies():
         return PolicyWords()
     return policy_for(finding.gate.policy).words(finding)
+
+
+def guard_results(used: RunTable, records: Sequence[RunRecord], guards: Sequence[Any], off_arm: str,
+                   on_arm: str) -> list[Any]:
+    """The classic guards on the used runs' arm means."""
+    by_label = {r.label: r for r in records}
+
+    def values(arm: str, metric: str) -> list[float]:
+        return [value for label in used.arm(arm).labels() if (value := by_label[label].value_of(metric)) is not None]
+
+    return [evaluate_guard(g, values(off_arm, g.metric), values(on_arm, g.metric)) for g in guards]
+
+
+def guard_reasons(checked: Sequence[Any]) -> list[Reason]:
+    """A reason line per checked guard (guard_results): held, beyond its limit, or missing."""
+    return [Reason(ReasonCode.GUARD_HELD if g.passed else ReasonCode.GUARD_BEYOND_LIMIT,
+                   f"guard {g.metric}: Δ {g.delta:+.4f} " + ("within" if g.passed else "beyond")
+                   + f" limit {g.limit:+g}") if g.delta is not None else
+            Reason(ReasonCode.GUARD_MISSING, f"guard {g.metric} failed: {g.note}") for g in checked]
+
+
+def guarded_decision(code: int, checked: Sequence[Any]) -> Decision:
+    """The decision an interval's code gives beside the checked guards (guard_results): a regression stands;
+    otherwise a failed guard fails the gate."""
+    if code == REGRESSION:
+        return Decision.REGRESSION
+    if any(not g.passed for g in checked):
+        return Decision.GUARD_FAILED
+    return Decision(CODE_NAMES[code])

@@ -23,13 +23,14 @@ from gatekit import survival
 from gatekit.config import RulesSpec, ThresholdSpec
 from gatekit.errors import ConfigError
 from gatekit.finding import Finding
-from gatekit.policies.base import Decided, Evidence, OneLook, PolicyWords, SimulationDefaults, classic_beside
+from gatekit.policies.base import (Decided, Evidence, OneLook, PolicyWords, SimulationDefaults, classic_beside,
+                                   guard_reasons, guard_results, guarded_decision)
 from gatekit.policies.classic import SeedContamination
 from gatekit.policies.sequential import look_codes
 from gatekit.records import RunRecord
 from gatekit.runtable import RunTable
-from gatekit.verdict import (CODE_NAMES, INCONCLUSIVE, REGRESSION, Decision, Reason, ReasonCode, Verdict,
-                             evaluate_guard, too_noisy_reason)
+from gatekit.verdict import (CODE_NAMES, INCONCLUSIVE, Decision, Reason, ReasonCode, Verdict,
+                             too_noisy_reason)
 
 if TYPE_CHECKING:
     from gatekit.simulate import Scenario
@@ -105,9 +106,8 @@ class CensoredPolicy(SeedContamination, OneLook, SimulationDefaults):
                             f"(at most {100 * MAX_CENSORED_FRAC:g} % of an arm, at least "
                             f"{survival.MIN_REACHED_PER_ARM} reached) → inconclusive; run longer or set a target the "
                             "runs reach")
-            failed = any(not g.passed for g in checked)
-            decision = Decision.GUARD_FAILED if failed else Decision.INCONCLUSIVE
-            return Decided(Verdict(decision, (reason, *guard_lines, beside), tuple(warnings)))
+            return Decided(Verdict(guarded_decision(INCONCLUSIVE, checked), (reason, *guard_lines, beside),
+                                   tuple(warnings)))
         fit = survival.fit([row.value for row in off], [row.censored for row in off],
                            [row.value for row in on], [row.censored for row in on])
         code = int(codes(np.array([fit.log_ratio]), np.array([fit.se]), np.array([fit.df]), floor_pct=floor_pct,
@@ -123,14 +123,7 @@ class CensoredPolicy(SeedContamination, OneLook, SimulationDefaults):
         if code == INCONCLUSIVE:
             reasons.insert(0, too_noisy_reason(100 * math.expm1((high - low) / 2),
                                                basis="half the width of its interval"))
-        failed = any(not g.passed for g in checked)
-        if code == REGRESSION:
-            decision = Decision.REGRESSION
-        elif failed:
-            decision = Decision.GUARD_FAILED
-        else:
-            decision = Decision(CODE_NAMES[code])
-        return Decided(Verdict(decision, (*reasons, *guard_lines, beside), tuple(warnings)))
+        return Decided(Verdict(guarded_decision(code, checked), (*reasons, *guard_lines, beside), tuple(warnings)))
 
     def check_scenario(self, scenario: Scenario) -> None:
         if scenario.guard_drop is not None:
@@ -165,25 +158,6 @@ class CensoredPolicy(SeedContamination, OneLook, SimulationDefaults):
 
     def words(self, finding: Finding) -> PolicyWords:
         return PolicyWords()
-
-
-def guard_results(used: RunTable, records: Sequence[RunRecord], guards: Sequence[Any], off_arm: str,
-                   on_arm: str) -> list[Any]:
-    """The classic guards on the used runs' arm means."""
-    by_label = {r.label: r for r in records}
-
-    def values(arm: str, metric: str) -> list[float]:
-        return [value for label in used.arm(arm).labels() if (value := by_label[label].value_of(metric)) is not None]
-
-    return [evaluate_guard(g, values(off_arm, g.metric), values(on_arm, g.metric)) for g in guards]
-
-
-def guard_reasons(checked: Sequence[Any]) -> list[Reason]:
-    """A reason line per checked guard (guard_results): held, beyond its limit, or missing."""
-    return [Reason(ReasonCode.GUARD_HELD if g.passed else ReasonCode.GUARD_BEYOND_LIMIT,
-                   f"guard {g.metric}: Δ {g.delta:+.4f} " + ("within" if g.passed else "beyond")
-                   + f" limit {g.limit:+g}") if g.delta is not None else
-            Reason(ReasonCode.GUARD_MISSING, f"guard {g.metric} failed: {g.note}") for g in checked]
 
 
 CENSORED = CensoredPolicy()

@@ -22,14 +22,14 @@ from gatekit import ranks
 from gatekit.config import RulesSpec, ThresholdSpec
 from gatekit.errors import ConfigError
 from gatekit.finding import Finding, RankInfo
-from gatekit.policies.base import Decided, Evidence, OneLook, PolicyWords, SimulationDefaults, classic_beside
-from gatekit.policies.censored import guard_reasons, guard_results
+from gatekit.policies.base import (Decided, Evidence, OneLook, PolicyWords, SimulationDefaults, classic_beside,
+                                   guard_reasons, guard_results, guarded_decision)
 from gatekit.policies.classic import SeedContamination
 from gatekit.policies.duet import CLASSIC_LABEL
 from gatekit.policies.sequential import gain_bounds
 from gatekit.records import RunRecord
 from gatekit.runtable import RunTable
-from gatekit.verdict import (CODE_NAMES, INCONCLUSIVE, REGRESSION, Decision, Reason, ReasonCode, Verdict,
+from gatekit.verdict import (CODE_NAMES, INCONCLUSIVE, Decision, Reason, ReasonCode, Verdict,
                              too_noisy_reason)
 
 if TYPE_CHECKING:
@@ -102,7 +102,6 @@ class RobustPolicy(SeedContamination, OneLook, SimulationDefaults):
         off_values, on_values = [row.value for row in used.arm(off_arm)], [row.value for row in used.arm(on_arm)]
         checked = guard_results(used, records, guards, off_arm, on_arm)
         guard_lines = guard_reasons(checked)
-        failed = any(not g.passed for g in checked)
         beside = classic_beside(classic)
         off_logs, on_logs = oriented_logs(off_values, direction), oriented_logs(on_values, direction)
         if off_logs is None or on_logs is None:
@@ -110,8 +109,8 @@ class RobustPolicy(SeedContamination, OneLook, SimulationDefaults):
                             f"{primary}: the robust policy compares log values and an arm holds a value ≤ 0 (or "
                             "none) → inconclusive")
             info = RankInfo(VERSION, METHOD, ALPHA, floor_pct, len(off_values), len(on_values), None)
-            decision = Decision.GUARD_FAILED if failed else Decision.INCONCLUSIVE
-            return Decided(Verdict(decision, (reason, *guard_lines, beside), tuple(warnings)), ranks=info)
+            return Decided(Verdict(guarded_decision(INCONCLUSIVE, checked), (reason, *guard_lines, beside),
+                                   tuple(warnings)), ranks=info)
         interval = ranks.shift_interval(off_logs, on_logs, ALPHA)
         better_log, worse_log = floor_bounds(floor_pct, direction)
         code = ranks.interval_code(interval.low, interval.high, better_log=better_log, worse_log=worse_log)
@@ -133,13 +132,8 @@ class RobustPolicy(SeedContamination, OneLook, SimulationDefaults):
         reasons: list[Reason] = [estimate]
         if code == INCONCLUSIVE and low_pct is not None and high_pct is not None:
             reasons.insert(0, too_noisy_reason((high_pct - low_pct) / 2, basis="half the width of its interval"))
-        if code == REGRESSION:
-            decision = Decision.REGRESSION
-        elif failed:
-            decision = Decision.GUARD_FAILED
-        else:
-            decision = Decision(CODE_NAMES[code])
-        return Decided(Verdict(decision, (*reasons, *guard_lines, beside), tuple(warnings)), ranks=info)
+        return Decided(Verdict(guarded_decision(code, checked), (*reasons, *guard_lines, beside), tuple(warnings)),
+                       ranks=info)
 
     def one_sided_p(self, finding: Finding) -> tuple[float, float]:
         """(on better, on worse): the Mann–Whitney p-values the finding records (1: none recorded)."""
