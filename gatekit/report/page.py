@@ -13,7 +13,7 @@ import dataclasses
 import math
 import re
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 from gatekit.finding import Finding, Section, Stats, plain
 from gatekit.formatting import MISSING, fmt, fmt_signed, is_number
@@ -123,13 +123,18 @@ def sig(value: Any, digits: int = 3, unit: str = "", signed: bool = False) -> st
     return f"{rounded:{'+' if signed else ''}.{decimals}f}" + unit
 
 
+def _arm_rows(s: Stats, number: Callable[[Any], str]) -> list[list[str]]:
+    """Each arm's runs used, mean and σ, the mean and σ shown by `number` (sig on the first screen, fmt below)."""
+    return [["runs used", fmt(s.n_off), fmt(s.n_on)],
+            ["mean", number(s.mean_off), number(s.mean_on)],
+            ["σ (% of mean)", number(s.sigma_off_pct), number(s.sigma_on_pct)]]
+
+
 def key_numbers(finding: Finding) -> list[Block]:
     """The figures a decision rests on, to 3 significant figures: each arm's runs, mean and σ, then Δ against
     the threshold, the CI of Δ and the pairs."""
     gate, s = finding.gate, finding.stats
-    arm_rows = [["runs used", fmt(s.n_off), fmt(s.n_on)],
-                ["mean", sig(s.mean_off), sig(s.mean_on)],
-                ["σ (% of mean)", sig(s.sigma_off_pct), sig(s.sigma_on_pct)]]
+    arm_rows = _arm_rows(s, sig)
     items = [("Δ = (on − off) / off", f"{sig(s.delta_pct, signed=True)} %"),
              ("threshold", f"± {sig(s.threshold_pct)} % = {gate.threshold.rule}, {gate.direction} is better"),
              ("pairs where on is better", fmt(s.pairs_consistent))]
@@ -142,9 +147,7 @@ def key_numbers(finding: Finding) -> list[Block]:
 def stats_blocks(finding: Finding) -> list[Block]:
     """Per-arm statistics, then Δ, threshold, pairs, the CI and any further diagnostics the analysis gave."""
     gate, s = finding.gate, finding.stats
-    arm_rows = [["runs used", fmt(s.n_off), fmt(s.n_on)],
-                ["mean", fmt(s.mean_off), fmt(s.mean_on)],
-                ["σ (% of mean)", fmt(s.sigma_off_pct), fmt(s.sigma_on_pct)]]
+    arm_rows = _arm_rows(s, fmt)
     items = [("Δ = (mean on − mean off) / mean off", f"{fmt_signed(s.delta_pct)} %"),
              ("threshold", f"± {fmt(s.threshold_pct)} % = {gate.threshold.rule}"),
              ("better is", gate.direction),
