@@ -234,6 +234,13 @@ def test_no_import_cycle() -> None:
                         "function is still a cycle):\n" + "\n\n".join(shown))
 
 
+def _write_tree(root: Path, files: dict[str, str]) -> None:
+    """A small source tree for the checks' own tests: each path's text, folders made as needed."""
+    for name, text in files.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(text, encoding="utf-8")
+
+
 def test_the_cycle_check_finds_lazy_and_package_cycles(tmp_path: Path) -> None:
     """The check is only as good as its graph: a lazy import and a package's `__init__` close a cycle too."""
     files = {"gatekit/a.py": "from gatekit.pkg.b import thing\n",
@@ -242,9 +249,7 @@ def test_the_cycle_check_finds_lazy_and_package_cycles(tmp_path: Path) -> None:
              "gatekit/c.py": "import gatekit.a\n",
              "gatekit/d.py": "from gatekit.pkg import b\n",
              "gatekit/e.py": "import gatekit.d\n"}
-    for name, text in files.items():
-        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
-        (tmp_path / name).write_text(text, encoding="utf-8")
+    _write_tree(tmp_path, files)
     packages = {tmp_path / "gatekit": "gatekit"}
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(f"{__name__}.PACKAGES", packages)
@@ -296,9 +301,7 @@ def test_the_folder_check_finds_a_cycle_no_file_has(tmp_path: Path) -> None:
              "gatekit/pkg/high.py": "from gatekit.mid import thing\n",
              "gatekit/mid.py": "from gatekit.pkg.low import x\n",
              "gatekit/top.py": "import gatekit.mid\n"}
-    for name, text in files.items():
-        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
-        (tmp_path / name).write_text(text, encoding="utf-8")
+    _write_tree(tmp_path, files)
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(f"{__name__}.PACKAGES", {tmp_path / "gatekit": "gatekit"})
         sources = _sources(tmp_path / "gatekit")
