@@ -102,7 +102,7 @@ def _aa(period: int, phase: int, version: int | None = None):  # type: ignore[no
     return simulate("sequential", scenario, draws=DRAWS, seed=period * 100 + phase, version=version)
 
 
-def test_v7_holds_both_errors_under_periodic_interference_at_every_period_and_phase() -> None:
+def test_the_current_version_holds_both_errors_under_periodic_interference_at_every_period_and_phase() -> None:
     assert 6.0 < BOUND_PCT < 7.5  # the room the draws leave, computed above
     for period, phase in CELLS:
         result = _aa(period, phase)
