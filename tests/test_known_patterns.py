@@ -5,7 +5,7 @@ TARGETS), here through the gate's own schedule, run loop and finding:
 
   - a cold first run (+5 % / +15 %) before a true −2 % at CV 0.5 %: a new gate file's `warmup = 1` takes the hit,
     so the gate adopts (≥ 90 %); the same A/A under random, thue-morse and block-shuffle: false regression ≤ 5 %;
-  - interference on every k-th run in execution order (+8 %, A/A, CV 0.5 %), sequential v7 (block-shuffle):
+  - interference on every k-th run in execution order (+8 %, A/A, CV 0.5 %), the current sequential version (block-shuffle):
     false adoption and false regression ≤ 5 % each, at period 3 phase 0 (the worst simulated cell: 2.9 % / 3.0 %;
     v5's Thue–Morse order gave 50 %) and at every period 2–12 and phase;
   - half of the on arm's runs 10 % slower (a true change of the mean): equivalent ≤ 5 %;
@@ -41,11 +41,14 @@ import pytest
 from scipy.stats import binom
 
 from gatekit.policies.sequential import design_codes
+from gatekit.policy_descriptors import describe
 from gatekit.schedule import plan
 from gatekit.verdict import CODE_NAMES
 from tests.conftest import GateDir, gate_invoke, make_gate, write_toml
 from tests.fakes import install_fake_machine
 from tests.fixtures.fake_trainer import pattern_elapsed
+
+SEQUENTIAL_VERSION = describe("sequential").version  # what a new series preregisters
 
 SEEDS = range(1, 21)  # fixed first; every pattern's count runs them all
 REAL_SEEDS = SEEDS[:2]  # as real processes: each also runs in process and must decide the same
@@ -261,7 +264,7 @@ def test_every_third_run_slowed_in_real_series_decides_as_in_process(tmp_path: P
                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     real = real_series(tmp_path, monkeypatch, [(periodic_job(3, 0), seed) for seed in REAL_SEEDS])
     for series in real:
-        assert series.finding["sequential"]["version"] == 7 and series.finding["gate"]["order"] == "block-shuffle"
+        assert series.finding["sequential"]["version"] == SEQUENTIAL_VERSION and series.finding["gate"]["order"] == "block-shuffle"
         assert_every_kth_run_was_slowed(series, 3, 0)
 
 
@@ -300,7 +303,7 @@ def slow_share(series: list[Series], arm: str, slow_pct: float) -> float:
 def test_speed_states_in_real_series_decide_as_in_process(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     real = real_series(tmp_path, monkeypatch,
                        [(pattern, REAL_SEEDS[0]) for pattern in (TWO_STATES, ON_ARM_SLOW_STATE, BELOW_THE_FLOOR)])
-    assert all(s.finding["sequential"]["version"] == 7 for s in real)
+    assert all(s.finding["sequential"]["version"] == SEQUENTIAL_VERSION for s in real)
 
 
 def test_two_speed_states_in_both_arms_are_rarely_adopted_or_a_regression(scratch: Path, fake_machine: None) -> None:
