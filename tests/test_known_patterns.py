@@ -12,7 +12,9 @@ TARGETS), here through the gate's own schedule, run loop and finding:
   - two speed states (every run slow with p 0.5 by 10 %), A/A: false adoption and regression ≤ 5 % each;
   - a true −0.8 % at CV 0.2 % (below the 1 % floor): adopted ≤ 5 %;
   - the on arm 3× noisier than off (nondeterministic atomics), A/A, classic: every adoption says "adopted by the
-    team's rule — not confirmed" with the next step.
+    team's rule — not confirmed" with the next step;
+  - a duet (12 pairs on two cpu slots) whose every run is slow with p 0.5 by 10 %, A/A: false adoption and
+    regression ≤ 5 % each (the trainer's noise keyed by run label: a duet's two runs start together).
 
 A few seeds per pattern run as real processes (`gate run` in this process through conftest's gate_invoke, each run
 a fake_trainer.py process); the counts of 20 seeds per pattern run the same gate folders through FakeDriver, which
@@ -29,6 +31,7 @@ are far inside the goals, so a failure here is a real series that misses them, n
 from __future__ import annotations
 
 import math
+import os
 import shutil
 import statistics
 import tempfile
@@ -375,3 +378,47 @@ def test_a_noisier_on_arm_says_not_confirmed_on_the_real_verdict_line(tmp_path: 
                        cwd=real.gate_dir.root)
     assert done.returncode == 0, done.stderr
     assert "ADOPTED by the team's rule — not confirmed" in summary.read_text()
+
+
+# -- a duet whose runs move between two speed states ---------------------------------------------------------
+
+DUET_PAIRS = 12  # the duet's default
+DUET_STATES = {"cv_pct": 0.5, "slow_p": 0.5, "slow_pct": 10.0, "key": "label"}  # each run slow with p ½ by 10 %
+
+
+def duet_series(root: Path, seed: int, *, in_process: bool) -> dict[str, Any]:
+    """One duet A/A gate (two cpu slots, both runs of a pair at once) whose every run is slow with probability ½,
+    keyed by its label (a duet's two runs start together, so no execution order exists); its finding."""
+    cores = sorted(os.sched_getaffinity(0))
+    g = make_gate(root, off={"pattern": {**DUET_STATES, "seed": seed}}, on={"pattern": {**DUET_STATES, "seed": seed}},
+                  gate={"mode": "duet", "n": DUET_PAIRS, "seed": seed, "warmup": 0},
+                  duet={"slots": [f"cpu:{cores[0]}", f"cpu:{cores[-1]}"]}, rules=QUIET_RULES,
+                  driver={"name": "fake"} if in_process else {})
+    gate_file = tomllib.loads(g.gate.read_text())
+    gate_file["gate"].pop("order")  # a duet has no run order
+    write_toml(g.gate, gate_file)
+    done = gate_invoke("run", "off", "on", cwd=g.root)
+    assert done.returncode in (0, 1), done.stderr
+    finding = g.finding()
+    assert finding["gate"]["policy"] == "duet" and len(finding["runs"]) == 2 * DUET_PAIRS  # none re-run
+    for run in finding["runs"]:
+        assert run["metrics"]["train_elapsed_s"] == pattern_elapsed({**DUET_STATES, "seed": seed}, run["label"])
+    return finding
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="a cpu duet needs two cores")
+def test_a_duet_with_two_speed_states_in_real_series_decides_as_in_process(tmp_path: Path,
+                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    real = duet_series(tmp_path / "real", REAL_SEEDS[0], in_process=False)
+    install_fake_machine(monkeypatch)
+    twin = duet_series(tmp_path / "twin", REAL_SEEDS[0], in_process=True)
+    assert real["verdict"]["decision"] == twin["verdict"]["decision"]
+    assert real["duet"]["version"] == describe("duet").version
+
+
+def test_a_duet_with_two_speed_states_is_rarely_adopted_or_a_regression(scratch: Path, fake_machine: None) -> None:
+    findings = [duet_series(scratch / f"duet{seed}", seed, in_process=True) for seed in SEEDS]
+    slow = [run["metrics"]["train_elapsed_s"] > 10.0 * math.sqrt(1.1) for f in findings for run in f["runs"]]
+    assert 0.4 < sum(slow) / len(slow) < 0.6  # the pattern happened: about half the runs slow
+    counts = Counter(str(f["verdict"]["decision"]) for f in findings)
+    assert counts["adopted"] <= at_most(len(findings)) and counts["regression"] <= at_most(len(findings)), counts
