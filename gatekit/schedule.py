@@ -107,7 +107,7 @@ def spread_blocks(uniforms: np.ndarray) -> np.ndarray:
     does off run first? Block b takes the arrangement that uniform b picks among those BLOCK_ARRANGEMENTS that
     leave the fewest `one_arm_jobs` in blocks 1 … b, so a plan is a prefix of a longer one. In 12 rounds (the
     sequential policy's plan) the fewest is always none; past that a block may find none that leaves none (a long
-    period's runs so far on one arm, none of them in this block), and it draws among those that add the least."""
+    period's runs so far on one arm, none of them in this block), and it draws among those that leave the fewest."""
     uniforms = np.asarray(uniforms, float)
     plans, blocks = uniforms.shape
     options = np.array(BLOCK_ARRANGEMENTS)
