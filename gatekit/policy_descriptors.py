@@ -84,7 +84,7 @@ _PLAN_PAIRS = tuple(n for n in PLAN_SIZES if n >= 4 and n % 2 == 0)  # a duet: a
 
 CLASSIC = PolicyDescriptor("classic", "gatekit.policies.classic:policy")
 SEQUENTIAL = PolicyDescriptor("sequential", "gatekit.policies.sequential:policy",
-                              order="block-shuffle", stages=(4, 8, 12), version=8, version_key="sequential_version",
+                              order="block-shuffle-spread", stages=(4, 8, 12), version=8, version_key="sequential_version",
                               default_evidence="psi", plan_sizes=(), mde_sizes=(12,),
                               in_suite=True, suite_targets=True)
 # duet v2 (Thue–Morse slots, Huber fit) from issue 18; a duet predecision without duet_version is v1
