@@ -10,9 +10,10 @@ import numpy as np
 import pytest
 from scipy import stats as scipy_stats
 
-from gatekit.bisect.checks import (CONFIRM_PAIRS, endpoints_power, jump_p, second_step_test, step_confirmed,
-                                   unconfirmed_sides)
-from gatekit.bisect.posterior import Pair
+from gatekit.bisect.checks import (NEIGHBOUR_RULES, confirming_sides, endpoints_power, held_since, jump_p,
+                                   second_step_test, step_confirmed, unconfirmed_sides)
+from gatekit.bisect.posterior import Pair, credible_set, posterior
+from gatekit.bisect.simulation import BisectScenario, simulate_bisect
 from gatekit.bisect.search import Measured, Outcome, SearchPlan, search
 from gatekit.diagnostics import mde_log
 
@@ -73,8 +74,58 @@ def test_jump_between_the_neighbours_by_hand_and_scipy() -> None:
     one = _pairs({1: high, 10: [2.0, 2.1, 1.9]})
     assert jump_p(one, 10, 1) == pytest.approx(scipy_stats.ttest_1samp(high, 0.0, alternative="greater").pvalue)
     # too few pairs a side: not yet judged
-    assert unconfirmed_sides(_pairs({5: low[:1], 6: high}), 6) == [5] and CONFIRM_PAIRS == 3
+    assert unconfirmed_sides(_pairs({5: low[:1], 6: high}), 6) == [5] and NEIGHBOUR_RULES[1].min_pairs == 3
     assert jump_p(_pairs({5: low[:1], 6: high}), 10, 6) == 1.0
+
+
+def test_fresh_jump_with_the_fits_noise_by_hand_and_scipy() -> None:
+    # rule 2 judges only the pairs from `since` on, with s from the one-step fit over every pair
+    rule = NEIGHBOUR_RULES[2]
+    chosen_by = _pairs({5: [-0.5, -0.6], 6: [2.5, 2.6], 10: [2.0, 2.1, 1.9]})  # the search chose 6 by these
+    fresh = _pairs({5: [0.1, -0.1], 6: [2.1, 1.8]})
+    pairs = chosen_by + fresh
+    since = len(chosen_by)
+    d = np.array([p.log_diff for p in pairs])
+    a = np.array([p.probe >= 6 for p in pairs], float)
+    residual = d - (a @ d) / (a @ a) * a
+    s = math.sqrt(float(residual @ residual) / (len(d) - 1))
+    t = (np.mean([2.1, 1.8]) - np.mean([0.1, -0.1])) / (s * math.sqrt(1 / 2 + 1 / 2))
+    assert jump_p(pairs, 10, 6, rule, since) == pytest.approx(float(scipy_stats.t.sf(t, len(d) - 1)))
+    # the pairs before `since` are not judged: one fresh pair a side is too few
+    assert unconfirmed_sides(chosen_by + fresh[1:3], 6, rule, since) == [5, 6]
+    assert jump_p(chosen_by + fresh[1:3], 10, 6, rule, since) == 1.0
+    # and a fresh middle level shows no jump, however sharp the pairs that chose the commit were
+    middle = _pairs({5: [1.0, 1.1], 6: [1.05, 0.95]})
+    assert not step_confirmed(chosen_by + middle, 10, 6, rule, since)
+    # the search feeds the side with fewer pairs first, up to the maximum
+    assert confirming_sides(chosen_by + fresh[:1], 6, rule, since) == [6, 5]
+
+
+def test_held_since_is_the_first_look_where_one_commit_holds_the_confidence() -> None:
+    rounds = [tuple(_pairs({8: [1.0, 1.02, 0.98]})), tuple(_pairs({4: [0.01]})), tuple(_pairs({6: [1.0]})),
+              tuple(_pairs({5: [0.0]})), tuple(_pairs({5: [0.01], 6: [0.99]}))]
+    held = held_since(rounds, 8, 0.95)
+    counts = np.cumsum([len(r) for r in rounds])
+    flat: list[Pair] = []
+    first: dict[int, int] = {}
+    for round_pairs, count in zip(rounds, counts):
+        flat.extend(round_pairs)
+        credible = credible_set(posterior(flat, 8), 0.95)
+        if len(credible) == 1:
+            first.setdefault(credible[0], int(count))
+    assert held == first and held  # some commit held the confidence, at a round's end
+
+
+def test_two_culprits_name_no_wrong_commit_at_the_confidence() -> None:
+    # seeded: two +1.5 % culprits at CV 1 % over 32 commits; rule 1 names a commit that is neither in several
+    # of these draws, rule 2 (fresh pairs) in at most 2 %
+    scenario = BisectScenario(commits=32, effect_pct=1.5, second_effect_pct=1.5, cv_pct=1.0)
+    new = simulate_bisect(scenario, draws=150, seed=3).gatekit
+    old = simulate_bisect(BisectScenario(commits=32, effect_pct=1.5, second_effect_pct=1.5, cv_pct=1.0,
+                                         neighbour_rule=1), draws=150, seed=3).gatekit
+    assert old.wrong_named >= 0.04
+    assert new.wrong_named <= 0.02
+    assert new.right_culprit >= old.right_culprit - 0.05
 
 
 def test_endpoints_power_by_hand() -> None:
@@ -132,7 +183,8 @@ def test_one_culprit_is_named_once_its_neighbours_show_the_step() -> None:
     result = search(plan, machine.endpoints(24), machine.measure, lambda: machine.runs)
     assert result.outcome is Outcome.CULPRIT and result.culprit == 13
     probes = [p.probe for p in result.pairs]
-    assert probes.count(12) >= CONFIRM_PAIRS and probes.count(13) >= CONFIRM_PAIRS
+    fresh = NEIGHBOUR_RULES[2].min_pairs
+    assert probes.count(12) >= fresh and probes.count(13) >= fresh
     # a plan from before the checks names it without them
     machine = TwoSteps({13: math.log(1.10)}, 0.005)
     old = search(SearchPlan(24), machine.endpoints(24), machine.measure, lambda: machine.runs)

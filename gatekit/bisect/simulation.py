@@ -30,7 +30,7 @@ from typing import Any, Sequence
 import numpy as np
 from scipy import stats as scipy_stats
 
-from gatekit.bisect.checks import STEPS_ALPHA
+from gatekit.bisect.checks import NEIGHBOUR_RULE, STEPS_ALPHA
 from gatekit.bisect.posterior import Pair
 from gatekit.bisect.search import PROBE_PAIRS, Measured, Outcome, SearchPlan, search
 
@@ -57,6 +57,7 @@ class BisectScenario:
     second_effect_pct: float = 0.0  # a second culprit's step (0: one culprit)
     floor_pct: float = ENDPOINT_FLOOR_PCT
     steps_alpha: float = STEPS_ALPHA
+    neighbour_rule: int = NEIGHBOUR_RULE  # checks.NEIGHBOUR_RULES
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,7 +148,7 @@ def _gatekit_once(scenario: BisectScenario, machine: _Machine) -> tuple[int | No
 
     extended: list[bool] = []
     plan = SearchPlan(n, scenario.confidence, scenario.budget, scenario.max_parallel, scenario.pairs_per_probe,
-                      scenario.floor_pct, scenario.steps_alpha)
+                      scenario.floor_pct, scenario.steps_alpha, scenario.neighbour_rule)
     result = search(plan, endpoints, measure, lambda: machine.runs)
     return result.culprit, result.rounds + len(extended), result.outcome
 
