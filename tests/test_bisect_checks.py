@@ -78,27 +78,31 @@ def test_jump_between_the_neighbours_by_hand_and_scipy() -> None:
     assert jump_p(_pairs({5: low[:1], 6: high}), 10, 6) == 1.0
 
 
-def test_fresh_jump_with_the_fits_noise_by_hand_and_scipy() -> None:
-    # rule 2 judges only the pairs from `since` on, with s from the one-step fit over every pair
+def test_the_steps_own_fresh_pairs_with_the_fits_noise_by_hand_and_scipy() -> None:
+    # rule 2 judges only the pairs of 6 beside 5 from `since` on, with s from the one-step fit over every pair
     rule = NEIGHBOUR_RULES[2]
     chosen_by = _pairs({5: [-0.5, -0.6], 6: [2.5, 2.6], 10: [2.0, 2.1, 1.9]})  # the search chose 6 by these
-    fresh = _pairs({5: [0.1, -0.1], 6: [2.1, 1.8]})
-    pairs = chosen_by + fresh
+    own = [Pair(6, 5, 1.9), Pair(6, 5, 2.3)]
+    pairs = chosen_by + own
     since = len(chosen_by)
     d = np.array([p.log_diff for p in pairs])
-    a = np.array([p.probe >= 6 for p in pairs], float)
+    a = np.array([(p.probe >= 6) - (p.reference >= 6) for p in pairs], float)
     residual = d - (a @ d) / (a @ a) * a
     s = math.sqrt(float(residual @ residual) / (len(d) - 1))
-    t = (np.mean([2.1, 1.8]) - np.mean([0.1, -0.1])) / (s * math.sqrt(1 / 2 + 1 / 2))
+    t = np.mean([1.9, 2.3]) / (s / math.sqrt(2))
     assert jump_p(pairs, 10, 6, rule, since) == pytest.approx(float(scipy_stats.t.sf(t, len(d) - 1)))
-    # the pairs before `since` are not judged: one fresh pair a side is too few
-    assert unconfirmed_sides(chosen_by + fresh[1:3], 6, rule, since) == [5, 6]
-    assert jump_p(chosen_by + fresh[1:3], 10, 6, rule, since) == 1.0
-    # and a fresh middle level shows no jump, however sharp the pairs that chose the commit were
-    middle = _pairs({5: [1.0, 1.1], 6: [1.05, 0.95]})
-    assert not step_confirmed(chosen_by + middle, 10, 6, rule, since)
-    # the search feeds the side with fewer pairs first, up to the maximum
-    assert confirming_sides(chosen_by + fresh[:1], 6, rule, since) == [6, 5]
+    assert step_confirmed(pairs, 10, 6, rule, since)
+    # the pairs before `since` are not judged, nor pairs of 6 against GOOD: none of its own yet
+    assert unconfirmed_sides(chosen_by + _pairs({6: [2.0]}), 6, rule, since) == [6]
+    assert jump_p(chosen_by + _pairs({6: [2.0]}), 10, 6, rule, since) == 1.0
+    # a fresh middle level shows no jump, however sharp the pairs that chose the commit were
+    flat = [Pair(6, 5, 0.05), Pair(6, 5, -0.1), Pair(6, 5, 0.02)]
+    assert not step_confirmed(chosen_by + flat, 10, 6, rule, since)
+    # the search adds the step's own pairs up to the rule's maximum
+    assert confirming_sides(pairs, 6, rule, since) == [6]
+    assert confirming_sides(chosen_by + own * 2, 6, rule, since) == []
+    # rule 1 feeds the side with fewer pairs first
+    assert confirming_sides(_pairs({5: [0.0] * 4, 6: [2.0] * 3}), 6) == [6, 5]
 
 
 def test_held_since_is_the_first_look_where_one_commit_holds_the_confidence() -> None:
@@ -117,15 +121,15 @@ def test_held_since_is_the_first_look_where_one_commit_holds_the_confidence() ->
 
 
 def test_two_culprits_name_no_wrong_commit_at_the_confidence() -> None:
-    # seeded: two +1.5 % culprits at CV 1 % over 32 commits; rule 1 names a commit that is neither in several
-    # of these draws, rule 2 (fresh pairs) in at most 2 %
-    scenario = BisectScenario(commits=32, effect_pct=1.5, second_effect_pct=1.5, cv_pct=1.0)
-    new = simulate_bisect(scenario, draws=150, seed=3).gatekit
-    old = simulate_bisect(BisectScenario(commits=32, effect_pct=1.5, second_effect_pct=1.5, cv_pct=1.0,
-                                         neighbour_rule=1), draws=150, seed=3).gatekit
-    assert old.wrong_named >= 0.04
-    assert new.wrong_named <= 0.02
-    assert new.right_culprit >= old.right_culprit - 0.05
+    # seeded: two +1.5 % culprits at CV 1 % over 64 commits, 200 draws; rule 1 names a commit that is neither
+    # in 4.5 % of them, rule 2 (the step's own fresh pairs) in 1 % (2 draws)
+    def wrong(rule: int) -> float:
+        scenario = BisectScenario(commits=64, effect_pct=1.5, second_effect_pct=1.5, cv_pct=1.0, neighbour_rule=rule)
+        return simulate_bisect(scenario, draws=200, seed=3).gatekit.wrong_named
+
+    old, new = wrong(1), wrong(2)
+    assert old >= 0.03
+    assert new <= 0.015 and new <= old / 3
 
 
 def test_endpoints_power_by_hand() -> None:
@@ -156,16 +160,16 @@ class TwoSteps:
         self.rng = np.random.default_rng(seed)
         self.runs = 0
 
-    def pair(self, commit: int) -> Pair:
+    def pair(self, commit: int, reference: int = 0) -> Pair:
         self.runs += 2
-        level = sum(effect for at, effect in self.steps.items() if commit >= at)
-        return Pair(commit, 0, level + self.noise * float(self.rng.standard_normal()))
+        jump = sum(effect for at, effect in self.steps.items() if commit >= at > reference)
+        return Pair(commit, reference, jump + self.noise * float(self.rng.standard_normal()))
 
     def endpoints(self, commits: int, changed: bool = True):  # type: ignore[no-untyped-def]
         return lambda: (tuple(self.pair(commits) for _ in range(3)), changed)
 
-    def measure(self, commits: Sequence[int]) -> Measured:
-        return Measured(tuple(self.pair(c) for c in commits))
+    def measure(self, commits: Sequence[int], reference: int) -> Measured:
+        return Measured(tuple(self.pair(c, reference) for c in commits))
 
 
 def test_two_culprits_are_more_than_one_step() -> None:
@@ -179,12 +183,17 @@ def test_two_culprits_are_more_than_one_step() -> None:
 
 def test_one_culprit_is_named_once_its_neighbours_show_the_step() -> None:
     machine = TwoSteps({13: math.log(1.10)}, 0.005)
-    plan = SearchPlan(24, floor_pct=1.0, steps_alpha=0.01)
+    plan = SearchPlan(24, floor_pct=1.0, steps_alpha=0.01, neighbour_rule=2)
     result = search(plan, machine.endpoints(24), machine.measure, lambda: machine.runs)
     assert result.outcome is Outcome.CULPRIT and result.culprit == 13
-    probes = [p.probe for p in result.pairs]
-    fresh = NEIGHBOUR_RULES[2].min_pairs
-    assert probes.count(12) >= fresh and probes.count(13) >= fresh
+    assert any(p.probe == 13 and p.reference == 12 for p in result.pairs)  # the step's own pair
+    # rule 1 (a plan from before the rules were numbered): 3 pairs a side against GOOD
+    machine = TwoSteps({13: math.log(1.10)}, 0.005)
+    first = search(SearchPlan(24, floor_pct=1.0, steps_alpha=0.01), machine.endpoints(24), machine.measure,
+                   lambda: machine.runs)
+    probes = [p.probe for p in first.pairs]
+    assert first.outcome is Outcome.CULPRIT and first.culprit == 13
+    assert probes.count(12) >= 3 and probes.count(13) >= 3 and all(p.reference == 0 for p in first.pairs)
     # a plan from before the checks names it without them
     machine = TwoSteps({13: math.log(1.10)}, 0.005)
     old = search(SearchPlan(24), machine.endpoints(24), machine.measure, lambda: machine.runs)

@@ -22,17 +22,19 @@ class Machine:
         self.runs = 0
         self.probed: list[int] = []
 
-    def pair(self, commit: int) -> Pair:
+    def pair(self, commit: int, reference: int = 0) -> Pair:
         self.runs += 2
-        return Pair(commit, 0, STEP * (commit >= self.culprit) + 0.005 * float(self.rng.standard_normal()))
+        jump = STEP * ((commit >= self.culprit) - (reference >= self.culprit))
+        return Pair(commit, reference, jump + 0.005 * float(self.rng.standard_normal()))
 
     def endpoints(self, commits: int, changed: bool | None = True):  # type: ignore[no-untyped-def]
         return lambda: (tuple(self.pair(commits) for _ in range(3)), changed)
 
-    def measure(self, commits: Sequence[int]) -> Measured:
+    def measure(self, commits: Sequence[int], reference: int) -> Measured:
         self.probed.extend(commits)
         built = [c for c in commits if c not in self.unbuildable]
-        return Measured(tuple(self.pair(c) for c in built), frozenset(c for c in commits if c in self.unbuildable))
+        return Measured(tuple(self.pair(c, reference) for c in built),
+                        frozenset(c for c in commits if c in self.unbuildable))
 
 
 def test_names_the_culprit_with_one_and_two_probes_at_once() -> None:

@@ -18,18 +18,21 @@ data; the simulation measures its level under one step: docs/bisect.md).
 two culprits it can concentrate between them: it keeps probing until some boundary looks sharp, so the pairs
 that led it there are selected for a jump the commits do not have. A commit k is named the culprit only when
 the commits beside the step (k − 1 and k; GOOD's level is 0 by construction) show the jump one-sided at the
-rule's α in the direction of the one-step fit's δ̂; until then the search probes k − 1 and k, the side with
-fewer pairs first, up to the rule's maximum a side (then it stops with the credible set: every look is a
-chance for noise to pass, so the looks are few and the level strict). The rule is preregistered by its number
+rule's α in the direction of the one-step fit's δ̂; until then the search adds the pairs the rule judges, up to
+its maximum (then it stops with the credible set: every look is a chance for noise to pass, so the looks are
+few and the level strict). The rule is preregistered by its number
 (`NEIGHBOUR_RULES`):
 
-1. every pair at k − 1 and k, at least 3 a side, a pooled two-sample t (one-sample where k − 1 is GOOD). The
-   pairs that made k the posterior's choice are in it, so two commits at one middle level passed it in 4.9 %
-   of two-culprit bisects (docs/benchmarks.md).
-2. only the pairs taken after the look at which k first held the confidence alone (`held_since`): the search
-   chose k from the earlier ones, and these it did not. At least 2 a side; the noise s is the one-step fit's
-   over every pair (n − 1 degrees of freedom: a second step only inflates it, which makes the test stricter
-   where it matters), so t = (d̄_k − d̄_{k−1}) / (s·√(1/n_k + 1/n_{k−1})) against t(n − 1).
+1. every pair of k − 1 and of k against GOOD, at least 3 a side (the search adds them to the side with fewer
+   first, up to 6), a pooled two-sample t (one-sample where k − 1 is GOOD). The
+   pairs that made k the posterior's choice are in it, so two commits at one middle level passed it in 5.4 %
+   of two-culprit bisects (rule 2: 0.5 %; docs/benchmarks.md).
+2. the step's own pairs — commit k run beside k − 1, each pair a measurement of the jump with the noise of one
+   pair (a pair a side against GOOD has the noise of two, in twice the runs) — and only those taken after the
+   look at which k first held the confidence alone (`held_since`): the search chose k from the earlier pairs,
+   and these it did not. At least 1, at most 4; the noise s is the one-step fit's over every pair (n − 1
+   degrees of freedom: a second step only inflates it, which makes the test stricter where it matters), so
+   t = d̄ / (s/√m) against t(n − 1), m the step's fresh pairs.
 
 **Endpoints that lack power.** The endpoints' gate saw no change; that is `no_change` only when the pairs could
 have shown a change of the gate's floor: their minimum detectable effect (a paired t on the pairs' log
@@ -63,10 +66,12 @@ class NeighbourRule:
     min_pairs: int  # at each side before the jump is judged
     max_pairs: int  # the search adds pairs beside a step up to this many a side, then stops unconfirmed
     alpha: float  # one-sided level of the jump
+    # the pairs judged are the step's own, commit k against k − 1 beside it (not each side against GOOD)
+    direct: bool = False
 
 
 NEIGHBOUR_RULES = {1: NeighbourRule(fresh=False, noise_from_fit=False, min_pairs=3, max_pairs=6, alpha=0.01),
-                   2: NeighbourRule(fresh=True, noise_from_fit=True, min_pairs=2, max_pairs=6, alpha=0.01)}
+                   2: NeighbourRule(fresh=True, noise_from_fit=True, min_pairs=1, max_pairs=4, alpha=0.01, direct=True)}
 NEIGHBOUR_RULE = 2  # what `gate bisect` preregisters now
 
 
@@ -181,11 +186,18 @@ def _sides(named: int) -> tuple[int, ...]:
     return tuple(c for c in (named - 1, named) if c > 0)
 
 
+def step_pairs(pairs: Sequence[Pair], named: int) -> list[float]:
+    """The log differences of the pairs of `named` against the commit before it (its step's own pairs)."""
+    return [p.log_diff for p in pairs if p.probe == named and p.reference == named - 1]
+
+
 def unconfirmed_sides(pairs: Sequence[Pair], named: int, rule: NeighbourRule = NEIGHBOUR_RULES[1],
                       since: int = 0) -> list[int]:
     """The commits beside the step at `named` (named − 1 unless GOOD, and named) holding fewer than the rule's
     minimum of the pairs it judges (those from `since` on, for a rule of fresh pairs)."""
     judged = pairs[since:] if rule.fresh else pairs
+    if rule.direct:
+        return [named] if len(step_pairs(judged, named)) < rule.min_pairs else []
     return [c for c in _sides(named) if len(pairs_at(judged, c)) < rule.min_pairs]
 
 
@@ -194,6 +206,8 @@ def confirming_sides(pairs: Sequence[Pair], named: int, rule: NeighbourRule = NE
     """The sides the search may still add pairs to (below the rule's maximum), the one with fewer pairs first
     (one probe a round must not keep feeding one side)."""
     judged = pairs[since:] if rule.fresh else pairs
+    if rule.direct:
+        return [named] if len(step_pairs(judged, named)) < rule.max_pairs else []
     counts = {c: len(pairs_at(judged, c)) for c in _sides(named)}
     return sorted((c for c, count in counts.items() if count < rule.max_pairs), key=lambda c: (counts[c], c))
 
@@ -209,8 +223,11 @@ def jump_p(pairs: Sequence[Pair], commits: int, named: int, rule: NeighbourRule 
     d = np.array([p.log_diff for p in pairs])
     direction = 1.0 if float(a @ d) >= 0 else -1.0
     judged = pairs[since:] if rule.fresh else pairs
-    high = np.array(pairs_at(judged, named))
-    low = np.array(pairs_at(judged, named - 1)) if named > 1 else np.zeros(0)
+    if rule.direct:  # each pair measures the jump itself: a one-sample mean against 0
+        high, low = np.array(step_pairs(judged, named)), np.zeros(0)
+    else:
+        high = np.array(pairs_at(judged, named))
+        low = np.array(pairs_at(judged, named - 1)) if named > 1 else np.zeros(0)
     jump = float(high.mean() - (low.mean() if low.size else 0.0))
     if rule.noise_from_fit:
         dof = len(pairs) - 1

@@ -2,7 +2,8 @@
 search loop, the journal, resume — over the statistics of `posterior` and the loop of `search`.
 
 A probe is a gate series of its own: the gate file's arm at the probed commit (arm `probe`) interleaved with
-the same arm at the reference commit GOOD (arm `reference`), the plan's pairs per probe (`--pairs-per-probe`,
+the same arm at the reference commit (arm `reference`: GOOD, or the commit before a named culprit for the
+step's own pairs of neighbour rule 2, gatekit.bisect.checks), the plan's pairs per probe (`--pairs-per-probe`,
 default one), run by the gate's own rules (contamination, retries, guards, the per-run checks). Its gate file says
 `bisect_probe = true`: one run per arm is allowed there, and such a probe's gate decides nothing (`inconclusive`,
 reason `bisect_probe`): the bisect's posterior reads its pair with every other pair of the bisect. Each arm runs in its commit's worktree (`ArmCheckout`): the gate file's
@@ -482,10 +483,10 @@ class Bisect:
         skipped = frozenset(e.commit for e in self.ends.values() if e.status is not ProbeStatus.MEASURED)
         counter = {"round": rounds}
 
-        def measure(chosen: Sequence[int]) -> Measured:
+        def measure(chosen: Sequence[int], reference: int) -> Measured:
             current = counter["round"]
             counter["round"] += 1
-            ends = self.run_probes([ProbeSpec(c, 0, current, start.pairs_per_probe) for c in chosen])
+            ends = self.run_probes([ProbeSpec(c, reference, current, start.pairs_per_probe) for c in chosen])
             self._report_posterior()
             return Measured(tuple(p for e in ends for p in e.posterior_pairs()),
                             frozenset(e.commit for e in ends if e.status is not ProbeStatus.MEASURED))

@@ -73,7 +73,7 @@ class SearchResult:
 
 
 Endpoints = Callable[[], "tuple[tuple[Pair, ...], bool | None]"]  # the pairs, changed? (None: could not measure)
-Measure = Callable[[Sequence[int]], Measured]
+Measure = Callable[[Sequence[int], int], Measured]  # the commits to probe, against this reference
 
 
 def search(plan: SearchPlan, endpoints: Endpoints, measure: Measure, runs_so_far: Callable[[], int],
@@ -81,7 +81,8 @@ def search(plan: SearchPlan, endpoints: Endpoints, measure: Measure, runs_so_far
            round_ends: Sequence[int] = ()) -> SearchResult:
     """Run the search. `endpoints` is called only when `pairs` is empty (a resumed search brings its pairs in the
     order of their rounds, the pair count at the end of each round, skipped commits and rounds); each round
-    `measure` gets the commits to probe, `plan.pairs_per_probe` pairs each."""
+    `measure` gets the commits to probe and their reference (GOOD, or the commit before a named one for the
+    step's own pairs), `plan.pairs_per_probe` pairs each."""
     pairs = list(pairs)
     if not pairs:
         first, changed = endpoints()
@@ -107,7 +108,8 @@ def search(plan: SearchPlan, endpoints: Endpoints, measure: Measure, runs_so_far
             if plan.steps_alpha is None or step_confirmed(pairs, n, named, rule, since):
                 return stopped(plan, Outcome.CULPRIT, pairs, probabilities, credible, skipped, rounds)
             # the step's neighbours must show it in pairs of their own (checks: a culprit's own step)
-            confirming = [c for c in confirming_sides(pairs, named, rule, since) if c < n and c not in skipped]
+            confirming = [c for c in confirming_sides(pairs, named, rule, since) if c < n and c not in skipped
+                          and not (rule.direct and named - 1 in skipped)]
             unconfirmed = unconfirmed_sides(pairs, named, rule, since)
             confirming = [c for c in confirming if c in unconfirmed] if unconfirmed else confirming
             if not confirming:
@@ -124,8 +126,10 @@ def search(plan: SearchPlan, endpoints: Endpoints, measure: Measure, runs_so_far
         if width < 1 or not (informative or confirming):
             return stopped(plan, Outcome.CREDIBLE_SET, pairs, probabilities, credible, skipped, rounds)
         chosen = confirming[:width] if confirming else best_probes(probabilities, snr, probeable, width)
+        # a rule of the step's own pairs runs the named commit against the one before it; else GOOD
+        reference = chosen[0] - 1 if confirming and rule.direct else 0
         rounds += 1
-        measured = measure(chosen)
+        measured = measure(chosen, reference)
         pairs.extend(measured.pairs)
         skipped = skipped | measured.skipped
 
