@@ -22,6 +22,7 @@ from typing import Any, ClassVar, Mapping
 
 import tomlkit
 
+from gatekit.bisect.checks import NEIGHBOUR_RULES
 from gatekit.bisect.posterior import Pair
 from gatekit.bisect.search import Outcome
 from gatekit.commits import BuildResult, Commit
@@ -103,6 +104,11 @@ class BisectStart(Event):
     neighbour_rule: int | None = field(default=None, metadata={"omit": None})
     # the events' format (the journal's first line names the chain's format under `schema`, so not that key)
     schema: str = field(default=BISECT_JOURNAL_SCHEMA, metadata={"key": "bisect_schema"})
+
+    def __post_init__(self) -> None:
+        if self.neighbour_rule is not None and self.neighbour_rule not in NEIGHBOUR_RULES:
+            raise RecordError("neighbour_rule", f"rule {self.neighbour_rule} is not one this gatekit knows "
+                              f"({', '.join(map(str, NEIGHBOUR_RULES))}): the plan is from a newer gatekit")
 
     @property
     def n(self) -> int:
