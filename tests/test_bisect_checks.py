@@ -10,9 +10,10 @@ import numpy as np
 import pytest
 from scipy import stats as scipy_stats
 
-from gatekit.bisect.checks import (CONFIRM_PAIRS, endpoints_power, jump_p, second_step_test, step_confirmed,
-                                   unconfirmed_sides)
-from gatekit.bisect.posterior import Pair
+from gatekit.bisect.checks import (NEIGHBOUR_RULES, confirming_sides, endpoints_power, held_since, jump_p,
+                                   second_step_test, step_confirmed, unconfirmed_sides)
+from gatekit.bisect.posterior import Pair, credible_set, posterior
+from gatekit.bisect.simulation import BisectScenario, simulate_bisect
 from gatekit.bisect.search import Measured, Outcome, SearchPlan, search
 from gatekit.diagnostics import mde_log
 
@@ -73,8 +74,62 @@ def test_jump_between_the_neighbours_by_hand_and_scipy() -> None:
     one = _pairs({1: high, 10: [2.0, 2.1, 1.9]})
     assert jump_p(one, 10, 1) == pytest.approx(scipy_stats.ttest_1samp(high, 0.0, alternative="greater").pvalue)
     # too few pairs a side: not yet judged
-    assert unconfirmed_sides(_pairs({5: low[:1], 6: high}), 6) == [5] and CONFIRM_PAIRS == 3
+    assert unconfirmed_sides(_pairs({5: low[:1], 6: high}), 6) == [5] and NEIGHBOUR_RULES[1].min_pairs == 3
     assert jump_p(_pairs({5: low[:1], 6: high}), 10, 6) == 1.0
+
+
+def test_the_steps_own_fresh_pairs_with_the_fits_noise_by_hand_and_scipy() -> None:
+    # rule 2 judges only the pairs of 6 beside 5 from `since` on, with s from the one-step fit over every pair
+    rule = NEIGHBOUR_RULES[2]
+    chosen_by = _pairs({5: [-0.5, -0.6], 6: [2.5, 2.6], 10: [2.0, 2.1, 1.9]})  # the search chose 6 by these
+    own = [Pair(6, 5, 1.9), Pair(6, 5, 2.3)]
+    pairs = chosen_by + own
+    since = len(chosen_by)
+    d = np.array([p.log_diff for p in pairs])
+    a = np.array([(p.probe >= 6) - (p.reference >= 6) for p in pairs], float)
+    residual = d - (a @ d) / (a @ a) * a
+    s = math.sqrt(float(residual @ residual) / (len(d) - 1))
+    t = np.mean([1.9, 2.3]) / (s / math.sqrt(2))
+    assert jump_p(pairs, 10, 6, rule, since) == pytest.approx(float(scipy_stats.t.sf(t, len(d) - 1)))
+    assert step_confirmed(pairs, 10, 6, rule, since)
+    # the pairs before `since` are not judged, nor pairs of 6 against GOOD: none of its own yet
+    assert unconfirmed_sides(chosen_by + _pairs({6: [2.0]}), 6, rule, since) == [6]
+    assert jump_p(chosen_by + _pairs({6: [2.0]}), 10, 6, rule, since) == 1.0
+    # a fresh middle level shows no jump, however sharp the pairs that chose the commit were
+    flat = [Pair(6, 5, 0.05), Pair(6, 5, -0.1), Pair(6, 5, 0.02)]
+    assert not step_confirmed(chosen_by + flat, 10, 6, rule, since)
+    # the search adds the step's own pairs up to the rule's maximum
+    assert confirming_sides(pairs, 6, rule, since) == [6]
+    assert confirming_sides(chosen_by + own * 2, 6, rule, since) == []
+    # rule 1 feeds the side with fewer pairs first
+    assert confirming_sides(_pairs({5: [0.0] * 4, 6: [2.0] * 3}), 6) == [6, 5]
+
+
+def test_held_since_is_the_first_look_where_one_commit_holds_the_confidence() -> None:
+    rounds = [tuple(_pairs({8: [1.0, 1.02, 0.98]})), tuple(_pairs({4: [0.01]})), tuple(_pairs({6: [1.0]})),
+              tuple(_pairs({5: [0.0]})), tuple(_pairs({5: [0.01], 6: [0.99]}))]
+    held = held_since(rounds, 8, 0.95)
+    counts = np.cumsum([len(r) for r in rounds])
+    flat: list[Pair] = []
+    first: dict[int, int] = {}
+    for round_pairs, count in zip(rounds, counts):
+        flat.extend(round_pairs)
+        credible = credible_set(posterior(flat, 8), 0.95)
+        if len(credible) == 1:
+            first.setdefault(credible[0], int(count))
+    assert held == first and held  # some commit held the confidence, at a round's end
+
+
+def test_two_culprits_name_no_wrong_commit_at_the_confidence() -> None:
+    # seeded: two +1.5 % culprits at CV 1 % over 64 commits, 200 draws; rule 1 names a commit that is neither
+    # in 4.5 % of them, rule 2 (the step's own fresh pairs) in 1 % (2 draws)
+    def wrong(rule: int) -> float:
+        scenario = BisectScenario(commits=64, effect_pct=1.5, second_effect_pct=1.5, cv_pct=1.0, neighbour_rule=rule)
+        return simulate_bisect(scenario, draws=200, seed=3).gatekit.wrong_named
+
+    old, new = wrong(1), wrong(2)
+    assert old >= 0.03
+    assert new <= 0.015 and new <= old / 3
 
 
 def test_endpoints_power_by_hand() -> None:
@@ -105,16 +160,16 @@ class TwoSteps:
         self.rng = np.random.default_rng(seed)
         self.runs = 0
 
-    def pair(self, commit: int) -> Pair:
+    def pair(self, commit: int, reference: int = 0) -> Pair:
         self.runs += 2
-        level = sum(effect for at, effect in self.steps.items() if commit >= at)
-        return Pair(commit, 0, level + self.noise * float(self.rng.standard_normal()))
+        jump = sum(effect for at, effect in self.steps.items() if commit >= at > reference)
+        return Pair(commit, reference, jump + self.noise * float(self.rng.standard_normal()))
 
     def endpoints(self, commits: int, changed: bool = True):  # type: ignore[no-untyped-def]
         return lambda: (tuple(self.pair(commits) for _ in range(3)), changed)
 
-    def measure(self, commits: Sequence[int]) -> Measured:
-        return Measured(tuple(self.pair(c) for c in commits))
+    def measure(self, commits: Sequence[int], reference: int) -> Measured:
+        return Measured(tuple(self.pair(c, reference) for c in commits))
 
 
 def test_two_culprits_are_more_than_one_step() -> None:
@@ -128,11 +183,17 @@ def test_two_culprits_are_more_than_one_step() -> None:
 
 def test_one_culprit_is_named_once_its_neighbours_show_the_step() -> None:
     machine = TwoSteps({13: math.log(1.10)}, 0.005)
-    plan = SearchPlan(24, floor_pct=1.0, steps_alpha=0.01)
+    plan = SearchPlan(24, floor_pct=1.0, steps_alpha=0.01, neighbour_rule=2)
     result = search(plan, machine.endpoints(24), machine.measure, lambda: machine.runs)
     assert result.outcome is Outcome.CULPRIT and result.culprit == 13
-    probes = [p.probe for p in result.pairs]
-    assert probes.count(12) >= CONFIRM_PAIRS and probes.count(13) >= CONFIRM_PAIRS
+    assert any(p.probe == 13 and p.reference == 12 for p in result.pairs)  # the step's own pair
+    # rule 1 (a plan from before the rules were numbered): 3 pairs a side against GOOD
+    machine = TwoSteps({13: math.log(1.10)}, 0.005)
+    first = search(SearchPlan(24, floor_pct=1.0, steps_alpha=0.01), machine.endpoints(24), machine.measure,
+                   lambda: machine.runs)
+    probes = [p.probe for p in first.pairs]
+    assert first.outcome is Outcome.CULPRIT and first.culprit == 13
+    assert probes.count(12) >= 3 and probes.count(13) >= 3 and all(p.reference == 0 for p in first.pairs)
     # a plan from before the checks names it without them
     machine = TwoSteps({13: math.log(1.10)}, 0.005)
     old = search(SearchPlan(24), machine.endpoints(24), machine.measure, lambda: machine.runs)

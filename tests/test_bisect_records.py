@@ -87,9 +87,16 @@ def test_a_probe_end_says_whether_its_pairs_count() -> None:
 
 
 def test_the_plan_file_reads_back_as_the_start_it_preregistered(tmp_path: Path) -> None:
-    for start in (start_event(), start_event(build=None)):
+    for start in (start_event(), start_event(build=None), start_event(floor_pct=1.0, steps_alpha=0.01),
+                  start_event(floor_pct=1.0, steps_alpha=0.01, neighbour_rule=2)):
         atomic_write_text(tmp_path / BISECT_PLAN, plan_toml(start))
         assert read_plan(tmp_path / BISECT_PLAN) == start
+    # a plan without the key keeps rule 1; a rule this gatekit does not know is refused, naming the key
+    assert "neighbour_rule" not in plan_toml(start_event(floor_pct=1.0, steps_alpha=0.01))
+    atomic_write_text(tmp_path / BISECT_PLAN, plan_toml(start_event(neighbour_rule=2)).replace(
+        "neighbour_rule = 2", "neighbour_rule = 7"))
+    with pytest.raises(SeriesError, match="neighbour_rule: rule 7 is not one this gatekit knows"):
+        read_plan(tmp_path / BISECT_PLAN)
     (tmp_path / BISECT_PLAN).write_text('schema = "gatekit.bisect-plan/9"\n')
     with pytest.raises(SeriesError, match="newer gatekit"):
         read_plan(tmp_path / BISECT_PLAN)

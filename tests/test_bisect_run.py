@@ -143,6 +143,9 @@ def _assert_found(folder: Path, repo: Repo) -> None:
     state = replay(folder)
     assert state.stop is not None and state.stop.outcome is Outcome.CULPRIT
     assert state.stop.culprit == CULPRIT
+    # neighbour rule 2: the culprit's step showed in its own pairs, the culprit run beside the commit before it
+    assert any(e.commit == CULPRIT and e.reference == CULPRIT - 1 and e.status is ProbeStatus.MEASURED
+               for e in state.finished)
     statuses = {e.commit: e.status for e in state.finished}
     assert statuses.get(SKIP_BUILD, ProbeStatus.SKIPPED) is ProbeStatus.SKIPPED
     assert statuses.get(FAIL_BUILD, ProbeStatus.BUILD_FAILED) is ProbeStatus.BUILD_FAILED

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import Sequence
 
@@ -22,17 +23,19 @@ class Machine:
         self.runs = 0
         self.probed: list[int] = []
 
-    def pair(self, commit: int) -> Pair:
+    def pair(self, commit: int, reference: int = 0) -> Pair:
         self.runs += 2
-        return Pair(commit, 0, STEP * (commit >= self.culprit) + 0.005 * float(self.rng.standard_normal()))
+        jump = STEP * ((commit >= self.culprit) - (reference >= self.culprit))
+        return Pair(commit, reference, jump + 0.005 * float(self.rng.standard_normal()))
 
     def endpoints(self, commits: int, changed: bool | None = True):  # type: ignore[no-untyped-def]
         return lambda: (tuple(self.pair(commits) for _ in range(3)), changed)
 
-    def measure(self, commits: Sequence[int]) -> Measured:
+    def measure(self, commits: Sequence[int], reference: int) -> Measured:
         self.probed.extend(commits)
         built = [c for c in commits if c not in self.unbuildable]
-        return Measured(tuple(self.pair(c) for c in built), frozenset(c for c in commits if c in self.unbuildable))
+        return Measured(tuple(self.pair(c, reference) for c in built),
+                        frozenset(c for c in commits if c in self.unbuildable))
 
 
 def test_names_the_culprit_with_one_and_two_probes_at_once() -> None:
@@ -81,3 +84,44 @@ def test_a_resumed_search_continues_from_its_pairs() -> None:
                   skipped=first.skipped, rounds=first.rounds)
     assert done.outcome is Outcome.CULPRIT and done.culprit == 6 and not calls
     assert done.pairs[:len(first.pairs)] == first.pairs
+
+
+class NoisyMachine(Machine):
+    """Noise of 4 % a pair: the step's own pairs then take more than one round to show it."""
+
+    def pair(self, commit: int, reference: int = 0) -> Pair:
+        self.runs += 2
+        jump = STEP * ((commit >= self.culprit) - (reference >= self.culprit))
+        return Pair(commit, reference, jump + 0.04 * float(self.rng.standard_normal()))
+
+
+def test_a_resumed_search_replays_where_each_commit_first_held_the_confidence() -> None:
+    # neighbour rule 2 judges only the pairs after the look at which the commit first held the confidence: a
+    # search stopped by its budget at any round and resumed with its round ends runs exactly as one that was not
+    # (without them, this seed cut at 26 or 28 runs judges fewer of the step's own pairs and runs differently)
+    plan = SearchPlan(24, floor_pct=1.0, steps_alpha=0.01, neighbour_rule=2)
+    whole = NoisyMachine(culprit=13, seed=20)
+    done = search(plan, whole.endpoints(24), whole.measure, lambda: whole.runs)
+    assert done.outcome is Outcome.CULPRIT and done.culprit == 13
+    assert any(p.reference == 12 for p in done.pairs)
+    for budget in range(8, whole.runs, 2):
+        machine = NoisyMachine(culprit=13, seed=20)
+        ends: list[int] = []
+        pairs: list[Pair] = []
+
+        def measure(commits: Sequence[int], reference: int) -> Measured:
+            measured = machine.measure(commits, reference)
+            pairs.extend(measured.pairs)
+            ends.append(len(pairs))
+            return measured
+
+        def endpoints():  # type: ignore[no-untyped-def]
+            first, changed = machine.endpoints(24)()
+            pairs.extend(first)
+            ends.append(len(pairs))
+            return first, changed
+
+        cut = search(dataclasses.replace(plan, budget=budget), endpoints, measure, lambda: machine.runs)
+        resumed = search(plan, endpoints, machine.measure, lambda: machine.runs, cut.pairs, cut.skipped, cut.rounds,
+                         ends)
+        assert resumed.pairs == done.pairs and resumed.outcome is done.outcome, budget

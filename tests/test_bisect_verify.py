@@ -18,7 +18,7 @@ from gatekit.bisect.verify import verify_bisect
 from gatekit.errors import VerificationError
 from gatekit.bisect.records import MeasuredPair, ProbeEnd
 from gatekit.finding import load_finding
-from tests.bisect_kit import CULPRIT, N, probe_events, start_event, with_gate, write_events, write_example
+from tests.bisect_kit import CULPRIT, N, probe_events, start_event, stop_of, with_gate, write_events, write_example
 from tests.conftest import gate_invoke, make_gate
 from tests.fakes import install_fake_machine
 
@@ -185,3 +185,22 @@ def test_pairs_that_name_their_runs_hold_those_runs_values(tmp_path: Path, probe
                      rf".*finding.json says train_elapsed_s = {honest[0].probe_value!r}", problems["forged"])
     assert "pair 1 has" in problems["unknown"] and "for run 'off-r9'" in problems["unknown"]
     assert problems["unknown"].endswith("says no such run")
+
+
+def test_each_plan_verifies_by_its_own_neighbour_rule(tmp_path: Path, probe_gate: tuple[Path, Path]) -> None:
+    # the example's pairs at 3 and 4 all came before 4 first held the confidence: rule 1 (a plan from before the
+    # rules were numbered) judges them and names 4; rule 2 judges only later pairs, and there are none
+    for rule, said, refused in ((None, Outcome.CULPRIT, Outcome.CREDIBLE_SET),
+                                (2, Outcome.CREDIBLE_SET, Outcome.CULPRIT)):
+        for outcome in (said, refused):
+            folder = tmp_path / f"rule-{rule}-{outcome.value}"
+            events = [with_gate(folder, e, *probe_gate) if isinstance(e, ProbeEnd) and e.series else e
+                      for e in probe_events()]
+            journal = write_events(folder, [start_event(floor_pct=1.0, steps_alpha=0.01, neighbour_rule=rule),
+                                            *events])
+            journal.record(dataclasses.replace(stop_of(folder), outcome=outcome))
+            if outcome is said:
+                verify_bisect(folder, finding_required=False)
+            else:
+                with pytest.raises(VerificationError, match="the step's jump between its neighbours"):
+                    verify_bisect(folder, finding_required=False)

@@ -17,12 +17,22 @@ data; the simulation measures its level under one step: docs/bisect.md).
 **A culprit's own step, shown by its neighbours.** The search stops where the posterior concentrates, and with
 two culprits it can concentrate between them: it keeps probing until some boundary looks sharp, so the pairs
 that led it there are selected for a jump the commits do not have. A commit k is named the culprit only when
-the commits beside the step each hold at least CONFIRM_PAIRS pairs (k − 1 and k; GOOD's level is 0 by
-construction) and their difference is significant one-sided at JUMP_ALPHA in the direction of the one-step
-fit's δ̂ (a pooled two-sample t; one-sample where k − 1 is GOOD). Until then the search probes k − 1 and k,
-up to CONFIRM_MAX_PAIRS a side (then it stops with the credible set: every look is a chance for noise to pass,
-so the looks are few and the level strict); the added pairs are fresh, and two commits at the same middle
-level show no jump.
+the commits beside the step (k − 1 and k; GOOD's level is 0 by construction) show the jump one-sided at the
+rule's α in the direction of the one-step fit's δ̂; until then the search adds the pairs the rule judges, up to
+its maximum (then it stops with the credible set: every look is a chance for noise to pass, so the looks are
+few and the level strict). The rule is preregistered by its number
+(`NEIGHBOUR_RULES`):
+
+1. every pair of k − 1 and of k against GOOD, at least 3 a side (the search adds them to the side with fewer
+   first, up to 6), a pooled two-sample t (one-sample where k − 1 is GOOD). The
+   pairs that made k the posterior's choice are in it, so two commits at one middle level passed it in 5.4 %
+   of two-culprit bisects (rule 2: 0.5 %; docs/benchmarks.md).
+2. the step's own pairs — commit k run beside k − 1, each pair a measurement of the jump with the noise of one
+   pair (a pair a side against GOOD has the noise of two, in twice the runs) — and only those taken after the
+   look at which k first held the confidence alone (`held_since`): the search chose k from the earlier pairs,
+   and these it did not. At least 1, at most 4; the noise s is the one-step fit's over every pair (n − 1
+   degrees of freedom: a second step only inflates it, which makes the test stricter where it matters), so
+   t = d̄ / (s/√m) against t(n − 1), m the step's fresh pairs.
 
 **Endpoints that lack power.** The endpoints' gate saw no change; that is `no_change` only when the pairs could
 have shown a change of the gate's floor: their minimum detectable effect (a paired t on the pairs' log
@@ -39,15 +49,43 @@ from typing import Sequence
 import numpy as np
 from scipy import stats as scipy_stats
 
-from gatekit.bisect.posterior import Pair, design
+from gatekit.bisect.posterior import Pair, credible_set, design, posterior
 from gatekit.diagnostics import mde_log
 
 STEPS_ALPHA = 0.01  # `gate bisect` preregisters this level of the test for more than one step
 MIN_MIDDLE_PAIRS = 2  # pairs between two steps, at least (one pair is an outlier's place, not a segment)
 ENDPOINTS_CI_LEVEL = 0.95
-CONFIRM_PAIRS = 3  # pairs at each side of a named step before it is named
-JUMP_ALPHA = 0.01  # one-sided level of the named step's jump between its neighbours
-CONFIRM_MAX_PAIRS = 6  # the search adds pairs beside a step up to this many a side, then stops unconfirmed
+
+
+@dataclass(frozen=True, slots=True)
+class NeighbourRule:
+    """How a named step must show between its neighbours (the module's docstring), preregistered by number."""
+
+    fresh: bool  # only the pairs taken after k first held the confidence alone (held_since)
+    noise_from_fit: bool  # s from the one-step fit over every pair, not the neighbours' pooled variance
+    min_pairs: int  # at each side before the jump is judged
+    max_pairs: int  # the search adds pairs beside a step up to this many a side, then stops unconfirmed
+    alpha: float  # one-sided level of the jump
+    # the pairs judged are the step's own, commit k against k − 1 beside it (not each side against GOOD)
+    direct: bool = False
+
+
+NEIGHBOUR_RULES = {1: NeighbourRule(fresh=False, noise_from_fit=False, min_pairs=3, max_pairs=6, alpha=0.01),
+                   2: NeighbourRule(fresh=True, noise_from_fit=True, min_pairs=1, max_pairs=4, alpha=0.01, direct=True)}
+NEIGHBOUR_RULE = 2  # what `gate bisect` preregisters now
+
+
+def neighbour_rule(number: int | None) -> NeighbourRule:
+    """The rule a plan preregistered; a plan with `steps_alpha` but no number is from before the numbers: 1."""
+    if number is not None and number not in NEIGHBOUR_RULES:
+        raise ValueError(f"neighbour rule {number}: this gatekit knows rules {sorted(NEIGHBOUR_RULES)}")
+    return NEIGHBOUR_RULES[1 if number is None else number]
+
+
+def neighbour_since(rounds: Sequence[Sequence[Pair]], commits: int, confidence: float, named: int) -> int:
+    """Where the pairs a rule of fresh pairs judges begin for `named`: held_since's count, or all the pairs when
+    it never held the confidence alone."""
+    return held_since(rounds, commits, confidence).get(named, sum(len(r) for r in rounds))
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,45 +166,88 @@ def pairs_at(pairs: Sequence[Pair], commit: int) -> list[float]:
     return [p.log_diff for p in pairs if p.probe == commit and p.reference == 0]
 
 
-def unconfirmed_sides(pairs: Sequence[Pair], named: int) -> list[int]:
-    """The commits beside the step at `named` (named − 1 unless GOOD, and named) holding fewer than
-    CONFIRM_PAIRS pairs."""
-    return [c for c in (named - 1, named) if c > 0 and len(pairs_at(pairs, c)) < CONFIRM_PAIRS]
+def held_since(rounds: Sequence[Sequence[Pair]], commits: int, confidence: float) -> dict[int, int]:
+    """For each commit that alone held the confidence at some look (the search looks after every round), the
+    number of pairs at the first such look: the pairs after it are the ones the search did not choose it by.
+    `rounds` in the order they ran (a round's pairs in any order)."""
+    held: dict[int, int] = {}
+    pairs: list[Pair] = []
+    for round_pairs in rounds:
+        pairs.extend(round_pairs)
+        if len(pairs) < 2 or not round_pairs:
+            continue
+        credible = credible_set(posterior(pairs, commits), confidence)
+        if len(credible) == 1:
+            held.setdefault(credible[0], len(pairs))
+    return held
 
 
-def jump_p(pairs: Sequence[Pair], commits: int, named: int) -> float:
+def _sides(named: int) -> tuple[int, ...]:
+    return tuple(c for c in (named - 1, named) if c > 0)
+
+
+def step_pairs(pairs: Sequence[Pair], named: int) -> list[float]:
+    """The log differences of the pairs of `named` against the commit before it (its step's own pairs)."""
+    return [p.log_diff for p in pairs if p.probe == named and p.reference == named - 1]
+
+
+def unconfirmed_sides(pairs: Sequence[Pair], named: int, rule: NeighbourRule = NEIGHBOUR_RULES[1],
+                      since: int = 0) -> list[int]:
+    """The commits beside the step at `named` (named − 1 unless GOOD, and named) holding fewer than the rule's
+    minimum of the pairs it judges (those from `since` on, for a rule of fresh pairs)."""
+    judged = pairs[since:] if rule.fresh else pairs
+    if rule.direct:
+        return [named] if len(step_pairs(judged, named)) < rule.min_pairs else []
+    return [c for c in _sides(named) if len(pairs_at(judged, c)) < rule.min_pairs]
+
+
+def confirming_sides(pairs: Sequence[Pair], named: int, rule: NeighbourRule = NEIGHBOUR_RULES[1],
+                     since: int = 0) -> list[int]:
+    """The sides the search may still add pairs to (below the rule's maximum), the one with fewer pairs first
+    (one probe a round must not keep feeding one side)."""
+    judged = pairs[since:] if rule.fresh else pairs
+    if rule.direct:
+        return [named] if len(step_pairs(judged, named)) < rule.max_pairs else []
+    counts = {c: len(pairs_at(judged, c)) for c in _sides(named)}
+    return sorted((c for c, count in counts.items() if count < rule.max_pairs), key=lambda c: (counts[c], c))
+
+
+def jump_p(pairs: Sequence[Pair], commits: int, named: int, rule: NeighbourRule = NEIGHBOUR_RULES[1],
+           since: int = 0) -> float:
     """One-sided p of the jump from commit named − 1 to named, in the direction of the one-step fit's δ̂ at
-    `named`: a pooled two-sample t of their pairs (one-sample against 0 when named − 1 is GOOD). 1 when a side
-    holds fewer than CONFIRM_PAIRS pairs, or the pairs do not vary."""
-    if unconfirmed_sides(pairs, named):
+    `named`, under `rule` (the module's docstring; `since`: the pairs before it are not judged by a rule of
+    fresh pairs). 1 when a side holds fewer than the rule's minimum, or the pairs do not vary."""
+    if unconfirmed_sides(pairs, named, rule, since):
         return 1.0
     a = design(pairs, commits)[:, named - 1]
     d = np.array([p.log_diff for p in pairs])
     direction = 1.0 if float(a @ d) >= 0 else -1.0
-    high = np.array(pairs_at(pairs, named))
-    low = np.array(pairs_at(pairs, named - 1)) if named > 1 else np.zeros(0)
-    if low.size:
+    judged = pairs[since:] if rule.fresh else pairs
+    if rule.direct:  # each pair measures the jump itself: a one-sample mean against 0
+        high, low = np.array(step_pairs(judged, named)), np.zeros(0)
+    else:
+        high = np.array(pairs_at(judged, named))
+        low = np.array(pairs_at(judged, named - 1)) if named > 1 else np.zeros(0)
+    jump = float(high.mean() - (low.mean() if low.size else 0.0))
+    if rule.noise_from_fit:
+        dof = len(pairs) - 1
+        variance = float(((d - float(a @ d) / float(a @ a) * a) ** 2).sum()) / dof
+    elif low.size:
         dof = high.size + low.size - 2
-        pooled = (((high - high.mean()) ** 2).sum() + ((low - low.mean()) ** 2).sum()) / dof
-        se = math.sqrt(pooled * (1 / high.size + 1 / low.size))
-        jump = float(high.mean() - low.mean())
+        variance = float(((high - high.mean()) ** 2).sum() + ((low - low.mean()) ** 2).sum()) / dof
     else:
         dof = high.size - 1
-        se = float(high.std(ddof=1)) / math.sqrt(high.size)
-        jump = float(high.mean())
+        variance = float(high.var(ddof=1))
+    se = math.sqrt(variance * (1 / high.size + (1 / low.size if low.size else 0.0)))
     if se == 0:
         return 0.0 if direction * jump > 0 else 1.0
     return float(scipy_stats.t.sf(direction * jump / se, dof))
 
 
-def confirmable(pairs: Sequence[Pair], named: int) -> bool:
-    """Whether the search may still add pairs beside the step at `named`: a side below CONFIRM_MAX_PAIRS."""
-    return any(c > 0 and len(pairs_at(pairs, c)) < CONFIRM_MAX_PAIRS for c in (named - 1, named))
-
-
-def step_confirmed(pairs: Sequence[Pair], commits: int, named: int) -> bool:
-    """The named step's jump is shown by its neighbours (jump_p ≤ JUMP_ALPHA)."""
-    return jump_p(pairs, commits, named) <= JUMP_ALPHA
+def step_confirmed(pairs: Sequence[Pair], commits: int, named: int, rule: NeighbourRule = NEIGHBOUR_RULES[1],
+                   since: int = 0) -> bool:
+    """The named step's jump is shown by its neighbours (jump_p ≤ the rule's α)."""
+    return jump_p(pairs, commits, named, rule, since) <= rule.alpha
 
 
 @dataclass(frozen=True, slots=True)

@@ -119,7 +119,7 @@ class BisectFinding(Record):
     # the test for a second step beside the named commit: its p (Bonferroni), and the best two-step fit
     steps_p: float | None = field(default=None, metadata={"omit": None})
     steps: tuple[StepEstimate, ...] = field(default=(), metadata={"omit": ()})
-    # the named step's jump between its neighbours, one-sided p (a culprit needs it ≤ checks.JUMP_ALPHA)
+    # the named step's jump between its neighbours, one-sided p (a culprit needs it ≤ its rule's α, checks.NEIGHBOUR_RULES)
     jump_p: float | None = field(default=None, metadata={"omit": None})
 
     def to_dict(self) -> dict[str, Any]:
@@ -226,7 +226,10 @@ def _checks(state: BisectState, pairs: tuple[posterior.Pair, ...], named: int | 
             extra["steps_p"] = test.p
             extra["steps"] = tuple(StepEstimate(k, start.commits[k].sha, 100.0 * math.expm1(effect))
                                    for k, effect in zip(test.steps, test.effects_log))
-        extra["jump_p"] = checks.jump_p(pairs, start.n, named)
+        rule = checks.neighbour_rule(start.neighbour_rule)
+        by_round = state.pairs_by_round()
+        since = checks.neighbour_since(by_round, start.n, start.confidence, named) if rule.fresh else 0
+        extra["jump_p"] = checks.jump_p([p for r in by_round for p in r], start.n, named, rule, since)
     return extra
 
 

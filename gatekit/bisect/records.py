@@ -22,6 +22,7 @@ from typing import Any, ClassVar, Mapping
 
 import tomlkit
 
+from gatekit.bisect.checks import NEIGHBOUR_RULES
 from gatekit.bisect.posterior import Pair
 from gatekit.bisect.search import Outcome
 from gatekit.commits import BuildResult, Commit
@@ -99,8 +100,15 @@ class BisectStart(Event):
     # then says no_change without a power check and names a culprit without them
     floor_pct: float | None = field(default=None, metadata={"omit": None})  # the gate's threshold floor
     steps_alpha: float | None = field(default=None, metadata={"omit": None})  # the test for more than one step
+    # how a named step must show between its neighbours (checks.NEIGHBOUR_RULES); None with steps_alpha: rule 1
+    neighbour_rule: int | None = field(default=None, metadata={"omit": None})
     # the events' format (the journal's first line names the chain's format under `schema`, so not that key)
     schema: str = field(default=BISECT_JOURNAL_SCHEMA, metadata={"key": "bisect_schema"})
+
+    def __post_init__(self) -> None:
+        if self.neighbour_rule is not None and self.neighbour_rule not in NEIGHBOUR_RULES:
+            raise RecordError("neighbour_rule", f"rule {self.neighbour_rule} is not one this gatekit knows "
+                              f"({', '.join(map(str, NEIGHBOUR_RULES))}): the plan is from a newer gatekit")
 
     @property
     def n(self) -> int:
@@ -251,6 +259,16 @@ class BisectState:
     def pairs(self) -> tuple[Pair, ...]:
         """Every measured probe's pairs, in journal order: what the posterior is computed from."""
         return tuple(p for end in self.finished for p in end.posterior_pairs())
+
+    def pairs_by_round(self) -> tuple[tuple[Pair, ...], ...]:
+        """The measured probes' pairs, one tuple per round in the order the rounds ran (what the search looked at
+        after each; resume replays it in this order)."""
+        measured = sorted((e for e in self.finished if e.status is ProbeStatus.MEASURED),
+                          key=lambda e: (e.round, e.commit))
+        rounds: dict[int, list[Pair]] = {}
+        for end in measured:
+            rounds.setdefault(end.round, []).extend(end.posterior_pairs())
+        return tuple(tuple(pairs) for pairs in rounds.values())
 
     def skipped(self) -> frozenset[int]:
         """The commits that cannot be built (exit 125, or another build failure): never probed again."""

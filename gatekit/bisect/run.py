@@ -2,7 +2,8 @@
 search loop, the journal, resume — over the statistics of `posterior` and the loop of `search`.
 
 A probe is a gate series of its own: the gate file's arm at the probed commit (arm `probe`) interleaved with
-the same arm at the reference commit GOOD (arm `reference`), the plan's pairs per probe (`--pairs-per-probe`,
+the same arm at the reference commit (arm `reference`: GOOD, or the commit before a named culprit for the
+step's own pairs of neighbour rule 2, gatekit.bisect.checks), the plan's pairs per probe (`--pairs-per-probe`,
 default one), run by the gate's own rules (contamination, retries, guards, the per-run checks). Its gate file says
 `bisect_probe = true`: one run per arm is allowed there, and such a probe's gate decides nothing (`inconclusive`,
 reason `bisect_probe`): the bisect's posterior reads its pair with every other pair of the bisect. Each arm runs in its commit's worktree (`ArmCheckout`): the gate file's
@@ -35,7 +36,7 @@ import tomlkit
 from gatekit.bisect.records import (BISECT_FINDING, BISECT_JOURNAL, BISECT_PLAN, GATE_COPY, BisectInterrupted, BisectResume,
                                     BisectStart, BisectState, BisectStop, MeasuredPair, ProbeEnd, ProbeStart, ProbeStatus, plan_toml,
                                     read_plan, replay)
-from gatekit.bisect.checks import STEPS_ALPHA
+from gatekit.bisect.checks import NEIGHBOUR_RULE, STEPS_ALPHA
 from gatekit.bisect.posterior import Pair
 from gatekit.bisect.search import PROBE_PAIRS, Measured, Outcome, SearchPlan, SearchResult, endpoints_outcome, search
 from gatekit.bisect.simulation import endpoints_differ
@@ -472,17 +473,20 @@ class Bisect:
         """The probe rounds, from every pair journaled so far."""
         start = self.start
         plan = SearchPlan(start.n, start.confidence, start.budget, start.max_parallel, start.pairs_per_probe,
-                          start.floor_pct, start.steps_alpha)
+                          start.floor_pct, start.steps_alpha, start.neighbour_rule)
         measured = [e for e in self.ends.values() if e.status is ProbeStatus.MEASURED]
         measured.sort(key=lambda e: (e.round, e.commit))
         pairs = [p for e in measured for p in e.posterior_pairs()]
+        # the pair count at the end of each round: where the search looked (checks.held_since replays it)
+        round_ends = [len(pairs) - sum(len(e.pairs) for e in measured if e.round > r)
+                      for r in sorted({e.round for e in measured})]
         skipped = frozenset(e.commit for e in self.ends.values() if e.status is not ProbeStatus.MEASURED)
         counter = {"round": rounds}
 
-        def measure(chosen: Sequence[int]) -> Measured:
+        def measure(chosen: Sequence[int], reference: int) -> Measured:
             current = counter["round"]
             counter["round"] += 1
-            ends = self.run_probes([ProbeSpec(c, 0, current, start.pairs_per_probe) for c in chosen])
+            ends = self.run_probes([ProbeSpec(c, reference, current, start.pairs_per_probe) for c in chosen])
             self._report_posterior()
             return Measured(tuple(p for e in ends for p in e.posterior_pairs()),
                             frozenset(e.commit for e in ends if e.status is not ProbeStatus.MEASURED))
@@ -490,7 +494,7 @@ class Bisect:
         def no_endpoints() -> tuple[tuple, bool]:  # the endpoints ran before the search (self.endpoints)
             raise AssertionError("the search starts from the endpoints' pairs")
 
-        return search(plan, no_endpoints, measure, lambda: self.runs, pairs, skipped, rounds)
+        return search(plan, no_endpoints, measure, lambda: self.runs, pairs, skipped, rounds, round_ends)
 
     def _report_posterior(self) -> None:
         from gatekit.bisect.posterior import posterior
@@ -643,7 +647,7 @@ def run_bisect(good: str | None, bad: str | None, options: BisectOptions, *, cwd
             budget=options.budget, max_parallel=options.max_parallel or 1, engine=options.engine,
             pairs_per_probe=options.pairs_per_probe or PROBE_PAIRS, started=started.isoformat(timespec="seconds"), host=socket.gethostname(),
             repo=str(repo), address=options.address or "", floor_pct=config.threshold.floor_pct,
-            steps_alpha=STEPS_ALPHA)
+            steps_alpha=STEPS_ALPHA, neighbour_rule=NEIGHBOUR_RULE)
         folder.mkdir(parents=True, exist_ok=True)
     journal = Journal(folder / BISECT_JOURNAL, genesis=folder / BISECT_PLAN, resume=f"gate bisect --resume {folder}")
     with _bisect_lock(folder), interrupt_on_sigterm():

@@ -10,8 +10,8 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from gatekit.bisect.checks import EndpointsPower, StepsTest, confirmable, endpoints_power, second_step_test, \
-    step_confirmed, unconfirmed_sides
+from gatekit.bisect.checks import EndpointsPower, StepsTest, confirming_sides, endpoints_power, held_since, \
+    neighbour_rule, second_step_test, step_confirmed, unconfirmed_sides
 from gatekit.bisect.posterior import Pair, best_probes, binary_information, credible_set, cumulative, \
     noise_estimate, posterior
 
@@ -43,6 +43,8 @@ class SearchPlan:
     # None (a plan from before these checks): no_change without a power check, no test for a second step
     floor_pct: float | None = None  # the change the endpoints must be able to show before no_change is said
     steps_alpha: float | None = None  # the level of the test for more than one step
+    # how a named step must show between its neighbours (checks.NEIGHBOUR_RULES); None with steps_alpha: rule 1
+    neighbour_rule: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,14 +73,16 @@ class SearchResult:
 
 
 Endpoints = Callable[[], "tuple[tuple[Pair, ...], bool | None]"]  # the pairs, changed? (None: could not measure)
-Measure = Callable[[Sequence[int]], Measured]
+Measure = Callable[[Sequence[int], int], Measured]  # the commits to probe, against this reference
 
 
 def search(plan: SearchPlan, endpoints: Endpoints, measure: Measure, runs_so_far: Callable[[], int],
-           pairs: Sequence[Pair] = (), skipped: frozenset[int] = frozenset(), rounds: int = 1) -> SearchResult:
-    """Run the search. `endpoints` is called only when `pairs` is empty (a resumed search brings its pairs,
-    skipped commits and rounds); each round `measure` gets the commits to probe, `plan.pairs_per_probe` pairs
-    each."""
+           pairs: Sequence[Pair] = (), skipped: frozenset[int] = frozenset(), rounds: int = 1,
+           round_ends: Sequence[int] = ()) -> SearchResult:
+    """Run the search. `endpoints` is called only when `pairs` is empty (a resumed search brings its pairs in the
+    order of their rounds, the pair count at the end of each round, skipped commits and rounds); each round
+    `measure` gets the commits to probe and their reference (GOOD, or the commit before a named one for the
+    step's own pairs), `plan.pairs_per_probe` pairs each."""
     pairs = list(pairs)
     if not pairs:
         first, changed = endpoints()
@@ -90,17 +94,24 @@ def search(plan: SearchPlan, endpoints: Endpoints, measure: Measure, runs_so_far
         pairs = list(first)
     skipped = frozenset(skipped)
     n = plan.commits
+    rule = neighbour_rule(plan.neighbour_rule)
+    # where each commit first held the confidence alone: a rule of fresh pairs judges only the pairs after it
+    ends = [0, *round_ends]
+    held = held_since([pairs[a:b] for a, b in zip(ends, ends[1:])], n, plan.confidence) if rule.fresh else {}
     while True:
         probabilities = posterior(pairs, n)
         credible = tuple(credible_set(probabilities, plan.confidence))
         confirming: list[int] = []
         if len(credible) == 1:
-            if plan.steps_alpha is None or step_confirmed(pairs, n, credible[0]):
+            named = credible[0]
+            since = held.setdefault(named, len(pairs))
+            if plan.steps_alpha is None or step_confirmed(pairs, n, named, rule, since):
                 return stopped(plan, Outcome.CULPRIT, pairs, probabilities, credible, skipped, rounds)
             # the step's neighbours must show it in pairs of their own (checks: a culprit's own step)
-            named = credible[0]
-            confirming = [c for c in unconfirmed_sides(pairs, named) or [named - 1, named]
-                          if 0 < c < n and c not in skipped] if confirmable(pairs, named) else []
+            confirming = [c for c in confirming_sides(pairs, named, rule, since) if c < n and c not in skipped
+                          and not (rule.direct and named - 1 in skipped)]
+            unconfirmed = unconfirmed_sides(pairs, named, rule, since)
+            confirming = [c for c in confirming if c in unconfirmed] if unconfirmed else confirming
             if not confirming:
                 return stopped(plan, Outcome.CREDIBLE_SET, pairs, probabilities, credible, skipped, rounds)
         probeable = [c for c in range(1, n) if c not in skipped]
@@ -115,8 +126,10 @@ def search(plan: SearchPlan, endpoints: Endpoints, measure: Measure, runs_so_far
         if width < 1 or not (informative or confirming):
             return stopped(plan, Outcome.CREDIBLE_SET, pairs, probabilities, credible, skipped, rounds)
         chosen = confirming[:width] if confirming else best_probes(probabilities, snr, probeable, width)
+        # a rule of the step's own pairs runs the named commit against the one before it; else GOOD
+        reference = chosen[0] - 1 if confirming and rule.direct else 0
         rounds += 1
-        measured = measure(chosen)
+        measured = measure(chosen, reference)
         pairs.extend(measured.pairs)
         skipped = skipped | measured.skipped
 

@@ -7,8 +7,8 @@ trainer execution is counted as a run, the endpoints' and the references' includ
 
 - gatekit: the endpoints as a classic gate (n pairs GOOD/BAD; the bisect goes on only if the classic rule
   shows a change either way; when it does not, once, n more pairs and the rule judges all 2n), then rounds
-  of up to `max_parallel` probes, each `pairs_per_probe` pairs (a run of the probed commit beside a run of GOOD;
-  two, as `gate bisect` runs them), chosen
+  of up to `max_parallel` probes, each `pairs_per_probe` pairs (a run of the probed commit beside a run of GOOD,
+  or of the commit before it for a named step's own pairs; two, as `gate bisect` runs them), chosen
   and judged by `posterior`, until one commit holds `confidence` of the posterior or the budget is spent
   (then the most likely commit is its answer); endpoints that show no change are `no_change` only with the
   power to show the floor, else `inconclusive`, and a stop whose pairs need a second step is `multiple_steps`
@@ -30,7 +30,7 @@ from typing import Any, Sequence
 import numpy as np
 from scipy import stats as scipy_stats
 
-from gatekit.bisect.checks import STEPS_ALPHA
+from gatekit.bisect.checks import NEIGHBOUR_RULE, STEPS_ALPHA
 from gatekit.bisect.posterior import Pair
 from gatekit.bisect.search import PROBE_PAIRS, Measured, Outcome, SearchPlan, search
 
@@ -57,6 +57,7 @@ class BisectScenario:
     second_effect_pct: float = 0.0  # a second culprit's step (0: one culprit)
     floor_pct: float = ENDPOINT_FLOOR_PCT
     steps_alpha: float = STEPS_ALPHA
+    neighbour_rule: int = NEIGHBOUR_RULE  # checks.NEIGHBOUR_RULES
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,18 +137,18 @@ def _gatekit_once(scenario: BisectScenario, machine: _Machine) -> tuple[int | No
             extended.append(True)
         return tuple(Pair(n, 0, float(b - g)) for g, b in zip(good, bad)), changed
 
-    def measure(commits: Sequence[int]) -> Measured:
+    def measure(commits: Sequence[int], reference: int) -> Measured:
         pairs = []
         for commit in commits:
             for _ in range(scenario.pairs_per_probe):
                 probe = machine.log_runs(commit, 1)[0]
-                reference = machine.log_runs(0, 1)[0]
-                pairs.append(Pair(commit, 0, float(probe - reference)))
+                beside = machine.log_runs(reference, 1)[0]
+                pairs.append(Pair(commit, reference, float(probe - beside)))
         return Measured(tuple(pairs))
 
     extended: list[bool] = []
     plan = SearchPlan(n, scenario.confidence, scenario.budget, scenario.max_parallel, scenario.pairs_per_probe,
-                      scenario.floor_pct, scenario.steps_alpha)
+                      scenario.floor_pct, scenario.steps_alpha, scenario.neighbour_rule)
     result = search(plan, endpoints, measure, lambda: machine.runs)
     return result.culprit, result.rounds + len(extended), result.outcome
 
