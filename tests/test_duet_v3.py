@@ -203,3 +203,19 @@ def test_simulate_compares_version_2() -> None:
         done = runner.invoke(main, [*base, "--policy", policy])
         assert done.exit_code == 0, done.output
         assert policy in done.output
+
+
+def test_too_few_pairs_in_one_slot_order_read_as_unbounded_not_nan() -> None:
+    # 8 pairs whose recorded slots put on on slot 1 in 7 of them: 7 + 1 has no interval at 4.5 % (P(U ≤ 0) = 1/8)
+    records, order = [], 0
+    for k in range(1, 9):
+        off_slot, on_slot = ("cuda:0", "cuda:1") if k != 8 else ("cuda:1", "cuda:0")
+        for arm, value, slot in (("off", 100.0 + 0.1 * k, off_slot), ("on", 97.0 + 0.05 * k, on_slot)):
+            order += 1
+            records.append(RunRecord(order, arm, f"{arm}-r{k}", k, RunOutcome(0, value, metrics={PRIMARY: value}),
+                                     WindowSummary(samples=3, load1_mean=0.1, load1_max=0.2), slot=slot))
+    decided = _decide(records, 3)
+    assert decided.verdict.decision is Decision.INCONCLUSIVE and decided.duet.rank_cut == 0
+    text = " ".join(str(reason) for reason in decided.verdict.reasons)
+    assert "interval unbounded, too few pairs in a slot order (7 and 1)" in text and "nan" not in text
+    assert "rank_cut" in decided.duet.to_dict() and decided.duet.pairs_on_slot1 == 7

@@ -662,13 +662,15 @@ def _reasons(info: DuetInfo, estimate: DuetEstimate, primary: str, design: DuetD
                     f"interval at one-sided α {TEST_ALPHA:g}")
     else:
         test = f"t {t:+.3f} vs ±{c:.4g} ({origin}, one-sided α {TEST_ALPHA:g})"
-    interval = f"[{info.ci_low_pct:+.4f} %, {info.ci_high_pct:+.4f} %]" if estimate.rank_cut != 0 else "unbounded"
+    def span(low: float | None, high: float | None) -> str:
+        bounded = low is not None and high is not None and math.isfinite(low) and math.isfinite(high)
+        return f"[{low:+.4f} %, {high:+.4f} %]" if bounded else "unbounded"
+
     lines = [Reason(ReasonCode.DUET_ESTIMATE,
                     f"duet ({info.n_pairs} pairs, {design.arrangement}): {primary} Δ {info.delta_pct:+.4f} % "
                     f"({design.fit_words} with the slot effect removed), {100 * INTERVAL_LEVEL:g} % interval "
-                    f"{interval}, {test}, floor ±{floor:g} % → {info.primary} "
-                    f"({why[info.primary]}); two-sided 95 % CI [{info.ci95_low_pct:+.4f} %, "
-                    f"{info.ci95_high_pct:+.4f} %]")]
+                    f"{span(info.ci_low_pct, info.ci_high_pct)}, {test}, floor ±{floor:g} % → {info.primary} "
+                    f"({why[info.primary]}); two-sided 95 % CI {span(info.ci95_low_pct, info.ci95_high_pct)}")]
     slot_names = f" ({info.slots[1]} minus {info.slots[0]})" if len(info.slots) == 2 else ""
     how = ("by version 2's Huber fit, reported only: it decides nothing" if design.ranked
            else "estimated from the swap and removed from Δ")
@@ -677,7 +679,8 @@ def _reasons(info: DuetInfo, estimate: DuetEstimate, primary: str, design: DuetD
                         f"{info.slot_ci_high_pct:+.4f} %] — {how}"))
     if info.primary == "inconclusive" and info.ci_high_pct is not None and info.ci_low_pct is not None:
         half_width = (info.ci_high_pct - info.ci_low_pct) / 2
-        lines.insert(0, too_noisy_reason(half_width, basis="half the width of its interval"))
+        if math.isfinite(half_width):  # version 3 with too few pairs in a slot order has no interval to read
+            lines.insert(0, too_noisy_reason(half_width, basis="half the width of its interval"))
     lines += [guard_reason(guard, f"{100 * GUARD_LEVEL:g} % bound") for guard in info.guards.values()]
     if info.primary == "adopted" and info.decision == "inconclusive":
         lines.append(Reason(ReasonCode.GUARD_BOUND_TOO_WIDE, "a guard's bound is too wide to pass: inconclusive, "
