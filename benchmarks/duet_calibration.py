@@ -143,7 +143,8 @@ def rate_rows(draws: int, seed: int, pool: Pool = map) -> list[Row]:
 
 def rates_table(found: list[Row]) -> str:
     """The rows of `rate_rows`, and the largest false adoption of versions 3 and 2 among them."""
-    lines = ["| scenario | pairs | " + " | ".join(f"duet {LABEL[v]} adopted %" for v in VERSIONS) + " | means | target |",
+    versions = " | ".join(f"duet {LABEL[v]} adopted %" for v in VERSIONS)
+    lines = [f"| scenario | pairs | {versions} | means | target |",
              "|" + " --- |" * (len(VERSIONS) + 4)]
     for r in found:
         target = f"≤ {100 * ALPHA:g} %" if r.meaning == "false adoption" else "(shown)"

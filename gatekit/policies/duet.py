@@ -21,8 +21,8 @@ linear slot drift cancelled every 4), which slot off takes in pair 1 drawn from 
 a late change of either slot lands on either arm with probability ½; Δ and s are Huber's M-estimate
 (`huber_arrays`, k = 1.345, MAD scale, sandwich SE), whose studentized Δ̂ has no closed-form law at small n,
 so its critical values are calibrated per number of pairs by simulation (HUBER_CRITICAL). Calibrated under
-normal noise, they do not hold when runs move between two speed states: 5.1–7.0 % false adoption at 8–14 pairs
-(docs/statistics.md, "Two speed states").
+normal noise, they do not hold when runs move between two speed states: up to 5.2–7.0 % false adoption or
+regression at 4–14 pairs (docs/statistics.md, "Two speed states").
 
 Version 3 (issue 30): v2's slot order and mirror; the decision reads z_k = σ_k·d_k = s + Δ·σ_k + η_k, whose
 noise η_k = (noise on slot 1) − (noise on slot 0) is iid whatever its law, so 2Δ is the shift between the pairs
@@ -33,8 +33,9 @@ is reported from v2's Huber fit and decides nothing.
 
 Versions 1 and 2 decide by the sequential policy's rule (`sequential.look_codes`: adopted / regression beyond
 the critical value AND the floor, equivalent, rejected, else inconclusive) with the design's critical value and
-standard error, version 3 by the same rule with the exact rank test in place of Δ̂/SE against c (`rank_code`); benchmarks/duet_calibration.py measures the margin to ALPHA under unequal slot noise, heavy
-tails, outliers and slots that change speed. The statistics are pure functions (tables and values in,
+standard error, version 3 by the same rule with the exact rank test in place of Δ̂/SE against c (`rank_code`);
+benchmarks/duet_calibration.py measures the margin to ALPHA under unequal slot noise, heavy tails, outliers and
+slots that change speed. The statistics are pure functions (tables and values in,
 decisions out; `DuetDesign.codes` is vectorised so `gate simulate --policy duet` runs this exact rule).
 `DuetPolicy`, at the end, is the policy object over a design: its stated rules, simulation scenarios, plan
 words and the words its estimate adds to a finding's narrative and summary.
