@@ -6,7 +6,7 @@
 Every number comes from gatekit.simulate, the code behind `gate simulate`; the seed is fixed, so the
 tables are reproducible (and the same with any --jobs: each cell is its own simulation). The sequential
 policy is shown in the design a new series preregisters beside version 4 (`gate simulate
---sequential-version 5 --sequential-version 4`). The duet section's blocks (`duet-…`) are the tables of
+--sequential-version 8 --sequential-version 4`). The duet section's blocks (`duet-…`) are the tables of
 benchmarks/duet_calibration.py, made by its functions with the draws and seed each states beside it
 (duet_calibration.DOC_BLOCKS; --draws does not change them). Timings are measured here and depend on the
 machine (reported with it).

@@ -140,7 +140,7 @@ def test_the_v3_calibration_is_kept() -> None:
     c1, c2 = result["critical"]
     assert c1 == pytest.approx(sq.V3.critical[0], rel=0.05) and c2 == pytest.approx(sq.V3.critical[1], rel=0.03)
     assert result["guard_look_level"] == pytest.approx(sq.V3.guard_look_level, abs=0.002)
-    assert policy_for("sequential", 3).stages(0) == (4, 8) and policy_for("sequential").design is sq.V7 and sq.V4.runs == (4, 8, 12)
+    assert policy_for("sequential", 3).stages(0) == (4, 8) and policy_for("sequential").design is sq.V8 and sq.V4.runs == (4, 8, 12)
 
 
 def _gates(d: list[list[float]]) -> tuple[np.ndarray, np.ndarray]:
@@ -367,7 +367,7 @@ def test_sequential_adopts_at_look_1_and_analyze_reproduces_it(fake_gate_dir) ->
     assert finding["verdict"]["decision"] == "adopted"
     assert [look["look"] for look in finding["sequential"]["looks"]] == [1]
     assert finding["sequential"]["alpha"] == sq.ALPHA and finding["sequential"]["next"] == "stop"
-    assert finding["sequential"]["version"] == 7 and finding["sequential"]["critical"] == list(sq.CRITICAL)
+    assert finding["sequential"]["version"] == 8 and finding["sequential"]["critical"] == list(sq.CRITICAL)
     assert finding["sequential"]["runs_per_arm"] == [4, 8, 12] and finding["sequential"]["stop_band"] == [-2, 0]
     assert finding["sequential"]["states"] == {"split_k": list(sq.V5.states.split_k),
                                                "clear_k": list(sq.V5.states.clear_k),
@@ -387,8 +387,8 @@ def test_sequential_adopts_at_look_1_and_analyze_reproduces_it(fake_gate_dir) ->
     assert g.order() == [s.label for s in plan("off", "on", 4, "block-shuffle", order_seed(sha))]
     predecision = tomllib.loads((series / "predecision.toml").read_text())
     assert "schedule" not in predecision and "sha256" in predecision["schedule_rule"]
-    assert any("Policy sequential (version 7)" in line for line in predecision["stated_rules"])
-    assert predecision["decision"]["sequential_version"] == 7
+    assert any("Policy sequential (version 8)" in line for line in predecision["stated_rules"])
+    assert predecision["decision"]["sequential_version"] == 8
     again = gate_invoke("analyze", str(series), "--json", cwd=g.root)
     assert again.stdout == g.findings()[0].read_text()
 
@@ -695,7 +695,7 @@ def test_the_predecision_keys_the_design_version(gate_dir) -> None:
     assert "sequential_version" not in classic.to_dict()  # a classic predecision reads exactly as before
     assert DecisionSpec.from_dict(classic.to_dict()) == classic
     seq = DecisionSpec.from_gate(config.with_overrides(policy="sequential"), "off", "on")
-    assert seq.to_dict()["sequential_version"] == 7 and DecisionSpec.from_dict(seq.to_dict()) == seq
+    assert seq.to_dict()["sequential_version"] == 8 and DecisionSpec.from_dict(seq.to_dict()) == seq
     # a predecision/1 written by v3 has no sequential_version: its upgrade says which design it preregistered
     legacy = {"schema": "gatekit.predecision/1",
               "decision": {k: v for k, v in seq.to_dict().items() if k != "sequential_version"}}

@@ -172,7 +172,7 @@ def assert_one_run_slowed_and_used(finding: dict, slow_run: str = SLOW_RUN) -> N
 def test_drift_and_a_10x_slow_run_adopt_a_true_5_percent_gain(tmp_path: Path) -> None:
     finding = run_sequential(drift_gate(tmp_path / "gain", on_factor=0.95, slow_run=SLOW_RUN_GAIN), SLOW_RUN_GAIN)
     assert finding["verdict"]["decision"] == "adopted", finding["verdict"]["reasons"]
-    assert finding["sequential"]["version"] == 7  # the version a new gate file preregisters
+    assert finding["sequential"]["version"] == 8  # the version a new gate file preregisters
     if len(finding["sequential"]["looks"]) == 1:  # a quiet machine: look 1 adopts before the slowed run exists
         assert SLOW_RUN_GAIN not in elapsed_by_label(finding)
         return

@@ -52,7 +52,7 @@ HELD_OUT = [(0.5, 20.0, 0.5), (0.4, 15.0, 0.5), (0.6, 8.0, 1.0), (0.5, 5.0, 2.0)
 def test_a_slow_state_in_the_on_arm_only_is_never_equivalent_beyond_5_percent() -> None:
     for rate, pct, cv in HELD_OUT:
         scenario = Scenario(cv_off_pct=cv, outlier_rate=rate, outlier_pct=pct, outlier_on_only=True)
-        v7 = simulate("sequential", scenario, draws=DRAWS, seed=7)
+        v7 = simulate("sequential", scenario, draws=DRAWS, seed=7, version=7)
         assert v7.rates["equivalent"].pct + 3 * v7.rates["equivalent"].se_pct <= 5.0, (rate, pct, cv, v7.rates)
         assert v7.adopted.pct < 1.0
     issue = Scenario(cv_off_pct=0.5, outlier_rate=0.5, outlier_pct=10.0, outlier_on_only=True)
@@ -72,7 +72,7 @@ def test_a_change_below_the_floor_is_rarely_adopted() -> None:
     v7, v6 = (simulate("sequential", below, draws=DRAWS, seed=8, version=v) for v in (7, 6))
     assert v7.adopted.pct + 3 * v7.adopted.se_pct <= 5.0 < v6.adopted.pct
     assert v7.meaning == "adoption below the floor"
-    power = simulate("sequential", Scenario(cv_off_pct=0.5, effect_pct=-2.0), draws=DRAWS, seed=8)
+    power = simulate("sequential", Scenario(cv_off_pct=0.5, effect_pct=-2.0), draws=DRAWS, seed=8, version=7)
     assert power.adopted.pct > 99.0 and power.meaning == "power"
 
 

@@ -1,4 +1,4 @@
-"""The sequential policy (v7): up to three looks (4, 8, then 12 rounds, block-shuffle order) on the rounds' pair
+"""The sequential policy (v8): up to three looks (4, 8, then 12 rounds, block-shuffle order) on the rounds' pair
 differences of log values, a Hodges–Lehmann estimate studentized by a robust scale, a boundary calibrated by
 simulation, an early stop at look 1, equivalence, a group-sequential paired guard, telemetry-only contamination,
 and (v5) a check for runs that fall into two speed states before each look.
@@ -10,7 +10,13 @@ median of the Walsh averages) and a capped mean absolute deviation from the medi
 The statistic HL/S has no textbook distribution, so its critical values come from
 benchmarks/sequential_calibration.py (normal pair differences, the seed and draws below).
 
-v7 (what a new series preregisters) is v6 in the block-shuffle order (each block of four rounds holds two AB
+v8 (what a new series preregisters) is v7 with round 1 left out of the plain mean's interval that equivalence also
+needs: round 1 holds the series' first run, slow when it runs cold and no warm-up ran, and that one run widened
+the mean's interval enough that v7 reached equivalence later (A/A at CV 0.5 % with a +3 % cold first run: 8.26
+runs per arm, v8 7.65; a slow state in 30 % of the on arm's runs at +20 %: equivalent 4.45 % → 4.78 %, 20 000
+draws); see V8.
+
+v7 is v6 in the block-shuffle order (each block of four rounds holds two AB
 and two BA rounds in a seeded order: at most 3.0 % false adoption or regression in any cell of periods 2–12,
 20 000 draws a cell), with equivalence that needs the plain mean's interval inside the floor too (half of the on
 arm's runs 10 % slower: equivalent in 0.8 % of gates, v6 15 %) and the floor on the bound HL ∓ S (a true
@@ -121,6 +127,10 @@ class Design:
     # v7: equivalent also needs the t interval of the plain mean of the pair differences inside ±floor: the robust
     # estimate reads a slow state in a minority of one arm's runs as outliers, the mean does not
     mean_equivalence: bool = False
+    # v8: that mean's interval leaves out this many first rounds (1: round 1, which holds the series' first run —
+    # cold when no warm-up ran). A position fixed in advance, not a run chosen by its value: the mean of the
+    # other rounds still moves with a slow state in one arm's runs.
+    mean_skip_rounds: int = 0
 
     @property
     def looks(self) -> int:
@@ -133,6 +143,7 @@ class Design:
         words = METHOD + ", early stop at look 1, a third look only near the boundary"
         words += ", two speed states taken out or left undecided" if self.states is not None else ""
         words += ", equivalence of the mean too" if self.mean_equivalence else ""
+        words += " (round 1 left out)" if self.mean_equivalence and self.mean_skip_rounds else ""
         return words + (", the floor on the interval's bound" if self.floor_critical is not None else "")
 
 
@@ -154,7 +165,15 @@ V6 = replace(V5, version=6, order="abba-baab")
 # rules only hold decisions back. The constant 1 was chosen on the floor row and the suite's power rows; the
 # one-arm state rows were judged on magnitudes other than the issue's (tests/test_sequential_v7.py).
 V7 = replace(V6, version=7, order="block-shuffle", floor_critical=(1.0, 1.0, 1.0), mean_equivalence=True)
-DESIGNS = {3: V3, 4: V4, 5: V5, 6: V6, 7: V7}
+# v8: v7 with round 1 left out of the mean's interval. The suite's A/A at CV 0.5 % with a +3 % cold first run (no
+# warm-up) averaged 8.26 runs per arm under v7 against issue 10's bound of 8: the one cold run widened the mean's
+# interval and held equivalence back. Chosen on that row, the issue's on-arm-only row (50 % × +10 %), A/A and
+# −2 % at CV 0.5 % against a 20 % trimmed mean (Yuen), one largest |residual| left out, and round 1 left out only
+# when it is the farthest from the median; the data-chosen ones let slow states in one arm's runs be trimmed away
+# (30 % × +20 %: equivalent 12.9 %, 8.9 %, 5.2 %), the fixed position does not (4.8 %, v7 4.5 %). Critical values
+# and every other rule are v7's.
+V8 = replace(V7, version=8, mean_skip_rounds=1)
+DESIGNS = {3: V3, 4: V4, 5: V5, 6: V6, 7: V7, 8: V8}
 DESCRIPTOR = describe("sequential")
 assert DESCRIPTOR.version is not None, "the sequential descriptor names the design a new series preregisters"
 CURRENT = DESIGNS[DESCRIPTOR.version]
@@ -371,15 +390,15 @@ def look_arrays(off_log: np.ndarray, on_log: np.ndarray, *, look: int, design: D
     _, alt_code = decide_on(hodges_lehmann(check.alternative), alt_scale)
     held = check.undecidable | (check.either & (alt_code != code))
     if design.mean_equivalence:
-        held |= (code == EQUIVALENT) & ~mean_inside_floor(on_log - off_log, floor_pct)
+        held |= (code == EQUIVALENT) & ~mean_inside_floor(on_log - off_log, floor_pct, design.mean_skip_rounds)
     rest = INCONCLUSIVE if final else CONTINUE
     return LookArrays(diff, scale, np.where(held, rest, boundary), np.where(held, rest, code), check, held)
 
 
-def mean_inside_floor(d: np.ndarray, floor_pct: float) -> np.ndarray:
+def mean_inside_floor(d: np.ndarray, floor_pct: float, skip_rounds: int = 0) -> np.ndarray:
     """Whether the two-sided INTERVAL_LEVEL t interval of the mean over the last axis lies inside ±floor (log):
-    mean ± t(1 − CALIBRATION_ALPHA, n − 1)·sd/√n."""
-    d = np.asarray(d, float)
+    mean ± t(1 − CALIBRATION_ALPHA, n − 1)·sd/√n over the n rounds after the first `skip_rounds` (v8: 1)."""
+    d = np.asarray(d, float)[..., skip_rounds:]
     n = d.shape[-1]
     half = float(sps.t.ppf(1 - CALIBRATION_ALPHA, n - 1)) * d.std(axis=-1, ddof=1) / math.sqrt(n)
     mean, f = d.mean(axis=-1), floor_pct / 100
@@ -587,6 +606,8 @@ class SequentialOutcome:
             extra["floor_critical"] = list(design.floor_critical)
         if design.mean_equivalence:
             extra["mean_equivalence"] = True
+        if design.mean_skip_rounds:
+            extra["mean_skip_rounds"] = design.mean_skip_rounds
         extra["statistics"] = list(self.statistics)
         return SequentialInfo(ALPHA, DF_MODE, floor_pct, design.runs, design.guard_look_level, self.looks,
                               self.decision, "extend" if self.extend else "stop", extra_keys=extra)
@@ -870,6 +891,12 @@ class SequentialPolicy(SimulationDefaults):
     def _mean_words(self, floor: float) -> str:
         if not self.design.mean_equivalence:
             return ""
+        if self.design.mean_skip_rounds:  # v8: over rounds 2 to n
+            k = self.design.mean_skip_rounds
+            return (f" and so does the t interval of the plain mean of d over rounds {k + 1} to n, mean +/- "
+                    f"t(1 - {CALIBRATION_ALPHA:g}, n - {k + 1}) sd / sqrt(n - {k}) (a slow state in some of one arm's "
+                    "runs moves the mean, not the robust estimate; round 1 holds the series' first run, slow when it "
+                    "runs cold)")
         return (f" and so does the t interval of the plain mean of d, mean +/- t(1 - {CALIBRATION_ALPHA:g}, n - 1) "
                 "sd / sqrt(n) (a slow state in some of one arm's runs moves the mean, not the robust estimate)")
 
