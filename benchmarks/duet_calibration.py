@@ -3,8 +3,8 @@ number of pairs, and its precision against interleaving at equal wall time.
 
 Version 1 (slots swapped every pair, OLS, Student t with n − 2 df) needed no calibrated constant; version 2
 (Thue–Morse slots with a drawn mirror, the Huber M-estimate, sandwich SE) takes its critical values from
-benchmarks/duet_critical.py; version 3 (v2's slots, ranks of the slot-signed log-ratios, an exact Mann–Whitney
-interval) needs none again. Tables (v3 beside v2, and v1 where it was shown):
+benchmarks/duet_critical.py; version 3 (v2's slots and fit) takes them from the same script's `--family
+two-states`, the largest over normal noise and two speed states. Tables (v3 beside v2, and v1 where it was shown):
 
 - `suite`: `gate simulate --suite` under the three versions side by side (the same seed 0), with the duet's
   targets.
@@ -13,7 +13,8 @@ interval) needs none again. Tables (v3 beside v2, and v1 where it was shown):
   shared noise, the measured situation of two GPUs of one host.
 - `pairs`: the duet's targets against the number of pairs (the trade-off that chose the default).
 - `two-states-pairs`: the largest false adoption and false regression over the 18 two-state A/A rows at every
-  even number of pairs from 4 to 32, v3 beside v2, with v3's exact level (issue 30: ≤ 5 % at every n).
+  even number of pairs from 4 to 32, v3 (from 10) beside v2, with v3's critical value (issue 30: ≤ 5 % at
+  every n v3 runs).
 - `wall`: the median width of the two-sided 95 % CI of Δ of a duet of 2k pairs against an interleaved gate of
   k + k runs (equal wall time: a pair costs the slower of its two runs, about one run) on the suite's scenarios.
 - `two-states`: the suite's two-state rows (each run slow by m % with probability p) under the versions, false
@@ -42,10 +43,9 @@ from typing import Any, Callable, Iterable
 import numpy as np
 
 from gatekit.diagnostics import ci_arrays, welch_arrays
-from gatekit.policies.duet import ALPHA, DESIGNS, HUBER_K, MAD_NORMAL, TEST_ALPHA, DuetDesign, signed_groups
+from gatekit.policies.duet import ALPHA, DESIGNS, HUBER_K, MAD_NORMAL, TEST_ALPHA, DuetDesign, two_state_critical
 from gatekit.policy_descriptors import describe
 from gatekit.policies.sequential import gain_bounds, look_codes
-from gatekit.ranks import rank_sum_cut, rank_sum_null_cdf
 from gatekit.simulate import (DUET_ROWS, FALSE_EITHER, POWER_ANY_RUNS, TARGETS, Scenario, SimulationResult, meets,
                               simulate, simulate_runs, suite_cells, suite_pairs, target_of)
 from gatekit.verdict import ADOPTED, REGRESSION
@@ -202,21 +202,20 @@ def _two_state_cell(job: tuple[str, Scenario, int, int]) -> tuple[float, float] 
 
 def two_state_pairs_table(draws: int, seed: int, pool: Pool = map) -> str:
     """Issue 30 item 8: the largest false adoption and false regression over the 18 two-state A/A rows (runs slow
-    by m % with probability p, CV 0.5 and 2 %) at every even number of pairs, v3 beside v2, and v3's exact level
-    P(U ≤ k − 1) of the one-sided rank test (the floor can only lower the rates)."""
+    by m % with probability p, CV 0.5 and 2 %) at every even number of pairs, v3 beside v2 (v3 from its fewest
+    pairs), with v3's critical value."""
     rows = [s for s in TWO_STATE_ROWS if s.outlier_rate and not s.outlier_on_only]
     jobs = [(policy, replace(s, n=n), draws, seed) for n in TWO_STATE_PAIRS for s in rows
             for policy in ("duet", "duet-v2")]
     cells = iter(list(pool(_two_state_cell, jobs)))
-    lines = ["| pairs | v3 exact level % | v3 largest adopted % | v3 largest regression % | v2 largest adopted % | "
+    lines = ["| pairs | v3 c | v3 largest adopted % | v3 largest regression % | v2 largest adopted % | "
              "v2 largest regression % | v3 / v2 at most 5 % |", "|" + " --- |" * 7]
     for n in TWO_STATE_PAIRS:
         found = [(next(cells), next(cells)) for _ in rows]
         v3 = [c for c, _ in found if c is not None]
         v2 = [c for _, c in found if c is not None]
-        half = n // 2
-        k = rank_sum_cut(half, half, TEST_ALPHA)
-        level = f"{100 * rank_sum_null_cdf(half, half)[k - 1]:.2f}" if k else "— (cannot decide)"
+        critical = two_state_critical(n)
+        level = "— (too few pairs)" if math.isnan(critical) else f"{critical:.4f}"
         v3_cells = (f"{max(a for a, _ in v3):.2f} | {max(r for _, r in v3):.2f}" if v3 else "— | —")
         v2_adopt, v2_regress = max(a for a, _ in v2), max(r for _, r in v2)
         ok3 = "—" if not v3 else "yes" if max(max(a, r) for a, r in v3) <= 5.0 else "**no**"
@@ -226,17 +225,6 @@ def two_state_pairs_table(draws: int, seed: int, pool: Pool = map) -> str:
 
 
 WALL_K = (2, 3, 4, 6, 8)  # interleaved runs per arm; the duet runs 2k pairs in the same wall time
-
-
-def rank_ci_widths(d: np.ndarray, signs: np.ndarray) -> np.ndarray:
-    """Version 3's two-sided 95 % interval widths of Δ, per gate: half the span from the k-th to the
-    (m·n + 1 − k)-th difference z(+) − z(−), k at one-sided 0.025 (inf where the pairs are too few)."""
-    minus, plus = signed_groups(d, signs)
-    k = rank_sum_cut(minus.shape[-1], plus.shape[-1], 0.025)
-    if k < 1:
-        return np.full(d.shape[0], np.inf)
-    diffs = np.sort((plus[:, :, None] - minus[:, None, :]).reshape(d.shape[0], -1), axis=-1)
-    return (diffs[:, -k] - diffs[:, k - 1]) / 2
 
 
 def ci_widths(scenario: Scenario, k: int, draws: int, seed: int) -> tuple[float, float, float, float]:
@@ -252,8 +240,8 @@ def ci_widths(scenario: Scenario, k: int, draws: int, seed: int) -> tuple[float,
         off, on, _, _ = simulate_runs(replace(scenario, order=None), "abab", n, draws, rng, concurrent=True,
                                       on_slot1=on_slot1)
         signs = design.signs(np.arange(1, n + 1))
-        if design.ranked:
-            widths.append(float(np.median(rank_ci_widths(on - off, signs))) if n >= design.min_pairs else math.nan)
+        if n < design.min_pairs:
+            widths.append(math.nan)
             continue
         delta, se, _, _ = design.fit_arrays(on - off, signs)
         widths.append(float(np.nanmedian(2 * design.critical(n, 0.025) * se)))

@@ -570,7 +570,7 @@ class SimulateCommand(click.Command):
               "(default: drawn per gate).")
 @click.option("--order", type=click.Choice(ORDERS), help="Run order (default: the policy's own).")
 @click.option("--n", type=int, help="Runs per arm of fixed-n policies, pairs of a duet (default: 3; a duet's own "
-              "default, 12 pairs for versions 3 and 2, 8 for version 1; version 3 needs at least 8).")
+              "default, 12 pairs for versions 3 and 2, 8 for version 1; version 3 needs at least 10).")
 @click.option("--warmup", type=click.IntRange(0, 2), default=0, show_default=True, help="Discarded warm-up runs.")
 @click.option("--sigma-k", type=float, default=2.0, show_default=True, help="Classic threshold's σ multiple.")
 @click.option("--floor-pct", type=float, default=1.0, show_default=True, help="Threshold floor / sequential floor, %.")

@@ -361,9 +361,6 @@ class DuetInfo(Record):
     ci95_high_pct: float | None = field(default=None, metadata={"omit": None})
     guard_level: float | None = None
     guards: Mapping[str, PairedGuard] = field(default_factory=dict)
-    # version 3: the halved differences left out at each end of Δ's Mann–Whitney interval (0: too few pairs in
-    # a slot order for one); absent before version 3, which read a critical value instead
-    rank_cut: int | None = field(default=None, metadata={"omit": None})
     primary: str = field(kw_only=True)  # the primary metric's own outcome
     decision: str = field(kw_only=True)  # after the guards
     extra_keys: Mapping[str, Any] = field(default_factory=dict)

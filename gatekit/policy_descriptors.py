@@ -81,7 +81,7 @@ def stages_words(stages: tuple[int, ...]) -> str:
     return ", then ".join(str(n) for n in stages) + " runs per arm"
 
 
-DUET_MIN_PAIRS = 8  # duet v3's exact rank interval: 4 + 4 pairs give a smallest one-sided p of 1/70; 3 + 3 never decide
+DUET_MIN_PAIRS = 10  # duet v3: below, the studentized Huber fit has no bounded quantile under two speed states
 _PLAN_PAIRS = tuple(n for n in PLAN_SIZES if n >= DUET_MIN_PAIRS and n % 2 == 0)  # a duet: an even number of pairs
 
 CLASSIC = PolicyDescriptor("classic", "gatekit.policies.classic:policy")
@@ -89,8 +89,8 @@ SEQUENTIAL = PolicyDescriptor("sequential", "gatekit.policies.sequential:policy"
                               order="block-shuffle", stages=(4, 8, 12), version=8, version_key="sequential_version",
                               default_evidence="psi", plan_sizes=(), mde_sizes=(12,),
                               in_suite=True, suite_targets=True)
-# duet v3 (Thue–Morse slots, ranks of the slot-signed log-ratios) from issue 30; v2 (Huber fit) from issue 18; a
-# duet predecision without duet_version is v1
+# duet v3 (v2's slots and Huber fit, critical values calibrated over normal and two-speed-state noise) from issue
+# 30; v2 (Thue–Morse slots, Huber fit) from issue 18; a duet predecision without duet_version is v1
 DUET = PolicyDescriptor("duet", "gatekit.policies.duet:policy",
                         mode=DUET_MODE, order="duet", default_evidence="psi", plan_sizes=_PLAN_PAIRS, plan_step=2,
                         mde_sizes=(12,), version=3, version_key="duet_version", default_n=12,

@@ -57,8 +57,8 @@ def test_option_choices_name_what_the_library_implements() -> None:
     assert all(policy_for(name).name == name for name in gate_policies())
     from gatekit.simulate import runs_at_once
 
-    for name in simulation_policies():  # each runs in `gate simulate` (a duet v3 needs an even n ≥ 8)
-        assert simulate(name, Scenario(n=8 if runs_at_once(name) else 4), draws=2).policy == name
+    for name in simulation_policies():  # each runs in `gate simulate` (a duet v3 needs an even n ≥ 10)
+        assert simulate(name, Scenario(n=10 if runs_at_once(name) else 4), draws=2).policy == name
 
 
 def test_version_is_read_when_asked_for() -> None:

@@ -215,7 +215,7 @@ def test_v2_meets_the_late_slot_change_target_where_v1_does_not() -> None:
 
 def test_simulate_slot_options_are_validated() -> None:
     runner = CliRunner()
-    base = ["simulate", "--policy", "duet", "--n", "8", "--draws", "200"]
+    base = ["simulate", "--policy", "duet-v2", "--n", "8", "--draws", "200"]
     ok = runner.invoke(main, [*base, "--slot-step-pct", "5", "--slot-step-from", "-1", "--slot-drift-pct", "0.5",
                               "--json"])
     assert ok.exit_code == 0, ok.output
@@ -246,6 +246,6 @@ def test_a_duet_gate_without_n_runs_the_default_pairs(tmp_path) -> None:  # type
     for arm in ("off", "on"):
         write_toml(tmp_path / f"{arm}.toml", {"config": {"mode": arm}})
     assert load_gate(tmp_path / "gate.toml").gate.n == describe("duet").default_n == 12
-    gate["gate"]["n"] = 8
+    gate["gate"]["n"] = 10
     write_toml(tmp_path / "gate.toml", gate)
-    assert load_gate(tmp_path / "gate.toml").gate.n == 8  # a stated n is kept
+    assert load_gate(tmp_path / "gate.toml").gate.n == 10  # a stated n is kept

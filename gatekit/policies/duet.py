@@ -24,18 +24,15 @@ so its critical values are calibrated per number of pairs by simulation (HUBER_C
 normal noise, they do not hold when runs move between two speed states: up to 5.2–7.0 % false adoption or
 regression at 4–14 pairs (docs/statistics.md, "Two speed states").
 
-Version 3 (issue 30): v2's slot order and mirror; the decision reads z_k = σ_k·d_k = s + Δ·σ_k + η_k, whose
-noise η_k = (noise on slot 1) − (noise on slot 0) is iid whatever its law, so 2Δ is the shift between the pairs
-with σ = +1 and σ = −1: Δ̂ = half the Hodges–Lehmann shift, its interval half the exact Mann–Whitney inversion
-(`rank_estimate`, `rank_codes`). Its level is exact for any iid noise, two speed states included, and needs no
-simulated constant; 4 + 4 pairs are the fewest that can decide at TEST_ALPHA (RANK_MIN_PAIRS). The slot effect
-is reported from v2's Huber fit and decides nothing.
+Version 3 (issue 30): version 2's slot order, mirror and Huber fit, with critical values calibrated under a
+composite null (TWO_STATE_CRITICAL): for each number of pairs, the largest quantile of |Δ̂/SE| over normal noise
+and runs that move between two speed states (TWO_STATE_LAWS), so the level holds under both. At least 10 pairs
+(TWO_STATE_MIN_PAIRS): at 8 the studentized Huber estimate has no bounded quantile under two speed states.
 
-Versions 1 and 2 decide by the sequential policy's rule (`sequential.look_codes`: adopted / regression beyond
+Every version decides by the sequential policy's rule (`sequential.look_codes`: adopted / regression beyond
 the critical value AND the floor, equivalent, rejected, else inconclusive) with the design's critical value and
-standard error, version 3 by the same rule with the exact rank test in place of Δ̂/SE against c (`rank_code`);
-benchmarks/duet_calibration.py measures the margin to ALPHA under unequal slot noise, heavy tails, outliers and
-slots that change speed. The statistics are pure functions (tables and values in,
+standard error; benchmarks/duet_calibration.py measures the margin to ALPHA under unequal slot noise, heavy
+tails, outliers and slots that change speed. The statistics are pure functions (tables and values in,
 decisions out; `DuetDesign.codes` is vectorised so `gate simulate --policy duet` runs this exact rule).
 `DuetPolicy`, at the end, is the policy object over a design: its stated rules, simulation scenarios, plan
 words and the words its estimate adds to a finding's narrative and summary.
@@ -52,7 +49,7 @@ import numpy as np
 from scipy import optimize
 from scipy import stats as sps
 
-from gatekit import ranks, rules
+from gatekit import rules
 from gatekit.config import GuardSpec, RulesSpec, ThresholdSpec, duet_pairs_ok, duet_pairs_rule
 from gatekit.diagnostics import log_values, pct
 from gatekit.errors import ConfigError
@@ -67,8 +64,7 @@ from gatekit.records import RunRecord
 from gatekit.runtable import RunTable
 from gatekit.schedule import order_seed, thue_morse
 from gatekit.slots import SlotError, parse_slot
-from gatekit.verdict import (ADOPTED, CODE_NAMES, EQUIVALENT, INCONCLUSIVE, REGRESSION, REJECTED, Decision, Reason,
-                             ReasonCode, Verdict, too_noisy_reason)
+from gatekit.verdict import CODE_NAMES, Decision, Reason, ReasonCode, Verdict, too_noisy_reason
 
 if TYPE_CHECKING:
     from gatekit.simulate import Scenario
@@ -100,23 +96,16 @@ class DuetEstimate:
     slot_se: float
     df: int
     critical: float
-    # version 3 (ranks): Δ's interval is not Δ̂ ± c·SE but the Mann–Whitney inversion; the slot effect's
-    # interval keeps version 2's Huber fit (slot ± slot_critical·SE)
-    delta_bounds: tuple[float, float] | None = None
-    delta_bounds95: tuple[float, float] | None = None
-    slot_critical: float | None = None
-    rank_cut: int | None = None  # k: the halved differences left out at each end of Δ's interval
 
     def interval(self, estimate: float, se: float) -> tuple[float, float]:
         return estimate - self.critical * se, estimate + self.critical * se
 
     def delta_interval(self) -> tuple[float, float]:
         """The interval the rule reads (TEST_ALPHA on each side)."""
-        return self.delta_bounds if self.delta_bounds is not None else self.interval(self.delta, self.delta_se)
+        return self.interval(self.delta, self.delta_se)
 
     def slot_interval(self) -> tuple[float, float]:
-        c = self.critical if self.slot_critical is None else self.slot_critical
-        return self.slot - c * self.slot_se, self.slot + c * self.slot_se
+        return self.interval(self.slot, self.slot_se)
 
 
 def critical_value(df: int | np.ndarray, alpha: float = TEST_ALPHA) -> float | np.ndarray:
@@ -277,10 +266,10 @@ HUBER_CRITICAL: dict[int, tuple[float, float]] = {  # pairs: (c_test, c_95)
 }
 
 
-def _df_share(alpha: float, which: int) -> float:
+def _df_share(table: Mapping[int, tuple[float, float]], alpha: float, which: int) -> float:
     """ν/(n − 2) at the table's largest n: the effective degrees of freedom whose t quantile is its c."""
-    largest = max(HUBER_CRITICAL)
-    nu = optimize.brentq(lambda v: sps.t.ppf(1 - alpha, v) - HUBER_CRITICAL[largest][which], 1.0, 1e7)
+    largest = max(table)
+    nu = optimize.brentq(lambda v: sps.t.ppf(1 - alpha, v) - table[largest][which], 1.0, 1e7)
     return float(nu) / (largest - 2)
 
 
@@ -288,115 +277,90 @@ def _df_share(alpha: float, which: int) -> float:
 # that makes t_ν the calibrated value at the table's largest n (the studentized Huber estimate is asymptotically
 # normal, as t_ν is). The share grows with n (0.66 at 32 pairs, 0.76 at 64: benchmarks/duet_critical.py
 # --check), so holding it is conservative: c a little above what simulation gives.
-HUBER_DF_SHARE: tuple[float, float] = (_df_share(0.045, 0), _df_share(0.025, 1))  # (for c_test, for c_95)
+HUBER_DF_SHARE: tuple[float, float] = (_df_share(HUBER_CRITICAL, 0.045, 0),
+                                       _df_share(HUBER_CRITICAL, 0.025, 1))  # (for c_test, for c_95)
+
+
+def _calibrated(table: Mapping[int, tuple[float, float]], shares: tuple[float, float], fewest: int, n: int,
+                alpha: float) -> float:
+    """c for n pairs at one-sided TEST_ALPHA (the rule) or 0.025 (the 95 % CI) from a calibrated table, beyond
+    it the t extrapolation; nan below the fewest pairs or for an odd n."""
+    if alpha not in (TEST_ALPHA, 0.025):
+        raise ValueError(f"the duet is calibrated at one-sided {TEST_ALPHA:g} and 0.025, not {alpha:g}")
+    which = 0 if alpha == TEST_ALPHA else 1
+    if n in table:
+        return table[n][which]
+    if n < fewest or n % 2:
+        return math.nan
+    return float(sps.t.ppf(1 - alpha, shares[which] * (n - 2)))
 
 
 def huber_critical(n: int, alpha: float = TEST_ALPHA) -> float:
     """Version 2's critical value for n pairs at one-sided level TEST_ALPHA (the rule) or 0.025 (the 95 % CI)."""
-    if alpha not in (TEST_ALPHA, 0.025):
-        raise ValueError(f"version 2 is calibrated at one-sided {TEST_ALPHA:g} and 0.025, not {alpha:g}")
-    which = 0 if alpha == TEST_ALPHA else 1
-    if n in HUBER_CRITICAL:
-        return HUBER_CRITICAL[n][which]
-    if n < MIN_PAIRS or n % 2:
-        return math.nan
-    return float(sps.t.ppf(1 - alpha, HUBER_DF_SHARE[which] * (n - 2)))
+    return _calibrated(HUBER_CRITICAL, HUBER_DF_SHARE, MIN_PAIRS, n, alpha)
 
 
-# -- version 3: ranks of the slot-signed log-ratios ----------------------------------------------------
-#
-# z_k = σ_k·d_k = s + Δ·σ_k + η_k, η_k = σ_k·ε_k. Under the model the noise of a run depends on its slot, not
-# on its arm, so η_k = (noise on slot 1) − (noise on slot 0) whichever arm ran where: iid across pairs whatever
-# its law (two speed states, heavy tails, slots that differ in noise). 2Δ is then the shift between the pairs
-# with σ = +1 and those with σ = −1, and the Mann–Whitney test of that shift has its exact level under no
-# effect (the z's are exchangeable): no critical value to calibrate. Δ̂ = half the Hodges–Lehmann shift, its
-# interval half the Mann–Whitney inversion interval (`ranks.shift_interval`, Hollander & Wolfe §4.3).
+# -- version 3: v2's fit, critical values calibrated over normal and two-speed-state noise -------------------
 
-RANK_MIN_PAIRS = 8  # 4 + 4: the smallest one-sided p is 1/70 < TEST_ALPHA; 3 + 3 (1/20) can never decide
+TWO_STATE_MIN_PAIRS = 10  # at 8 the MAD scale collapses onto the pairs whose runs shared a state: c unbounded
+TWO_STATE_P = (0.15, 0.35, 0.5, 0.65, 0.85)  # the share of runs in the slower state
+TWO_STATE_R = (3.0, 6.0, 12.0, 24.0, 48.0, 96.0, 1e4)  # the states' gap in run-noise SDs
+# the composite null of version 3: normal noise (None), and every two-state law (p, r) of the grid
+TWO_STATE_LAWS: tuple[tuple[float, float] | None, ...] = (
+    None, *((p, r) for p in TWO_STATE_P for r in TWO_STATE_R))
 
 
-def signed_groups(d: np.ndarray, sigma: Sequence[float] | np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(z of the pairs with σ = −1, z of those with σ = +1) over the last axis, z = σ·d; pairs with σ = 0
-    (both runs on one slot) carry no slot contrast and are left out. σ is one row, the same for every gate."""
-    d = np.asarray(d, float)
-    row = np.asarray(sigma, float).reshape(-1, d.shape[-1])[0]
-    z = d * row
-    return z[..., row < 0], z[..., row > 0]
+def null_pair_noise(rng: np.random.Generator, gates: int, pairs: int, p: float, r: float) -> np.ndarray:
+    """[gates, pairs] log-ratios d = run_on − run_off under no effect when each run draws N(0, 1) + r·B, B
+    Bernoulli(p): the run lands in the slower of two speed states r run-noise SDs apart with probability p."""
+    def runs() -> np.ndarray:
+        return rng.standard_normal((gates, pairs)) + r * (rng.random((gates, pairs)) < p)
+    return runs() - runs()
 
 
-def rank_floor_bounds(floor_pct: float, direction: str) -> tuple[float, float]:
-    """The floor as two log bounds on the oriented Δ (negated for higher-is-better, so lower is better): a
-    floor-sized improvement is below the first, a floor-sized slowdown above the second."""
-    gain_adopt, gain_regress = sequential.gain_bounds(floor_pct, direction)
-    return -gain_adopt, -gain_regress
+# Version 3's critical values: per number of pairs, the largest quantile of |Δ̂/SE| over TWO_STATE_LAWS (c_test at
+# 1 − 2·TEST_ALPHA, c_95 at 0.95), each with the law that gave it (p share in the slow state, r the states' gap
+# in run-noise SDs). benchmarks/duet_critical.py prints this table:
+#   nice .venv/bin/python benchmarks/duet_critical.py --family two-states --draws 25000 --jobs 2 --largest 32
+#   --check   (25 000 null gates per n and law, 337 s on 2 shared cores)
+# At 12 pairs p 0.5 × r 10⁴ sets both values (3.03 and 4.85; at most 2.18 and 3.04 over r ≤ 96): with the states
+# that far apart some gates end with the fit passing through the pairs of one state pattern, |Δ̂/SE| in the tens
+# (1.4 % of them beyond 50 at 12 pairs; 4.5 % if the IRLS ran 3 000 iterations instead of HUBER_MAX_ITERATIONS).
+TWO_STATE_CRITICAL: dict[int, tuple[float, float]] = {  # pairs: (c_test, c_95)  least favourable: c_test; c_95
+    10: (2.3400, 3.9024),  # p 0.5 r 48; p 0.5 r 10000
+    12: (3.0321, 4.8541),  # p 0.5 r 10000; p 0.5 r 10000
+    14: (2.1330, 2.7199),  # p 0.5 r 96; p 0.5 r 96
+    16: (1.9656, 2.4109),  # p 0.5 r 96; p 0.5 r 96
+    18: (1.9221, 2.5772),  # p 0.5 r 24; p 0.5 r 10000
+    20: (1.8995, 2.2970),  # p 0.35 r 48; p 0.5 r 24
+    22: (1.8678, 2.3298),  # p 0.65 r 12; p 0.5 r 48
+    24: (1.8418, 2.2002),  # p 0.5 r 12; p 0.5 r 12
+    26: (1.8521, 2.1936),  # p 0.5 r 6; p 0.5 r 12
+    28: (1.8261, 2.1558),  # p 0.65 r 6; p 0.5 r 6
+    30: (1.8182, 2.1458),  # p 0.35 r 6; p 0.65 r 12
+    32: (1.8132, 2.1573),  # p 0.35 r 6; p 0.5 r 12
+}
+TWO_STATE_LEAST_FAVOURABLE: dict[int, tuple[float, float] | None] = {  # the law of each c_test (None: normal)
+    10: (0.5, 48),
+    12: (0.5, 1e4),
+    14: (0.5, 96),
+    16: (0.5, 96),
+    18: (0.5, 24),
+    20: (0.35, 48),
+    22: (0.65, 12),
+    24: (0.5, 12),
+    26: (0.5, 6),
+    28: (0.65, 6),
+    30: (0.35, 6),
+    32: (0.35, 6),
+}
+TWO_STATE_DF_SHARE: tuple[float, float] = (_df_share(TWO_STATE_CRITICAL, 0.045, 0),
+                                           _df_share(TWO_STATE_CRITICAL, 0.025, 1))  # beyond the table, as v2
 
 
-def rank_codes(d: np.ndarray, sigma: Sequence[float] | np.ndarray, *, floor_pct: float,
-               direction: str) -> np.ndarray:
-    """Version 3's primary outcome codes of many gates at once (d: [gates, pairs], σ one row), by rank sums
-    (`ranks.count_at_least`, continuous values): `rank_code`'s outcome without any order statistic but the
-    median. On the oriented 2Δ (lower is better), with k = ranks.rank_sum_cut: the interval's high end is below
-    c iff at most k − 1 differences z(+) − z(−) are ≥ c, its low end above c iff at most k − 1 are ≤ c."""
-    minus, plus = signed_groups(d, sigma)
-    if direction != "lower":
-        minus, plus = -minus, -plus  # z+ − z− = 2Δ: negating both orients Δ
-    minus, plus = np.atleast_2d(minus), np.atleast_2d(plus)
-    m, n = minus.shape[-1], plus.shape[-1]
-    k = ranks.rank_sum_cut(m, n, TEST_ALPHA)
-    if k < 1:
-        return np.full(minus.shape[0], INCONCLUSIVE)
-    better_log, worse_log = rank_floor_bounds(floor_pct, direction)
-    shift = np.median((plus[:, :, None] - minus[:, None, :]).reshape(plus.shape[0], -1), axis=-1)
-
-    def high_below(c: float) -> np.ndarray:
-        return ranks.count_at_least(minus, plus, c) <= k - 1
-
-    def low_above(c: float) -> np.ndarray:
-        return m * n - ranks.count_at_least(minus, plus, c) <= k - 1
-
-    adopted = high_below(0.0) & (shift <= 2 * better_log)
-    regression = low_above(0.0) & (shift >= 2 * worse_log)
-    above_better = low_above(2 * better_log)
-    equivalent = above_better & high_below(2 * worse_log)
-    return np.select([adopted, regression, equivalent, above_better], [ADOPTED, REGRESSION, EQUIVALENT, REJECTED],
-                     default=INCONCLUSIVE)
-
-
-def rank_estimate(d: Sequence[float] | np.ndarray, sigma: Sequence[float] | np.ndarray) -> DuetEstimate:
-    """Version 3's estimate of one gate: Δ̂ and its interval (TEST_ALPHA and 0.025 each side) from the ranks,
-    the slot effect and its interval from version 2's Huber fit (reported; it decides nothing). Too few pairs
-    in a slot order for this level: infinite bounds, which the rule reads as inconclusive."""
-    d = np.asarray(d, float)
-    minus, plus = signed_groups(d, sigma)
-    rule = ranks.shift_interval(minus, plus, TEST_ALPHA)
-    wide = ranks.shift_interval(minus, plus, 0.025)
-    _, _, slot, slot_se = (float(x) for x in huber_arrays(d, np.asarray(sigma, float)))
-    n = d.size
-    return DuetEstimate(n, rule.shift / 2, math.nan, slot, slot_se, n - 2, math.nan,
-                        delta_bounds=(rule.low / 2, rule.high / 2), delta_bounds95=(wide.low / 2, wide.high / 2),
-                        slot_critical=huber_critical(n, TEST_ALPHA) if n >= 4 else math.nan, rank_cut=rule.cut)
-
-
-def rank_code(estimate: DuetEstimate, *, floor_pct: float, direction: str) -> int:
-    """Version 3's outcome of one gate (oriented so lower is better; b < 0 < w the floor's log bounds): adopted
-    iff the interval lies below 0 (the exact one-sided test at TEST_ALPHA) AND Δ̂ ≤ b; regression iff it lies
-    above 0 AND Δ̂ ≥ w; equivalent iff it lies inside (b, w); rejected iff it lies above b; else inconclusive —
-    the rule of `sequential.look_codes` with the exact test in place of Δ̂/SE against c."""
-    delta, (low, high) = estimate.delta, estimate.delta_interval()
-    if direction != "lower":
-        delta, low, high = -delta, -high, -low
-    better_log, worse_log = rank_floor_bounds(floor_pct, direction)
-    if not (math.isfinite(low) and math.isfinite(high)):
-        return INCONCLUSIVE
-    if high < 0 and delta <= better_log:
-        return ADOPTED
-    if low > 0 and delta >= worse_log:
-        return REGRESSION
-    if better_log < low and high < worse_log:
-        return EQUIVALENT
-    if low > better_log:
-        return REJECTED
-    return INCONCLUSIVE
+def two_state_critical(n: int, alpha: float = TEST_ALPHA) -> float:
+    """Version 3's critical value for n pairs at one-sided level TEST_ALPHA (the rule) or 0.025 (the 95 % CI)."""
+    return _calibrated(TWO_STATE_CRITICAL, TWO_STATE_DF_SHARE, TWO_STATE_MIN_PAIRS, n, alpha)
 
 
 @dataclass(frozen=True, slots=True)
@@ -416,12 +380,9 @@ class DuetDesign:
     fit_words: str  # the estimate, as a reason says it
     critical_words: str  # the critical value's origin, as a reason says it ({df}: n − 2, {n}: pairs)
     min_pairs: int = MIN_PAIRS  # the fewest pairs (an even number) a gate file may state
-    ranked: bool = False  # version 3: Δ's interval from the ranks of the slot-signed log-ratios (no critical value)
 
     def estimate(self, d: Sequence[float], sigma: Sequence[float]) -> DuetEstimate:
         """The fit of one gate's pairs."""
-        if self.ranked:
-            return rank_estimate(d, sigma)
         delta, delta_se, slot, slot_se = (float(x) for x in self.fit_arrays(np.asarray(d, float),
                                                                             np.asarray(sigma, float)))
         n = len(d)
@@ -429,9 +390,7 @@ class DuetDesign:
 
     def codes(self, d: np.ndarray, sigma: np.ndarray, *, floor_pct: float, direction: str) -> np.ndarray:
         """The primary outcome codes of many gates at once (d: [gates, pairs]): `sequential.look_codes` on Δ̂
-        with scale SE Δ̂ and this design's critical value (version 3: `rank_codes`)."""
-        if self.ranked:
-            return rank_codes(d, sigma, floor_pct=floor_pct, direction=direction)
+        with scale SE Δ̂ and this design's critical value."""
         delta, delta_se, _, _ = self.fit_arrays(d, sigma)
         critical = float(self.critical(np.asarray(d).shape[-1], TEST_ALPHA))
         if not math.isfinite(critical):
@@ -478,16 +437,14 @@ DESIGNS: dict[int, DuetDesign] = {
                   order_words=_THUE_MORSE_WORDS,
                   fit_words="Huber M-estimate of the pair log-ratios",
                   critical_words="calibrated by simulation for {n} pairs"),
-    3: DuetDesign(3, "pair log-ratios signed by slot (z = sign*d), Hodges-Lehmann shift between the two slot "
-                     "orders halved, exact Mann-Whitney inversion interval; slot effect by the Huber fit of "
-                     "version 2 (reported only)",
-                  thue_morse_signs, huber_arrays, huber_critical, mirrored=True,
+    3: DuetDesign(3, "pair log-ratios, Huber M-estimate (k 1.345, MAD scale) on [1, slot sign], sandwich SE, "
+                     "critical values calibrated per number of pairs over normal and two-speed-state noise",
+                  thue_morse_signs, huber_arrays, two_state_critical, mirrored=True,
                   arrangement="slots in Thue-Morse order", swap_words="in Thue–Morse order",
                   order_words=_THUE_MORSE_WORDS,
-                  fit_words="half the Hodges–Lehmann shift between the two slot orders of the slot-signed pair "
-                            "log-ratios",
-                  critical_words="exact Mann–Whitney inversion, {cut} halved differences left out at each end",
-                  min_pairs=RANK_MIN_PAIRS, ranked=True),
+                  fit_words="Huber M-estimate of the pair log-ratios",
+                  critical_words="calibrated for {n} pairs over normal and two-speed-state noise",
+                  min_pairs=TWO_STATE_MIN_PAIRS),
 }
 CURRENT = DESIGNS[3]
 
@@ -579,22 +536,19 @@ def _info(estimate: DuetEstimate | None, *, floor_pct: float, primary: str, deci
     delta = in_pct(estimate.delta, estimate.delta_interval()) if estimate else (math.nan,) * 3
     slot = in_pct(estimate.slot, estimate.slot_interval()) if estimate else (math.nan,) * 3
     ci95 = (math.nan, math.nan)
-    if estimate and estimate.delta_bounds95 is not None:
-        ci95 = (pct(estimate.delta_bounds95[0]), pct(estimate.delta_bounds95[1]))
-    elif estimate and estimate.df >= 1:
+    if estimate and estimate.df >= 1:
         half = float(design.critical(estimate.n_pairs, 0.025)) * estimate.delta_se
         ci95 = (pct(estimate.delta - half), pct(estimate.delta + half))
     return DuetInfo(
         version=design.version, method=design.method, alpha=ALPHA, test_alpha=TEST_ALPHA, interval_level=INTERVAL_LEVEL,
         floor_pct=floor_pct,
         n_pairs=estimate.n_pairs if estimate else sum(balance), pairs_on_slot1=balance[0],
-        pairs_on_slot0=balance[1], df=estimate.df if estimate and not design.ranked else None,
+        pairs_on_slot0=balance[1], df=estimate.df if estimate else None,
         critical=estimate.critical if estimate and math.isfinite(estimate.critical) else None,
         delta_pct=delta[0], ci_low_pct=delta[1], ci_high_pct=delta[2],
         slot_effect_pct=slot[0], slot_ci_low_pct=slot[1], slot_ci_high_pct=slot[2],
         slots=slots or (), ci95_low_pct=ci95[0], ci95_high_pct=ci95[1], guard_level=GUARD_LEVEL,
-        guards=dict(guards), primary=primary, decision=decision,
-        rank_cut=estimate.rank_cut if estimate else None)
+        guards=dict(guards), primary=primary, decision=decision)
 
 
 def decide(classified: RunTable, guard_values: Mapping[str, Mapping[str, float]], *, off_arm: str,
@@ -632,11 +586,8 @@ def decide(classified: RunTable, guard_values: Mapping[str, Mapping[str, float]]
                            tuple(warnings))
     d = on_logs - off_logs
     estimate = design.estimate(d, [p.sigma for p in pairs])
-    if design.ranked:  # order statistics: the same outcome as the rank sums of `codes`, ties included
-        code = rank_code(estimate, floor_pct=floor_pct, direction=direction)
-    else:
-        code = int(design.codes(d[None, :], np.array([[p.sigma for p in pairs]]), floor_pct=floor_pct,
-                                direction=direction)[0])
+    code = int(design.codes(d[None, :], np.array([[p.sigma for p in pairs]]), floor_pct=floor_pct,
+                            direction=direction)[0])
     primary_outcome = CODE_NAMES[code]
     decision = with_guards(code, guards, final=True)
     info = _info(estimate, floor_pct=floor_pct, primary=primary_outcome, decision=decision, guards=guards,
@@ -653,35 +604,21 @@ def _reasons(info: DuetInfo, estimate: DuetEstimate, primary: str, design: DuetD
            "equivalent": f"the interval lies inside ±{floor:g} %",
            "rejected": f"the interval rules out an improvement of {floor:g} %",
            "inconclusive": "neither a floor-sized difference nor equivalence is shown"}
-    origin = design.critical_words.format(df=estimate.df, n=estimate.n_pairs, cut=estimate.rank_cut)
-    if design.ranked:  # no t and no critical value: the interval itself is the test
-        why = {**why, "adopted": "the interval excludes 0 on the better side and Δ is at least the floor better",
-               "regression": "the interval excludes 0 on the worse side and Δ is at least the floor worse"}
-        test = f"{origin}, one-sided α {TEST_ALPHA:g} each side"
-        if estimate.rank_cut == 0:
-            test = (f"too few pairs in a slot order ({info.pairs_on_slot1} and {info.pairs_on_slot0}) for an "
-                    f"interval at one-sided α {TEST_ALPHA:g}")
-    else:
-        test = f"t {t:+.3f} vs ±{c:.4g} ({origin}, one-sided α {TEST_ALPHA:g})"
-    def span(low: float | None, high: float | None) -> str:
-        bounded = low is not None and high is not None and math.isfinite(low) and math.isfinite(high)
-        return f"[{low:+.4f} %, {high:+.4f} %]" if bounded else "unbounded"
-
+    origin = design.critical_words.format(df=estimate.df, n=estimate.n_pairs)
     lines = [Reason(ReasonCode.DUET_ESTIMATE,
                     f"duet ({info.n_pairs} pairs, {design.arrangement}): {primary} Δ {info.delta_pct:+.4f} % "
                     f"({design.fit_words} with the slot effect removed), {100 * INTERVAL_LEVEL:g} % interval "
-                    f"{span(info.ci_low_pct, info.ci_high_pct)}, {test}, floor ±{floor:g} % → {info.primary} "
-                    f"({why[info.primary]}); two-sided 95 % CI {span(info.ci95_low_pct, info.ci95_high_pct)}")]
+                    f"[{info.ci_low_pct:+.4f} %, {info.ci_high_pct:+.4f} %], t {t:+.3f} vs ±{c:.4g} ({origin}, "
+                    f"one-sided α {TEST_ALPHA:g}), floor ±{floor:g} % → {info.primary} "
+                    f"({why[info.primary]}); two-sided 95 % CI [{info.ci95_low_pct:+.4f} %, "
+                    f"{info.ci95_high_pct:+.4f} %]")]
     slot_names = f" ({info.slots[1]} minus {info.slots[0]})" if len(info.slots) == 2 else ""
-    how = ("by version 2's Huber fit, reported only: it decides nothing" if design.ranked
-           else "estimated from the swap and removed from Δ")
     lines.append(Reason(ReasonCode.DUET_SLOT_EFFECT, f"slot effect{slot_names}: {info.slot_effect_pct:+.4f} %, "
                         f"{100 * INTERVAL_LEVEL:g} % interval [{info.slot_ci_low_pct:+.4f} %, "
-                        f"{info.slot_ci_high_pct:+.4f} %] — {how}"))
+                        f"{info.slot_ci_high_pct:+.4f} %] — estimated from the swap and removed from Δ"))
     if info.primary == "inconclusive" and info.ci_high_pct is not None and info.ci_low_pct is not None:
         half_width = (info.ci_high_pct - info.ci_low_pct) / 2
-        if math.isfinite(half_width):  # version 3 with too few pairs in a slot order has no interval to read
-            lines.insert(0, too_noisy_reason(half_width, basis="half the width of its interval"))
+        lines.insert(0, too_noisy_reason(half_width, basis="half the width of its interval"))
     lines += [guard_reason(guard, f"{100 * GUARD_LEVEL:g} % bound") for guard in info.guards.values()]
     if info.primary == "adopted" and info.decision == "inconclusive":
         lines.append(Reason(ReasonCode.GUARD_BOUND_TOO_WIDE, "a guard's bound is too wide to pass: inconclusive, "
@@ -694,9 +631,9 @@ def _reasons(info: DuetInfo, estimate: DuetEstimate, primary: str, design: DuetD
 class DuetPolicy(OneLook, SimulationDefaults):
     """Both arms of a pair at once on twin slots in the design's slot order: the pairs' log-ratios with the
     slot effect estimated and removed (version 1: OLS and a Student t interval with n − 2 df; version 2: the
-    Huber M-estimate and calibrated critical values; version 3: ranks of the slot-signed log-ratios, an exact
-    interval), the sequential policy's floor-aware outcomes, paired guards, telemetry-only contamination (the
-    statistics above)."""
+    Huber M-estimate and critical values calibrated under normal noise; version 3: the same fit, critical values
+    calibrated over normal and two-speed-state noise), the sequential policy's floor-aware outcomes, paired
+    guards, telemetry-only contamination (the statistics above)."""
 
     def __init__(self, design: DuetDesign, name: str = "duet") -> None:
         self.design, self.name = design, name
@@ -726,40 +663,28 @@ class DuetPolicy(OneLook, SimulationDefaults):
                      f"time, one on each slot; {self.design.order_words}. Slot 0 is the lower-numbered slot (cuda:0 "
                      "before cuda:1; the cpu slot with the lower cores). A replacement pair keeps the slots of the pair it replaces. The classic Delta and threshold are "
                      "reported beside it and decide nothing.")
+            if self.design.version == 2:
+                calibration = ("c = the critical value calibrated by simulation for n pairs under normal noise at "
+                               f"one-sided {alpha:g} (gatekit/policies/duet.py, HUBER_CRITICAL)")
+            else:
+                calibration = ("c = the critical value calibrated by simulation for n pairs as the largest "
+                               f"{1 - 2 * alpha:g} quantile of |Delta/SE| over normal noise and runs that move "
+                               "between two speed states (each run N(0, 1) + r*Bernoulli(p), p in "
+                               f"{', '.join(f'{p:g}' for p in TWO_STATE_P)}, r in "
+                               f"{', '.join(f'{r:g}' for r in TWO_STATE_R)} run-noise SDs; gatekit/policies/duet.py, "
+                               f"TWO_STATE_CRITICAL); at least {self.design.min_pairs} pairs")
             fit_rule = ("Per pair d = ln(on) - ln(off) = Delta + s*sign + noise, sign = +1 when on ran on slot 1, -1 "
                         "when on ran on slot 0 (from the runs' recorded slots; the Thue-Morse sign of the pair where "
                         "none was recorded); s is the slot-1-minus-slot-0 effect. Noise both runs share cancels from "
                         "d. Delta and s are the Huber M-estimate of d on [1, sign] (k = 1.345, scale = MAD of the "
                         "residuals / 0.6745, iteratively reweighted least squares from the least squares fit); SE = "
-                        "Huber's sandwich (H1); c = the critical value calibrated by simulation for n pairs under "
-                        f"normal noise at one-sided {alpha:g} (gatekit/policies/duet.py, HUBER_CRITICAL); interval "
-                        f"Delta +/- c SE ({100 * level:g} %).")
-        if self.design.ranked:
-            fit_rule = ("Per pair d = ln(on) - ln(off) = Delta + s*sign + noise, sign = +1 when on ran on slot 1, -1 "
-                        "when on ran on slot 0 (from the runs' recorded slots; the Thue-Morse sign of the pair where "
-                        "none was recorded); s is the slot-1-minus-slot-0 effect. Noise both runs share cancels from "
-                        "d. z = sign*d = s + Delta*sign + (noise on slot 1 - noise on slot 0), so 2*Delta is the "
-                        "shift of z between the pairs with sign +1 and those with sign -1: Delta = half the "
-                        "Hodges-Lehmann shift (the median of the m*n differences z(+) - z(-)); its interval is half "
-                        f"the Mann-Whitney inversion interval at one-sided {alpha:g} each side ({100 * level:g} %: "
-                        "from the k-th to the (m*n + 1 - k)-th difference, k the largest count with "
-                        f"P(U <= k - 1) <= {alpha:g} under no shift, exact), whatever the noise's law. At least "
-                        f"{self.design.min_pairs} pairs (4 of each slot order). Pairs with both runs on one slot "
-                        "carry no slot contrast and are left out. The slot effect s and its interval are version "
-                        "2's Huber fit of d on [1, sign], reported only.")
-            decision_rule = (f"Adopted iff the interval lies wholly on the better side of 0 (the exact one-sided "
-                             f"test at {alpha:g}) AND Delta is at least {floor:g} % better AND every guard passes. "
-                             f"Regression iff it lies wholly on the worse side AND Delta is at least {floor:g} % "
-                             f"worse. Equivalent iff the interval lies inside +/-{floor:g} %. Rejected iff it "
-                             f"excludes an improvement of {floor:g} %. Anything else is inconclusive. The slot effect "
-                             "is reported in % with its interval.")
-        else:
-            decision_rule = (
-                f"Adopted iff Delta/SE is beyond c on the better side AND Delta is at least {floor:g} % better AND "
-                f"every guard passes. Regression iff Delta/SE is beyond c on the worse side AND at least {floor:g} % "
-                f"worse. Equivalent iff the interval lies inside +/-{floor:g} %. Rejected iff it excludes an "
-                f"improvement of {floor:g} %. Anything else is inconclusive. The slot effect is reported in % with "
-                "its interval.")
+                        f"Huber's sandwich (H1); {calibration}; interval Delta +/- c SE ({100 * level:g} %).")
+        decision_rule = (
+            f"Adopted iff Delta/SE is beyond c on the better side AND Delta is at least {floor:g} % better AND "
+            f"every guard passes. Regression iff Delta/SE is beyond c on the worse side AND at least {floor:g} % "
+            f"worse. Equivalent iff the interval lies inside +/-{floor:g} %. Rejected iff it excludes an "
+            f"improvement of {floor:g} %. Anything else is inconclusive. The slot effect is reported in % with "
+            "its interval.")
         return [
             order,
             fit_rule,
@@ -811,10 +736,6 @@ class DuetPolicy(OneLook, SimulationDefaults):
         codes = self.design.codes(on_log - off_log, signs, floor_pct=thresholds.floor_pct, direction="lower")
         return codes, np.full(off_log.shape[0], off_log.shape[-1])
 
-    def values_per_gate(self, rounds: int) -> int:
-        # version 3 holds a gate's (n/2)² differences for the median beside its runs and ranks
-        return 4 * rounds + (rounds // 2) ** 2 if self.design.ranked else 4 * rounds
-
     def check_scenario(self, scenario: Scenario) -> None:
         if not duet_pairs_ok(scenario.n, self.design.min_pairs):
             raise ConfigError(f"--n: {duet_pairs_rule(self.design.min_pairs)} under --policy {self.name} (duet "
@@ -859,8 +780,6 @@ class DuetPolicy(OneLook, SimulationDefaults):
             {"key": "pairs with on on slot 1 / slot 0", "value": f"{duet.pairs_on_slot1} / {duet.pairs_on_slot0}"},
             {"key": "Student t critical value (df)",
              "value": f"{fmt(duet.critical)} ({duet.df if duet.df is not None else MISSING})"} if design.version == 1
-            else {"key": "Mann–Whitney interval: halved differences left out at each end",
-                  "value": str(duet.rank_cut) if duet.rank_cut is not None else MISSING} if design.ranked
             else {"key": "critical value (calibrated for these pairs)", "value": fmt(duet.critical)},
             *({"key": f"guard {name} (paired)", "value": f"mean(on − off) {fmt(g.mean_diff)}, bound {fmt(g.bound)} "
                f"vs limit {g.limit:+g} → {g.status}"} for name, g in duet.guards.items()),
