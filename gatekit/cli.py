@@ -283,7 +283,7 @@ sign_key_option = click.option(
 @gate_option
 @click.option("--n", type=int, help="Runs per arm (overrides gate.n).")
 @click.option("--order", type=click.Choice(ORDERS), help="Run order (overrides gate.order).")
-@click.option("--seed", type=int, help="Seed of a random, thue-morse, abba-baab or block-shuffle order (overrides "
+@click.option("--seed", type=int, help="Seed of a random, thue-morse, abba-baab, block-shuffle or block-shuffle-spread order (overrides "
               "gate.seed; default: derived from the predecision's sha256).")
 @click.option("--policy", type=LiveChoice(gate_policies),
               cls=LiveHelpOption, live_help=lambda: f"Decision policy (overrides gate.policy): {run_policy_words()}.")

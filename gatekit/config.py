@@ -25,10 +25,10 @@ from gatekit.records import PROCESS_WALLCLOCK, Record, RecordError
 from gatekit.slots import DeviceSlot, parse_slots
 from gatekit.storage import read_input
 
-ORDERS = ("abab", "abba", "random", "thue-morse", "abba-baab", "block-shuffle")
+ORDERS = ("abab", "abba", "random", "thue-morse", "abba-baab", "block-shuffle", "block-shuffle-spread")
 # interleaved: one run at a time, the arms taking turns; duet: both arms of a pair at once, on twin slots
 MODES = (INTERLEAVED, DUET_MODE)
-SEEDED_ORDERS = ("random", "thue-morse", "abba-baab", "block-shuffle")  # orders that draw from the seed
+SEEDED_ORDERS = ("random", "thue-morse", "abba-baab", "block-shuffle", "block-shuffle-spread")  # orders that draw from the seed
 # Names the command line offers, here so `gate --help` need not import the modules that implement them
 # (the policies' names are gatekit.policy_descriptors').
 EXPORT_FORMATS = ("gab-json", "bmf")  # --export FORMAT: gatekit.exports.EXPORTERS

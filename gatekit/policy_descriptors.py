@@ -86,7 +86,7 @@ _PLAN_PAIRS = tuple(n for n in PLAN_SIZES if n >= DUET_MIN_PAIRS and n % 2 == 0)
 
 CLASSIC = PolicyDescriptor("classic", "gatekit.policies.classic:policy")
 SEQUENTIAL = PolicyDescriptor("sequential", "gatekit.policies.sequential:policy",
-                              order="block-shuffle", stages=(4, 8, 12), version=8, version_key="sequential_version",
+                              order="block-shuffle-spread", stages=(4, 8, 12), version=8, version_key="sequential_version",
                               default_evidence="psi", plan_sizes=(), mde_sizes=(12,),
                               in_suite=True, suite_targets=True)
 # duet v3 (v2's slots and Huber fit, critical values calibrated over normal and two-speed-state noise) from issue

@@ -2,13 +2,22 @@
 
 from __future__ import annotations
 
+import itertools
 import random
 from dataclasses import dataclass
+
+import numpy as np
 
 from gatekit.config import SEEDED_ORDERS
 from gatekit.records import Record
 
 WARMUP_ROUND = 0
+# block-shuffle-spread: the six arrangements of a block of four rounds (does off run first?), two AB and two BA
+BLOCK_ARRANGEMENTS = tuple(block for block in itertools.product((True, False), repeat=4) if sum(block) == 2)
+# ... drawn among those that leave no job every k-th run with this many runs or more in the plan all on one arm: six
+# such runs in eight rounds decide 98 % of A/A gates at CV 0.5 % (+8 %), five 17 %, four at most 0.1 %
+# (docs/statistics.md §4, interference on every k-th run)
+ONE_ARM_HITS = 5
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,8 +52,15 @@ def round_orders(n: int, order: str, seed: int = 0) -> list[bool]:
     six): a linear drift cancels within every block (and so at every look of 4, 8, 12 rounds). In abba-baab runs
     0 and 3 of a block always share an arm, so a job every third run hits one arm twice in every third block;
     here any two rounds of a block are only weakly tied (correlation −1/3), and the hits spread over the arms.
+    block-shuffle-spread: block-shuffle, each block drawn only among the arrangements that leave no job every k-th
+    run with ONE_ARM_HITS or more runs in the plan so far all on one arm (`spread_blocks`). In block-shuffle a job
+    every third run finds all six of its runs in eight rounds on one arm in 1 of 18 plans (the round-level
+    Thue–Morse ABBABAAB BAABABBA and its mirror: at period 3, phase 0, 6.1 % of A/A gates decide); here in none.
     """
     rng = random.Random(seed)
+    if order == "block-shuffle-spread":
+        uniforms = np.array([[rng.random() for _ in range((n + 3) // 4)]])
+        return [bool(first) for first in spread_blocks(uniforms)[0, :n]]
     if order == "block-shuffle":
         firsts: list[bool] = []
         while len(firsts) < n:
@@ -63,6 +79,48 @@ def round_orders(n: int, order: str, seed: int = 0) -> list[bool]:
     if order == "abba":
         return [k % 2 == 0 for k in range(n)]
     return [True] * n
+
+
+def on_arm_signs(firsts: np.ndarray) -> np.ndarray:
+    """[..., rounds] does off run first? → [..., 2·rounds] in execution order: +1 where on runs, −1 where off does."""
+    first = np.where(np.asarray(firsts, bool), -1, 1)
+    return np.stack([first, -first], axis=-1).reshape(*first.shape[:-1], -1)
+
+
+def one_arm_jobs(firsts: np.ndarray) -> np.ndarray:
+    """[..., rounds] → [...]: how many jobs every k-th run (a period k ≥ 2 and a phase) have ONE_ARM_HITS or more
+    runs in these rounds, all on one arm. Phases are counted from the plan's first run, so warm-ups before it
+    (which shift every phase alike) change nothing."""
+    signs = on_arm_signs(firsts)
+    runs = signs.shape[-1]
+    count = np.zeros(signs.shape[:-1], int)
+    for period in range(2, (runs - 1) // (ONE_ARM_HITS - 1) + 1):  # longer periods cannot reach ONE_ARM_HITS
+        for phase in range(period):
+            hits = signs[..., phase::period]
+            if hits.shape[-1] >= ONE_ARM_HITS:
+                count += np.abs(hits.sum(axis=-1)) == hits.shape[-1]
+    return count
+
+
+def spread_blocks(uniforms: np.ndarray) -> np.ndarray:
+    """The block-shuffle-spread order of many plans at once: [plans, blocks] uniforms in [0, 1) → [plans, 4·blocks]
+    does off run first? Block b takes the arrangement that uniform b picks among those BLOCK_ARRANGEMENTS that
+    leave the fewest `one_arm_jobs` in blocks 1 … b, so a plan is a prefix of a longer one. In 12 rounds (the
+    sequential policy's plan) the fewest is always none; past that a block may find none that leaves none (a long
+    period's runs so far on one arm, none of them in this block), and it draws among those that leave the fewest."""
+    uniforms = np.asarray(uniforms, float)
+    plans, blocks = uniforms.shape
+    options = np.array(BLOCK_ARRANGEMENTS)
+    firsts = np.zeros((plans, 0), bool)
+    for block in range(blocks):
+        candidates = np.concatenate([np.broadcast_to(firsts[:, None, :], (plans, len(options), firsts.shape[1])),
+                                     np.broadcast_to(options[None, :, :], (plans, *options.shape))], axis=-1)
+        jobs = one_arm_jobs(candidates)
+        allowed = jobs == jobs.min(axis=1, keepdims=True)
+        pick = np.floor(uniforms[:, block] * allowed.sum(axis=1)).astype(int)
+        chosen = np.argmax(np.cumsum(allowed, axis=1) > pick[:, None], axis=1)
+        firsts = np.concatenate([firsts, options[chosen]], axis=1)
+    return firsts
 
 
 def _pair(off_arm: str, on_arm: str, off_first: bool) -> tuple[str, str]:

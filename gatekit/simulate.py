@@ -36,7 +36,7 @@ from scipy import special
 from gatekit.config import DEFAULT_MAX_THRESHOLD_PCT, ORDERS, ThresholdSpec
 from gatekit.errors import ConfigError
 from gatekit.policy_descriptors import DUET_MODE, describe, policy_for, simulation_policies
-from gatekit.schedule import round_orders, thue_morse
+from gatekit.schedule import round_orders, spread_blocks, thue_morse
 from gatekit.verdict import CODE_NAMES
 
 OUTCOMES = ("adopted", "regression", "rejected", "equivalent", "inconclusive")
@@ -214,6 +214,8 @@ def _first_off(order: str, rounds: int, draws: int, rng: np.random.Generator) ->
     if order == "block-shuffle":  # each block of four rounds: two AB and two BA in a random order
         ranks = np.argsort(rng.random((draws, (rounds + 3) // 4, 4)), axis=-1)
         return (ranks < 2).reshape(draws, -1)[:, :rounds]
+    if order == "block-shuffle-spread":  # ... each block among those leaving no periodic job's runs on one arm
+        return spread_blocks(rng.random((draws, (rounds + 3) // 4)))[:, :rounds]
     return np.broadcast_to(np.array(round_orders(rounds, order)), (draws, rounds))
 
 

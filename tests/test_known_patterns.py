@@ -5,12 +5,16 @@ TARGETS), here through the gate's own schedule, run loop and finding:
 
   - a cold first run (+5 % / +15 %) before a true −2 % at CV 0.5 %: a new gate file's `warmup = 1` takes the hit,
     so the gate adopts (≥ 90 %); the same A/A under random, thue-morse and block-shuffle: false regression ≤ 5 %;
-  - interference on every k-th run in execution order (+8 %, A/A, CV 0.5 %), the current sequential version (block-shuffle):
-    false adoption and false regression ≤ 5 % each, at period 3 phase 0 (the worst simulated cell: 2.9 % / 3.0 %;
-    v5's Thue–Morse order gave 50 %) and at every period 2–12 and phase;
+  - interference on every k-th run in execution order (+8 %, A/A, CV 0.5 %), the current sequential version (block-shuffle-spread):
+    false adoption and false regression ≤ 5 % each, at period 3 phase 0 (the worst simulated cell: 0.25 % / 0.27 %;
+    v7's block-shuffle 3.1 % / 3.0 %, v5's Thue–Morse order 50 %) and at every period 2–12 and phase;
   - half of the on arm's runs 10 % slower (a true change of the mean): equivalent ≤ 5 %;
   - two speed states (every run slow with p 0.5 by 10 %), A/A: false adoption and regression ≤ 5 % each;
-  - a true −0.8 % at CV 0.2 % (below the 1 % floor): adopted ≤ 5 %.
+  - a true −0.8 % at CV 0.2 % (below the 1 % floor): adopted ≤ 5 %;
+  - the on arm 3× noisier than off (nondeterministic atomics), A/A, classic: every adoption says "adopted by the
+    team's rule — not confirmed" with the next step;
+  - a duet (12 pairs on two cpu slots) whose every run is slow with p 0.5 by 10 %, A/A: false adoption and
+    regression ≤ 5 % each (the trainer's noise keyed by run label: a duet's two runs start together).
 
 A few seeds per pattern run as real processes (`gate run` in this process through conftest's gate_invoke, each run
 a fake_trainer.py process); the counts of 20 seeds per pattern run the same gate folders through FakeDriver, which
@@ -27,6 +31,7 @@ are far inside the goals, so a failure here is a real series that misses them, n
 from __future__ import annotations
 
 import math
+import os
 import shutil
 import statistics
 import tempfile
@@ -40,6 +45,9 @@ import numpy as np
 import pytest
 from scipy.stats import binom
 
+from gatekit.finding import load_finding
+from gatekit.policies.base import verdict_headline, verdict_sentence
+from gatekit.policies.classic import CONFIRM_STEP
 from gatekit.policies.sequential import design_codes
 from gatekit.policy_descriptors import describe
 from gatekit.schedule import plan
@@ -264,7 +272,7 @@ def test_every_third_run_slowed_in_real_series_decides_as_in_process(tmp_path: P
                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     real = real_series(tmp_path, monkeypatch, [(periodic_job(3, 0), seed) for seed in REAL_SEEDS])
     for series in real:
-        assert series.finding["sequential"]["version"] == SEQUENTIAL_VERSION and series.finding["gate"]["order"] == "block-shuffle"
+        assert series.finding["sequential"]["version"] == SEQUENTIAL_VERSION and series.finding["gate"]["order"] == "block-shuffle-spread"
         assert_every_kth_run_was_slowed(series, 3, 0)
 
 
@@ -274,7 +282,7 @@ def test_every_third_run_slowed_is_rarely_adopted_or_a_regression(scratch: Path,
         assert_every_kth_run_was_slowed(s, 3, 0)
     assert [s.decision for s in series] == simulated_decisions(series)
     counts = decisions(series)
-    # simulated at this cell (v7, 200 000 gates): adopted 2.94 %, regression 2.97 %
+    # simulated at this cell (v8, 20 000 gates): adopted 0.25 %, regression 0.27 % (v7: 3.14 %, 2.95 %)
     assert counts["adopted"] <= at_most(len(series)) and counts["regression"] <= at_most(len(series)), counts
 
 
@@ -286,7 +294,7 @@ def test_interference_at_every_period_and_phase_is_rarely_adopted_or_a_regressio
     for s, (period, phase) in zip(series, cells):
         assert_every_kth_run_was_slowed(s, period, phase)
     counts = decisions(series)
-    # simulated: every cell ≤ 3.2 % each (docs/statistics.md §4), so ≤ 5 % over the 77 cells together
+    # simulated: every cell ≤ 0.52 % both together (docs/statistics.md §4), so ≤ 5 % over the 77 cells together
     assert counts["adopted"] <= at_most(len(series)) and counts["regression"] <= at_most(len(series)), counts
 
 
@@ -330,3 +338,87 @@ def test_a_true_change_below_the_floor_is_rarely_adopted(scratch: Path, fake_mac
     assert [s.decision for s in series] == simulated_decisions(series)
     counts = decisions(series)
     assert counts["adopted"] <= at_most(len(series)), counts  # simulated (v7): adopted 3.13 %
+
+
+# -- the on arm noisier than off (nondeterministic atomics) --------------------------------------------------
+
+NOISIER_ADOPTED_SEED = 11  # adopted in process (seeds 11, 12, 17 of 1–20 were), chosen after that ran
+NOISIER_ON = Pattern({"cv_pct": 0.5}, {"cv_pct": 1.5})  # σ_on = 3σ_off, no change of the mean; classic, abab
+
+
+def test_a_noisier_on_arm_is_never_adopted_by_the_classic_rule_without_saying_so(
+        scratch: Path, fake_machine: None) -> None:
+    """The classic rule's threshold max(2·σ_off, 1 %) ignores the on arm's noise (false adoption 10.9–18.1 % in
+    the issue's measurements): every adoption of such a series says, in its headline and its summary, that it is
+    adopted by the team's rule and not confirmed, and names σ_on against σ_off."""
+    series = in_process(scratch, NOISIER_ON)
+    adopted = [s for s in series if s.decision == "adopted"]
+    assert adopted, "these seeds no longer show the classic rule fooled by the on arm's noise (3 of 20 were)"
+    for s in adopted:
+        finding = load_finding(s.gate_dir.findings()[0])
+        assert verdict_headline(finding) == "ADOPTED by the team's rule — not confirmed"
+        sentence = verdict_sentence(finding)
+        assert "is more than twice σ_off" in sentence or "includes 0 %" in sentence, sentence
+        assert sentence.endswith(CONFIRM_STEP)
+    # the pattern happened: the on arm's runs scatter about three times as widely as the off arm's
+    spread = {arm: statistics.median(statistics.stdev(math.log(r.elapsed) for r in s.runs() if r.arm == arm)
+                                     for s in series) for arm in ("off", "on")}
+    assert 2.0 < spread["on"] / spread["off"] < 4.5, spread
+
+
+def test_a_noisier_on_arm_says_not_confirmed_on_the_real_verdict_line(tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """The same pattern as real processes: a seed whose in-process twin the classic rule adopts (fixed after the
+    in-process series above ran; the twin check fails if it ever stops being adopted) and its CI summary
+    (`gate report --summary-md`) gives the qualified verdict."""
+    [real] = real_series(tmp_path, monkeypatch, [(NOISIER_ON, NOISIER_ADOPTED_SEED)])
+    assert real.decision == "adopted"
+    summary = tmp_path / "summary.md"
+    done = gate_invoke("report", str(real.gate_dir.findings()[0]), "--summary-md", str(summary),
+                       cwd=real.gate_dir.root)
+    assert done.returncode == 0, done.stderr
+    assert "ADOPTED by the team's rule — not confirmed" in summary.read_text()
+
+
+# -- a duet whose runs move between two speed states ---------------------------------------------------------
+
+DUET_PAIRS = 12  # the duet's default
+DUET_STATES = {"cv_pct": 0.5, "slow_p": 0.5, "slow_pct": 10.0, "key": "label"}  # each run slow with p ½ by 10 %
+
+
+def duet_series(root: Path, seed: int, *, in_process: bool) -> dict[str, Any]:
+    """One duet A/A gate (two cpu slots, both runs of a pair at once) whose every run is slow with probability ½,
+    keyed by its label (a duet's two runs start together, so no execution order exists); its finding."""
+    cores = sorted(os.sched_getaffinity(0))
+    g = make_gate(root, off={"pattern": {**DUET_STATES, "seed": seed}}, on={"pattern": {**DUET_STATES, "seed": seed}},
+                  gate={"mode": "duet", "n": DUET_PAIRS, "seed": seed, "warmup": 0},
+                  duet={"slots": [f"cpu:{cores[0]}", f"cpu:{cores[-1]}"]}, rules=QUIET_RULES,
+                  driver={"name": "fake"} if in_process else {})
+    gate_file = tomllib.loads(g.gate.read_text())
+    gate_file["gate"].pop("order")  # a duet has no run order
+    write_toml(g.gate, gate_file)
+    done = gate_invoke("run", "off", "on", cwd=g.root)
+    assert done.returncode in (0, 1), done.stderr
+    finding = g.finding()
+    assert finding["gate"]["policy"] == "duet" and len(finding["runs"]) == 2 * DUET_PAIRS  # none re-run
+    for run in finding["runs"]:
+        assert run["metrics"]["train_elapsed_s"] == pattern_elapsed({**DUET_STATES, "seed": seed}, run["label"])
+    return finding
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="a cpu duet needs two cores")
+def test_a_duet_with_two_speed_states_in_real_series_decides_as_in_process(tmp_path: Path,
+                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    real = duet_series(tmp_path / "real", REAL_SEEDS[0], in_process=False)
+    install_fake_machine(monkeypatch)
+    twin = duet_series(tmp_path / "twin", REAL_SEEDS[0], in_process=True)
+    assert real["verdict"]["decision"] == twin["verdict"]["decision"]
+    assert real["duet"]["version"] == describe("duet").version
+
+
+def test_a_duet_with_two_speed_states_is_rarely_adopted_or_a_regression(scratch: Path, fake_machine: None) -> None:
+    findings = [duet_series(scratch / f"duet{seed}", seed, in_process=True) for seed in SEEDS]
+    slow = [run["metrics"]["train_elapsed_s"] > 10.0 * math.sqrt(1.1) for f in findings for run in f["runs"]]
+    assert 0.4 < sum(slow) / len(slow) < 0.6  # the pattern happened: about half the runs slow
+    counts = Counter(str(f["verdict"]["decision"]) for f in findings)
+    assert counts["adopted"] <= at_most(len(findings)) and counts["regression"] <= at_most(len(findings)), counts

@@ -363,7 +363,7 @@ def run_sequential(gate_dir, off: list[float], on: list[float],  # type: ignore[
 
 def test_sequential_adopts_at_look_1_and_analyze_reproduces_it(fake_gate_dir) -> None:
     g, _, finding = run_sequential(fake_gate_dir, [10.0, 10.1, 9.9, 10.0], [9.0, 9.1, 8.9, 9.0])
-    assert finding["gate"]["policy"] == "sequential" and finding["gate"]["order"] == "block-shuffle"
+    assert finding["gate"]["policy"] == "sequential" and finding["gate"]["order"] == "block-shuffle-spread"
     assert finding["verdict"]["decision"] == "adopted"
     assert [look["look"] for look in finding["sequential"]["looks"]] == [1]
     assert finding["sequential"]["alpha"] == sq.ALPHA and finding["sequential"]["next"] == "stop"
@@ -384,7 +384,7 @@ def test_sequential_adopts_at_look_1_and_analyze_reproduces_it(fake_gate_dir) ->
     (series,) = g.series_dirs()
     sha = hashlib.sha256((series / "predecision.toml").read_bytes()).hexdigest()
     assert finding["gate"]["seed"] == order_seed(sha) and finding["gate"]["seed_source"] == "predecision sha256"
-    assert g.order() == [s.label for s in plan("off", "on", 4, "block-shuffle", order_seed(sha))]
+    assert g.order() == [s.label for s in plan("off", "on", 4, "block-shuffle-spread", order_seed(sha))]
     predecision = tomllib.loads((series / "predecision.toml").read_text())
     assert "schedule" not in predecision and "sha256" in predecision["schedule_rule"]
     assert any("Policy sequential (version 8)" in line for line in predecision["stated_rules"])
@@ -406,7 +406,7 @@ def test_sequential_extends_to_stage_two_when_look_1_is_undecided(fake_gate_dir)
     looks = finding["sequential"]["looks"]
     assert [look["decision"] for look in looks] == ["continue", "adopted"]
     assert looks[0]["n_off"] == 4 and looks[1]["n_off"] == 8
-    assert g.order() == [s.label for s in plan("off", "on", 8, "block-shuffle", 1)]
+    assert g.order() == [s.label for s in plan("off", "on", 8, "block-shuffle-spread", 1)]
     (series,) = g.series_dirs()
     events = [json.loads(line) for line in (series / "journal.jsonl").read_text().splitlines()]
     assert [e["event"] for e in events].count("extend") == 1
@@ -421,7 +421,7 @@ def test_sequential_extends_to_a_third_stage_when_look_2_is_close(fake_gate_dir)
     assert [look["n_off"] for look in looks] == [4, 8, 12]
     statistics_ = finding["sequential"]["statistics"]  # lower is better: the improvement side is −HL/S
     assert -statistics_[1] == pytest.approx(3.926, abs=1e-3) and sq.CRITICAL[1] - 3 < -statistics_[1] < sq.CRITICAL[1]
-    assert g.order() == [s.label for s in plan("off", "on", 12, "block-shuffle", 1)]
+    assert g.order() == [s.label for s in plan("off", "on", 12, "block-shuffle-spread", 1)]
     (series,) = g.series_dirs()
     events = [json.loads(line) for line in (series / "journal.jsonl").read_text().splitlines()]
     assert [e["stage"] for e in events if e["event"] == "extend"] == [2, 3]
@@ -650,7 +650,7 @@ def test_a_sequential_series_interrupted_in_stage_two_resumes_exactly(fake_gate_
     assert len(before) >= 10 and "off-r6" not in before  # stage 1 and part of stage 2 ran
     done = gate_invoke("run", "--resume", str(series), cwd=g.root)
     assert done.returncode == 0, done.stderr
-    assert g.order() == [s.label for s in plan("off", "on", 12, "block-shuffle", 1)]
+    assert g.order() == [s.label for s in plan("off", "on", 12, "block-shuffle-spread", 1)]
     finding = g.finding()
     assert [look["decision"] for look in finding["sequential"]["looks"]] == ["continue", "continue", "adopted"]
     assert gate_invoke("analyze", str(series), "--json", cwd=g.root).stdout == g.findings()[0].read_text()

@@ -292,7 +292,7 @@ def test_gate_simulate_table_and_json(tmp_path) -> None:
     done = gate_invoke("simulate", "--policy", "classic", "--policy", "sequential", "--cv", "2", "--draws", "20000",
                     cwd=tmp_path)
     assert done.returncode == 0, done.stderr
-    assert "| Δ +0 %, CV 2 % | classic | abab |" in done.stdout and "| sequential | block-shuffle |" in done.stdout
+    assert "| Δ +0 %, CV 2 % | classic | abab |" in done.stdout and "| sequential | block-shuffle-spread |" in done.stdout
     assert "false adoption" in done.stdout and "Monte-Carlo standard error" in done.stderr
     header = done.stdout.splitlines()[0]
     assert "| regression % | rejected % | equivalent % | inconclusive % |" in header

@@ -1,10 +1,11 @@
-"""The sequential policy (v8): up to three looks (4, 8, then 12 rounds, block-shuffle order) on the rounds' pair
+"""The sequential policy (v8): up to three looks (4, 8, then 12 rounds, block-shuffle-spread order) on the rounds' pair
 differences of log values, a Hodges–Lehmann estimate studentized by a robust scale, a boundary calibrated by
 simulation, an early stop at look 1, equivalence, a group-sequential paired guard, telemetry-only contamination,
 and (v5) a check for runs that fall into two speed states before each look.
 
 Each round is an adjacent AB or BA pair, so its difference d = log on − log off carries a linear drift only as
-±(drift per run), and the order (block-shuffle in v7, abba-baab in v6, Thue–Morse before) balances AB against BA: the drift
+±(drift per run), and the order (block-shuffle-spread in v8, block-shuffle in v7, abba-baab in v6, Thue–Morse before)
+balances AB against BA: the drift
 cancels from the centre and only widens the spread. A slow run moves one d; the Hodges–Lehmann estimate (the
 median of the Walsh averages) and a capped mean absolute deviation from the median keep it from deciding alone.
 The statistic HL/S has no textbook distribution, so its critical values come from
@@ -14,7 +15,10 @@ v8 (what a new series preregisters) is v7 with round 1 left out of the plain mea
 needs: round 1 holds the series' first run, slow when it runs cold and no warm-up ran, and that one run widened
 the mean's interval enough that v7 reached equivalence later (A/A at CV 0.5 % with a +3 % cold first run: 8.26
 runs per arm, v8 7.65; a slow state in 30 % of the on arm's runs at +20 %: equivalent 4.45 % → 4.78 %, 20 000
-draws); see V8.
+draws); and its order is block-shuffle-spread, block-shuffle drawing each block only among the arrangements that
+leave no job every k-th run with five or more runs all on one arm: in block-shuffle a job every third run found all
+six of its runs in eight rounds on one arm in 1 of 18 plans, and v7 decided 5.9 % of A/A gates at period 3, phase 0
+(+8 %, CV 0.5 %: adopted and regression together); see V8.
 
 v7 is v6 in the block-shuffle order (each block of four rounds holds two AB
 and two BA rounds in a seeded order: at most 3.0 % false adoption or regression in any cell of periods 2–12,
@@ -171,8 +175,13 @@ V7 = replace(V6, version=7, order="block-shuffle", floor_critical=(1.0, 1.0, 1.0
 # −2 % at CV 0.5 % against a 20 % trimmed mean (Yuen), one largest |residual| left out, and round 1 left out only
 # when it is the farthest from the median; the data-chosen ones let slow states in one arm's runs be trimmed away
 # (30 % × +20 %: equivalent 12.9 %, 8.9 %, 5.2 %), the fixed position does not (4.8 %, v7 4.5 %). Critical values
-# and every other rule are v7's.
-V8 = replace(V7, version=8, mean_skip_rounds=1)
+# and every other rule are v7's. Its order is block-shuffle-spread (gatekit.schedule): v7's block-shuffle put all six
+# runs of a job every third run (phase 0) in rounds 1–8 on one arm in 1 of 18 plans — the round-level Thue–Morse
+# ABBABAAB BAABABBA and its mirror — and decided almost every such A/A gate at look 2: 2.96 % adopted + 3.00 %
+# regression at +8 %, CV 0.5 % (benchmarks/periodic_interference.py --version 7). The order changes neither the
+# critical values (under independent normal runs a pair difference has one distribution whichever arm runs first)
+# nor what a linear drift does (two +δ and two −δ in every block of four rounds, as in block-shuffle).
+V8 = replace(V7, version=8, mean_skip_rounds=1, order="block-shuffle-spread")
 DESIGNS = {3: V3, 4: V4, 5: V5, 6: V6, 7: V7, 8: V8}
 DESCRIPTOR = describe("sequential")
 assert DESCRIPTOR.version is not None, "the sequential descriptor names the design a new series preregisters"
@@ -901,6 +910,10 @@ class SequentialPolicy(SimulationDefaults):
                 "sd / sqrt(n) (a slow state in some of one arm's runs moves the mean, not the robust estimate)")
 
     def _order_words(self) -> str:
+        if self.design.order == "block-shuffle-spread":
+            return ("each block of four rounds holds two AB and two BA rounds in an order drawn from the order seed "
+                    "among those that leave no job every k-th run with five or more runs all on one arm, so a linear "
+                    "drift cancels within every block and no periodic interference lines up with one arm")
         if self.design.order == "block-shuffle":
             return ("each block of four rounds holds two AB and two BA rounds in an order drawn from the order seed, "
                     "so a linear drift cancels within every block and no periodic interference lines up with one arm")
