@@ -105,7 +105,7 @@ def test_the_slot_effect_is_recovered_and_shared_noise_cancels() -> None:
 def test_false_adoption_at_most_5_pct_with_slot_effect_and_shared_noise(slot_effect: float) -> None:
     # CV 5 % of non-shared noise: large enough that the floor does not hide the test's own error rate
     # the test is not vacuous: it spends much of its α (version 3 less under normal noise, its critical values
-    # the largest over normal and two-speed-state noise: 3.1 % at 10 pairs, 1.05 % at 12, where c is 3.03)
+    # the largest over normal and two-speed-state noise: 3.2 % at 10 pairs, 0.89 % at 12, where c is 3.16)
     for policy, n, least in (("duet-v2", 4, 3.0), ("duet-v2", 8, 3.0), ("duet", 10, 2.0), ("duet", 12, 0.5)):
         result = simulate(policy, Scenario(cv_off_pct=5.0, shared_cv_pct=10.0, slot_effect_pct=slot_effect, n=n),
                           draws=40_000, seed=3)

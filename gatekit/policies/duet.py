@@ -321,38 +321,38 @@ def null_pair_noise(rng: np.random.Generator, gates: int, pairs: int, p: float, 
 # Version 3's critical values: per number of pairs, the largest quantile of |Δ̂/SE| over TWO_STATE_LAWS (c_test at
 # 1 − 2·TEST_ALPHA, c_95 at 0.95), each with the law that gave it (p share in the slow state, r the states' gap
 # in run-noise SDs). benchmarks/duet_critical.py prints this table:
-#   nice .venv/bin/python benchmarks/duet_critical.py --family two-states --draws 25000 --jobs 2 --largest 32
-#   --check   (25 000 null gates per n and law, 337 s on 2 shared cores)
-# At 12 pairs p 0.5 × r 10⁴ sets both values (3.03 and 4.85; at most 2.18 and 3.04 over r ≤ 96): with the states
+#   nice .venv/bin/python benchmarks/duet_critical.py --family two-states --draws 100000 --jobs 2 --largest 32
+#   --check   (100 000 null gates per n and law, 776 s on 2 shared cores)
+# At 12 pairs p 0.5 × r 10⁴ sets both values (3.16 and 4.91; at most 2.20 and 3.00 over r ≤ 96): with the states
 # that far apart some gates end with the fit passing through the pairs of one state pattern, |Δ̂/SE| in the tens
 # (1.4 % of them beyond 50 at 12 pairs; 4.5 % if the IRLS ran 3 000 iterations instead of HUBER_MAX_ITERATIONS).
 TWO_STATE_CRITICAL: dict[int, tuple[float, float]] = {  # pairs: (c_test, c_95)  least favourable: c_test; c_95
-    10: (2.3400, 3.9024),  # p 0.5 r 48; p 0.5 r 10000
-    12: (3.0321, 4.8541),  # p 0.5 r 10000; p 0.5 r 10000
-    14: (2.1330, 2.7199),  # p 0.5 r 96; p 0.5 r 96
-    16: (1.9656, 2.4109),  # p 0.5 r 96; p 0.5 r 96
-    18: (1.9221, 2.5772),  # p 0.5 r 24; p 0.5 r 10000
-    20: (1.8995, 2.2970),  # p 0.35 r 48; p 0.5 r 24
-    22: (1.8678, 2.3298),  # p 0.65 r 12; p 0.5 r 48
-    24: (1.8418, 2.2002),  # p 0.5 r 12; p 0.5 r 12
-    26: (1.8521, 2.1936),  # p 0.5 r 6; p 0.5 r 12
-    28: (1.8261, 2.1558),  # p 0.65 r 6; p 0.5 r 6
-    30: (1.8182, 2.1458),  # p 0.35 r 6; p 0.65 r 12
-    32: (1.8132, 2.1573),  # p 0.35 r 6; p 0.5 r 12
+    10: (2.3178, 3.9145),  # p 0.5 r 48; p 0.5 r 96
+    12: (3.1621, 4.9060),  # p 0.5 r 10000; p 0.5 r 10000
+    14: (2.1279, 2.7323),  # p 0.5 r 48; p 0.5 r 48
+    16: (1.9490, 2.3909),  # p 0.5 r 12; p 0.5 r 48
+    18: (1.9112, 2.6347),  # p 0.5 r 12; p 0.5 r 10000
+    20: (1.9097, 2.3022),  # p 0.5 r 48; p 0.5 r 24
+    22: (1.8541, 2.3083),  # p 0.5 r 6; p 0.5 r 96
+    24: (1.8451, 2.2047),  # p 0.5 r 6; p 0.5 r 12
+    26: (1.8344, 2.1809),  # p 0.5 r 6; p 0.5 r 12
+    28: (1.8257, 2.1573),  # p 0.35 r 6; p 0.5 r 6
+    30: (1.8121, 2.1498),  # p 0.5 r 12; p 0.5 r 12
+    32: (1.8095, 2.1367),  # p 0.65 r 6; p 0.35 r 24
 }
 TWO_STATE_LEAST_FAVOURABLE: dict[int, tuple[float, float] | None] = {  # the law of each c_test (None: normal)
     10: (0.5, 48),
     12: (0.5, 1e4),
-    14: (0.5, 96),
-    16: (0.5, 96),
-    18: (0.5, 24),
-    20: (0.35, 48),
-    22: (0.65, 12),
-    24: (0.5, 12),
+    14: (0.5, 48),
+    16: (0.5, 12),
+    18: (0.5, 12),
+    20: (0.5, 48),
+    22: (0.5, 6),
+    24: (0.5, 6),
     26: (0.5, 6),
-    28: (0.65, 6),
-    30: (0.35, 6),
-    32: (0.35, 6),
+    28: (0.35, 6),
+    30: (0.5, 12),
+    32: (0.65, 6),
 }
 TWO_STATE_DF_SHARE: tuple[float, float] = (_df_share(TWO_STATE_CRITICAL, 0.045, 0),
                                            _df_share(TWO_STATE_CRITICAL, 0.025, 1))  # beyond the table, as v2
