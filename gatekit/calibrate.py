@@ -236,7 +236,7 @@ def plan_runs(policy: str, cv_pct: float, effect_pct: float, *, thresholds: Thre
         return results[n].adopted.pct
 
     floor_pct = thresholds.floor_pct
-    step, candidates = described.plan_step, described.plan_sizes  # a duet: an even number of pairs, at least 4
+    step, candidates = described.plan_step, described.plan_sizes  # a duet: an even number of pairs, its min_n up
     # Δ must pass the floor whatever n is, and Δ̂ centres on the true effect: inside the floor the power stays
     # near or below 50 % at every n, so the first and the last n of the scan show it and the rest are skipped
     scan = (candidates[0], candidates[-1]) if -effect_pct <= floor_pct and power >= 0.5 else candidates

@@ -570,7 +570,7 @@ class SimulateCommand(click.Command):
               "(default: drawn per gate).")
 @click.option("--order", type=click.Choice(ORDERS), help="Run order (default: the policy's own).")
 @click.option("--n", type=int, help="Runs per arm of fixed-n policies, pairs of a duet (default: 3; a duet's own "
-              "default, 12 pairs for version 2, 8 for version 1).")
+              "default, 12 pairs for versions 3 and 2, 8 for version 1; version 3 needs at least 10).")
 @click.option("--warmup", type=click.IntRange(0, 2), default=0, show_default=True, help="Discarded warm-up runs.")
 @click.option("--sigma-k", type=float, default=2.0, show_default=True, help="Classic threshold's σ multiple.")
 @click.option("--floor-pct", type=float, default=1.0, show_default=True, help="Threshold floor / sequential floor, %.")
@@ -602,9 +602,9 @@ def simulate_cmd(policies: tuple[str, ...], order: str | None, n: int | None, si
     guard passes with the true drop at its limit: its false-pass rate. Example:
     gate simulate --policy classic --policy sequential --cv 2 --cv-on 8
 
-    A duet (--policy duet --n 12; duet-v1 is its version 1) runs both arms of a pair at once: --shared-cv adds
-    noise common to both, --slot-effect makes slot 1 slower than slot 0, --slot-step-pct S --slot-step-from K
-    slower still from pair K on, --slot-drift-pct D slower by D % more each pair.
+    A duet (--policy duet --n 12; duet-v2 and duet-v1 are its versions 2 and 1) runs both arms of a pair at
+    once: --shared-cv adds noise common to both, --slot-effect makes slot 1 slower than slot 0, --slot-step-pct
+    S --slot-step-from K slower still from pair K on, --slot-drift-pct D slower by D % more each pair.
 
     A time to a quality target (--policy censored --censored-pct 30 --cv 10 --n 16) censors the runs beyond the
     time that share of off runs would exceed.

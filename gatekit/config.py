@@ -18,7 +18,7 @@ from typing import Any, Callable, Mapping
 
 from gatekit.commits import Commit
 from gatekit.errors import ConfigError
-from gatekit.policy_descriptors import (DEFAULT_POLICY, DUET_MODE, INTERLEAVED, describe, gate_policies,
+from gatekit.policy_descriptors import (DEFAULT_POLICY, DUET, DUET_MODE, INTERLEAVED, describe, gate_policies,
                                           policies_of_mode)
 from gatekit.quality import DERIVED_PRIMARIES, TargetSpec
 from gatekit.records import PROCESS_WALLCLOCK, Record, RecordError
@@ -28,7 +28,6 @@ from gatekit.storage import read_input
 ORDERS = ("abab", "abba", "random", "thue-morse", "abba-baab", "block-shuffle", "block-shuffle-spread")
 # interleaved: one run at a time, the arms taking turns; duet: both arms of a pair at once, on twin slots
 MODES = (INTERLEAVED, DUET_MODE)
-DUET_PAIRS_RULE = "a duet runs n pairs, an even number of at least 4 (the slots swap every pair)"
 SEEDED_ORDERS = ("random", "thue-morse", "abba-baab", "block-shuffle", "block-shuffle-spread")  # orders that draw from the seed
 # Names the command line offers, here so `gate --help` need not import the modules that implement them
 # (the policies' names are gatekit.policy_descriptors').
@@ -346,7 +345,7 @@ class GateConfig(Record):
             _check(policy in allowed and order is None and not warmup, self.path,
                    "--policy" if policy not in allowed else "--order" if order is not None else "--warmup",
                    "does not apply to a duet gate (gate.mode = \"duet\"); drop it")
-            _check(n is None or duet_pairs_ok(n), self.path, "--n", f"{DUET_PAIRS_RULE}, got {n}")
+            _check(n is None or duet_pairs_ok(n), self.path, "--n", f"{duet_pairs_rule()}, got {n}")
             policy = None
         if policy is not None:
             _check(policy in gate_policies(), self.path, "--policy", f"must be one of {', '.join(gate_policies())}")
@@ -389,9 +388,16 @@ class GateConfig(Record):
         return replace(self, gate=gate, rules=rules)
 
 
-def duet_pairs_ok(n: int) -> bool:
-    """DUET_PAIRS_RULE: both slot orders equally often, and n − 2 ≥ 2 degrees of freedom for the noise."""
-    return n >= 4 and n % 2 == 0
+def duet_pairs_ok(n: int, fewest: int | None = None) -> bool:
+    """duet_pairs_rule: both slot orders equally often, and at least the fewest pairs the design decides from
+    (None: the current duet design's, its descriptor's min_n)."""
+    return n >= (DUET.min_n if fewest is None else fewest) and n % 2 == 0
+
+
+def duet_pairs_rule(fewest: int | None = None) -> str:
+    """What a duet's n must be, as a message says it."""
+    least = DUET.min_n if fewest is None else fewest
+    return f"a duet runs n pairs, an even number of at least {least} (both slot orders equally often)"
 
 
 def _check(condition: bool, path: Path, key: str, problem: str) -> None:
@@ -465,7 +471,7 @@ def load_gate(path: Path | str) -> GateConfig:
         default_pairs = describe(gate.policy).default_n
         if "n" not in explicit and default_pairs is not None:  # a duet's own default, not the gate's n = 3
             gate = replace(gate, n=default_pairs)
-        _check(duet_pairs_ok(gate.n), path, "gate.n", f"{DUET_PAIRS_RULE}, got {gate.n}")
+        _check(duet_pairs_ok(gate.n), path, "gate.n", f"{duet_pairs_rule()}, got {gate.n}")
         _check(config.duet is not None, path, "duet", "gate.mode = \"duet\" needs a [duet] table with slots = "
                "[\"cuda:0\", \"cuda:1\"] (or cpu core sets such as [\"cpu:0-3\", \"cpu:4-7\"])")
     else:

@@ -45,6 +45,7 @@ class PolicyDescriptor:
     default_evidence: str = "load1"  # rules.evidence when the gate file states none
     plan_sizes: tuple[int, ...] = PLAN_SIZES  # runs per arm (pairs) `gate plan` tries, in order
     plan_step: int = 1  # the spacing of those sizes when the plan bisects between two of them
+    min_n: int = 1  # the fewest runs per arm (pairs) a gate file may state
     mde_sizes: tuple[int, ...] = (3, 4, 8)  # runs per arm at which `gate calibrate` reports the MDE
     gate: bool = True  # False: a comparison rule only `gate simulate` runs
     in_suite: bool = False  # `gate simulate --suite` runs it when no --policy is given
@@ -80,18 +81,20 @@ def stages_words(stages: tuple[int, ...]) -> str:
     return ", then ".join(str(n) for n in stages) + " runs per arm"
 
 
-_PLAN_PAIRS = tuple(n for n in PLAN_SIZES if n >= 4 and n % 2 == 0)  # a duet: an even number of pairs, at least 4
+DUET_MIN_PAIRS = 10  # duet v3: below, the studentized Huber fit has no bounded quantile under two speed states
+_PLAN_PAIRS = tuple(n for n in PLAN_SIZES if n >= DUET_MIN_PAIRS and n % 2 == 0)  # a duet: an even number of pairs
 
 CLASSIC = PolicyDescriptor("classic", "gatekit.policies.classic:policy")
 SEQUENTIAL = PolicyDescriptor("sequential", "gatekit.policies.sequential:policy",
                               order="block-shuffle-spread", stages=(4, 8, 12), version=8, version_key="sequential_version",
                               default_evidence="psi", plan_sizes=(), mde_sizes=(12,),
                               in_suite=True, suite_targets=True)
-# duet v2 (Thue–Morse slots, Huber fit) from issue 18; a duet predecision without duet_version is v1
+# duet v3 (v2's slots and Huber fit, critical values calibrated over normal and two-speed-state noise) from issue
+# 30; v2 (Thue–Morse slots, Huber fit) from issue 18; a duet predecision without duet_version is v1
 DUET = PolicyDescriptor("duet", "gatekit.policies.duet:policy",
                         mode=DUET_MODE, order="duet", default_evidence="psi", plan_sizes=_PLAN_PAIRS, plan_step=2,
-                        mde_sizes=(12,), version=2, version_key="duet_version", default_n=12,
-                        in_suite=True)
+                        mde_sizes=(12,), version=3, version_key="duet_version", default_n=12,
+                        min_n=DUET_MIN_PAIRS, in_suite=True)
 # a time to target with right-censored runs (issue 32): the lognormal AFT time ratio
 CENSORED = PolicyDescriptor("censored", "gatekit.policies.censored:policy", in_suite=True, censoring=True)
 # thousands of heavy-tailed values (imports, issue 30): the Hodges–Lehmann shift and its Mann–Whitney interval
@@ -101,10 +104,13 @@ WELCH = PolicyDescriptor("welch", "gatekit.policies.comparison:welch", gate=Fals
 BOOTSTRAP = PolicyDescriptor("bootstrap", "gatekit.policies.comparison:bootstrap", gate=False)
 # the duet's version 1, simulated beside the current design (`gate simulate --policy duet-v1`)
 DUET_V1 = PolicyDescriptor("duet-v1", "gatekit.policies.duet:version_1", mode=DUET_MODE, order="duet", gate=False,
-                           plan_sizes=(), default_n=8, in_suite=True)
+                           plan_sizes=(), default_n=8, min_n=4, in_suite=True)
+# its version 2 likewise (`gate simulate --policy duet-v2`)
+DUET_V2 = PolicyDescriptor("duet-v2", "gatekit.policies.duet:version_2", mode=DUET_MODE, order="duet", gate=False,
+                           plan_sizes=(), default_n=12, min_n=4, in_suite=True)
 # gatekit's own policies, in the order lists show them (plugins' follow, by name); each is registered in
 # pyproject.toml's `gatekit.policies` entry points, as a plugin's would be (tests/test_policies.py checks both)
-BUILTIN = (CLASSIC, SEQUENTIAL, DUET, CENSORED, ROBUST, WELCH, BOOTSTRAP, DUET_V1)
+BUILTIN = (CLASSIC, SEQUENTIAL, DUET, CENSORED, ROBUST, WELCH, BOOTSTRAP, DUET_V1, DUET_V2)
 DEFAULT_POLICY = CLASSIC.name  # a gate file without gate.policy
 IMPORT_POLICY = ROBUST.name  # what `gate import` decides by without --policy (docs/importers.md says why)
 

@@ -39,7 +39,7 @@ def without_order(g: GateDir) -> GateDir:
     return g
 
 
-def duet_gate(root: Path, n: int = 4, driver: str = "command", **arms: dict) -> GateDir:
+def duet_gate(root: Path, n: int = 10, driver: str = "command", **arms: dict) -> GateDir:
     """A cpu duet of the fixture trainer; driver "fake" plays its runs in process (with `fake_machine`)."""
     where = str(root / "where.jsonl")
     (root / "meet").mkdir(parents=True, exist_ok=True)
@@ -94,7 +94,7 @@ class TwinReplay(ReplayNvml):
 
 
 def slot_checks(tmp_path: Path, changes: dict | None = None, allow: bool = False) -> list:
-    g = without_order(make_gate(tmp_path, gate={"mode": "duet", "n": 4},
+    g = without_order(make_gate(tmp_path, gate={"mode": "duet", "n": 10},
                                 duet={"slots": ["cuda:0", "cuda:1"], "allow_unequal_slots": allow}))
     backend = ChosenBackend(CudaBackend(reader=TwinReplay(0, changes)), "cuda", "replayed H200 readings")
     return check_slots(load_gate(g.gate), backend)
@@ -129,16 +129,16 @@ def test_cpu_slots_must_be_usable_and_of_one_size() -> None:
     ({"mode": "duet"}, None, "duet: gate.mode = \"duet\" needs a [duet] table"),
     ({}, {"slots": ["cpu:0", "cpu:1"]}, "duet: applies only to gate.mode = \"duet\""),
     ({"mode": "duet", "n": 3}, {"slots": ["cpu:0", "cpu:1"]}, "gate.n: a duet runs n pairs, an even number"),
-    ({"mode": "duet", "n": 4}, {"slots": ["cpu:0", "cpu:0"]}, "duet.slots: the slots share core(s) 0"),
-    ({"mode": "duet", "n": 4}, {"slots": ["cpu:0", "cpu:1"], "allow_unequal": True},
+    ({"mode": "duet", "n": 10}, {"slots": ["cpu:0", "cpu:0"]}, "duet.slots: the slots share core(s) 0"),
+    ({"mode": "duet", "n": 10}, {"slots": ["cpu:0", "cpu:1"], "allow_unequal": True},
      "duet.allow_unequal: unknown key (did you mean 'allow_unequal_slots'?)"),
-    ({"mode": "duet", "n": 4, "order": "abba"}, {"slots": ["cpu:0", "cpu:1"]}, "gate.order: does not apply"),
+    ({"mode": "duet", "n": 10, "order": "abba"}, {"slots": ["cpu:0", "cpu:1"]}, "gate.order: does not apply"),
     ({"mode": "sideways"}, None, "gate.mode: must be one of interleaved, duet"),
     ({"policy": "duet"}, None, "gate.policy: \"duet\" needs gate.mode = \"duet\" and a [duet] table"),
 ])
 def test_duet_config_errors_name_file_and_key(tmp_path: Path, gate: dict, duet: dict | None, message: str) -> None:
     sections = {"duet": duet} if duet is not None else {}
-    g = make_gate(tmp_path, gate={"n": 4, **gate}, **sections)
+    g = make_gate(tmp_path, gate={"n": 10, **gate}, **sections)
     if "order" not in gate:
         without_order(g)
     with pytest.raises(ConfigError) as caught:
@@ -158,8 +158,8 @@ def test_the_duet_policy_cannot_decide_an_interleaved_gate_from_the_command_line
 
 
 def run_duet(root: Path) -> GateDir:
-    g = duet_gate(root, off={"elapsed": {f"off-r{k}": 10.0 + 0.01 * k for k in range(1, 5)}},
-                  on={"elapsed": {f"on-r{k}": 9.0 + 0.01 * k for k in range(1, 5)}})
+    g = duet_gate(root, off={"elapsed": {f"off-r{k}": 10.0 + 0.01 * k for k in range(1, 11)}},
+                  on={"elapsed": {f"on-r{k}": 9.0 + 0.01 * k for k in range(1, 11)}})
     done = gate_invoke("run", "off", "on", cwd=g.root)
     assert done.returncode == 0, done.stderr
     assert "off-r1 + on-r1 starting together" in done.stderr
@@ -172,14 +172,15 @@ def test_a_duet_runs_each_pair_together_on_swapped_pinned_slots(tmp_path: Path) 
     seen = starts(g.root)
     slot0, slot1 = f"cpu:{CORES[0]}", f"cpu:{CORES[1]}"
     (series,) = g.series_dirs()
-    # version 2's order: Thue–Morse over the pairs, which slot off takes in pair 1 drawn from the predecision
+    # versions 2 and 3's order: Thue–Morse over the pairs, which slot off takes in pair 1 drawn from the predecision
     sha = hashlib.sha256((series / "predecision.toml").read_bytes()).hexdigest()
     mirrored = duet.mirror_of(sha)
     expected = {}
-    for k, on_first_slot in zip(range(1, 5), (False, True, True, False)):  # Thue–Morse: + − − +
+    for k, on_first_slot in zip(range(1, 11), (False, True, True, False, True, False, False, True, True, False)):
+        # Thue–Morse: + − − + − + + − − +
         off_slot, on_slot = (slot0, slot1) if on_first_slot == mirrored else (slot1, slot0)
         expected |= {f"off-r{k}": off_slot, f"on-r{k}": on_slot}
-    for k in range(1, 5):
+    for k in range(1, 11):
         off, on = seen[f"off-r{k}"], seen[f"on-r{k}"]
         assert off["met"] and on["met"], (k, off, on)  # each saw the other alive: the two runs overlapped
         assert off["slot"] == expected[f"off-r{k}"] and on["slot"] == expected[f"on-r{k}"]
@@ -188,13 +189,13 @@ def test_a_duet_runs_each_pair_together_on_swapped_pinned_slots(tmp_path: Path) 
     finding = g.finding()
     assert {r["label"]: r["slot"] for r in finding["runs"]} == expected
     assert all(r["window"]["telemetry"]["slot_cpu_busy_mean_pct"] >= 0 for r in finding["runs"])
-    assert finding["gate"]["policy"] == "duet" and finding["duet"]["version"] == 2
+    assert finding["gate"]["policy"] == "duet" and finding["duet"]["version"] == 3
     events = [json.loads(line) for line in (series / "journal.jsonl").read_text().splitlines()]
     skews = [e["start_skew_ms"] for e in events if e["event"] == "duet_pair"]
-    assert len(skews) == 4 and all(skew >= 0 for skew in skews)
+    assert len(skews) == 10 and all(skew >= 0 for skew in skews)
     predecision = (series / "predecision.toml").read_text()
     assert 'mode = "duet"' in predecision and f'slots = ["{slot0}", "{slot1}"]' in predecision
-    assert "duet_version = 2" in predecision
+    assert "duet_version = 3" in predecision
     # the report: a slot column, and the pairs' windows drawn over each other
     (path,) = g.findings()
     assert gate_invoke("report", str(path), "--html", "site", cwd=g.root).returncode == 0
@@ -217,7 +218,7 @@ def test_a_duet_pair_starts_from_one_barrier_within_50_ms(tmp_path: Path) -> Non
     fair run, and the test skips with what it measured; on a machine that was not that busy it fails."""
     g = run_duet(tmp_path)
     seen = starts(g.root)
-    gaps_ms = {k: round(abs(seen[f"off-r{k}"]["start"] - seen[f"on-r{k}"]["start"]) * 1000, 1) for k in range(1, 5)}
+    gaps_ms = {k: round(abs(seen[f"off-r{k}"]["start"] - seen[f"on-r{k}"]["start"]) * 1000, 1) for k in range(1, 11)}
     (series,) = g.series_dirs()
     events = [json.loads(line) for line in (series / "journal.jsonl").read_text().splitlines()]
     skews_ms = [e["start_skew_ms"] for e in events if e["event"] == "duet_pair"]
@@ -262,7 +263,7 @@ def test_a_pair_cut_off_by_ctrl_c_runs_again_whole_on_resume(tmp_path: Path) -> 
     off, on = starts(g.root)["off-r2"], starts(g.root)["on-r2"]
     assert off["met"] and on["met"], (off, on)  # the pair ran together again
     assert sorted(r["label"] for r in g.finding()["runs"]) == sorted(
-        f"{arm}-r{k}" for arm in ("off", "on") for k in range(1, 5))
+        f"{arm}-r{k}" for arm in ("off", "on") for k in range(1, 11))
 
 
 def test_cuda_slots_follow_the_gates_own_visible_devices() -> None:
@@ -316,7 +317,7 @@ def _fake_duet(root: Path, *, busy: bool):  # type: ignore[no-untyped-def]
     from tests.fakes import FakeDriver, fake_gate
     gate = fake_gate("duo", "Duet", ["mode"], rules={"load_per_core_limit": 1.0, "evidence": "load1"})
     del gate["gate"]["order"]
-    gate["gate"].update(n=4, mode="duet")
+    gate["gate"].update(n=10, mode="duet")
     gate["duet"] = {"slots": [f"cpu:{CORES[0]}", f"cpu:{CORES[1]}"]}
     root.mkdir()
     write_toml(root / "gate.toml", gate)
@@ -337,11 +338,11 @@ def test_a_duet_reads_as_a_duet_with_or_without_an_estimate(tmp_path: Path, busy
     assert finding.gate.order == "duet"  # its pairs ran together: never the gate's default "abab"
     slots = f"cpu:{CORES[0]} & cpu:{CORES[1]}"
     lines = summary(finding).splitlines()
-    assert lines[0] == f"gate duo: on vs off (slots {slots}, n=4 pairs, duet, train_elapsed_s, lower is better)"
+    assert lines[0] == f"gate duo: on vs off (slots {slots}, n=10 pairs, duet, train_elapsed_s, lower is better)"
     classic = next(line for line in lines if "threshold" in line)
     assert classic.startswith("classic, beside it (decides nothing): Δ ")
     lead = finding.sections[0].text
-    assert lead.startswith(f"Duet gate of `on` against `off`: 4 pairs{' planned' if busy else ''}, both runs of a "
+    assert lead.startswith(f"Duet gate of `on` against `off`: 10 pairs{' planned' if busy else ''}, both runs of a "
                            f"pair at once on slots cpu:{CORES[0]} and cpu:{CORES[1]}, in Thue–Morse order")
     if busy:
         assert f"no duet estimate: {finding.verdict.reasons[0]}." in lead

@@ -104,16 +104,17 @@ def test_the_slot_effect_is_recovered_and_shared_noise_cancels() -> None:
 @pytest.mark.parametrize("slot_effect", [1.0, -1.0])
 def test_false_adoption_at_most_5_pct_with_slot_effect_and_shared_noise(slot_effect: float) -> None:
     # CV 5 % of non-shared noise: large enough that the floor does not hide the test's own error rate
-    for n in (4, 8):
-        result = simulate("duet", Scenario(cv_off_pct=5.0, shared_cv_pct=10.0, slot_effect_pct=slot_effect, n=n),
+    # the test is not vacuous: it spends much of its α (version 3 less under normal noise, its critical values
+    # the largest over normal and two-speed-state noise: 3.2 % at 10 pairs, 0.89 % at 12, where c is 3.16)
+    for policy, n, least in (("duet-v2", 4, 3.0), ("duet-v2", 8, 3.0), ("duet", 10, 2.0), ("duet", 12, 0.5)):
+        result = simulate(policy, Scenario(cv_off_pct=5.0, shared_cv_pct=10.0, slot_effect_pct=slot_effect, n=n),
                           draws=40_000, seed=3)
-        assert result.adopted.pct <= 5.0 + 3 * result.adopted.se_pct
-        assert result.adopted.pct >= 3.0  # the test is not vacuous: it spends about its α
+        assert least <= result.adopted.pct <= 5.0 + 3 * result.adopted.se_pct
         assert result.runs_per_arm == n
-    quiet = simulate("duet", Scenario(cv_off_pct=0.5, shared_cv_pct=10.0, slot_effect_pct=slot_effect, n=8),
+    quiet = simulate("duet", Scenario(cv_off_pct=0.5, shared_cv_pct=10.0, slot_effect_pct=slot_effect, n=10),
                      draws=20_000, seed=3)
     assert quiet.adopted.pct <= 0.1 and quiet.rates["equivalent"].pct > 80  # the floor, shared noise gone
-    power = simulate("duet", Scenario(cv_off_pct=0.5, shared_cv_pct=10.0, slot_effect_pct=slot_effect, n=8,
+    power = simulate("duet", Scenario(cv_off_pct=0.5, shared_cv_pct=10.0, slot_effect_pct=slot_effect, n=10,
                                       effect_pct=-2.0), draws=20_000, seed=3)
     assert power.adopted.pct >= 99.0
 
@@ -193,12 +194,16 @@ def test_policy_guard_and_too_noisy() -> None:
 
 def test_simulate_cli_options_and_errors() -> None:
     runner = CliRunner()
-    ok = runner.invoke(main, ["simulate", "--policy", "duet", "--n", "4", "--cv", "2", "--shared-cv", "10",
+    ok = runner.invoke(main, ["simulate", "--policy", "duet", "--n", "10", "--cv", "2", "--shared-cv", "10",
                               "--slot-effect", "1", "--draws", "2000", "--json"])
     assert ok.exit_code == 0, ok.output
     assert '"shared_cv_pct": 10.0' in ok.output and '"slot_effect_pct": 1.0' in ok.output
     odd = runner.invoke(main, ["simulate", "--policy", "duet", "--n", "5", "--draws", "100"])
-    assert odd.exit_code == 2 and "--n: the duet policy needs an even number of pairs, at least 4" in odd.output
+    assert odd.exit_code == 2 and "--n: a duet runs n pairs, an even number of at least 10" in odd.output
+    few = runner.invoke(main, ["simulate", "--policy", "duet", "--n", "8", "--draws", "100"])
+    assert few.exit_code == 2 and "at least 10" in few.output and "duet version 3" in few.output
+    v2 = runner.invoke(main, ["simulate", "--policy", "duet-v2", "--n", "6", "--draws", "100"])
+    assert v2.exit_code == 0, v2.output  # version 2 decides from 4 pairs
     slot = runner.invoke(main, ["simulate", "--policy", "classic", "--slot-effect", "1", "--draws", "100"])
     assert slot.exit_code == 2 and "--slot-effect: needs --policy duet" in slot.output
 
@@ -211,11 +216,11 @@ CORES = sorted(os.sched_getaffinity(0))
 @pytest.mark.skipif(len(CORES) < 2, reason="a cpu duet needs two cores")
 def test_a_duet_gate_reports_its_slot_effect(tmp_path: Path, fake_machine: None) -> None:
     # on is 3 % faster; a run on the second slot takes 1 % longer, wherever the drawn slot order puts it
-    jitter = [1.0, 1.001, 0.999, 1.0005]
-    elapsed = {f"off-r{k}": 100.0 * jitter[k - 1] for k in range(1, 5)}
-    elapsed |= {f"on-r{k}": 97.0 * jitter[::-1][k - 1] for k in range(1, 5)}
+    jitter = [1.0, 1.001, 0.999, 1.0005, 0.9995, 1.0015, 0.9985, 1.002, 0.998, 1.0]
+    elapsed = {f"off-r{k}": 100.0 * jitter[k - 1] for k in range(1, 11)}
+    elapsed |= {f"on-r{k}": 97.0 * jitter[::-1][k - 1] for k in range(1, 11)}
     slower = {f"cpu:{CORES[1]}": 1.01}
-    g = make_gate(tmp_path / "g", gate={"mode": "duet", "n": 4},
+    g = make_gate(tmp_path / "g", gate={"mode": "duet", "n": 10},
                   duet={"slots": [f"cpu:{CORES[0]}", f"cpu:{CORES[1]}"]},
                   rules={"evidence": "load1", "load_per_core_limit": 1000.0},
                   off={"sleep_s": 0.05, "elapsed": elapsed, "slot_factor": slower},
@@ -227,12 +232,13 @@ def test_a_duet_gate_reports_its_slot_effect(tmp_path: Path, fake_machine: None)
     assert done.returncode == 0, done.stderr
     finding = json.loads(next((g.root / "findings").glob("*.json")).read_text())
     info = finding["duet"]
-    assert finding["verdict"]["decision"] == "adopted" and info["n_pairs"] == 4
+    assert finding["verdict"]["decision"] == "adopted" and info["n_pairs"] == 10
     assert info["slots"] == [f"cpu:{CORES[0]}", f"cpu:{CORES[1]}"]
-    assert info["pairs_on_slot1"] == info["pairs_on_slot0"] == 2
+    assert info["pairs_on_slot1"] == info["pairs_on_slot0"] == 5
+    assert info["version"] == 3 and info["critical"] == duet.TWO_STATE_CRITICAL[10][0]
     assert info["delta_pct"] == pytest.approx(-3.0, abs=0.2)
     assert info["slot_effect_pct"] == pytest.approx(1.0, abs=0.2)
-    assert "n=4 pairs, duet" in done.stdout and "slot effect" in done.stdout
+    assert "n=10 pairs, duet" in done.stdout and "slot effect" in done.stdout
     assert "Duet gate of `on` against `off`" in finding["sections"][0]["text"]
     estimate = next(i for i, sec in enumerate(finding["sections"]) if sec.get("text") == "Duet estimate")
     keys = [item["key"] for item in finding["sections"][estimate + 1]["items"]]

@@ -167,16 +167,17 @@ def test_simulation_matches_the_scalar_decision_and_the_slots_as_they_ran() -> N
     n = 8
     off_log = rng.normal(0, 0.01, (30, n))
     on_log = off_log + rng.normal(-0.012, 0.006, (30, n))
-    codes, runs = policy_for("duet").simulate(off_log, on_log, ThresholdSpec())
+    codes, runs = policy_for("duet", 2).simulate(off_log, on_log, ThresholdSpec())
     assert (runs == n).all()
     for k in range(30):
         sha = hashlib.sha256(str(k).encode()).hexdigest()  # either mirror: Δ̂ is the same
-        decided = _decide(_records(np.exp(off_log[k]).tolist(), np.exp(on_log[k]).tolist(), sha, duet.CURRENT), 2)
+        decided = _decide(_records(np.exp(off_log[k]).tolist(), np.exp(on_log[k]).tolist(), sha, duet.DESIGNS[2]),
+                          2)
         assert decided.verdict.decision.value == CODE_NAMES[int(codes[k])]
         assert decided.duet.version == 2 and decided.duet.slots == ("cuda:0", "cuda:1")
     # a slot 1 that is 1 % slower is removed and reported as slot 1 (cuda:1) minus slot 0, whatever the mirror
     for sha in (hashlib.sha256(b"a").hexdigest(), hashlib.sha256(b"b").hexdigest()):
-        design = duet.CURRENT
+        design = duet.DESIGNS[2]
         on_slot1 = [design.slot_index(False, k, sha) == 1 for k in range(1, n + 1)]
         off = [100.0 * (1.0 if s else 1.01) * (1 + 0.001 * (-1) ** (k // 2)) for k, s in enumerate(on_slot1, 1)]
         on = [97.0 * (1.01 if s else 1.0) for s in on_slot1]
@@ -195,8 +196,9 @@ def test_a_v1_predecision_is_decided_by_v1_and_reads_as_written() -> None:
     assert old.sequential_version is None  # the duet's version has a key of its own
     new = DecisionSpec.from_dict({**spec, "duet_version": 2})
     assert new.design_version == 2 and new.to_dict()["duet_version"] == 2
-    assert DecisionSpec.from_dict(spec).design_version == 2  # in memory, no version is the current one
-    assert describe("duet").version == 2 and policy_for("duet").design is duet.CURRENT
+    assert DecisionSpec.from_dict(spec).design_version == 3  # in memory, no version is the current one
+    assert describe("duet").version == 3 and policy_for("duet").design is duet.CURRENT
+    assert policy_for("duet", 2).design is duet.DESIGNS[2]  # a v2 series is still decided by v2
     # v1's rule itself (OLS, Student t) is checked against scipy in tests/test_duet_stats.py, and a recorded v1
     # series re-analyses to its finding in tests/test_recorded_series.py
 
@@ -204,16 +206,16 @@ def test_a_v1_predecision_is_decided_by_v1_and_reads_as_written() -> None:
 def test_v2_meets_the_late_slot_change_target_where_v1_does_not() -> None:
     step = Scenario(cv_off_pct=2.0, shared_cv_pct=10.0, slot_step_pct=5.0, slot_step_from=-1, n=8)
     v1 = simulate("duet-v1", step, draws=20_000, seed=3)
-    v2 = simulate("duet", step, draws=20_000, seed=3)
+    v2 = simulate("duet-v2", step, draws=20_000, seed=3)
     assert v1.adopted.pct > 5.0 + 3 * v1.adopted.se_pct  # v1's last pair always puts on on slot 0
     assert v2.adopted.pct < 5.0 - 2 * v2.adopted.se_pct
     drift = Scenario(cv_off_pct=2.0, shared_cv_pct=10.0, slot_drift_pct=1.0, n=12)
-    assert simulate("duet", drift, draws=20_000, seed=3).adopted.pct < 5.0
+    assert simulate("duet-v2", drift, draws=20_000, seed=3).adopted.pct < 5.0
 
 
 def test_simulate_slot_options_are_validated() -> None:
     runner = CliRunner()
-    base = ["simulate", "--policy", "duet", "--n", "8", "--draws", "200"]
+    base = ["simulate", "--policy", "duet-v2", "--n", "8", "--draws", "200"]
     ok = runner.invoke(main, [*base, "--slot-step-pct", "5", "--slot-step-from", "-1", "--slot-drift-pct", "0.5",
                               "--json"])
     assert ok.exit_code == 0, ok.output
@@ -244,6 +246,6 @@ def test_a_duet_gate_without_n_runs_the_default_pairs(tmp_path) -> None:  # type
     for arm in ("off", "on"):
         write_toml(tmp_path / f"{arm}.toml", {"config": {"mode": arm}})
     assert load_gate(tmp_path / "gate.toml").gate.n == describe("duet").default_n == 12
-    gate["gate"]["n"] = 6
+    gate["gate"]["n"] = 10
     write_toml(tmp_path / "gate.toml", gate)
-    assert load_gate(tmp_path / "gate.toml").gate.n == 6  # a stated n is kept
+    assert load_gate(tmp_path / "gate.toml").gate.n == 10  # a stated n is kept

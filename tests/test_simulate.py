@@ -278,14 +278,14 @@ def test_orders_place_the_cold_run_where_the_gate_would() -> None:
 # -- the command ------------------------------------------------------------------------------------
 
 def test_gate_simulate_gives_each_policy_its_own_default_size(tmp_path) -> None:
-    # without --n a duet runs its own default pairs (version 2: 12, version 1: 8), the others the gate's 3
-    done = gate_invoke("simulate", "--policy", "duet", "--policy", "duet-v1", "--policy", "classic", "--draws", "500",
-                       "--json", cwd=tmp_path)
+    # without --n a duet runs its own default pairs (versions 3 and 2: 12, version 1: 8), the others the gate's 3
+    done = gate_invoke("simulate", "--policy", "duet", "--policy", "duet-v2", "--policy", "duet-v1", "--policy",
+                       "classic", "--draws", "500", "--json", cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     sizes = {r["policy"]: r["scenario"]["n"] for r in json.loads(done.stdout)["simulations"]}
-    assert sizes == {"duet": 12, "duet-v1": 8, "classic": 3}
-    done = gate_invoke("simulate", "--policy", "duet", "--n", "6", "--draws", "500", "--json", cwd=tmp_path)
-    assert [r["scenario"]["n"] for r in json.loads(done.stdout)["simulations"]] == [6]
+    assert sizes == {"duet": 12, "duet-v2": 12, "duet-v1": 8, "classic": 3}
+    done = gate_invoke("simulate", "--policy", "duet", "--n", "10", "--draws", "500", "--json", cwd=tmp_path)
+    assert [r["scenario"]["n"] for r in json.loads(done.stdout)["simulations"]] == [10]
 
 
 def test_gate_simulate_table_and_json(tmp_path) -> None:

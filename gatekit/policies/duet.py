@@ -1,6 +1,6 @@
 """The duet policy: both arms of a pair run at the same time on twin slots (two GPUs of one host, or two CPU
 core sets), the slots changing places from pair to pair; the decision reads the pairs' log-ratios with the
-slot effect estimated and removed. Two designs (`DESIGNS`; a predecision names its `duet_version`, absent = 1):
+slot effect estimated and removed. Three designs (`DESIGNS`; a predecision names its `duet_version`, absent = 1):
 
 Model (per pair k = 1 … n, n even):  d_k = ln(on_k) − ln(off_k) = Δ + s·σ_k + ε_k, where
   σ_k = +1 when on ran on slot 1, −1 when on ran on slot 0, 0 if both runs shared a slot (no slot contrast),
@@ -20,10 +20,17 @@ Version 2 (issue 18): the slots follow the Thue–Morse sequence over the pairs 
 linear slot drift cancelled every 4), which slot off takes in pair 1 drawn from the predecision's sha256, so
 a late change of either slot lands on either arm with probability ½; Δ and s are Huber's M-estimate
 (`huber_arrays`, k = 1.345, MAD scale, sandwich SE), whose studentized Δ̂ has no closed-form law at small n,
-so its critical values are calibrated per number of pairs by simulation (HUBER_CRITICAL).
+so its critical values are calibrated per number of pairs by simulation (HUBER_CRITICAL). Calibrated under
+normal noise, they do not hold when runs move between two speed states: up to 5.2–7.0 % false adoption or
+regression at 4–14 pairs (docs/statistics.md, "Two speed states").
 
-Either way the rule is the sequential policy's own (`sequential.look_codes`: adopted / regression beyond the
-critical value AND the floor, equivalent, rejected, else inconclusive) with the design's critical value and
+Version 3 (issue 30): version 2's slot order, mirror and Huber fit, with critical values calibrated under a
+composite null (TWO_STATE_CRITICAL): for each number of pairs, the largest quantile of |Δ̂/SE| over normal noise
+and runs that move between two speed states (TWO_STATE_LAWS), so the level holds under both. At least 10 pairs
+(TWO_STATE_MIN_PAIRS): at 8 the studentized Huber estimate has no bounded quantile under two speed states.
+
+Every version decides by the sequential policy's rule (`sequential.look_codes`: adopted / regression beyond
+the critical value AND the floor, equivalent, rejected, else inconclusive) with the design's critical value and
 standard error; benchmarks/duet_calibration.py measures the margin to ALPHA under unequal slot noise, heavy
 tails, outliers and slots that change speed. The statistics are pure functions (tables and values in,
 decisions out; `DuetDesign.codes` is vectorised so `gate simulate --policy duet` runs this exact rule).
@@ -43,7 +50,7 @@ from scipy import optimize
 from scipy import stats as sps
 
 from gatekit import rules
-from gatekit.config import GuardSpec, RulesSpec, ThresholdSpec, duet_pairs_ok
+from gatekit.config import GuardSpec, RulesSpec, ThresholdSpec, duet_pairs_ok, duet_pairs_rule
 from gatekit.diagnostics import log_values, pct
 from gatekit.errors import ConfigError
 from gatekit.finding import DuetInfo, Finding, PairedGuard, generated_section
@@ -92,6 +99,13 @@ class DuetEstimate:
 
     def interval(self, estimate: float, se: float) -> tuple[float, float]:
         return estimate - self.critical * se, estimate + self.critical * se
+
+    def delta_interval(self) -> tuple[float, float]:
+        """The interval the rule reads (TEST_ALPHA on each side)."""
+        return self.interval(self.delta, self.delta_se)
+
+    def slot_interval(self) -> tuple[float, float]:
+        return self.interval(self.slot, self.slot_se)
 
 
 def critical_value(df: int | np.ndarray, alpha: float = TEST_ALPHA) -> float | np.ndarray:
@@ -252,10 +266,10 @@ HUBER_CRITICAL: dict[int, tuple[float, float]] = {  # pairs: (c_test, c_95)
 }
 
 
-def _df_share(alpha: float, which: int) -> float:
+def _df_share(table: Mapping[int, tuple[float, float]], alpha: float, which: int) -> float:
     """ν/(n − 2) at the table's largest n: the effective degrees of freedom whose t quantile is its c."""
-    largest = max(HUBER_CRITICAL)
-    nu = optimize.brentq(lambda v: sps.t.ppf(1 - alpha, v) - HUBER_CRITICAL[largest][which], 1.0, 1e7)
+    largest = max(table)
+    nu = optimize.brentq(lambda v: sps.t.ppf(1 - alpha, v) - table[largest][which], 1.0, 1e7)
     return float(nu) / (largest - 2)
 
 
@@ -263,19 +277,90 @@ def _df_share(alpha: float, which: int) -> float:
 # that makes t_ν the calibrated value at the table's largest n (the studentized Huber estimate is asymptotically
 # normal, as t_ν is). The share grows with n (0.66 at 32 pairs, 0.76 at 64: benchmarks/duet_critical.py
 # --check), so holding it is conservative: c a little above what simulation gives.
-HUBER_DF_SHARE: tuple[float, float] = (_df_share(0.045, 0), _df_share(0.025, 1))  # (for c_test, for c_95)
+HUBER_DF_SHARE: tuple[float, float] = (_df_share(HUBER_CRITICAL, 0.045, 0),
+                                       _df_share(HUBER_CRITICAL, 0.025, 1))  # (for c_test, for c_95)
+
+
+def _calibrated(table: Mapping[int, tuple[float, float]], shares: tuple[float, float], fewest: int, n: int,
+                alpha: float) -> float:
+    """c for n pairs at one-sided TEST_ALPHA (the rule) or 0.025 (the 95 % CI) from a calibrated table, beyond
+    it the t extrapolation; nan below the fewest pairs or for an odd n."""
+    if alpha not in (TEST_ALPHA, 0.025):
+        raise ValueError(f"the duet is calibrated at one-sided {TEST_ALPHA:g} and 0.025, not {alpha:g}")
+    which = 0 if alpha == TEST_ALPHA else 1
+    if n in table:
+        return table[n][which]
+    if n < fewest or n % 2:
+        return math.nan
+    return float(sps.t.ppf(1 - alpha, shares[which] * (n - 2)))
 
 
 def huber_critical(n: int, alpha: float = TEST_ALPHA) -> float:
     """Version 2's critical value for n pairs at one-sided level TEST_ALPHA (the rule) or 0.025 (the 95 % CI)."""
-    if alpha not in (TEST_ALPHA, 0.025):
-        raise ValueError(f"version 2 is calibrated at one-sided {TEST_ALPHA:g} and 0.025, not {alpha:g}")
-    which = 0 if alpha == TEST_ALPHA else 1
-    if n in HUBER_CRITICAL:
-        return HUBER_CRITICAL[n][which]
-    if n < MIN_PAIRS or n % 2:
-        return math.nan
-    return float(sps.t.ppf(1 - alpha, HUBER_DF_SHARE[which] * (n - 2)))
+    return _calibrated(HUBER_CRITICAL, HUBER_DF_SHARE, MIN_PAIRS, n, alpha)
+
+
+# -- version 3: v2's fit, critical values calibrated over normal and two-speed-state noise -------------------
+
+TWO_STATE_MIN_PAIRS = 10  # at 8 the MAD scale collapses onto the pairs whose runs shared a state: c unbounded
+TWO_STATE_P = (0.15, 0.35, 0.5, 0.65, 0.85)  # the share of runs in the slower state
+TWO_STATE_R = (3.0, 6.0, 12.0, 24.0, 48.0, 96.0, 1e4)  # the states' gap in run-noise SDs
+# the composite null of version 3: normal noise (None), and every two-state law (p, r) of the grid
+TWO_STATE_LAWS: tuple[tuple[float, float] | None, ...] = (
+    None, *((p, r) for p in TWO_STATE_P for r in TWO_STATE_R))
+
+
+def null_pair_noise(rng: np.random.Generator, gates: int, pairs: int, p: float, r: float) -> np.ndarray:
+    """[gates, pairs] log-ratios d = run_on − run_off under no effect when each run draws N(0, 1) + r·B, B
+    Bernoulli(p): the run lands in the slower of two speed states r run-noise SDs apart with probability p."""
+    def runs() -> np.ndarray:
+        return rng.standard_normal((gates, pairs)) + r * (rng.random((gates, pairs)) < p)
+    return runs() - runs()
+
+
+# Version 3's critical values: per number of pairs, the largest quantile of |Δ̂/SE| over TWO_STATE_LAWS (c_test at
+# 1 − 2·TEST_ALPHA, c_95 at 0.95), each with the law that gave it (p share in the slow state, r the states' gap
+# in run-noise SDs). benchmarks/duet_critical.py prints this table:
+#   nice .venv/bin/python benchmarks/duet_critical.py --family two-states --draws 100000 --jobs 2 --largest 32
+#   --check   (100 000 null gates per n and law, 776 s on 2 shared cores)
+# At 12 pairs p 0.5 × r 10⁴ sets both values (3.16 and 4.91; at most 2.20 and 3.00 over r ≤ 96): with the states
+# that far apart some gates end with the fit passing through the pairs of one state pattern, |Δ̂/SE| in the tens
+# (1.4 % of them beyond 50 at 12 pairs; 4.5 % if the IRLS ran 3 000 iterations instead of HUBER_MAX_ITERATIONS).
+TWO_STATE_CRITICAL: dict[int, tuple[float, float]] = {  # pairs: (c_test, c_95)  least favourable: c_test; c_95
+    10: (2.3178, 3.9145),  # p 0.5 r 48; p 0.5 r 96
+    12: (3.1621, 4.9060),  # p 0.5 r 10000; p 0.5 r 10000
+    14: (2.1279, 2.7323),  # p 0.5 r 48; p 0.5 r 48
+    16: (1.9490, 2.3909),  # p 0.5 r 12; p 0.5 r 48
+    18: (1.9112, 2.6347),  # p 0.5 r 12; p 0.5 r 10000
+    20: (1.9097, 2.3022),  # p 0.5 r 48; p 0.5 r 24
+    22: (1.8541, 2.3083),  # p 0.5 r 6; p 0.5 r 96
+    24: (1.8451, 2.2047),  # p 0.5 r 6; p 0.5 r 12
+    26: (1.8344, 2.1809),  # p 0.5 r 6; p 0.5 r 12
+    28: (1.8257, 2.1573),  # p 0.35 r 6; p 0.5 r 6
+    30: (1.8121, 2.1498),  # p 0.5 r 12; p 0.5 r 12
+    32: (1.8095, 2.1367),  # p 0.65 r 6; p 0.35 r 24
+}
+TWO_STATE_LEAST_FAVOURABLE: dict[int, tuple[float, float] | None] = {  # the law of each c_test (None: normal)
+    10: (0.5, 48),
+    12: (0.5, 1e4),
+    14: (0.5, 48),
+    16: (0.5, 12),
+    18: (0.5, 12),
+    20: (0.5, 48),
+    22: (0.5, 6),
+    24: (0.5, 6),
+    26: (0.5, 6),
+    28: (0.35, 6),
+    30: (0.5, 12),
+    32: (0.65, 6),
+}
+TWO_STATE_DF_SHARE: tuple[float, float] = (_df_share(TWO_STATE_CRITICAL, 0.045, 0),
+                                           _df_share(TWO_STATE_CRITICAL, 0.025, 1))  # beyond the table, as v2
+
+
+def two_state_critical(n: int, alpha: float = TEST_ALPHA) -> float:
+    """Version 3's critical value for n pairs at one-sided level TEST_ALPHA (the rule) or 0.025 (the 95 % CI)."""
+    return _calibrated(TWO_STATE_CRITICAL, TWO_STATE_DF_SHARE, TWO_STATE_MIN_PAIRS, n, alpha)
 
 
 @dataclass(frozen=True, slots=True)
@@ -294,6 +379,7 @@ class DuetDesign:
     order_words: str  # how the slots are assigned, as the stated rules and the finding say it
     fit_words: str  # the estimate, as a reason says it
     critical_words: str  # the critical value's origin, as a reason says it ({df}: n − 2, {n}: pairs)
+    min_pairs: int = MIN_PAIRS  # the fewest pairs (an even number) a gate file may state
 
     def estimate(self, d: Sequence[float], sigma: Sequence[float]) -> DuetEstimate:
         """The fit of one gate's pairs."""
@@ -337,6 +423,8 @@ def _v1_critical(n: int, alpha: float) -> float:
     return float(critical_value(n - 2, alpha))
 
 
+_THUE_MORSE_WORDS = ("the slots follow the Thue-Morse sequence over the pairs (on takes the slot off took in pair 1 "
+                     "in pairs 2, 3, 5, 8, 9, 12, ...), which slot off takes in pair 1 drawn from this file's sha256")
 DESIGNS: dict[int, DuetDesign] = {
     1: DuetDesign(1, METHOD, parity_signs, fit_arrays, _v1_critical, mirrored=False,
                   arrangement="slots swapped every pair", swap_words="swapped every pair",
@@ -346,13 +434,19 @@ DESIGNS: dict[int, DuetDesign] = {
                      "critical values calibrated per number of pairs",
                   thue_morse_signs, huber_arrays, huber_critical, mirrored=True,
                   arrangement="slots in Thue-Morse order", swap_words="in Thue–Morse order",
-                  order_words="the slots follow the Thue-Morse sequence over the pairs (on takes the slot off took "
-                              "in pair 1 in pairs 2, 3, 5, 8, 9, 12, ...), which slot off takes in pair 1 drawn "
-                              "from this file's sha256",
+                  order_words=_THUE_MORSE_WORDS,
                   fit_words="Huber M-estimate of the pair log-ratios",
                   critical_words="calibrated by simulation for {n} pairs"),
+    3: DuetDesign(3, "pair log-ratios, Huber M-estimate (k 1.345, MAD scale) on [1, slot sign], sandwich SE, "
+                     "critical values calibrated per number of pairs over normal and two-speed-state noise",
+                  thue_morse_signs, huber_arrays, two_state_critical, mirrored=True,
+                  arrangement="slots in Thue-Morse order", swap_words="in Thue–Morse order",
+                  order_words=_THUE_MORSE_WORDS,
+                  fit_words="Huber M-estimate of the pair log-ratios",
+                  critical_words="calibrated for {n} pairs over normal and two-speed-state noise",
+                  min_pairs=TWO_STATE_MIN_PAIRS),
 }
-CURRENT = DESIGNS[2]
+CURRENT = DESIGNS[3]
 
 
 # -- the pairs of a series ------------------------------------------------------------------------------
@@ -436,12 +530,11 @@ class DuetOutcome:
 def _info(estimate: DuetEstimate | None, *, floor_pct: float, primary: str, decision: str,
           guards: Mapping[str, PairedGuard], slots: tuple[str, str] | None, balance: tuple[int, int],
           design: DuetDesign) -> DuetInfo:
-    def bounds(value: float, se: float) -> tuple[float, float, float]:
-        lo, hi = estimate.interval(value, se) if estimate else (math.nan, math.nan)
-        return pct(value), pct(lo), pct(hi)
+    def in_pct(value: float, bounds: tuple[float, float]) -> tuple[float, float, float]:
+        return pct(value), pct(bounds[0]), pct(bounds[1])
 
-    delta = bounds(estimate.delta, estimate.delta_se) if estimate else (math.nan,) * 3
-    slot = bounds(estimate.slot, estimate.slot_se) if estimate else (math.nan,) * 3
+    delta = in_pct(estimate.delta, estimate.delta_interval()) if estimate else (math.nan,) * 3
+    slot = in_pct(estimate.slot, estimate.slot_interval()) if estimate else (math.nan,) * 3
     ci95 = (math.nan, math.nan)
     if estimate and estimate.df >= 1:
         half = float(design.critical(estimate.n_pairs, 0.025)) * estimate.delta_se
@@ -481,14 +574,15 @@ def decide(classified: RunTable, guard_values: Mapping[str, Mapping[str, float]]
         warnings.append(f"the pairs are unbalanced across the slots ({balance[0]} with on on slot 1, {balance[1]} "
                         "on slot 0): the slot effect is still removed, at some cost in precision")
     reasons: list[str] = []
-    if off_logs is None or on_logs is None or len(pairs) < MIN_PAIRS or min(balance) == 0:
+    fewest = design.min_pairs
+    if off_logs is None or on_logs is None or len(pairs) < fewest or min(balance) == 0:
         why = ("a value is not positive" if off_logs is None or on_logs is None
-               else f"{len(pairs)} used pair(s), fewer than {MIN_PAIRS}" if len(pairs) < MIN_PAIRS
+               else f"{len(pairs)} used pair(s), fewer than {fewest}" if len(pairs) < fewest
                else "every used pair ran in one slot order, so the slot effect cannot be told from Δ")
         info = _info(None, floor_pct=floor_pct, primary="inconclusive", decision="inconclusive", guards=guards,
                      slots=slots, balance=balance, design=design)
         return DuetOutcome("inconclusive", (Reason(ReasonCode.DUET_TOO_FEW_PAIRS, f"the duet estimate needs both slot "
-                                                   f"orders and at least {MIN_PAIRS} pairs: {why}"),), info,
+                                                   f"orders and at least {fewest} pairs: {why}"),), info,
                            tuple(warnings))
     d = on_logs - off_logs
     estimate = design.estimate(d, [p.sigma for p in pairs])
@@ -537,7 +631,8 @@ def _reasons(info: DuetInfo, estimate: DuetEstimate, primary: str, design: DuetD
 class DuetPolicy(OneLook, SimulationDefaults):
     """Both arms of a pair at once on twin slots in the design's slot order: the pairs' log-ratios with the
     slot effect estimated and removed (version 1: OLS and a Student t interval with n − 2 df; version 2: the
-    Huber M-estimate and calibrated critical values), the sequential policy's floor-aware outcomes, paired
+    Huber M-estimate and critical values calibrated under normal noise; version 3: the same fit, critical values
+    calibrated over normal and two-speed-state noise), the sequential policy's floor-aware outcomes, paired
     guards, telemetry-only contamination (the statistics above)."""
 
     def __init__(self, design: DuetDesign, name: str = "duet") -> None:
@@ -568,22 +663,32 @@ class DuetPolicy(OneLook, SimulationDefaults):
                      f"time, one on each slot; {self.design.order_words}. Slot 0 is the lower-numbered slot (cuda:0 "
                      "before cuda:1; the cpu slot with the lower cores). A replacement pair keeps the slots of the pair it replaces. The classic Delta and threshold are "
                      "reported beside it and decide nothing.")
+            if self.design.version == 2:
+                calibration = ("c = the critical value calibrated by simulation for n pairs under normal noise at "
+                               f"one-sided {alpha:g} (gatekit/policies/duet.py, HUBER_CRITICAL)")
+            else:
+                calibration = ("c = the critical value calibrated by simulation for n pairs as the largest "
+                               f"{1 - 2 * alpha:g} quantile of |Delta/SE| over normal noise and runs that move "
+                               "between two speed states (each run N(0, 1) + r*Bernoulli(p), p in "
+                               f"{', '.join(f'{p:g}' for p in TWO_STATE_P)}, r in "
+                               f"{', '.join(f'{r:g}' for r in TWO_STATE_R)} run-noise SDs; gatekit/policies/duet.py, "
+                               f"TWO_STATE_CRITICAL); at least {self.design.min_pairs} pairs")
             fit_rule = ("Per pair d = ln(on) - ln(off) = Delta + s*sign + noise, sign = +1 when on ran on slot 1, -1 "
                         "when on ran on slot 0 (from the runs' recorded slots; the Thue-Morse sign of the pair where "
                         "none was recorded); s is the slot-1-minus-slot-0 effect. Noise both runs share cancels from "
                         "d. Delta and s are the Huber M-estimate of d on [1, sign] (k = 1.345, scale = MAD of the "
                         "residuals / 0.6745, iteratively reweighted least squares from the least squares fit); SE = "
-                        "Huber's sandwich (H1); c = the critical value calibrated by simulation for n pairs under "
-                        f"normal noise at one-sided {alpha:g} (gatekit/policies/duet.py, HUBER_CRITICAL); interval "
-                        f"Delta +/- c SE ({100 * level:g} %).")
-        return [
-            order,
-            fit_rule,
+                        f"Huber's sandwich (H1); {calibration}; interval Delta +/- c SE ({100 * level:g} %).")
+        decision_rule = (
             f"Adopted iff Delta/SE is beyond c on the better side AND Delta is at least {floor:g} % better AND "
             f"every guard passes. Regression iff Delta/SE is beyond c on the worse side AND at least {floor:g} % "
             f"worse. Equivalent iff the interval lies inside +/-{floor:g} %. Rejected iff it excludes an "
             f"improvement of {floor:g} %. Anything else is inconclusive. The slot effect is reported in % with "
-            "its interval.",
+            "its interval.")
+        return [
+            order,
+            fit_rule,
+            decision_rule,
             f"Guards: paired non-inferiority on the pairs' (off, on) values: pass iff the one-sided "
             f"{100 * GUARD_LEVEL:g} % t bound of mean(on - off) clears -max_drop (+max_drop for "
             "lower-is-better guards); fail iff the opposite bound is beyond it; otherwise inconclusive, and an "
@@ -632,9 +737,9 @@ class DuetPolicy(OneLook, SimulationDefaults):
         return codes, np.full(off_log.shape[0], off_log.shape[-1])
 
     def check_scenario(self, scenario: Scenario) -> None:
-        if not duet_pairs_ok(scenario.n):
-            raise ConfigError(f"--n: the duet policy needs an even number of pairs, at least 4 (both slot orders "
-                              f"equally often), got {scenario.n}")
+        if not duet_pairs_ok(scenario.n, self.design.min_pairs):
+            raise ConfigError(f"--n: {duet_pairs_rule(self.design.min_pairs)} under --policy {self.name} (duet "
+                              f"version {self.design.version}), got {scenario.n}")
         if scenario.order is not None:
             raise ConfigError("--order: does not apply to --policy duet (both runs of a pair run at once)")
 
@@ -708,7 +813,9 @@ CLASSIC_LABEL = "classic, beside it (decides nothing): "  # the summary's line o
 POLICIES = {version: DuetPolicy(design) for version, design in DESIGNS.items()}
 DUET = POLICIES[CURRENT.version]
 assert describe(DUET.name).version == CURRENT.version, "a new duet series preregisters the current design"
-assert all(duet_pairs_ok(n) for n in describe(DUET.name).plan_sizes), "gate plan tries only sizes a duet can run"
+assert describe(DUET.name).min_n == CURRENT.min_pairs, "a gate file's fewest pairs are the current design's"
+assert all(duet_pairs_ok(n, CURRENT.min_pairs) for n in describe(DUET.name).plan_sizes), \
+    "gate plan tries only sizes a duet can run"
 
 
 def policy(version: int | None = None) -> DuetPolicy:
@@ -727,4 +834,11 @@ def version_1(version: int | None = None) -> DuetPolicy:
     return VERSION_1_SIMULATED
 
 
+def version_2(version: int | None = None) -> DuetPolicy:
+    """Version 2 (Thue–Morse slots, Huber fit, calibrated critical values), for `gate simulate --policy duet-v2`
+    beside the current design."""
+    return VERSION_2_SIMULATED
+
+
 VERSION_1_SIMULATED = DuetPolicy(DESIGNS[1], name="duet-v1")
+VERSION_2_SIMULATED = DuetPolicy(DESIGNS[2], name="duet-v2")
