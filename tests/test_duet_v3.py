@@ -12,7 +12,6 @@ import tomllib
 import numpy as np
 import pytest
 from click.testing import CliRunner
-from scipy import stats as sps
 
 from gatekit.analysis import records_table
 from gatekit.cli import main

@@ -326,8 +326,8 @@ def null_pair_noise(rng: np.random.Generator, gates: int, pairs: int, p: float, 
 # The grid stops at r = 192 (a +20 % state at a run-to-run CV of 0.1 %): at 12 pairs a law with the states 10⁴
 # run-noise SDs apart needs c 3.16 (100 000 gates), because some gates end with the fit passing through the
 # pairs of one state pattern (|Δ̂/SE| in the tens), and that c would cost two of the duet's power targets at its
-# default 12 pairs (−10 % at CV 5 %: 93.0 %; −5 % at CV 2 % with 5 % outliers: 88.6 %). From 14 pairs on, an
-# earlier table over r up to 10⁴ gave no larger c_test than this one.
+# default 12 pairs (−10 % at CV 5 %: 93.0 %; −5 % at CV 2 % with 5 % outliers: 88.6 %). At every other size an
+# earlier table over r up to 10⁴ gave no larger c_test than this one (its c_95 at 18 pairs: 2.63).
 TWO_STATE_CRITICAL: dict[int, tuple[float, float]] = {  # pairs: (c_test, c_95)  least favourable: c_test; c_95
     10: (2.3246, 3.9318),  # p 0.5 r 48; p 0.5 r 96
     12: (2.2183, 3.0176),  # p 0.5 r 192; p 0.5 r 192
