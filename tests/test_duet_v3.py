@@ -19,10 +19,11 @@ from gatekit.config import RulesSpec, ThresholdSpec, load_gate
 from gatekit.errors import ConfigError
 from gatekit.policies import duet
 from gatekit.policy_descriptors import describe, policy_for
-from gatekit.records import RunOutcome, RunRecord, WindowSummary
+from gatekit.records import RunRecord
 from gatekit.simulate import Scenario
 from gatekit.verdict import ADOPTED, CODE_NAMES, REGRESSION, Decision, Verdict
 from tests.conftest import make_gate, write_toml
+from tests.test_duet_v2 import _records  # a series of pairs in a design's slots, as gate run records it
 
 PRIMARY = "train_elapsed_s"
 
@@ -94,18 +95,6 @@ def test_fewer_than_10_pairs_are_refused(tmp_path) -> None:  # type: ignore[no-u
 
 
 # -- through the policy object ------------------------------------------------------------------------------
-
-def _records(off: list[float], on: list[float], sha: str, design: duet.DuetDesign) -> list[RunRecord]:
-    slots = ("cuda:0", "cuda:1")
-    records, order = [], 0
-    for k, (off_value, on_value) in enumerate(zip(off, on), start=1):
-        for arm, value, is_off in (("off", off_value, True), ("on", on_value, False)):
-            order += 1
-            records.append(RunRecord(order, arm, f"{arm}-r{k}", k, RunOutcome(0, value, metrics={PRIMARY: value}),
-                                     WindowSummary(samples=3, load1_mean=0.1, load1_max=0.2),
-                                     slot=slots[design.slot_index(is_off, k, sha)]))
-    return records
-
 
 def _decide(records: list[RunRecord], version: int, direction: str = "lower"):  # type: ignore[no-untyped-def]
     policy = policy_for("duet", version)
