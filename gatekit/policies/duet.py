@@ -100,13 +100,6 @@ class DuetEstimate:
     def interval(self, estimate: float, se: float) -> tuple[float, float]:
         return estimate - self.critical * se, estimate + self.critical * se
 
-    def delta_interval(self) -> tuple[float, float]:
-        """The interval the rule reads (TEST_ALPHA on each side)."""
-        return self.interval(self.delta, self.delta_se)
-
-    def slot_interval(self) -> tuple[float, float]:
-        return self.interval(self.slot, self.slot_se)
-
 
 def critical_value(df: int | np.ndarray, alpha: float = TEST_ALPHA) -> float | np.ndarray:
     """t_{1−α, df}: the one-sided critical value of the studentized Δ̂ (nan when df < 1)."""
@@ -281,10 +274,11 @@ HUBER_DF_SHARE: tuple[float, float] = (_df_share(HUBER_CRITICAL, 0.045, 0),
                                        _df_share(HUBER_CRITICAL, 0.025, 1))  # (for c_test, for c_95)
 
 
-def _calibrated(table: Mapping[int, tuple[float, float]], shares: tuple[float, float], fewest: int, n: int,
+def _calibrated(table: Mapping[int, tuple[float, float]], shares: tuple[float, float] | None, fewest: int, n: int,
                 alpha: float) -> float:
-    """c for n pairs at one-sided TEST_ALPHA (the rule) or 0.025 (the 95 % CI) from a calibrated table, beyond
-    it the t extrapolation; nan below the fewest pairs or for an odd n."""
+    """c for n pairs at one-sided TEST_ALPHA (the rule) or 0.025 (the 95 % CI) from a calibrated table; beyond
+    it the t extrapolation with these effective-df shares, or (None) the table's last value; nan below the fewest
+    pairs or for an odd n."""
     if alpha not in (TEST_ALPHA, 0.025):
         raise ValueError(f"the duet is calibrated at one-sided {TEST_ALPHA:g} and 0.025, not {alpha:g}")
     which = 0 if alpha == TEST_ALPHA else 1
@@ -292,6 +286,8 @@ def _calibrated(table: Mapping[int, tuple[float, float]], shares: tuple[float, f
         return table[n][which]
     if n < fewest or n % 2:
         return math.nan
+    if shares is None:
+        return table[max(table)][which]
     return float(sps.t.ppf(1 - alpha, shares[which] * (n - 2)))
 
 
@@ -363,10 +359,7 @@ def two_state_critical(n: int, alpha: float = TEST_ALPHA) -> float:
     Beyond the table, the table's last value: c falls with n, and the t extrapolation version 2 uses fell below
     the composite null's quantiles at 48 and 64 pairs (1.771 against 1.780, 1.751 against 1.764: `--check 48 64`
     above), the last value does not (1.815)."""
-    largest = max(TWO_STATE_CRITICAL)
-    if n > largest and n % 2 == 0:
-        return _calibrated(TWO_STATE_CRITICAL, (math.nan, math.nan), TWO_STATE_MIN_PAIRS, largest, alpha)
-    return _calibrated(TWO_STATE_CRITICAL, (math.nan, math.nan), TWO_STATE_MIN_PAIRS, n, alpha)
+    return _calibrated(TWO_STATE_CRITICAL, None, TWO_STATE_MIN_PAIRS, n, alpha)
 
 
 @dataclass(frozen=True, slots=True)
@@ -536,11 +529,12 @@ class DuetOutcome:
 def _info(estimate: DuetEstimate | None, *, floor_pct: float, primary: str, decision: str,
           guards: Mapping[str, PairedGuard], slots: tuple[str, str] | None, balance: tuple[int, int],
           design: DuetDesign) -> DuetInfo:
-    def in_pct(value: float, bounds: tuple[float, float]) -> tuple[float, float, float]:
-        return pct(value), pct(bounds[0]), pct(bounds[1])
+    def bounds(value: float, se: float) -> tuple[float, float, float]:
+        lo, hi = estimate.interval(value, se) if estimate else (math.nan, math.nan)
+        return pct(value), pct(lo), pct(hi)
 
-    delta = in_pct(estimate.delta, estimate.delta_interval()) if estimate else (math.nan,) * 3
-    slot = in_pct(estimate.slot, estimate.slot_interval()) if estimate else (math.nan,) * 3
+    delta = bounds(estimate.delta, estimate.delta_se) if estimate else (math.nan,) * 3
+    slot = bounds(estimate.slot, estimate.slot_se) if estimate else (math.nan,) * 3
     ci95 = (math.nan, math.nan)
     if estimate and estimate.df >= 1:
         half = float(design.critical(estimate.n_pairs, 0.025)) * estimate.delta_se
