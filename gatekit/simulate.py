@@ -588,15 +588,13 @@ def meets(result: SimulationResult) -> bool | None:
         return result.adopted.pct <= 5.0
     if target == CENSORED_POWER:
         return result.adopted.pct >= 80.0 and result.runs_per_arm <= 16
+    if target == FALSE_EITHER:  # both errors, whatever the runs cost (a duet's or a sequential gate's)
+        return result.adopted.pct <= 5.0 and result.rates["regression"].pct <= 5.0
     if runs_at_once(result.policy):  # a duet runs its n pairs: no runs-per-arm target
-        if target == FALSE_EITHER:
-            return result.adopted.pct <= 5.0 and result.rates["regression"].pct <= 5.0
         return (result.adopted.pct <= 5.0) if target == FALSE_ADOPTION else (result.adopted.pct >= 95.0)
     if target == GUARD_PASS:
         return result.guard_pass is not None and result.guard_pass.pct <= 5.0
     ok = result.runs_per_arm <= 8
-    if target == FALSE_EITHER:
-        return result.adopted.pct <= 5.0 and result.rates["regression"].pct <= 5.0
     if target == POWER_ANY_RUNS:
         return result.adopted.pct >= 95.0
     if target == NOT_EQUIVALENT:
