@@ -226,10 +226,8 @@ def _checks(state: BisectState, pairs: tuple[posterior.Pair, ...], named: int | 
             extra["steps_p"] = test.p
             extra["steps"] = tuple(StepEstimate(k, start.commits[k].sha, 100.0 * math.expm1(effect))
                                    for k, effect in zip(test.steps, test.effects_log))
-        rule = checks.neighbour_rule(start.neighbour_rule)
-        by_round = state.pairs_by_round()
-        since = checks.neighbour_since(by_round, start.n, start.confidence, named) if rule.fresh else 0
-        extra["jump_p"] = checks.jump_p([p for r in by_round for p in r], start.n, named, rule, since)
+        judged, rule, since = state.neighbour_judged(named)
+        extra["jump_p"] = checks.jump_p(judged, start.n, named, rule, since)
     return extra
 
 

@@ -22,7 +22,7 @@ from typing import Any, ClassVar, Mapping
 
 import tomlkit
 
-from gatekit.bisect.checks import NEIGHBOUR_RULES
+from gatekit.bisect.checks import NEIGHBOUR_RULES, NeighbourRule, neighbour_rule, neighbour_since
 from gatekit.bisect.posterior import Pair
 from gatekit.bisect.search import Outcome
 from gatekit.commits import BuildResult, Commit
@@ -269,6 +269,15 @@ class BisectState:
         for end in measured:
             rounds.setdefault(end.round, []).extend(end.posterior_pairs())
         return tuple(tuple(pairs) for pairs in rounds.values())
+
+    def neighbour_judged(self, named: int) -> tuple[list[Pair], NeighbourRule, int]:
+        """What `checks.jump_p` and `checks.step_confirmed` judge the step at `named` on: the journaled pairs in
+        the order of their rounds, the plan's neighbour rule, and where the pairs a rule of fresh pairs judges
+        begin (0 for a rule that judges them all)."""
+        rule = neighbour_rule(self.start.neighbour_rule)
+        by_round = self.pairs_by_round()
+        since = neighbour_since(by_round, self.start.n, self.start.confidence, named) if rule.fresh else 0
+        return [p for r in by_round for p in r], rule, since
 
     def skipped(self) -> frozenset[int]:
         """The commits that cannot be built (exit 125, or another build failure): never probed again."""

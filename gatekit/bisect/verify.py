@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 from gatekit.bisect.finding import build_finding, finding_paths, read_bisect_finding
-from gatekit.bisect.checks import neighbour_rule, neighbour_since, second_step_test, step_confirmed
+from gatekit.bisect.checks import second_step_test, step_confirmed
 from gatekit.bisect.posterior import credible_set, posterior
 from gatekit.bisect.records import BISECT_JOURNAL, BISECT_PLAN, GATE_COPY, BisectState, BisectStop, ProbeEnd, read_plan, replay
 from gatekit.bisect.search import Outcome
@@ -107,14 +107,17 @@ def _verify_stop(state: BisectState, where: str) -> None:
     if (stop.outcome is Outcome.MULTIPLE_STEPS) != (test is not None and test.rejects(start.steps_alpha)):
         raise VerificationError(f"{where}: outcome {stop.outcome.value}, but the test for a second step gives p "
                                 f"{'—' if test is None else f'{test.p:.4g}'} at the level {start.steps_alpha:g}")
-    rule = neighbour_rule(start.neighbour_rule)
-    by_round = state.pairs_by_round()
-    since = neighbour_since(by_round, n, start.confidence, credible[0]) if rule.fresh else 0
-    named = len(credible) == 1 and step_confirmed([p for r in by_round for p in r], n, credible[0], rule, since)
+    named = len(credible) == 1 and _step_confirmed(state, credible[0])
     if stop.outcome is not Outcome.MULTIPLE_STEPS and (stop.outcome is Outcome.CULPRIT) != named:
         raise VerificationError(f"{where}: outcome {stop.outcome.value} with a credible set of {len(credible)} "
                                 f"commit(s) at the confidence {start.confidence:g} and the step's jump between "
                                 f"its neighbours {'shown' if named else 'not shown'}")
+
+
+def _step_confirmed(state: BisectState, named: int) -> bool:
+    """checks.step_confirmed of the step at `named`, on what the journal holds (BisectState.neighbour_judged)."""
+    judged, rule, since = state.neighbour_judged(named)
+    return step_confirmed(judged, state.start.n, named, rule, since)
 
 
 def _inside(folder: Path, relative: str, where: str, what: str) -> Path:
