@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, Callable, TypeVar
 import click
 
 from gatekit.commits import BUILD_TIMEOUT_S
-from gatekit.config import (DEFAULT_MAX_THRESHOLD_PCT, EXPORT_FORMATS, FAIL_ON, ORDERS, ThresholdSpec,
+from gatekit.config import (DEFAULT_MAX_THRESHOLD_PCT, EXPORT_FORMATS, FAIL_ON, ORDERS, SEEDED_ORDERS, ThresholdSpec,
                             load_gate)
 from gatekit.distribution import install_hint, installed_version
 from gatekit.errors import (EXIT_FAIL_ON, EXIT_INVALID, MACHINE_ERRNOS, ConfigError, DriverError, GatekitError,
@@ -283,8 +283,8 @@ sign_key_option = click.option(
 @gate_option
 @click.option("--n", type=int, help="Runs per arm (overrides gate.n).")
 @click.option("--order", type=click.Choice(ORDERS), help="Run order (overrides gate.order).")
-@click.option("--seed", type=int, help="Seed of a random, thue-morse, abba-baab, block-shuffle or block-shuffle-spread order (overrides "
-              "gate.seed; default: derived from the predecision's sha256).")
+@click.option("--seed", type=int, help=f"Seed of a {', '.join(SEEDED_ORDERS[:-1])} or {SEEDED_ORDERS[-1]} order "
+              "(overrides gate.seed; default: derived from the predecision's sha256).")
 @click.option("--policy", type=LiveChoice(gate_policies),
               cls=LiveHelpOption, live_help=lambda: f"Decision policy (overrides gate.policy): {run_policy_words()}.")
 @click.option("--warmup", type=click.IntRange(0, 2),
