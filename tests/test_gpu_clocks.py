@@ -165,10 +165,12 @@ def test_a_series_preregistered_before_the_clock_rules_reanalyses_unchanged() ->
 
 class ChangeAtLastRun:
     """The compute processes of the replayed GPU (each run's trainer); during `label` it sets the reader's
-    edit on, so provenance at series end sees another set-up than at its start."""
+    edit on, so provenance at series end sees another set-up than at its start. Once it has seen that run it
+    leaves the file `seen`, which the run waits for (fake_trainer's wait_for): on a busy machine a short run
+    could otherwise end between two looks at the processes and never be seen."""
 
-    def __init__(self, label: str) -> None:
-        self.label = label
+    def __init__(self, label: str, seen: Path) -> None:
+        self.label, self.seen = label, seen
         self.reader: EditedNvml | None = None
         self.memory = recorded_process_memory()
 
@@ -176,15 +178,18 @@ class ChangeAtLastRun:
         trainers = descendants_of_this_process()
         if self.reader is not None and any(run_label(p) == self.label for p in trainers):
             self.reader.edit_now = True
+            self.seen.touch()
         return [{"pid": p.pid, "used_gpu_memory": self.memory} for p in trainers]
 
 
-def test_an_identity_change_during_the_series_invalidates_it(gate_dir) -> None:
+def test_an_identity_change_during_the_series_invalidates_it(gate_dir, tmp_path: Path) -> None:
     # EDITED recording: h200_identity_idle.json with vbios_version changed from the last run on
+    seen = tmp_path / "on-r3-seen"
     g = gate_dir(off={"elapsed": {"off-r1": 10.0, "off-r2": 10.1, "off-r3": 9.9}},
-                 on={"elapsed": {"on-r1": 9.0, "on-r2": 9.1, "on-r3": 8.9}}, backend={"name": "cuda"})
+                 on={"elapsed": {"on-r1": 9.0, "on-r2": 9.1, "on-r3": 8.9},
+                     "wait_for": {"label": "on-r3", "path": str(seen)}}, backend={"name": "cuda"})
     config = load_gate(g.gate)
-    processes = ChangeAtLastRun("on-r3")
+    processes = ChangeAtLastRun("on-r3", seen)
     reader = EditedNvml("h200_identity_idle.json", {"vbios_version": "96.00.A5.00.1B"}, edit_now=False,
                         processes=processes)
     processes.reader = reader
